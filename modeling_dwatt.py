@@ -1,0 +1,662 @@
+# Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
+"""PyTorch DWAtt: layer fusion over a pretrained encoder (Depth-Wise Attention, COLING 2024).
+
+A pretrained encoder computes layer outputs z_1..z_L; a small fusion module mixes them into one representation per
+token, which feeds a token-classification or masked-LM head. This file travels inside every DWAtt checkpoint
+(`trust_remote_code=True`): it imports only torch, transformers and `configuration_dwatt`.
+"""
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers.activations import ACT2FN
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, TokenClassifierOutput
+from transformers.utils import logging
+
+try:
+    from transformers import initialization as init
+except ImportError:  # transformers without the checkpoint-aware initialisers
+    from torch.nn import init
+
+try:
+    from .configuration_dwatt import DWAttConfig
+except ImportError:  # imported as a top-level module of the installed project rather than as remote code
+    from configuration_dwatt import DWAttConfig
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class DWAttModelOutput(BaseModelOutput):
+    """
+    Output of [`DWAttModel`].
+
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch_size, sequence_length, hidden_size)`):
+            The fused representation h of every token.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*, returned when `output_hidden_states=True`):
+            The backbone's hidden states (embedding output first, then every layer).
+        layer_weights (`torch.FloatTensor` of shape `(batch_size, sequence_length, num_fused_layers)`, *optional*):
+            The weight each fused layer received for each token (DWAtt's attention scores, ScalarMix's
+            normalised scalars); returned when `output_layer_weights=True` for fusions that weigh layers.
+    """
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttTokenClassifierOutput(TokenClassifierOutput):
+    """[`~transformers.modeling_outputs.TokenClassifierOutput`] with the per-token, per-layer `layer_weights`."""
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttMaskedLMOutput(MaskedLMOutput):
+    """[`~transformers.modeling_outputs.MaskedLMOutput`] with the per-token, per-layer `layer_weights`."""
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+class DWAttMLP(nn.Module):
+    """f(x) = W · LN(gelu(U · x)): the paper's bottleneck MLP, used for the DWAtt query."""
+
+    def __init__(self, hidden_size: int, bottleneck_size: int, eps: float):
+        super().__init__()
+        self.up = nn.Linear(hidden_size, bottleneck_size)
+        self.norm = nn.LayerNorm(bottleneck_size, eps=eps)
+        self.down = nn.Linear(bottleneck_size, hidden_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.down(self.norm(F.gelu(self.up(hidden_states))))
+
+
+class DepthWiseAttention(nn.Module):
+    r"""
+    Depth-Wise Attention: every token attends over its own representations in the N fused layers.
+
+    - keys    k_n = W^K p_n, where p_n ~ U(0, 1) is a static (never trained) `d_pos`-vector per layer;
+    - values  v_n = LN_n(f^V_n(z_n)), one bottleneck MLP and one LayerNorm per layer;
+    - query   q = 1 + elu(z_L + f^Q(z_L));
+    - output  h = z_L + sum_n softmax_n(q . k_n) v_n.
+
+    The N value MLPs are stored as stacked weights and evaluated with one batched matmul per projection over the
+    layer axis. Input `layers` is `(batch, N, seq, hidden)`, `last_layer` is z_L `(batch, seq, hidden)`.
+    """
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__()
+        encoder = config.encoder_config
+        hidden, layers = encoder.hidden_size, config.num_fused_layers
+        value_size = max(1, round(hidden * config.value_bottleneck))
+        self.eps = encoder.layer_norm_eps
+        self.query = DWAttMLP(hidden, max(1, round(hidden * config.query_bottleneck)), self.eps)
+        self.key = nn.Linear(config.d_pos, hidden, bias=False)
+        self.register_buffer("layer_positions", torch.empty(layers, config.d_pos))
+        self.value_up_weight = nn.Parameter(torch.empty(layers, hidden, value_size))
+        self.value_up_bias = nn.Parameter(torch.empty(layers, 1, value_size))
+        self.value_mid_norm_weight = nn.Parameter(torch.empty(layers, 1, value_size))
+        self.value_mid_norm_bias = nn.Parameter(torch.empty(layers, 1, value_size))
+        self.value_down_weight = nn.Parameter(torch.empty(layers, value_size, hidden))
+        self.value_down_bias = nn.Parameter(torch.empty(layers, 1, hidden))
+        self.value_norm_weight = nn.Parameter(torch.empty(layers, 1, hidden))
+        self.value_norm_bias = nn.Parameter(torch.empty(layers, 1, hidden))
+
+    def values(self, layers: torch.Tensor) -> torch.Tensor:
+        """v_n for every layer: `(batch, N, seq, hidden)` -> `(N, batch * seq, hidden)`."""
+        num_layers, hidden = layers.shape[1], layers.shape[-1]
+        stacked = layers.transpose(0, 1).reshape(num_layers, -1, hidden)
+        up = torch.baddbmm(self.value_up_bias, stacked, self.value_up_weight)
+        up = F.layer_norm(F.gelu(up), up.shape[-1:], eps=self.eps)
+        up = up * self.value_mid_norm_weight + self.value_mid_norm_bias
+        down = torch.baddbmm(self.value_down_bias, up, self.value_down_weight)
+        down = F.layer_norm(down, (hidden,), eps=self.eps)
+        return down * self.value_norm_weight + self.value_norm_bias
+
+    def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, seq, hidden = last_layer.shape
+        if layers.shape[1] != self.layer_positions.shape[0]:
+            raise ValueError(
+                f"DepthWiseAttention was built for {self.layer_positions.shape[0]} layers, got a stack of shape "
+                f"{tuple(layers.shape)} (batch, layers, seq, hidden)"
+            )
+        flat_last = last_layer.reshape(-1, hidden)
+        query = 1 + F.elu(flat_last + self.query(flat_last))
+        keys = self.key(self.layer_positions.to(self.key.weight.dtype))
+        weights = torch.softmax(query @ keys.t(), dim=-1)
+        mixed = (weights.t().unsqueeze(-1).to(layers.dtype) * self.values(layers)).sum(0)
+        return (flat_last + mixed).view(batch, seq, hidden), weights.view(batch, seq, -1)
+
+
+class LayerConcat(nn.Module):
+    """h = sum_n W_n z_n, i.e. one `Linear(N * hidden -> hidden)` over the concatenated layers of each token."""
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__()
+        hidden = config.encoder_config.hidden_size
+        self.proj = nn.Linear(config.num_fused_layers * hidden, hidden)
+
+    def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, None]:
+        batch, num_layers, seq, hidden = layers.shape
+        return self.proj(layers.transpose(1, 2).reshape(batch, seq, num_layers * hidden)), None
+
+
+class ScalarMix(nn.Module):
+    """
+    ELMo's scalar mix (AllenNLP `ScalarMix` without layer norm): h = gamma * sum_n softmax(s)_n z_n, with one
+    learned scalar s_n per layer and a learned scale gamma. The same weights apply to every token.
+    """
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__()
+        self.scalar_parameters = nn.Parameter(torch.empty(config.num_fused_layers))
+        self.gamma = nn.Parameter(torch.empty(1))
+
+    def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        mixed = self.gamma * torch.einsum("n,bntd->btd", weights.to(layers.dtype), layers)
+        batch, seq = last_layer.shape[:2]
+        return mixed, weights.expand(batch, seq, -1)
+
+
+class LastLayer(nn.Module):
+    """The `base` fusion: h = z_L."""
+
+    def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return last_layer, None
+
+
+class ExtraLayers(nn.Module):
+    """
+    `n` freshly initialised layers of the backbone's own layer class on top of z_L (the paper's Base+n). They
+    are called like the backbone calls its own: with its attention-mask format and, for MPNet, its relative
+    position bias (passed in through `layer_kwargs`).
+    """
+
+    def __init__(self, config: DWAttConfig, layer_class: type[nn.Module]):
+        super().__init__()
+        self.layer = nn.ModuleList(layer_class(config.encoder_config) for _ in range(config.num_extra_layers))
+
+    def forward(self, last_layer: torch.Tensor, attention_mask: torch.Tensor | None, **layer_kwargs) -> torch.Tensor:
+        hidden_states = last_layer
+        for layer in self.layer:
+            output = layer(hidden_states, attention_mask, **layer_kwargs)
+            hidden_states = output[0] if isinstance(output, tuple) else output
+        return hidden_states
+
+
+class DWAttLMHead(nn.Module):
+    """The backbone's masked-LM head (dense -> activation -> LayerNorm -> vocabulary), applied to the fused h."""
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__()
+        encoder = config.encoder_config
+        self.dense = nn.Linear(encoder.hidden_size, encoder.hidden_size)
+        self.activation = ACT2FN[getattr(encoder, "hidden_act", "gelu")]
+        self.layer_norm = nn.LayerNorm(encoder.hidden_size, eps=encoder.layer_norm_eps)
+        self.decoder = nn.Linear(encoder.hidden_size, encoder.vocab_size)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
+
+
+def _backbone_layer_class(backbone: nn.Module) -> type[nn.Module]:
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
+        raise ValueError(
+            f"fusion 'base_plus_n' needs a backbone with `encoder.layer`; {type(backbone).__name__} has none"
+        )
+    return type(layers[0])
+
+
+class DWAttPreTrainedModel(PreTrainedModel):
+    """Weight initialisation and the common interface of all DWAtt models."""
+
+    config_class = DWAttConfig
+    base_model_prefix = "dwatt"
+    supports_gradient_checkpointing = True
+    _supports_sdpa = True
+    _supports_flash_attn = True
+    _supports_attention_backend = True
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """
+        `PreTrainedModel.from_pretrained`, refusing a checkpoint whose tensors do not fit the model with an error
+        that names every mismatching key and both shapes (a head trained for another label count, a backbone of
+        another size). Pass `ignore_mismatched_sizes=True` to re-initialise those tensors instead.
+        """
+        ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        model, info = super().from_pretrained(
+            pretrained_model_name_or_path,
+            *model_args,
+            ignore_mismatched_sizes=True,
+            output_loading_info=True,
+            **kwargs,
+        )
+        if info["mismatched_keys"] and not ignore_mismatched_sizes:
+            details = "; ".join(
+                f"{key}: checkpoint {tuple(stored)} vs model {tuple(expected)}"
+                for key, stored, expected in sorted(info["mismatched_keys"])
+            )
+            raise ValueError(
+                f"the checkpoint {pretrained_model_name_or_path} does not fit {cls.__name__} built from the given "
+                f"config: {details}. A head trained for another label set needs `ignore_mismatched_sizes=True` to "
+                "start afresh; a backbone of another shape needs the checkpoint's own config."
+            )
+        return (model, info) if output_loading_info else model
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        std = getattr(self.config.encoder_config, "initializer_range", 0.02)
+        if isinstance(module, DepthWiseAttention):
+            hidden, value_size = module.value_up_weight.shape[1:]
+            init.uniform_(module.layer_positions, 0.0, 1.0)
+            init.normal_(module.value_up_weight, mean=0.0, std=std)
+            init.normal_(module.value_down_weight, mean=0.0, std=std)
+            for bias in (module.value_up_bias, module.value_mid_norm_bias, module.value_down_bias, module.value_norm_bias):
+                init.zeros_(bias)
+            init.ones_(module.value_mid_norm_weight)
+            init.ones_(module.value_norm_weight)
+        elif isinstance(module, ScalarMix):
+            init.zeros_(module.scalar_parameters)
+            init.ones_(module.gamma)
+        elif isinstance(module, (nn.Linear, nn.Embedding)):
+            init.normal_(module.weight, mean=0.0, std=std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+
+
+class DWAttModel(DWAttPreTrainedModel):
+    """
+    A pretrained encoder (`self.backbone`) plus a layer-fusion module (`self.fusion`), returning the fused
+    representation of every token. The fusion method is `config.fusion`; see [`DWAttConfig`].
+
+    `forward` takes either the usual encoder inputs (`input_ids`, `attention_mask`, ...) or
+    `backbone_hidden_states`: hidden states computed earlier by the same (frozen) backbone, so that the backbone
+    can run once and its outputs be cached. They are a tensor `(batch, layers, seq, hidden)` or a tuple of
+    `(batch, seq, hidden)` tensors, holding either all of the backbone's hidden states (embedding output first,
+    as `output_hidden_states=True` returns them) or exactly the layers the fusion reads (see `fused_layer_indices`).
+    """
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__(config)
+        self.backbone = AutoModel.from_config(config.encoder_config, add_pooling_layer=False)
+        fusion = config.fusion
+        if fusion == "dwatt":
+            self.fusion = DepthWiseAttention(config)
+        elif fusion == "concat":
+            self.fusion = LayerConcat(config)
+        elif fusion == "scalar_mix":
+            self.fusion = ScalarMix(config)
+        elif fusion == "base_plus_n":
+            self.fusion = ExtraLayers(config, _backbone_layer_class(self.backbone))
+        else:
+            self.fusion = LastLayer()
+        self.post_init()
+
+    @property
+    def fused_layer_indices(self) -> list[int]:
+        """Indices into the backbone's hidden-state tuple (0 = embedding output) that the fusion reads."""
+        num_layers = self.config.encoder_config.num_hidden_layers
+        if self.config.fusion in ("base", "base_plus_n"):
+            return [num_layers]
+        return list(range(0 if self.config.include_embeddings else 1, num_layers + 1))
+
+    def get_input_embeddings(self) -> nn.Module:
+        return self.backbone.get_input_embeddings()
+
+    def set_input_embeddings(self, value: nn.Module) -> None:
+        self.backbone.set_input_embeddings(value)
+
+    def _select_layers(self, backbone_hidden_states) -> torch.Tensor:
+        if isinstance(backbone_hidden_states, (tuple, list)):
+            backbone_hidden_states = torch.stack(tuple(backbone_hidden_states), dim=1)
+        if backbone_hidden_states.dim() != 4:
+            raise ValueError(
+                "backbone_hidden_states must be (batch, layers, seq, hidden), got shape "
+                f"{tuple(backbone_hidden_states.shape)}"
+            )
+        wanted = self.fused_layer_indices
+        available = backbone_hidden_states.shape[1]
+        num_all = self.config.encoder_config.num_hidden_layers + 1
+        if available == num_all:
+            if wanted == list(range(len(wanted))) and len(wanted) == available:
+                return backbone_hidden_states
+            return backbone_hidden_states[:, wanted[0] : wanted[-1] + 1]
+        if available == len(wanted):
+            return backbone_hidden_states
+        raise ValueError(
+            f"backbone_hidden_states has {available} layers (shape {tuple(backbone_hidden_states.shape)}); "
+            f"fusion {self.config.fusion!r} expects all {num_all} hidden states of the backbone or exactly the "
+            f"{len(wanted)} it reads (indices {wanted[0]}..{wanted[-1]})"
+        )
+
+    def _extra_layer_inputs(self, last_layer: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple:
+        mask = create_bidirectional_mask(
+            config=self.config.encoder_config, inputs_embeds=last_layer, attention_mask=attention_mask
+        )
+        layer_kwargs = {}
+        compute_position_bias = getattr(getattr(self.backbone, "encoder", None), "compute_position_bias", None)
+        if compute_position_bias is not None:  # MPNet: every layer takes the encoder's shared relative bias
+            layer_kwargs["position_bias"] = compute_position_bias(last_layer)
+        return mask, layer_kwargs
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+        output_layer_weights: bool = False,
+        output_hidden_states: bool = False,
+        **kwargs,
+    ) -> DWAttModelOutput:
+        r"""
+        backbone_hidden_states (`torch.Tensor` or `tuple(torch.Tensor)`, *optional*):
+            Precomputed hidden states of the backbone, used instead of running it (see the class docstring).
+        output_layer_weights (`bool`, *optional*, defaults to `False`):
+            Return the per-token, per-layer fusion weights (DWAtt and ScalarMix).
+        """
+        all_hidden_states = None
+        if backbone_hidden_states is None:
+            if input_ids is None and inputs_embeds is None:
+                raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
+            backbone_inputs = {"token_type_ids": token_type_ids, "position_ids": position_ids}
+            backbone_outputs = self.backbone(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                inputs_embeds=inputs_embeds,
+                output_hidden_states=True,
+                return_dict=True,
+                **{key: value for key, value in backbone_inputs.items() if value is not None},
+                **kwargs,
+            )
+            all_hidden_states = backbone_outputs.hidden_states
+            layers = torch.stack([all_hidden_states[i] for i in self.fused_layer_indices], dim=1)
+        else:
+            layers = self._select_layers(backbone_hidden_states)
+        last_layer = layers[:, -1]
+        if isinstance(self.fusion, ExtraLayers):
+            mask, layer_kwargs = self._extra_layer_inputs(last_layer, attention_mask)
+            fused, layer_weights = self.fusion(last_layer, mask, **layer_kwargs), None
+        else:
+            fused, layer_weights = self.fusion(layers, last_layer)
+        return DWAttModelOutput(
+            last_hidden_state=fused,
+            hidden_states=all_hidden_states if output_hidden_states else None,
+            layer_weights=layer_weights if output_layer_weights else None,
+        )
+
+
+class _DWAttWithHead(DWAttPreTrainedModel):
+    """Shared construction of the task models: `self.dwatt` (backbone + fusion) and a head."""
+
+    def freeze_backbone(self, frozen: bool = True) -> None:
+        """Stop (or restart) gradients into the backbone: the paper's FE setting trains fusion and head only."""
+        self.dwatt.backbone.requires_grad_(not frozen)
+
+    def _fuse(self, output_layer_weights, output_hidden_states, **inputs) -> DWAttModelOutput:
+        return self.dwatt(
+            output_layer_weights=bool(output_layer_weights),
+            output_hidden_states=bool(output_hidden_states),
+            **inputs,
+        )
+
+    @classmethod
+    def from_backbone(
+        cls,
+        name_or_path: str,
+        fusion: str = "dwatt",
+        num_labels: int | None = None,
+        *,
+        revision: str | None = None,
+        dtype: torch.dtype | str | None = None,
+        load_kwargs: dict | None = None,
+        **config_kwargs,
+    ):
+        r"""
+        Build a model whose backbone carries the pretrained weights of `name_or_path` (a Hub id such as
+        `"roberta-large"` or a local folder) and whose fusion module and head are freshly initialised: the usual
+        starting point for training.
+
+        Args:
+            name_or_path (`str`): the pretrained encoder.
+            fusion (`str`): see [`DWAttConfig`].
+            num_labels (`int`, *optional*): size of the token-classification head (or pass `id2label`).
+            revision (`str`, *optional*): branch, tag or commit of the backbone; recorded in the config.
+            dtype (`torch.dtype` or `str`, *optional*): dtype of the whole model.
+            load_kwargs (`dict`, *optional*): extra arguments for the backbone's `from_pretrained`
+                (`cache_dir`, `local_files_only`, `token`, `attn_implementation`, ...).
+            config_kwargs: any other [`DWAttConfig`] argument (`d_pos`, `num_extra_layers`, `id2label`, ...).
+        """
+        load_kwargs = dict(load_kwargs or {})
+        if revision is not None:
+            load_kwargs["revision"] = revision
+        pretrained = cls._load_pretrained_backbone(name_or_path, load_kwargs)
+        backbone = pretrained.base_model
+        if num_labels is not None:
+            config_kwargs["num_labels"] = num_labels
+        config = DWAttConfig(
+            encoder_config=backbone.config,
+            fusion=fusion,
+            backbone_name_or_path=str(name_or_path),
+            backbone_revision=revision,
+            **config_kwargs,
+        )
+        model = cls(config)
+        missing, unexpected = model.dwatt.backbone.load_state_dict(backbone.state_dict(), strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"the backbone weights of {name_or_path!r} do not fit the model built from its own config: "
+                f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            )
+        model._adopt_pretrained_head(pretrained)
+        if dtype is not None:
+            model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
+        return model
+
+    @classmethod
+    def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+        return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **load_kwargs)
+
+    def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
+        """Hook for heads that start from pretrained weights (the masked-LM head)."""
+
+
+class RobertaDWAttForTokenClassification(_DWAttWithHead):
+    """
+    DWAtt layer fusion over a pretrained encoder, with a linear token-classification head on the fused
+    representation (e.g. for NER). Works with RoBERTa, XLM-RoBERTa, BERT and MPNet backbones; the RoBERTa name is
+    the one the paper's users know.
+
+    Example:
+
+    ```python
+    >>> model = RobertaDWAttForTokenClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=9)
+    >>> outputs = model(**batch, output_layer_weights=True)
+    >>> outputs.logits.shape, outputs.layer_weights.shape  # (batch, seq, 9), (batch, seq, 24)
+    ```
+    """
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.dwatt = DWAttModel(config)
+        dropout = config.classifier_dropout
+        if dropout is None:
+            dropout = getattr(config.encoder_config, "hidden_dropout_prob", 0.1)
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+        labels: torch.LongTensor | None = None,
+        output_layer_weights: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> DWAttTokenClassifierOutput | tuple:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Tag ids in `[0, num_labels)`; -100 marks positions without a label (padding, later sub-words).
+        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
+        """
+        fused = self._fuse(
+            output_layer_weights,
+            output_hidden_states,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            backbone_hidden_states=backbone_hidden_states,
+            **kwargs,
+        )
+        logits = self.classifier(self.dropout(fused.last_hidden_state))
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1).to(logits.device))
+        output = DWAttTokenClassifierOutput(
+            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+class RobertaDWAttForMaskedLM(_DWAttWithHead):
+    """
+    DWAtt layer fusion over a pretrained encoder, with the backbone's own masked-LM head applied to the fused
+    representation. `from_backbone` copies the pretrained head's weights (dense, LayerNorm, vocabulary projection
+    and bias); the vocabulary projection is kept separate from the input embeddings, so training the head (as the
+    FE setting does) never changes the frozen backbone.
+    """
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__(config)
+        self.dwatt = DWAttModel(config)
+        self.lm_head = DWAttLMHead(config)
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.lm_head.decoder
+
+    def set_output_embeddings(self, new_embeddings: nn.Module) -> None:
+        self.lm_head.decoder = new_embeddings
+
+    @classmethod
+    def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+        model, info = AutoModelForMaskedLM.from_pretrained(name_or_path, output_loading_info=True, **load_kwargs)
+        prefix = model.base_model_prefix
+        head_missing = [key for key in info["missing_keys"] if not key.startswith(prefix + ".")]
+        if head_missing:
+            logger.warning(
+                f"{name_or_path} ships no pretrained masked-LM head ({len(head_missing)} weights missing); the head "
+                "starts from fresh weights, its vocabulary projection from the input embeddings."
+            )
+        return model
+
+    def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
+        prefix = pretrained.base_model_prefix
+        source = {
+            key: value for key, value in pretrained.state_dict().items() if not key.startswith(prefix + ".")
+        }
+
+        def find(*suffixes: str) -> torch.Tensor:
+            for suffix in suffixes:
+                matches = [key for key in source if key == suffix or key.endswith("." + suffix)]
+                if len(matches) == 1:
+                    return source[matches[0]]
+            raise ValueError(
+                f"cannot find the masked-LM head weight {suffixes[0]!r} of {type(pretrained).__name__}; "
+                f"head keys: {sorted(source)}"
+            )
+
+        weights = {
+            "dense.weight": find("transform.dense.weight", "dense.weight"),
+            "dense.bias": find("transform.dense.bias", "dense.bias"),
+            "layer_norm.weight": find("transform.LayerNorm.weight", "layer_norm.weight"),
+            "layer_norm.bias": find("transform.LayerNorm.bias", "layer_norm.bias"),
+            "decoder.weight": pretrained.get_output_embeddings().weight,
+            "decoder.bias": find("predictions.bias", "lm_head.bias", "decoder.bias"),
+        }
+        self.lm_head.load_state_dict({key: value.detach().clone() for key, value in weights.items()})
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+        labels: torch.LongTensor | None = None,
+        output_layer_weights: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> DWAttMaskedLMOutput | tuple:
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Token ids to predict at masked positions; -100 elsewhere.
+        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
+        """
+        fused = self._fuse(
+            output_layer_weights,
+            output_hidden_states,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            backbone_hidden_states=backbone_hidden_states,
+            **kwargs,
+        )
+        logits = self.lm_head(fused.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1).to(logits.device))
+        output = DWAttMaskedLMOutput(
+            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
+        )
+        return output if return_dict is not False else output.to_tuple()
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of parameters of `module` (buffers such as DWAtt's static layer positions excluded)."""
+    return sum(parameter.numel() for parameter in module.parameters())
+
+
+DWAttModel.register_for_auto_class("AutoModel")
+RobertaDWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+
+__all__ = [
+    "DWAttModel",
+    "DWAttPreTrainedModel",
+    "DepthWiseAttention",
+    "ExtraLayers",
+    "LastLayer",
+    "LayerConcat",
+    "RobertaDWAttForMaskedLM",
+    "RobertaDWAttForTokenClassification",
+    "ScalarMix",
+    "count_parameters",
+]

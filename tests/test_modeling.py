@@ -1,0 +1,309 @@
+"""The model side: parameter budgets, every fusion x task x backbone, masking, caching input, checkpoints."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoModelForMaskedLM, AutoModelForTokenClassification, RobertaConfig
+
+from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
+from modeling_dwatt import count_parameters
+
+from .conftest import ENCODERS, tiny_config
+
+TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
+ROBERTA_LARGE = dict(
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    vocab_size=50265,
+    max_position_embeddings=514,
+    layer_norm_eps=1e-5,
+)
+PAPER_TABLE_2 = {"dwatt": 26.38e6, "concat": 25.18e6, "base_plus_n": 25.19e6}
+
+
+def fusion_parameters(encoder_config, fusion: str) -> tuple[int, int]:
+    with torch.device("meta"):
+        model = RobertaDWAttForTokenClassification(
+            DWAttConfig(encoder_config=encoder_config, fusion=fusion, num_labels=9)
+        )
+    return count_parameters(model.dwatt.fusion), model.config.num_extra_layers
+
+
+@pytest.mark.parametrize("fusion", sorted(PAPER_TABLE_2))
+def test_added_parameters_match_paper_table_2_on_roberta_large(fusion):
+    added, num_extra_layers = fusion_parameters(RobertaConfig(**ROBERTA_LARGE), fusion)
+    assert num_extra_layers == 2
+    assert abs(added - PAPER_TABLE_2[fusion]) / PAPER_TABLE_2[fusion] < 0.005, added
+
+
+def test_base_adds_nothing_and_roberta_base_gets_one_extra_layer():
+    assert fusion_parameters(RobertaConfig(**ROBERTA_LARGE), "base")[0] == 0
+    base_shape = dict(ROBERTA_LARGE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    added, num_extra_layers = fusion_parameters(RobertaConfig(**base_shape), "base_plus_n")
+    assert num_extra_layers == 1
+    assert added == 7087872  # one RoBERTa-base layer
+
+
+def make_batch(vocab: int = 99, pad_id: int = 1):
+    """Two sentences of 6 and 4 real tokens, padded to 6."""
+    ids = torch.randint(5, vocab, (2, 6))
+    mask = torch.ones_like(ids)
+    ids[1, 4:], mask[1, 4:] = pad_id, 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("encoder", sorted(ENCODERS))
+@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_forward_backward_every_fusion_task_backbone(encoder, task, fusion):
+    config = tiny_config(encoder, fusion)
+    model = TASKS[task](config)
+    ids, mask = make_batch(pad_id=config.encoder_config.pad_token_id)
+    labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100)
+    out = model(input_ids=ids, attention_mask=mask, labels=labels, output_layer_weights=True)
+    width = 5 if task == "token" else config.encoder_config.vocab_size
+    assert out.logits.shape == (2, 6, width)
+    assert torch.isfinite(out.loss)
+    out.loss.backward()
+    fusion_grads = [p.grad for p in model.dwatt.fusion.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in fusion_grads)
+    if fusion in ("dwatt", "scalar_mix"):
+        assert out.layer_weights.shape == (2, 6, 3)
+        torch.testing.assert_close(out.layer_weights.sum(-1), torch.ones(2, 6))
+    else:
+        assert out.layer_weights is None
+
+
+@pytest.mark.parametrize("encoder", sorted(ENCODERS))
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_padding_and_batch_order_do_not_change_outputs(encoder, fusion):
+    config = tiny_config(encoder, fusion)
+    model = RobertaDWAttForTokenClassification(config).eval()
+    pad = config.encoder_config.pad_token_id
+    ids, mask = make_batch(pad_id=pad)
+    with torch.no_grad():
+        batched = model(input_ids=ids, attention_mask=mask).logits
+        alone = model(input_ids=ids[1:, :4], attention_mask=mask[1:, :4]).logits
+        longer_pad = torch.cat([ids, torch.full((2, 3), pad)], dim=1)
+        longer_mask = torch.cat([mask, torch.zeros(2, 3, dtype=mask.dtype)], dim=1)
+        padded_more = model(input_ids=longer_pad, attention_mask=longer_mask).logits
+        swapped = model(input_ids=ids.flip(0), attention_mask=mask.flip(0)).logits
+    torch.testing.assert_close(batched[1, :4], alone[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(padded_more[:, :6][mask.bool()], batched[mask.bool()], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(swapped.flip(0)[mask.bool()], batched[mask.bool()], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("encoder", ["roberta", "mpnet"])
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_precomputed_hidden_states_give_identical_logits(encoder, fusion):
+    model = RobertaDWAttForTokenClassification(tiny_config(encoder, fusion)).eval()
+    ids, mask = make_batch(pad_id=model.config.encoder_config.pad_token_id)
+    with torch.no_grad():
+        direct = model(input_ids=ids, attention_mask=mask)
+        states = model.dwatt.backbone(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        from_all = model(backbone_hidden_states=torch.stack(states, 1), attention_mask=mask)
+        from_tuple = model(backbone_hidden_states=states, attention_mask=mask)
+        needed = torch.stack([states[i] for i in model.dwatt.fused_layer_indices], 1)
+        from_needed = model(backbone_hidden_states=needed, attention_mask=mask)
+    for cached in (from_all, from_tuple, from_needed):
+        assert torch.equal(cached.logits, direct.logits)
+
+
+def test_wrong_number_of_precomputed_layers_names_the_shapes():
+    model = RobertaDWAttForTokenClassification(tiny_config()).eval()
+    with pytest.raises(ValueError, match=r"has 2 layers .*expects all 4 hidden states .* exactly the 3"):
+        model(backbone_hidden_states=torch.zeros(1, 2, 5, 32))
+    with pytest.raises(ValueError, match="needs `input_ids`"):
+        model()
+
+
+def test_include_embeddings_fuses_one_more_layer():
+    model = RobertaDWAttForTokenClassification(tiny_config(include_embeddings=True))
+    ids, mask = make_batch()
+    assert model(input_ids=ids, attention_mask=mask, output_layer_weights=True).layer_weights.shape[-1] == 4
+
+
+def test_static_keys_are_a_saved_buffer_not_a_parameter():
+    model = RobertaDWAttForTokenClassification(tiny_config())
+    names = dict(model.named_parameters())
+    assert "dwatt.fusion.layer_positions" not in names
+    positions = model.state_dict()["dwatt.fusion.layer_positions"]
+    assert positions.shape == (3, 24) and 0 <= positions.min() and positions.max() <= 1
+
+
+def test_value_mlps_match_a_per_layer_reference():
+    """The batched value computation equals a plain loop of per-layer MLP + LayerNorm."""
+    fusion = RobertaDWAttForTokenClassification(tiny_config()).dwatt.fusion
+    with torch.no_grad():
+        for parameter in fusion.parameters():
+            parameter.normal_()
+        layers = torch.randn(2, 3, 5, 32)
+        batched = fusion.values(layers).view(3, 2, 5, 32)
+        for n in range(3):
+            up = layers[:, n] @ fusion.value_up_weight[n] + fusion.value_up_bias[n]
+            up = torch.nn.functional.gelu(up)
+            up = torch.nn.functional.layer_norm(up, (16,), fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0])
+            down = up @ fusion.value_down_weight[n] + fusion.value_down_bias[n]
+            reference = torch.nn.functional.layer_norm(down, (32,), fusion.value_norm_weight[n, 0], fusion.value_norm_bias[n, 0])
+            torch.testing.assert_close(batched[n], reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"fusion": "dwat"}, "unknown fusion 'dwat'"),
+        ({"value_bottleneck": 0}, "`value_bottleneck` must be a number in \\(0, 1\\]"),
+        ({"query_bottleneck": 1.5}, "`query_bottleneck` must be a number in \\(0, 1\\]"),
+        ({"d_pos": 0}, "`d_pos` must be an integer >= 1"),
+        ({"num_extra_layers": -1}, "`num_extra_layers` must be an integer >= 0"),
+        ({"classifier_dropout": 1.0}, "`classifier_dropout` must be in \\[0, 1\\)"),
+        ({"encoder_config": {"hidden_size": 8}}, "has no `model_type`"),
+        ({"encoder_config": {"model_type": "no-such-model"}}, "unknown encoder model_type 'no-such-model'"),
+    ],
+)
+def test_bad_config_values_are_refused_with_the_key_named(kwargs, message):
+    kwargs.setdefault("encoder_config", ENCODERS["roberta"]())
+    with pytest.raises(ValueError, match=message):
+        DWAttConfig(**kwargs)
+
+
+def test_config_round_trips_through_json(tmp_path):
+    config = tiny_config("mpnet", "base_plus_n", num_extra_layers=2, d_pos=7)
+    config.save_pretrained(tmp_path)
+    stored = json.loads((tmp_path / "config.json").read_text())
+    assert stored["encoder_config"]["model_type"] == "mpnet"
+    assert stored["auto_map"]["AutoConfig"] == "configuration_dwatt.DWAttConfig"
+    loaded = DWAttConfig.from_pretrained(tmp_path)
+    assert loaded.to_dict() == config.to_dict()
+
+
+BLOCKED_IMPORTS = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"dwatt", "modeling_dwatt", "configuration_dwatt"}:
+                raise ImportError(f"blocked by the test: {name}")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    sys.path = [p for p in sys.path if p not in ("", ".")]
+    """
+)
+
+
+def test_checkpoints_reload_with_remote_code_only(tmp_path):
+    """save_pretrained -> Auto*.from_pretrained(trust_remote_code=True) in a process that cannot import dwatt."""
+    ids, mask = make_batch()
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    cases = []
+    for task, cls in TASKS.items():
+        for fusion in FUSIONS:
+            model = cls(tiny_config("roberta", fusion)).eval()
+            folder = tmp_path / f"{task}-{fusion}"
+            model.save_pretrained(folder)
+            assert {"modeling_dwatt.py", "configuration_dwatt.py"} <= {p.name for p in folder.iterdir()}
+            with torch.no_grad():
+                expected = model(input_ids=ids, attention_mask=mask).logits
+            cases.append((task, folder, expected, model.config.to_dict(), model.state_dict()))
+    mpnet = RobertaDWAttForTokenClassification(tiny_config("mpnet", "base_plus_n")).eval()
+    mpnet.save_pretrained(tmp_path / "token-mpnet")
+    with torch.no_grad():
+        cases.append(("token", tmp_path / "token-mpnet", mpnet(input_ids=ids, attention_mask=mask).logits, mpnet.config.to_dict(), mpnet.state_dict()))
+
+    script = BLOCKED_IMPORTS + textwrap.dedent(
+        f"""
+        import json, torch
+        from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForTokenClassification
+        try:
+            import modeling_dwatt
+            raise SystemExit("the import block does not work")
+        except ImportError:
+            pass
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        autos = {{"token": AutoModelForTokenClassification, "mlm": AutoModelForMaskedLM}}
+        results = {{}}
+        for task, folder in json.loads({json.dumps([(t, str(f)) for t, f, *_ in cases])!r}):
+            model = autos[task].from_pretrained(folder, trust_remote_code=True).eval()
+            assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+            with torch.no_grad():
+                logits = model(input_ids=inputs["ids"], attention_mask=inputs["mask"]).logits
+            config = AutoConfig.from_pretrained(folder, trust_remote_code=True)
+            results[folder] = {{"logits": logits, "config": config.to_dict(), "state": model.state_dict(),
+                               "class": type(model).__name__}}
+        torch.save(results, {str(tmp_path / "results.pt")!r})
+        """
+    )
+    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = torch.load(tmp_path / "results.pt")
+    for task, folder, expected, config, state in cases:
+        result = results[str(folder)]
+        assert result["class"] == TASKS[task].__name__
+        torch.testing.assert_close(result["logits"], expected, atol=1e-6, rtol=0)
+        for key in ("fusion", "encoder_config", "d_pos", "num_extra_layers", "id2label"):
+            assert result["config"][key] == config[key], key
+        assert result["state"].keys() == state.keys()
+        if "dwatt.fusion.layer_positions" in state:
+            assert torch.equal(result["state"]["dwatt.fusion.layer_positions"], state["dwatt.fusion.layer_positions"])
+
+
+def test_auto_classes_load_locally_registered_checkpoints(tmp_path):
+    model = RobertaDWAttForMaskedLM(tiny_config("bert", "concat")).eval()
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, dtype=torch.float64)
+    assert isinstance(loaded, RobertaDWAttForMaskedLM) and loaded.dtype == torch.float64
+    ids, mask = make_batch(pad_id=0)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits.float(),
+                                   model(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
+
+
+def test_head_with_another_label_count_is_refused(tmp_path):
+    RobertaDWAttForTokenClassification(tiny_config(num_labels=5)).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"classifier\.weight: checkpoint \(5, 32\) vs model \(3, 32\)"):
+        AutoModelForTokenClassification.from_pretrained(tmp_path, num_labels=3)
+    fresh_head = AutoModelForTokenClassification.from_pretrained(tmp_path, num_labels=3, ignore_mismatched_sizes=True)
+    assert fresh_head.classifier.out_features == 3
+
+
+def test_backbone_shape_mismatch_is_refused(tmp_path):
+    RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path)
+    other = tiny_config()
+    other.encoder_config.intermediate_size = 40
+    with pytest.raises(ValueError, match=r"layer\.0\.intermediate\.dense\.weight: checkpoint \(37, 32\) vs model \(40, 32\)"):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path, config=other)
+
+
+@pytest.mark.real_weights
+@pytest.mark.parametrize("cls", [RobertaDWAttForTokenClassification, RobertaDWAttForMaskedLM])
+def test_from_backbone_loads_every_minilm_weight(minilm_path, cls):
+    from transformers import AutoModel, AutoTokenizer
+
+    model = cls.from_backbone(str(minilm_path), fusion="dwatt", num_labels=9).eval()
+    reference = AutoModel.from_pretrained(minilm_path).eval()
+    ours = model.dwatt.backbone.state_dict()
+    theirs = {k: v for k, v in reference.state_dict().items() if not k.startswith("pooler.")}
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert model.config.backbone_name_or_path == str(minilm_path)
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path)
+    batch = tokenizer(["EU rejects German call", "Peter Blackburn"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model(**batch, output_layer_weights=True)
+        expected_last = reference(**batch).last_hidden_state
+        states = model.dwatt(**batch, output_hidden_states=True).hidden_states
+    assert torch.equal(states[-1], expected_last)
+    assert out.layer_weights.shape[-1] == 6 and torch.isfinite(out.logits).all()
+    if cls is RobertaDWAttForMaskedLM:
+        embeddings = reference.embeddings.word_embeddings.weight
+        assert torch.equal(model.lm_head.decoder.weight, embeddings)
+        assert model.lm_head.decoder.weight.data_ptr() != model.dwatt.backbone.embeddings.word_embeddings.weight.data_ptr()
