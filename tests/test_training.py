@@ -1,0 +1,181 @@
+"""Training pipeline: freezing, the feature cache, seqeval metrics, and the CLI end to end on a tiny backbone."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from seqeval.metrics import f1_score, precision_score, recall_score
+from transformers import BertConfig, BertModel, BertTokenizerFast, DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+from dwatt import RobertaDWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.data import load_conll2003, tokenize_and_align
+from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.metrics import NERMetrics, entity_scores
+from dwatt.training import FreezeBackboneCallback, RunConfig, run_ner, trainable_parameter_names
+
+from .conftest import tiny_config
+
+WORDS = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
+SENTENCES = [
+    [("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
+    [("Peter", "B-PER"), ("Blackburn", "I-PER")],
+    [("BRUSSELS", "B-LOC")],
+    [("to", "O"), ("boycott", "O"), ("British", "B-MISC"), ("lamb", "O"), ("EU", "B-ORG")],
+    [("Peter", "B-PER"), ("call", "O"), ("Brussels", "B-LOC")],
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_backbone(tmp_path_factory):
+    """A tiny random BERT with a word-level vocabulary, saved like a pretrained checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_conll(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-conll")
+    text = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (folder / name).write_text("-DOCSTART- O\n\n" + text * (4 if name == "train.txt" else 1))
+    return folder
+
+
+def test_fe_callback_freezes_exactly_the_backbone():
+    model = RobertaDWAttForTokenClassification(tiny_config())
+    callback = FreezeBackboneCallback("fe")
+    callback.apply(model)
+    trainable = trainable_parameter_names(model)
+    assert trainable and not any(n.startswith("dwatt.backbone.") for n in trainable)
+    expected = {n for n, _ in model.named_parameters() if n.startswith(("dwatt.fusion.", "classifier."))}
+    assert set(trainable) == expected
+    model.train()
+    assert model.training and model.dwatt.fusion.training and not model.dwatt.backbone.training
+    FreezeBackboneCallback("ft").apply(model)
+    assert len(trainable_parameter_names(model)) == len(list(model.parameters()))
+    assert model.dwatt.backbone.training
+    with pytest.raises(ValueError, match="unknown training mode 'xx'"):
+        FreezeBackboneCallback("xx")
+
+
+def test_trainer_in_fe_mode_leaves_the_backbone_untouched(tiny_backbone, tiny_conll, tmp_path):
+    data = load_conll2003(tiny_conll)
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_backbone)
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, report_to="none", save_strategy="no",
+                             per_device_train_batch_size=4, disable_tqdm=True, learning_rate=1e-2)
+    columns = ["input_ids", "attention_mask", "labels"]
+    trainer = Trainer(model=model, args=args, train_dataset=tokenize_and_align(data["train"], tokenizer).select_columns(columns),
+                      data_collator=DataCollatorForTokenClassification(tokenizer), callbacks=[FreezeBackboneCallback("fe")])
+    trainer.train()
+    after = model.state_dict()
+    changed = {k for k in after if not torch.equal(after[k], before[k])}
+    assert changed and all(not k.startswith("dwatt.backbone.") for k in changed)
+    assert any(k.startswith("dwatt.fusion.") for k in changed) and "classifier.weight" in changed
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n", "scalar_mix"])
+def test_cached_features_give_exactly_the_uncached_logits_in_fp32(tiny_backbone, tiny_conll, fusion):
+    data = load_conll2003(tiny_conll)["validation"]
+    tokenizer = BertTokenizerFast.from_pretrained(tiny_backbone)
+    tokens = tokenize_and_align(data, tokenizer)
+    order = sorted(range(len(tokens)), key=lambda i: len(tokens[i]["input_ids"]))
+    tokens = tokens.select(order).select_columns(["input_ids", "token_type_ids", "attention_mask", "labels"])
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=9).eval()
+    cache = build_feature_cache(model, tokens, batch_size=len(tokens), dtype=torch.float32, progress=False)
+    cached_batch = FeatureCollator()([cache[i] for i in range(len(cache))])
+    direct_batch = DataCollatorForTokenClassification(tokenizer)([tokens[i] for i in range(len(tokens))])
+    assert torch.equal(cached_batch["labels"], direct_batch["labels"])
+    with torch.no_grad():
+        cached = model(backbone_hidden_states=cached_batch["backbone_hidden_states"], attention_mask=cached_batch["attention_mask"]).logits
+        direct = model(**{k: v for k, v in direct_batch.items() if k != "labels"}).logits
+    real = direct_batch["attention_mask"].bool()  # padded positions hold zeros in the cache, by design
+    assert torch.equal(cached[real], direct[real])
+    assert cache[0]["backbone_hidden_states"].shape[0] == len(model.dwatt.fused_layer_indices)
+
+
+def test_memory_mapped_cache_equals_the_in_memory_one(tiny_backbone, tiny_conll, tmp_path):
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9)
+    in_memory = build_feature_cache(model, tokens, progress=False)
+    mapped = build_feature_cache(model, tokens, path=tmp_path / "features.bin", progress=False)
+    assert (tmp_path / "features.bin").stat().st_size == in_memory.nbytes
+    assert torch.equal(in_memory.features, mapped.features) and in_memory.features.dtype == torch.float16
+
+
+def test_metrics_match_seqeval_on_hand_made_sequences():
+    references = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"], ["O", "B-MISC", "I-MISC"]]
+    predictions = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"], ["O", "B-MISC", "O"]]
+    scores = entity_scores(references, predictions)
+    # gold: PER, LOC, ORG, MISC; predicted: PER (right), ORG (wrong span type), ORG (right), MISC (wrong span)
+    assert scores["precision"] == pytest.approx(2 / 4) == precision_score(references, predictions)
+    assert scores["recall"] == pytest.approx(2 / 4) == recall_score(references, predictions)
+    assert scores["f1"] == pytest.approx(0.5) == f1_score(references, predictions)
+    assert scores["PER_f1"] == 1.0 and scores["LOC_recall"] == 0.0 and scores["ORG_precision"] == 0.5
+    assert scores["MISC_support"] == 1
+
+
+def test_trainer_metric_ignores_unlabelled_positions():
+    names = ["O", "B-PER", "I-PER"]
+    logits = np.zeros((1, 4, 3))
+    logits[0, [0, 1, 2, 3], [0, 1, 2, 1]] = 1.0  # predicts O B-PER I-PER B-PER
+    labels = np.array([[-100, 1, 2, -100]])
+    metrics = NERMetrics(names)(type("EvalPrediction", (), {"predictions": logits, "label_ids": labels})())
+    assert metrics["f1"] == 1.0
+
+
+def run_config(tiny_backbone, tiny_conll, tmp_path, **kwargs):
+    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=4,
+                    learning_rate=5e-3, output_dir=str(tmp_path), progress=False, cache_dtype="float32")
+    return RunConfig(**(defaults | kwargs))
+
+
+def test_cached_and_uncached_runs_reach_the_same_dev_scores(tiny_backbone, tiny_conll, tmp_path):
+    cached = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "cached", save_model=False))
+    uncached = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "uncached", use_cache=False, save_model=False))
+    assert cached["cached_features"] and not uncached["cached_features"]
+    assert cached["sampled_sentence_ids"] == uncached["sampled_sentence_ids"]
+    for mine, theirs in zip(cached["dev_curve"], uncached["dev_curve"]):
+        assert abs(mine["f1"] - theirs["f1"]) <= 0.001
+
+
+def test_cli_train_evaluate_predict_end_to_end(tiny_backbone, tiny_conll, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2",
+                 "--epochs", "2", "--batch-size", "4", "--output-dir", str(out), "--quiet", "--test"])
+    assert code == 0
+    assert "best dev F1" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    for key in ("best_dev_f1", "best_epoch", "final_dev_f1", "best_dev_scores", "wall_seconds",
+                "train_examples_per_second", "sampled_sentence_ids", "dev_curve", "test_scores", "seed"):
+        assert key in results, key
+    assert len(results["sampled_sentence_ids"]) == 8 and len(results["dev_curve"]) == 2
+    assert results["config"]["fusion"] == "dwatt" and "PER_f1" in results["best_dev_scores"]
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)
+    assert main(["predict", str(out / "model"), "Peter Blackburn rejects"]) == 0
+    lines = capsys.readouterr().out.split("\n")
+    assert [line.split()[0] for line in lines[:3]] == ["Peter", "Blackburn", "rejects"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--n-shot", "1000"], "cannot sample 1000 x 4"),
+        (["--epochs", "0"], "--epochs must be > 0"),
+        (["--backbone", "/no/such/model"], "--backbone: no model folder"),
+    ],
+)
+def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, argv, message):
+    base = ["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--output-dir", str(tmp_path), "--quiet"]
+    assert main(base + argv) == 2
+    assert message in capsys.readouterr().err
