@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Base, Base+n, Concat and DWAtt (and ScalarMix) in the FE setting, N=16 (64 sentences), 25 epochs, seed 0,
+# MiniLM backbone, vendored CoNLL-2003, full dev split scored every epoch. Writes one folder per fusion here.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+for fusion in base base_plus_n concat dwatt scalar_mix; do
+  dwatt train --fusion "$fusion" --mode fe --n-shot 16 --epochs 25 --seed 0 --no-save --quiet \
+    --output-dir "$here/$fusion"
+done
+python -m dwatt.report "$here"/*/results.json --output "$here/README.md" --title "FE fusions at N=16 (MiniLM, CoNLL-2003 dev)"

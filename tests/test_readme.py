@@ -1,0 +1,28 @@
+"""The README stays true: its quick start runs (offline, with the MiniLM folder in place of the Hub name)."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_starts_with_the_install_run_and_test_commands():
+    lines = README.read_text().split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert lines[0].startswith('pip install -e ".[default-model]" && dwatt train')
+    assert lines[1].startswith('pip install -e ".[test]" && python -m pytest -q')
+    ci = (README.parent / ".ci" / "run").read_text()
+    assert 'pip install -e ".[test]" && python -m pytest -q' in ci.splitlines()
+
+
+@pytest.mark.real_weights
+def test_quick_start_runs(minilm_path, tmp_path, monkeypatch):
+    code = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
+    code = code.replace('"roberta-large"', repr(str(minilm_path)))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(code, "README quick start", "exec"), namespace)
+    assert namespace["out"].logits.shape == (1, 6, 9)
+    assert namespace["out"].layer_weights.shape == (1, 6, 6)
+    assert type(namespace["reloaded"]).__name__ == "RobertaDWAttForTokenClassification"
