@@ -15,7 +15,7 @@ from torch import nn
 from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, TokenClassifierOutput
+from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, ModelOutput, TokenClassifierOutput
 from transformers.utils import logging
 
 try:
@@ -107,6 +107,10 @@ class DepthWiseAttention(nn.Module):
         self.value_norm_weight = nn.Parameter(torch.empty(layers, 1, hidden))
         self.value_norm_bias = nn.Parameter(torch.empty(layers, 1, hidden))
 
+    def extra_repr(self) -> str:
+        layers, hidden, value_size = self.value_up_weight.shape
+        return f"layers={layers}, hidden={hidden}, value_bottleneck={value_size}, d_pos={self.key.in_features}"
+
     def values(self, layers: torch.Tensor) -> torch.Tensor:
         """v_n for every layer: `(batch, N, seq, hidden)` -> `(N, batch * seq, hidden)`."""
         num_layers, hidden = layers.shape[1], layers.shape[-1]
@@ -156,6 +160,9 @@ class ScalarMix(nn.Module):
         super().__init__()
         self.scalar_parameters = nn.Parameter(torch.empty(config.num_fused_layers))
         self.gamma = nn.Parameter(torch.empty(1))
+
+    def extra_repr(self) -> str:
+        return f"layers={self.scalar_parameters.numel()}"
 
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         weights = torch.softmax(self.scalar_parameters, dim=0)
@@ -403,7 +410,9 @@ class DWAttModel(DWAttPreTrainedModel):
 
 
 class _DWAttWithHead(DWAttPreTrainedModel):
-    """Shared construction of the task models: `self.dwatt` (backbone + fusion) and a head."""
+    """What the task models share: `self.dwatt` (backbone + fusion), FE freezing, `from_backbone`, `forward`."""
+
+    output_class: type[ModelOutput] = ModelOutput
 
     def freeze_backbone(self, frozen: bool = True) -> None:
         """
@@ -421,12 +430,49 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             self.dwatt.backbone.eval()
         return self
 
-    def _fuse(self, output_layer_weights, output_hidden_states, **inputs) -> DWAttModelOutput:
-        return self.dwatt(
+    def head(self, fused: torch.Tensor) -> torch.Tensor:
+        """The task head: per-token logits from the fused representation. Each task model defines its own."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
+        labels: torch.LongTensor | None = None,
+        output_layer_weights: bool | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ):
+        r"""
+        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Targets per position (tag ids for token classification, token ids at masked positions for masked LM);
+            -100 marks positions without a target (padding, later sub-words, unmasked tokens).
+        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
+        """
+        fused = self.dwatt(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            backbone_hidden_states=backbone_hidden_states,
             output_layer_weights=bool(output_layer_weights),
             output_hidden_states=bool(output_hidden_states),
-            **inputs,
+            **kwargs,
         )
+        logits = self.head(fused.last_hidden_state)
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1).to(logits.device))
+        output = self.output_class(
+            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
+        )
+        return output if return_dict is not False else output.to_tuple()
 
     @classmethod
     def from_backbone(
@@ -509,6 +555,8 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
     ```
     """
 
+    output_class = DWAttTokenClassifierOutput
+
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
         self.num_labels = config.num_labels
@@ -520,44 +568,8 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
         self.post_init()
 
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-        labels: torch.LongTensor | None = None,
-        output_layer_weights: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> DWAttTokenClassifierOutput | tuple:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Tag ids in `[0, num_labels)`; -100 marks positions without a label (padding, later sub-words).
-        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
-        """
-        fused = self._fuse(
-            output_layer_weights,
-            output_hidden_states,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            backbone_hidden_states=backbone_hidden_states,
-            **kwargs,
-        )
-        logits = self.classifier(self.dropout(fused.last_hidden_state))
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1).to(logits.device))
-        output = DWAttTokenClassifierOutput(
-            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
-        )
-        return output if return_dict is not False else output.to_tuple()
+    def head(self, fused: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.dropout(fused))
 
 
 class RobertaDWAttForMaskedLM(_DWAttWithHead):
@@ -568,11 +580,16 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
     FE setting does) never changes the frozen backbone.
     """
 
+    output_class = DWAttMaskedLMOutput
+
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
         self.dwatt = DWAttModel(config)
         self.lm_head = DWAttLMHead(config)
         self.post_init()
+
+    def head(self, fused: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(fused)
 
     def get_output_embeddings(self) -> nn.Module:
         return self.lm_head.decoder
@@ -617,45 +634,6 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
             "decoder.bias": find("predictions.bias", "lm_head.bias", "decoder.bias"),
         }
         self.lm_head.load_state_dict({key: value.detach().clone() for key, value in weights.items()})
-
-    def forward(
-        self,
-        input_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        token_type_ids: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-        labels: torch.LongTensor | None = None,
-        output_layer_weights: bool | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        **kwargs,
-    ) -> DWAttMaskedLMOutput | tuple:
-        r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Token ids to predict at masked positions; -100 elsewhere.
-        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
-        """
-        fused = self._fuse(
-            output_layer_weights,
-            output_hidden_states,
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            token_type_ids=token_type_ids,
-            position_ids=position_ids,
-            inputs_embeds=inputs_embeds,
-            backbone_hidden_states=backbone_hidden_states,
-            **kwargs,
-        )
-        logits = self.lm_head(fused.last_hidden_state)
-        loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1).to(logits.device))
-        output = DWAttMaskedLMOutput(
-            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
-        )
-        return output if return_dict is not False else output.to_tuple()
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -135,6 +135,7 @@ def test_static_keys_are_a_saved_buffer_not_a_parameter():
     assert "dwatt.fusion.layer_positions" not in names
     positions = model.state_dict()["dwatt.fusion.layer_positions"]
     assert positions.shape == (3, 24) and 0 <= positions.min() and positions.max() <= 1
+    assert "layers=3, hidden=32, value_bottleneck=16, d_pos=24" in repr(model.dwatt.fusion)
 
 
 def test_value_mlps_match_a_per_layer_reference():
@@ -259,8 +260,9 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
 def test_auto_classes_load_locally_registered_checkpoints(tmp_path):
     model = RobertaDWAttForMaskedLM(tiny_config("bert", "concat")).eval()
     model.save_pretrained(tmp_path)
-    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, dtype=torch.float64)
+    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, dtype=torch.float64, device_map="cpu")
     assert isinstance(loaded, RobertaDWAttForMaskedLM) and loaded.dtype == torch.float64
+    assert loaded.device.type == "cpu"
     ids, mask = make_batch(pad_id=0)
     with torch.no_grad():
         torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits.float(),
