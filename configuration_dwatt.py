@@ -67,6 +67,9 @@ class DWAttConfig(PretrainedConfig):
             `from_backbone` so that a checkpoint says what it was trained on.
         backbone_revision (`str`, *optional*):
             The backbone's revision (branch, tag or commit hash), when known.
+        heads_only (`bool`, *optional*, defaults to `False`):
+            Set in the config of a head-only checkpoint, whose weights file holds no backbone tensor: loading it
+            fetches the backbone from `backbone_name_or_path`.
 
     Example:
 
@@ -94,6 +97,7 @@ class DWAttConfig(PretrainedConfig):
         classifier_dropout: float | None = None,
         backbone_name_or_path: str | None = None,
         backbone_revision: str | None = None,
+        heads_only: bool = False,
         **kwargs,
     ):
         self.encoder_config = _as_encoder_config(encoder_config)
@@ -108,6 +112,7 @@ class DWAttConfig(PretrainedConfig):
         self.classifier_dropout = classifier_dropout
         self.backbone_name_or_path = backbone_name_or_path
         self.backbone_revision = backbone_revision
+        self.heads_only = heads_only
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.validate_fusion()

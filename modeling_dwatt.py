@@ -6,7 +6,6 @@ token, which feeds a token-classification or masked-LM head. This file travels i
 (`trust_remote_code=True`): it imports only torch, transformers and `configuration_dwatt`.
 """
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +28,19 @@ except ImportError:  # imported as a top-level module of the installed project r
     from configuration_dwatt import DWAttConfig
 
 logger = logging.get_logger(__name__)
+
+BACKBONE_PREFIX = "dwatt.backbone."
+# What must agree between a head-only checkpoint's recorded encoder and the backbone it is applied to.
+BACKBONE_IDENTITY = (
+    "model_type",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
 
 
 @dataclass
@@ -265,7 +277,6 @@ class DWAttPreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         std = getattr(self.config.encoder_config, "initializer_range", 0.02)
         if isinstance(module, DepthWiseAttention):
-            hidden, value_size = module.value_up_weight.shape[1:]
             init.uniform_(module.layer_positions, 0.0, 1.0)
             init.normal_(module.value_up_weight, mean=0.0, std=std)
             init.normal_(module.value_down_weight, mean=0.0, std=std)
@@ -320,6 +331,11 @@ class DWAttModel(DWAttPreTrainedModel):
         if self.config.fusion in ("base", "base_plus_n"):
             return [num_layers]
         return list(range(0 if self.config.include_embeddings else 1, num_layers + 1))
+
+    @property
+    def fusion_is_per_token(self) -> bool:
+        """Whether each token's output depends on that token's hidden states alone (all fusions but Base+n)."""
+        return self.config.fusion != "base_plus_n"
 
     def get_input_embeddings(self) -> nn.Module:
         return self.backbone.get_input_embeddings()
@@ -516,13 +532,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             **config_kwargs,
         )
         model = cls(config)
-        missing, unexpected = model.dwatt.backbone.load_state_dict(backbone.state_dict(), strict=False)
-        if missing or unexpected:
-            raise ValueError(
-                f"the backbone weights of {name_or_path!r} do not fit the model built from its own config: "
-                f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
-            )
-        model._adopt_pretrained_head(pretrained)
+        model._attach_pretrained_backbone(pretrained, name_or_path, adopt_head=True)
         if dtype is not None:
             model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
         return model
@@ -538,6 +548,114 @@ class _DWAttWithHead(DWAttPreTrainedModel):
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
+
+    def _attach_pretrained_backbone(self, pretrained: PreTrainedModel, name_or_path: str, adopt_head: bool) -> None:
+        """Copy a loaded pretrained encoder's weights into `self.dwatt.backbone`, after checking it is the same
+        architecture and shape as the one this model was built (or trained) for."""
+        ours, theirs = self.config.encoder_config, pretrained.base_model.config
+        differences = [
+            f"{key} {getattr(theirs, key, None)!r} instead of {getattr(ours, key, None)!r}"
+            for key in BACKBONE_IDENTITY
+            if getattr(theirs, key, None) != getattr(ours, key, None)
+        ]
+        if differences:
+            raise ValueError(
+                f"the backbone {name_or_path!r} is not the one this model was built for: " + "; ".join(differences)
+            )
+        missing, unexpected = self.dwatt.backbone.load_state_dict(pretrained.base_model.state_dict(), strict=False)
+        if missing or unexpected:
+            raise ValueError(
+                f"the backbone weights of {name_or_path!r} do not fit the model built from its own config: "
+                f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            )
+        if adopt_head:
+            self._adopt_pretrained_head(pretrained)
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """
+        What a head-only checkpoint stores: everything but the backbone (fusion module, extra layers, task head);
+        for masked LM the vocabulary head only if it trains (otherwise it is the backbone's pretrained one).
+        """
+        lm_head_trains = any(p.requires_grad for p in getattr(self, "lm_head", nn.Module()).parameters())
+        return {
+            key: value
+            for key, value in self.state_dict().items()
+            if not key.startswith(BACKBONE_PREFIX) and (lm_head_trains or not key.startswith("lm_head."))
+        }
+
+    def save_pretrained(self, save_directory, *args, heads_only: bool = False, **kwargs):
+        """
+        `PreTrainedModel.save_pretrained`, plus `heads_only=True`: write the config (which names the backbone by
+        `backbone_name_or_path` and `backbone_revision`), the two remote-code files and only
+        [`head_state_dict`]'s tensors, like an adapter. `from_pretrained` on such a folder loads the named backbone
+        (or the one passed as `backbone_name_or_path=`) and applies the head.
+        """
+        if not heads_only:
+            return super().save_pretrained(save_directory, *args, **kwargs)
+        if not self.config.backbone_name_or_path:
+            raise ValueError(
+                "heads_only=True needs `config.backbone_name_or_path` (set by `from_backbone`) so that loading can "
+                "find the backbone again"
+            )
+        self.config.heads_only = True
+        try:
+            return super().save_pretrained(save_directory, *args, state_dict=self.head_state_dict(), **kwargs)
+        finally:
+            self.config.heads_only = False
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
+        """
+        Load a full or a head-only checkpoint (see [`save_pretrained`]). For a head-only one the backbone comes from
+        `backbone_name_or_path` (a Hub id or folder; default: the one recorded in the config) at
+        `backbone_revision`, and must have the recorded architecture and shape. A checkpoint that lacks any weight
+        the model needs, holds tensors of other shapes, or whose weights file is corrupted is refused; no
+        half-loaded model is returned.
+        """
+        backbone_name_or_path = kwargs.pop("backbone_name_or_path", None)
+        backbone_revision = kwargs.pop("backbone_revision", None)
+        output_loading_info = kwargs.pop("output_loading_info", False)
+        config = kwargs.pop("config", None)
+        if config is None:
+            hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
+            config = DWAttConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
+        heads_only = bool(getattr(config, "heads_only", False))
+        verbosity = logging.get_verbosity()
+        if heads_only:
+            logging.set_verbosity_error()  # the backbone's weights are missing on purpose: no load report
+        try:
+            model, info = super().from_pretrained(
+                pretrained_model_name_or_path, *model_args, config=config, output_loading_info=True, **kwargs
+            )
+        except Exception as error:
+            if type(error).__name__ == "SafetensorError":  # safetensors is not imported here: match by name
+                raise ValueError(
+                    f"{pretrained_model_name_or_path}: the weights file is corrupted or truncated ({error})"
+                ) from error
+            raise
+        finally:
+            logging.set_verbosity(verbosity)
+        missing = sorted(info["missing_keys"])
+        if heads_only:
+            missing = [key for key in missing if not key.startswith(BACKBONE_PREFIX)]
+            lm_head_missing = [key for key in missing if key.startswith("lm_head.")]
+            missing = [key for key in missing if not key.startswith("lm_head.")]
+        if missing:
+            raise ValueError(
+                f"the checkpoint {pretrained_model_name_or_path} lacks {len(missing)} weights the model needs: "
+                f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}"
+            )
+        if heads_only:
+            source = backbone_name_or_path or config.backbone_name_or_path
+            revision = backbone_revision or config.backbone_revision
+            load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k != "revision"}
+            if revision is not None:
+                load_kwargs["revision"] = revision
+            pretrained = cls._load_pretrained_backbone(source, load_kwargs)
+            model._attach_pretrained_backbone(pretrained, source, adopt_head=bool(lm_head_missing))
+            model.config.heads_only = False
+            model.config.backbone_name_or_path, model.config.backbone_revision = str(source), revision
+        return (model, info) if output_loading_info else model
 
 
 class RobertaDWAttForTokenClassification(_DWAttWithHead):

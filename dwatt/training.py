@@ -111,6 +111,7 @@ class RunConfig:
     save_model: bool = True
     evaluate_test: bool = False
     progress: bool = True
+    deterministic: bool = False
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -148,6 +149,26 @@ def load_ner_dataset(name: str, data_dir: str | None):
     raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
 
 
+def scores_only(metrics: dict, prefix: str) -> dict:
+    """Trainer evaluation metrics without their prefix and without timings (runtime, ..._per_second)."""
+    return {
+        key.removeprefix(prefix): value
+        for key, value in metrics.items()
+        if not key.endswith(("runtime", "_per_second"))
+    }
+
+
+def ensure_writable(folder: Path) -> None:
+    """Fail before any work is done when results could not be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(f"--output-dir: {folder} is not writable ({error.strerror or error})") from None
+
+
 def write_json_atomically(path: Path, payload: dict) -> None:
     """Write-then-rename, so a crash never leaves a half-written results file."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -164,9 +185,7 @@ def run_ner(config: RunConfig) -> dict:
     config.validate()
     started = time.perf_counter()
     output_dir = Path(config.output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    if not os.access(output_dir, os.W_OK):
-        raise PermissionError(f"--output-dir: {output_dir} is not writable")
+    ensure_writable(output_dir)
     backbone = config.backbone or str(default_backbone_path())
     data = load_ner_dataset(config.dataset, config.data_dir)
     label_names = data["train"].features["ner_tags"].feature.names
@@ -196,7 +215,9 @@ def run_ner(config: RunConfig) -> dict:
         model.to(device)
         dtype = getattr(torch, config.cache_dtype)
         train_set = build_feature_cache(model, train_tokens, dtype=dtype, progress=config.progress)
-        dev_set = build_feature_cache(model, dev_tokens, dtype=dtype, progress=config.progress)
+        dev_set = build_feature_cache(
+            model, dev_tokens, dtype=dtype, progress=config.progress, scored_positions_only=model.dwatt.fusion_is_per_token
+        )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
@@ -208,7 +229,7 @@ def run_ner(config: RunConfig) -> dict:
     arguments = TrainingArguments(
         output_dir=str(output_dir / "trainer"),
         per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=64,
+        per_device_eval_batch_size=32,
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
         lr_scheduler_type="linear",
@@ -223,6 +244,7 @@ def run_ner(config: RunConfig) -> dict:
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=not config.progress,
+        full_determinism=config.deterministic,
     )
     trainer = Trainer(
         model=model,
@@ -246,7 +268,7 @@ def run_ner(config: RunConfig) -> dict:
         "sampled_sentence_ids": sampled_ids if config.n_shot is not None else None,
         "best_dev_f1": best.best["f1"],
         "best_epoch": best.best["epoch"],
-        "best_dev_scores": {k.removeprefix("eval_"): v for k, v in best.best["metrics"].items()},
+        "best_dev_scores": scores_only(best.best["metrics"], "eval_"),
         "final_dev_f1": final["f1"],
         "dev_curve": best.curve,
         "cached_features": cached,
@@ -266,7 +288,7 @@ def run_ner(config: RunConfig) -> dict:
         if cached:
             test_set = build_feature_cache(model, test_set, dtype=getattr(torch, config.cache_dtype), progress=config.progress)
         test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")
-        results["test_scores"] = {k.removeprefix("test_"): v for k, v in test_metrics.items()}
+        results["test_scores"] = scores_only(test_metrics, "test_")
     if config.save_model:
         model.save_pretrained(output_dir / "model")
         tokenizer.save_pretrained(output_dir / "model")

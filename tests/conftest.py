@@ -1,6 +1,9 @@
-"""Shared fixtures: tiny random backbone configs and the offline MiniLM checkpoint."""
+"""Shared fixtures: tiny random backbone configs, saved tiny backbones, isolated processes, the MiniLM checkpoint."""
 
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -9,7 +12,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-from transformers import BertConfig, MPNetConfig, RobertaConfig, XLMRobertaConfig  # noqa: E402
+from transformers import BertConfig, BertModel, BertTokenizerFast, MPNetConfig, RobertaConfig, XLMRobertaConfig  # noqa: E402
 
 from dwatt import DWAttConfig  # noqa: E402
 
@@ -51,3 +54,81 @@ def minilm_path() -> Path:
         return default_backbone_path()
     except FileNotFoundError as error:
         pytest.skip(str(error))
+
+
+def save_tiny_backbone(folder: Path, encoder: str = "bert", **overrides) -> Path:
+    """A tiny random encoder with a masked-LM head, saved like a pretrained checkpoint (no tokenizer)."""
+    from transformers import AutoModelForMaskedLM
+
+    config = ENCODERS[encoder]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(1)
+    AutoModelForMaskedLM.from_config(config).save_pretrained(folder)
+    return folder
+
+
+BLOCKED_IMPORTS = textwrap.dedent(
+    """
+    import importlib.abc, sys
+
+    class Block(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in {"dwatt", "modeling_dwatt", "configuration_dwatt"}:
+                raise ImportError(f"blocked by the test: {name}")
+            return None
+
+    sys.meta_path.insert(0, Block())
+    sys.path = [p for p in sys.path if p not in ("", ".")]
+    try:
+        import modeling_dwatt
+        raise SystemExit("the import block does not work")
+    except ImportError:
+        pass
+    """
+)
+
+
+def run_without_dwatt(script: str, tmp_path: Path, **env) -> None:
+    """Run `script` in a fresh Python process that cannot import dwatt or its model files (offline Hub)."""
+    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    environment.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORTS + textwrap.dedent(script)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+WORDS = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
+SENTENCES = [
+    [("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
+    [("Peter", "B-PER"), ("Blackburn", "I-PER")],
+    [("BRUSSELS", "B-LOC")],
+    [("to", "O"), ("boycott", "O"), ("British", "B-MISC"), ("lamb", "O"), ("EU", "B-ORG")],
+    [("Peter", "B-PER"), ("call", "O"), ("Brussels", "B-LOC")],
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_backbone(tmp_path_factory):
+    """A tiny random BERT with a word-level vocabulary, saved like a pretrained checkpoint."""
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+    BertModel(config).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_conll(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("tiny-conll")
+    text = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (folder / name).write_text("-DOCSTART- O\n\n" + "\n".join([text] * (4 if name == "train.txt" else 1)))
+    return folder

@@ -1,8 +1,6 @@
 """The model side: parameter budgets, every fusion x task x backbone, masking, caching input, checkpoints."""
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -12,7 +10,7 @@ from transformers import AutoModelForMaskedLM, AutoModelForTokenClassification, 
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from modeling_dwatt import count_parameters
 
-from .conftest import ENCODERS, tiny_config
+from .conftest import ENCODERS, run_without_dwatt, tiny_config
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 ROBERTA_LARGE = dict(
@@ -184,22 +182,6 @@ def test_config_round_trips_through_json(tmp_path):
     assert loaded.to_dict() == config.to_dict()
 
 
-BLOCKED_IMPORTS = textwrap.dedent(
-    """
-    import importlib.abc, sys
-
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in {"dwatt", "modeling_dwatt", "configuration_dwatt"}:
-                raise ImportError(f"blocked by the test: {name}")
-            return None
-
-    sys.meta_path.insert(0, Block())
-    sys.path = [p for p in sys.path if p not in ("", ".")]
-    """
-)
-
-
 def test_checkpoints_reload_with_remote_code_only(tmp_path):
     """save_pretrained -> Auto*.from_pretrained(trust_remote_code=True) in a process that cannot import dwatt."""
     ids, mask = make_batch()
@@ -219,15 +201,10 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
     with torch.no_grad():
         cases.append(("token", tmp_path / "token-mpnet", mpnet(input_ids=ids, attention_mask=mask).logits, mpnet.config.to_dict(), mpnet.state_dict()))
 
-    script = BLOCKED_IMPORTS + textwrap.dedent(
+    script = textwrap.dedent(
         f"""
         import json, torch
         from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForTokenClassification
-        try:
-            import modeling_dwatt
-            raise SystemExit("the import block does not work")
-        except ImportError:
-            pass
         inputs = torch.load({str(tmp_path / "inputs.pt")!r})
         autos = {{"token": AutoModelForTokenClassification, "mlm": AutoModelForMaskedLM}}
         results = {{}}
@@ -242,9 +219,7 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
         torch.save(results, {str(tmp_path / "results.pt")!r})
         """
     )
-    env = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
+    run_without_dwatt(script, tmp_path)
     results = torch.load(tmp_path / "results.pt")
     for task, folder, expected, config, state in cases:
         result = results[str(folder)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from seqeval.metrics import f1_score, precision_score, recall_score
-from transformers import BertConfig, BertModel, BertTokenizerFast, DataCollatorForTokenClassification, Trainer, TrainingArguments
+from transformers import BertTokenizerFast, DataCollatorForTokenClassification, Trainer, TrainingArguments
 
 from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
@@ -16,37 +16,6 @@ from dwatt.metrics import NERMetrics, entity_scores
 from dwatt.training import FreezeBackboneCallback, RunConfig, run_ner, trainable_parameter_names
 
 from .conftest import tiny_config
-
-WORDS = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
-SENTENCES = [
-    [("EU", "B-ORG"), ("rejects", "O"), ("German", "B-MISC"), ("call", "O")],
-    [("Peter", "B-PER"), ("Blackburn", "I-PER")],
-    [("BRUSSELS", "B-LOC")],
-    [("to", "O"), ("boycott", "O"), ("British", "B-MISC"), ("lamb", "O"), ("EU", "B-ORG")],
-    [("Peter", "B-PER"), ("call", "O"), ("Brussels", "B-LOC")],
-]
-
-
-@pytest.fixture(scope="module")
-def tiny_backbone(tmp_path_factory):
-    """A tiny random BERT with a word-level vocabulary, saved like a pretrained checkpoint."""
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
-    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
-    BertModel(config).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def tiny_conll(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tiny-conll")
-    text = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
-    for name in ("train.txt", "valid.txt", "test.txt"):
-        (folder / name).write_text("-DOCSTART- O\n\n" + text * (4 if name == "train.txt" else 1))
-    return folder
-
 
 def test_fe_callback_freezes_exactly_the_backbone():
     model = RobertaDWAttForTokenClassification(tiny_config())
@@ -179,3 +148,41 @@ def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, 
     base = ["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--output-dir", str(tmp_path), "--quiet"]
     assert main(base + argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_dev_cache_of_scored_positions_gives_the_same_scores(tiny_backbone, tiny_conll):
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    full = build_feature_cache(model, tokens, dtype=torch.float32, progress=False)
+    scored = build_feature_cache(model, tokens, dtype=torch.float32, progress=False, scored_positions_only=True)
+    assert scored.features.shape[0] == sum(label != -100 for row in tokens["labels"] for label in row) < full.features.shape[0]
+    for index in range(len(tokens)):
+        whole, compact = full[index], scored[index]
+        keep = whole["labels"] != -100
+        assert torch.equal(compact["labels"], whole["labels"][keep])
+        with torch.no_grad():
+            a = model(backbone_hidden_states=whole["backbone_hidden_states"][None]).logits[0][keep]
+            b = model(backbone_hidden_states=compact["backbone_hidden_states"][None]).logits[0]
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    base_plus = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base_plus_n", num_labels=9)
+    with pytest.raises(ValueError, match="needs a per-token fusion; 'base_plus_n' mixes positions"):
+        build_feature_cache(base_plus, tokens, scored_positions_only=True)
+
+
+def test_one_pass_entity_scores_equal_seqeval_classification_report():
+    from seqeval.metrics import classification_report
+
+    rng = np.random.default_rng(0)
+    tags = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
+    for _ in range(50):
+        references = [list(rng.choice(tags, size=rng.integers(1, 12))) for _ in range(20)]
+        predictions = [list(rng.choice(tags, size=len(r))) for r in references]
+        ours = entity_scores(references, predictions)
+        report = classification_report(references, predictions, output_dict=True, zero_division=0)
+        assert ours["f1"] == pytest.approx(report["micro avg"]["f1-score"], abs=1e-12)
+        assert ours["precision"] == pytest.approx(report["micro avg"]["precision"], abs=1e-12)
+        assert ours["recall"] == pytest.approx(report["micro avg"]["recall"], abs=1e-12)
+        for entity in ("PER", "ORG", "LOC"):
+            if entity in report:
+                assert ours[f"{entity}_f1"] == pytest.approx(report[entity]["f1-score"], abs=1e-12)
+                assert ours[f"{entity}_support"] == report[entity]["support"]

@@ -1,0 +1,174 @@
+"""Bad input gives a clear error that names the place, and loses nothing. One table, one line per case.
+
+Each case is (id, action, exception type, message pattern). `action(env)` gets an `Env` with a scratch folder, a
+tiny saved backbone and a tiny CoNLL folder, and must raise; the message must name the place (file:line, key,
+shape or argument).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.data import CONLL_LABELS, DataFormatError, load_conll2003, load_wikiann, load_wikitext2, read_conll
+from dwatt.report import load_results
+from dwatt.sampling import SamplingError, few_shot_split
+from dwatt.sweep import ResultsStore
+from dwatt.training import RunConfig, run_ner
+
+from .conftest import ENCODERS, save_tiny_backbone, tiny_config
+
+
+@dataclass
+class Env:
+    tmp: Path
+    backbone: Path
+    conll: Path
+
+    def file(self, name: str, content: str | bytes) -> Path:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        return path
+
+    def checkpoint(self, name: str, heads_only: bool = False) -> Path:
+        model = RobertaDWAttForTokenClassification.from_backbone(str(self.mlm_backbone), num_labels=5)
+        model.save_pretrained(self.tmp / name, heads_only=heads_only)
+        return self.tmp / name
+
+    @property
+    def mlm_backbone(self) -> Path:
+        folder = self.tmp / "mlm-backbone"
+        return folder if folder.exists() else save_tiny_backbone(folder, "bert")
+
+    def cli(self, *argv: str) -> None:
+        """Run `dwatt train` on the tiny setup; a refused argument exits 2 with the message on stderr."""
+        base = ["train", "--backbone", str(self.backbone), "--data-dir", str(self.conll), "--quiet", "--epochs", "1"]
+        if "--output-dir" not in argv:
+            base += ["--output-dir", str(self.tmp / "out")]
+        code = main(base + list(argv))
+        raise SystemExit(code)
+
+
+def edit_json(path: Path, **changes) -> None:
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def truncate(path: Path) -> Path:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return path
+
+
+def reshape_tensor(folder: Path, key: str, shape: tuple) -> Path:
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors[key] = torch.zeros(shape)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return folder
+
+
+def load(folder: Path, **kwargs):
+    return RobertaDWAttForTokenClassification.from_pretrained(folder, **kwargs)
+
+
+def conll(env: Env, text: str | bytes):
+    return read_conll(env.file("bad.txt", text), CONLL_LABELS)
+
+
+CASES = [
+    # data files
+    ("conll: token without tag", lambda e: conll(e, "EU B-ORG\nrejects\n"), DataFormatError, r"bad\.txt:2: a token without a tag"),
+    ("conll: unknown tag", lambda e: conll(e, "EU B-ORG\nGerman B-FOOD\n"), DataFormatError, r"bad\.txt:2: unknown tag 'B-FOOD'"),
+    ("conll: three columns", lambda e: conll(e, "EU NNP B-ORG\n"), DataFormatError, r"bad\.txt:1: 3 columns"),
+    ("conll: empty file", lambda e: conll(e, ""), DataFormatError, r"bad\.txt:1: no sentences"),
+    ("conll: only DOCSTART lines", lambda e: conll(e, "-DOCSTART- O\n\n-DOCSTART- O\n"), DataFormatError, r"bad\.txt:1: no sentences"),
+    ("conll: non-UTF-8 bytes", lambda e: conll(e, b"EU B-ORG\nM\xfcnchen B-LOC\n"), DataFormatError, r"bad\.txt:2: not UTF-8 \(invalid start byte at byte 1\)"),
+    ("conll: missing validation split", lambda e: (e.file("c/train.txt", "EU B-ORG\n"), load_conll2003(e.tmp / "c")), FileNotFoundError, r"c: no validation split \(looked for valid\.txt\)"),
+    ("conll: missing folder", lambda e: load_conll2003(e.tmp / "nowhere"), FileNotFoundError, r"no data folder .*nowhere"),
+    ("wikiann: unknown language folder", lambda e: load_wikiann("xx", e.tmp), FileNotFoundError, r"no data folder .*xx"),
+    ("wikitext: non-UTF-8 line", lambda e: (e.file("w/wiki.valid.tokens", b"ok\n\xff\n"), load_wikitext2(e.tmp / "w")["validation"]), DataFormatError, r"wiki\.valid\.tokens:2: not UTF-8"),
+    ("wikitext: no files", lambda e: load_wikitext2(e.tmp), FileNotFoundError, r"no WikiText-2 files"),
+    # configs
+    ("config: unknown fusion", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), fusion="attn"), ValueError, r"unknown fusion 'attn'"),
+    ("config: bottleneck 0", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), value_bottleneck=0), ValueError, r"`value_bottleneck` must be a number in \(0, 1\]"),
+    ("config: bottleneck above 1", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), query_bottleneck=2), ValueError, r"`query_bottleneck` must be a number in \(0, 1\]"),
+    ("config: d_pos 0", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), d_pos=0), ValueError, r"`d_pos` must be an integer >= 1, got 0"),
+    ("config: d_pos not an integer", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), d_pos=2.5), ValueError, r"`d_pos` must be an integer >= 1, got 2\.5"),
+    ("config: negative extra layers", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), num_extra_layers=-1), ValueError, r"`num_extra_layers` must be an integer >= 0, got -1"),
+    ("config: encoder without model_type", lambda e: DWAttConfig(encoder_config={"hidden_size": 8}), ValueError, r"`encoder_config` has no `model_type`"),
+    # checkpoints
+    ("checkpoint: weights file missing", lambda e: ((e.checkpoint("m") / "model.safetensors").unlink(), load(e.tmp / "m")), OSError, r"model\.safetensors"),
+    ("checkpoint: truncated weights", lambda e: load(truncate(e.checkpoint("t") / "model.safetensors").parent), ValueError, r"t: the weights file is corrupted or truncated"),
+    ("checkpoint: tensor of another shape", lambda e: load(reshape_tensor(e.checkpoint("s"), "dwatt.fusion.key.weight", (32, 20))), ValueError, r"dwatt\.fusion\.key\.weight: checkpoint \(32, 20\) vs model \(32, 24\)"),
+    ("checkpoint: label map disagrees with the head", lambda e: (edit_json(e.checkpoint("l") / "config.json", id2label={"0": "O", "1": "B-PER", "2": "I-PER"}, label2id={"O": 0, "B-PER": 1, "I-PER": 2}), load(e.tmp / "l")), ValueError, r"classifier\.weight: checkpoint \(5, 32\) vs model \(3, 32\)"),
+    ("checkpoint: backbone of another architecture", lambda e: load(e.checkpoint("h", heads_only=True), backbone_name_or_path=str(save_tiny_backbone(e.tmp / "mp", "mpnet"))), ValueError, r"not the one this model was built for: model_type 'mpnet' instead of 'bert'"),
+    ("checkpoint: hidden states of the wrong depth", lambda e: RobertaDWAttForTokenClassification(tiny_config())(backbone_hidden_states=torch.zeros(1, 2, 4, 32)), ValueError, r"has 2 layers \(shape \(1, 2, 4, 32\)\)"),
+    # CLI arguments
+    ("cli: N-shot larger than the pool", lambda e: e.cli("--n-shot", "1000"), SystemExit, r"^2$"),
+    ("cli: epochs 0", lambda e: e.cli("--epochs", "0"), SystemExit, r"^2$"),
+    ("cli: unknown backbone path", lambda e: e.cli("--backbone", "./no/such/model"), SystemExit, r"^2$"),
+    ("run: unknown dataset", lambda e: run_ner(RunConfig(backbone=str(e.backbone), dataset="ontonotes", output_dir=str(e.tmp / "o"))), ValueError, r"--dataset: unknown dataset 'ontonotes'"),
+    ("run: unknown fusion", lambda e: RunConfig(fusion="sum").validate(), ValueError, r"--fusion: unknown fusion 'sum'"),
+    ("sampling: more than the pool", lambda e: few_shot_split(load_conll2003(e.conll)["train"], 100, 0), SamplingError, r"cannot sample 100 x 4 = 400 sentences from a pool of 20"),
+    # results
+    ("results: output dir under a file", lambda e: run_ner(RunConfig(backbone=str(e.backbone), data_dir=str(e.conll), output_dir=str(e.file("plain", "x") / "run"))), PermissionError, r"--output-dir: .*plain/run is not writable"),
+    ("results: corrupted sweep store", lambda e: ResultsStore(e.file("r.jsonl", '{"run_id": "a"}\n{oops\n')).rows(), ValueError, r"r\.jsonl:2: not a JSON row"),
+    ("results: unreadable results file", lambda e: load_results([e.file("results.json", "{")]), ValueError, r"results\.json: not a readable results file"),
+]
+
+CLI_MESSAGES = {
+    "cli: N-shot larger than the pool": "cannot sample 1000 x 4",
+    "cli: epochs 0": "--epochs must be > 0, got 0",
+    "cli: unknown backbone path": "--backbone: no model folder ./no/such/model",
+}
+
+
+def test_the_table_covers_enough_cases():
+    assert len(CASES) >= 25 and len({case[0] for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("name, action, error, pattern", CASES, ids=[case[0] for case in CASES])
+def test_bad_input_is_refused_with_a_message_naming_the_place(name, action, error, pattern, tmp_path, tiny_backbone, tiny_conll, capsys):
+    env = Env(tmp_path, tiny_backbone, tiny_conll)
+    with pytest.raises(error, match=pattern):
+        action(env)
+    if name in CLI_MESSAGES:
+        assert CLI_MESSAGES[name] in capsys.readouterr().err
+
+
+def test_a_failed_run_leaves_the_previous_results_in_place(tmp_path, tiny_backbone, tiny_conll):
+    previous = tmp_path / "results.json"
+    previous.write_text('{"best_dev_f1": 0.5}\n')
+    with pytest.raises(SamplingError):
+        run_ner(RunConfig(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=1000, output_dir=str(tmp_path)))
+    assert previous.read_text() == '{"best_dev_f1": 0.5}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json"]
+
+
+ACCEPTED = [
+    # (id, file content, sentences as (tokens, tags)) — inputs that are not errors, and the policy applied to them.
+    ("windows line endings", "EU B-ORG\r\nrejects O\r\n\r\nPeter B-PER\r\n", [(["EU", "rejects"], ["B-ORG", "O"]), (["Peter"], ["B-PER"])]),
+    ("I- after O is kept as written", "EU O\nCommission I-ORG\n", [(["EU", "Commission"], ["O", "I-ORG"])]),
+    ("tabs between columns", "EU\tB-ORG\n", [(["EU"], ["B-ORG"])]),
+    ("no trailing blank line", "EU B-ORG", [(["EU"], ["B-ORG"])]),
+]
+
+
+@pytest.mark.parametrize("name, content, expected", ACCEPTED, ids=[case[0] for case in ACCEPTED])
+def test_accepted_odd_inputs_follow_the_stated_policy(name, content, expected, tmp_path):
+    sentences = read_conll(Env(tmp_path, tmp_path, tmp_path).file("ok.txt", content), CONLL_LABELS)
+    assert [(s["tokens"], s["tags"]) for s in sentences] == expected
+
+
+def test_i_after_o_counts_as_an_entity_in_scoring():
+    """The policy's consequence: seqeval's default (CoNLL) mode reads O I-ORG as an ORG entity."""
+    from dwatt.metrics import entity_scores
+
+    assert entity_scores([["O", "I-ORG"]], [["O", "B-ORG"]])["f1"] == 1.0

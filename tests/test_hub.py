@@ -1,0 +1,265 @@
+"""Head-only checkpoints, model cards, push (at the HfApi boundary) and pull from a Hub cache, all offline."""
+
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors import safe_open
+
+from dwatt import FUSIONS, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.hub import model_card, push_to_hub
+
+from .conftest import run_without_dwatt, save_tiny_backbone
+
+TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
+AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM"}
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory) -> Path:
+    return save_tiny_backbone(tmp_path_factory.mktemp("tiny-bert"), "bert")
+
+
+def inputs():
+    torch.manual_seed(5)
+    ids = torch.randint(5, 99, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    return ids, mask
+
+
+def trained_like(model):
+    """Perturb every trainable non-backbone weight, so that a reload that silently re-initialised one would show."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad and not name.startswith("dwatt.backbone."):
+                parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model.eval()
+
+
+def stored_keys(folder: Path) -> set[str]:
+    with safe_open(str(folder / "model.safetensors"), "pt") as handle:
+        return set(handle.keys())
+
+
+def test_head_only_round_trip_every_fusion_and_task_in_a_process_without_dwatt(backbone, tmp_path):
+    ids, mask = inputs()
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    cases = {}
+    for task, cls in TASKS.items():
+        for fusion in FUSIONS:
+            model = trained_like(cls.from_backbone(str(backbone), fusion=fusion, num_labels=5))
+            folder = tmp_path / f"{task}-{fusion}"
+            model.save_pretrained(folder, heads_only=True)
+            keys = stored_keys(folder)
+            assert keys and not any(k.startswith("dwatt.backbone.") for k in keys)
+            assert keys == set(model.head_state_dict())
+            assert json.loads((folder / "config.json").read_text())["heads_only"] is True
+            assert model.config.heads_only is False  # the in-memory model is still complete
+            with torch.no_grad():
+                cases[str(folder)] = (task, model(input_ids=ids, attention_mask=mask).logits)
+    script = f"""
+        import json, torch, transformers
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        results = {{}}
+        for folder, auto in json.loads({json.dumps({f: AUTO[t] for f, (t, _) in cases.items()})!r}).items():
+            model = getattr(transformers, auto).from_pretrained(folder, trust_remote_code=True).eval()
+            assert model.config.heads_only is False
+            with torch.no_grad():
+                results[folder] = model(input_ids=inputs["ids"], attention_mask=inputs["mask"]).logits
+        torch.save(results, {str(tmp_path / "results.pt")!r})
+    """
+    run_without_dwatt(script, tmp_path)
+    results = torch.load(tmp_path / "results.pt")
+    for folder, (_, expected) in cases.items():
+        torch.testing.assert_close(results[folder], expected, atol=1e-6, rtol=0)
+
+
+def test_frozen_lm_head_is_left_out_and_comes_back_from_the_backbone(backbone, tmp_path):
+    model = RobertaDWAttForMaskedLM.from_backbone(str(backbone), fusion="concat")
+    model.lm_head.requires_grad_(False)
+    model = trained_like(model)
+    model.save_pretrained(tmp_path, heads_only=True)
+    assert not any(k.startswith("lm_head.") for k in stored_keys(tmp_path))
+    reloaded = RobertaDWAttForMaskedLM.from_pretrained(tmp_path).eval()
+    ids, mask = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_head_only_checkpoint_is_a_small_part_of_the_full_one(backbone, tmp_path):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), fusion="dwatt", num_labels=5)
+    model.save_pretrained(tmp_path / "full")
+    model.save_pretrained(tmp_path / "head", heads_only=True)
+    full, head = (tmp_path / "full/model.safetensors").stat().st_size, (tmp_path / "head/model.safetensors").stat().st_size
+    assert head < full
+    assert stored_keys(tmp_path / "head") < stored_keys(tmp_path / "full")
+
+
+def test_backbone_can_be_moved_and_named_at_load_time(backbone, tmp_path):
+    moved = Path(shutil.copytree(backbone, tmp_path / "moved-backbone"))
+    model = trained_like(RobertaDWAttForTokenClassification.from_backbone(str(moved), num_labels=5))
+    model.save_pretrained(tmp_path / "head", heads_only=True)
+    shutil.move(moved, tmp_path / "elsewhere")
+    with pytest.raises(OSError):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head")
+    reloaded = RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(tmp_path / "elsewhere"))
+    assert reloaded.config.backbone_name_or_path == str(tmp_path / "elsewhere")
+    ids, mask = inputs()
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded.eval()(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits)
+
+
+def test_a_backbone_of_another_architecture_is_refused(backbone, tmp_path):
+    RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(tmp_path / "head", heads_only=True)
+    wider = save_tiny_backbone(tmp_path / "wider", "bert", hidden_size=48, intermediate_size=40)
+    with pytest.raises(ValueError, match=r"not the one this model was built for: hidden_size 48 instead of 32; intermediate_size 40 instead of 37"):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(wider))
+    other = save_tiny_backbone(tmp_path / "mpnet", "mpnet")
+    with pytest.raises(ValueError, match=r"model_type 'mpnet' instead of 'bert'"):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(other))
+
+
+def test_corrupted_truncated_or_missing_weights_are_refused(backbone, tmp_path):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    for name in ("truncated", "garbage", "missing", "head-without-classifier"):
+        model.save_pretrained(tmp_path / name, heads_only=True)
+    weights = tmp_path / "truncated/model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    (tmp_path / "garbage/model.safetensors").write_bytes(b"\x00" * 64)
+    (tmp_path / "missing/model.safetensors").unlink()
+    for name in ("truncated", "garbage"):
+        with pytest.raises(ValueError, match="corrupted or truncated"):
+            RobertaDWAttForTokenClassification.from_pretrained(tmp_path / name)
+    with pytest.raises(OSError, match="model.safetensors|pytorch_model.bin"):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "missing")
+    from safetensors.torch import save_file
+
+    partial = {k: v.contiguous() for k, v in model.head_state_dict().items() if not k.startswith("classifier.")}
+    save_file(partial, str(tmp_path / "head-without-classifier/model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lacks 2 weights the model needs: classifier\.bias, classifier\.weight"):
+        RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head-without-classifier")
+
+
+def test_heads_only_needs_to_know_the_backbone(tmp_path):
+    from .conftest import tiny_config
+
+    with pytest.raises(ValueError, match="needs `config.backbone_name_or_path`"):
+        RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path, heads_only=True)
+
+
+RESULTS = {
+    "config": {"dataset": "conll2003", "mode": "fe", "n_shot": 16, "epochs": 25, "fusion": "dwatt"},
+    "best_dev_f1": 0.30076,
+    "best_epoch": 24.0,
+    "best_dev_scores": {"precision": 0.25, "recall": 0.375, "f1": 0.30076, "accuracy": 0.86},
+    "num_train_sentences": 64,
+    "seed": 0,
+}
+
+
+def test_model_card_metadata_parses_and_carries_base_model_and_scores(backbone):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    card = model_card(model, RESULTS, "someone/dwatt-ner")
+    metadata = yaml.safe_load(card.split("---\n")[1])
+    assert metadata["library_name"] == "transformers" and metadata["base_model"] == str(backbone)
+    assert {"dwatt", "layer-fusion", "token-classification"} <= set(metadata["tags"])
+    assert metadata["datasets"] == ["conll2003"] and set(metadata["metrics"]) == {"f1", "precision", "recall", "accuracy"}
+    values = {m["type"]: m["value"] for m in metadata["model-index"][0]["results"][0]["metrics"]}
+    assert values == {"f1": 0.3008, "precision": 0.25, "recall": 0.375, "accuracy": 0.86}
+    assert "trust_remote_code=True" in card and "FE (frozen backbone" in card and "| f1 | 30.08 |" in card
+
+
+class RecordingApi:
+    """Stands in for huggingface_hub.HfApi at its API boundary and records what the upload would send."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message, **kwargs):
+        folder = Path(folder_path)
+        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        self.calls.append(("upload_folder", repo_id, {"files": files, "commit_message": commit_message, **kwargs}))
+        return type("CommitInfo", (), {"commit_url": f"https://hub.invalid/{repo_id}/commit/1"})()
+
+
+def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    api = RecordingApi()
+    url = push_to_hub(model, "someone/dwatt-ner", results=RESULTS, api=api, revision="main", private=True)
+    assert url.endswith("/commit/1")
+    (create, repo_id, create_kwargs), (upload, upload_repo, upload_kwargs) = api.calls
+    assert (create, repo_id, create_kwargs["exist_ok"], create_kwargs["private"]) == ("create_repo", "someone/dwatt-ner", True, True)
+    assert upload == "upload_folder" and upload_repo == "someone/dwatt-ner"
+    assert upload_kwargs["commit_message"] == "Upload head-only DWAtt checkpoint (dwatt)" and upload_kwargs["revision"] == "main"
+    files = upload_kwargs["files"]
+    assert set(files) == {"config.json", "model.safetensors", "modeling_dwatt.py", "configuration_dwatt.py", "README.md", "results.json"}
+    (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
+    assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))
+    assert json.loads(files["config.json"])["heads_only"] is True
+    assert b"base_model: " + str(backbone).encode() in files["README.md"]
+
+
+def test_cli_push_sends_a_finished_run(backbone, tmp_path, monkeypatch, capsys):
+    from transformers import BertTokenizerFast
+
+    run = tmp_path / "run"
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    model.save_pretrained(run / "model")
+    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(run / "model")
+    (run / "results.json").write_text(json.dumps(RESULTS))
+    recorder = RecordingApi()
+    monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
+    assert main(["push", str(run), "someone/run", "--commit-message", "first head"]) == 0
+    assert recorder.calls[-1][2]["commit_message"] == "first head"
+    assert "tokenizer.json" in recorder.calls[-1][2]["files"]
+    assert main(["push", str(tmp_path / "nothing"), "someone/run"]) == 2
+    assert "not a finished run" in capsys.readouterr().err
+
+
+def lay_out_snapshot(cache: Path, repo_id: str, commit: str, folder: Path, main: bool) -> None:
+    """What `snapshot_download` leaves in the Hub cache: snapshots/<commit>/<files> and refs/main."""
+    repo = cache / f"models--{repo_id.replace('/', '--')}"
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    if main:
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / "main").write_text(commit)
+
+
+def test_pull_by_repo_id_from_the_hub_cache_offline_with_revision_pinning(backbone, tmp_path):
+    ids, mask = inputs()
+    torch.save({"ids": ids, "mask": mask}, tmp_path / "inputs.pt")
+    cache = tmp_path / "hf" / "hub"
+    first, second = "a" * 40, "b" * 40
+    expected = {}
+    for commit, is_main, seed in ((first, False, 1), (second, True, 2)):
+        torch.manual_seed(seed)
+        model = trained_like(RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5))
+        model.save_pretrained(tmp_path / commit, heads_only=True)
+        lay_out_snapshot(cache, "someone/dwatt-ner", commit, tmp_path / commit, is_main)
+        with torch.no_grad():
+            expected[commit] = model(input_ids=ids, attention_mask=mask).logits
+    script = f"""
+        import torch
+        from transformers import AutoModelForTokenClassification
+        inputs = torch.load({str(tmp_path / "inputs.pt")!r})
+        out = {{}}
+        for name, revision in (("main", None), ("pinned", {first!r})):
+            model = AutoModelForTokenClassification.from_pretrained("someone/dwatt-ner", revision=revision, trust_remote_code=True).eval()
+            with torch.no_grad():
+                out[name] = model(input_ids=inputs["ids"], attention_mask=inputs["mask"]).logits
+        torch.save(out, {str(tmp_path / "pulled.pt")!r})
+    """
+    run_without_dwatt(script, tmp_path, HF_HUB_CACHE=str(cache))
+    pulled = torch.load(tmp_path / "pulled.pt")
+    torch.testing.assert_close(pulled["main"], expected[second], atol=1e-6, rtol=0)
+    torch.testing.assert_close(pulled["pinned"], expected[first], atol=1e-6, rtol=0)

@@ -1,0 +1,93 @@
+"""Grids, the results store, resuming an interrupted sweep, and run-to-run determinism."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dwatt.sweep import PRESETS, ResultsStore, RunSpec, comparable, grid, run_sweep
+from dwatt.training import RunConfig, run_ner
+
+
+def test_paper_grid_has_every_combination_once_and_trials_together():
+    specs = grid(**PRESETS["conll-fe"])
+    assert len(specs) == 5 * 5 * 4 * 5 == len({s.run_id for s in specs})
+    trials = [s.trial for s in specs]
+    assert trials == sorted(trials)  # all runs of a trial (one sample) come together
+    assert specs[0].run_id == "conll2003/default/fe/base/n8/e25/t0"
+    assert len(grid(**PRESETS["conll-fe-vs-ft"])) == 4 * 2 * 2 * 5
+
+
+def test_store_rewrites_atomically_and_names_a_bad_line(tmp_path):
+    store = ResultsStore(tmp_path / "results.jsonl")
+    store.append({"run_id": "a", "f1": 0.5})
+    store.append({"run_id": "b", "f1": 0.6})
+    assert [r["run_id"] for r in store.rows()] == ["a", "b"] and store.done() == {"a", "b"}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]  # no temporary file left behind
+    store.path.write_text(store.path.read_text() + '{"run_id": "c", "f1"\n')
+    with pytest.raises(ValueError, match=r"results\.jsonl:3: not a JSON row"):
+        store.rows()
+
+
+def test_sweep_skips_finished_runs(tmp_path):
+    calls = []
+
+    def runner(config: RunConfig) -> dict:
+        calls.append(config.output_dir)
+        return {"best_dev_f1": config.seed / 10}
+
+    specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=2)
+    run_sweep(specs[:2], tmp_path / "r.jsonl", runner=runner, progress=False)
+    rows = run_sweep(specs, tmp_path / "r.jsonl", runner=runner, progress=False)
+    assert len(calls) == 4 and len(rows) == 4
+    assert [r["run_id"] for r in rows] == [s.run_id for s in specs]
+
+
+def without_paths(row: dict) -> dict:
+    row = comparable(row)
+    row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}
+    return row
+
+
+def sweep_command(tiny_backbone, tiny_conll, results):
+    return [sys.executable, "-m", "dwatt.cli", "sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "2",
+            "--trials", "2", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--results", str(results),
+            "--cache-dtype", "float32", "--quiet"]
+
+
+def test_a_killed_sweep_resumes_to_the_same_results_as_an_uninterrupted_one(tiny_backbone, tiny_conll, tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    interrupted = tmp_path / "interrupted" / "results.jsonl"
+    process = subprocess.Popen(sweep_command(tiny_backbone, tiny_conll, interrupted), env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and process.poll() is None:
+        if interrupted.exists() and len(interrupted.read_text().splitlines()) >= 1:
+            break
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    finished_before = len(ResultsStore(interrupted).rows())
+    assert 1 <= finished_before < 4, "the sweep should be killed part-way"
+    subprocess.run(sweep_command(tiny_backbone, tiny_conll, interrupted), env=env, check=True, capture_output=True)
+    straight = tmp_path / "straight" / "results.jsonl"
+    subprocess.run(sweep_command(tiny_backbone, tiny_conll, straight), env=env, check=True, capture_output=True)
+    resumed_rows, straight_rows = ResultsStore(interrupted).rows(), ResultsStore(straight).rows()
+    assert [r["run_id"] for r in resumed_rows] == [r["run_id"] for r in straight_rows] and len(straight_rows) == 4
+    assert [without_paths(r) for r in resumed_rows] == [without_paths(r) for r in straight_rows]
+
+
+def test_same_seed_gives_identical_results_and_other_seeds_other_samples(tiny_backbone, tiny_conll, tmp_path):
+    def run(seed, name):
+        config = RunConfig(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=2, batch_size=4,
+                           learning_rate=5e-3, seed=seed, output_dir=str(tmp_path / name), progress=False, save_model=False)
+        return run_ner(config)
+
+    first, again, other = run(0, "a"), run(0, "b"), run(1, "c")
+    assert without_paths(first) == without_paths(again)
+    assert json.dumps(first["best_dev_scores"], sort_keys=True) == json.dumps(again["best_dev_scores"], sort_keys=True)
+    assert first["sampled_sentence_ids"] != other["sampled_sentence_ids"]
