@@ -36,6 +36,8 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")
     parser.add_argument("--quiet", action="store_false", dest="progress", help="no progress bars")
+    parser.add_argument("--checkpoint-every-epoch", action="store_true", help="keep a Trainer checkpoint to resume from")
+    parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     parser.add_argument("--deterministic", action="store_true", help="deterministic GPU kernels (slower; see SECURITY.md)")
 
 
@@ -70,7 +72,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from transformers import DataCollatorForTokenClassification
 
     from .data import tokenize_and_align
-    from .metrics import entity_scores, decode_tags
+    from .metrics import decode_tags, entity_scores, reassemble
     from .training import load_ner_dataset
 
     model, tokenizer = _load_checkpoint(args.checkpoint)
@@ -80,41 +82,55 @@ def _evaluate(args: argparse.Namespace) -> int:
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != data[args.split].features["ner_tags"].feature.names:
         raise SystemExit(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
-    tokens = tokenize_and_align(data[args.split], tokenizer).select_columns(["input_ids", "attention_mask", "labels"])
+    tokens = tokenize_and_align(data[args.split], tokenizer)
+    windows = list(zip(tokens["sentence"], tokens["window"]))
+    inputs = tokens.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels") if c in tokens.column_names])
     collate = DataCollatorForTokenClassification(tokenizer)
     references, predictions = [], []
     with torch.no_grad():
-        for start in range(0, len(tokens), 64):
-            batch = collate([tokens[i] for i in range(start, min(start + 64, len(tokens)))])
+        for start in range(0, len(inputs), 32):
+            batch = collate([inputs[i] for i in range(start, min(start + 32, len(inputs)))])
             labels = batch.pop("labels")
-            logits = model(**batch).logits
-            ref, pred = decode_tags(logits.numpy(), labels.numpy(), names)
+            ref, pred = decode_tags(model(**batch).logits.numpy(), labels.numpy(), names)
             references += ref
             predictions += pred
-    scores = entity_scores(references, predictions)
+    scores = entity_scores(reassemble(references, windows), reassemble(predictions, windows))
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
     return 0
 
 
-def _predict(args: argparse.Namespace) -> int:
+def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32) -> list[list[str]]:
+    """One tag per word for pre-split sentences; long sentences go through overlapping windows (no word lost)."""
     import torch
 
+    from .data import encode_words
+
+    limit = min(tokenizer.model_max_length, 512)
+    rows, _ = encode_words(tokenizer, sentences, limit, stride)
+    tags = [["O"] * len(words) for words in sentences]
+    columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in rows]
+    with torch.no_grad():
+        for row in range(len(rows["input_ids"])):
+            inputs = {c: torch.tensor([rows[c][row]]) for c in columns}
+            predicted = model(**inputs).logits[0].argmax(-1).tolist()
+            for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
+                if scored:
+                    tags[rows["sentence"][row]][word] = model.config.id2label[predicted[position]]
+    return tags
+
+
+def _predict(args: argparse.Namespace) -> int:
     model, tokenizer = _load_checkpoint(args.checkpoint)
-    sentences = list(args.sentences)
+    lines = list(args.sentences)
     if args.file:
-        sentences += [line.strip() for line in Path(args.file).read_text(encoding="utf-8").splitlines()]
-    sentences = [s.split() for s in sentences if s.strip()]
+        lines += Path(args.file).read_text(encoding="utf-8").splitlines()
+    sentences = [line.split() for line in lines if line.strip()]
+    skipped = len(lines) - len(sentences)
+    if skipped:
+        print(f"dwatt predict: skipped {skipped} empty lines", file=sys.stderr)
     if not sentences:
         raise SystemExit("predict: give sentences as arguments or with --file")
-    for words in sentences:
-        encoded = tokenizer(words, is_split_into_words=True, truncation=True, return_tensors="pt")
-        with torch.no_grad():
-            predicted = model(**encoded).logits[0].argmax(-1).tolist()
-        tags, seen = ["O"] * len(words), set()
-        for position, word in enumerate(encoded.word_ids(0)):
-            if word is not None and word not in seen:
-                seen.add(word)
-                tags[word] = model.config.id2label[predicted[position]]
+    for words, tags in zip(sentences, predict_tags(model, tokenizer, sentences)):
         print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
     return 0
 

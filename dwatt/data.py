@@ -190,53 +190,134 @@ def load_tokenizer(name_or_path: str | Path, **kwargs):
     return AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
 
 
+def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride: int = 32) -> tuple[dict, dict]:
+    """
+    Sub-word windows of pre-split sentences. A sentence longer than `max_length` sub-words becomes several rows
+    (windows), consecutive ones overlapping by `stride` sub-words, so no word is cut off. Besides the tokenizer's
+    outputs, each row has `word_ids` (-1 for special tokens), `sentence` (index into `sentences`), `window`
+    (0, 1, ...) and `scored`: 1 at the first sub-token of each word in the one window that scores it (the first
+    window where that sub-token appears), so every word is scored exactly once. Words the tokenizer turns into no
+    sub-token at all (zero-width characters, say) are encoded as its unknown token, so none is lost.
+    Returns the rows and counts of what was done (`windowed_sentences`, `extra_windows`, `unknown_words`).
+    """
+    room = max_length - tokenizer.num_special_tokens_to_add()
+    if room < 2:
+        raise ValueError(f"max_length {max_length} leaves no room for words next to the special tokens")
+    stride = min(stride, room // 2)
+    unknown_words = 0
+    for attempt in range(2):
+        encoded = tokenizer(
+            sentences,
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+        )
+        owners = encoded.pop("overflow_to_sample_mapping")
+        seen_words: dict[int, set] = {}
+        for row, sentence in enumerate(owners):
+            seen_words.setdefault(sentence, set()).update(w for w in encoded.word_ids(row) if w is not None)
+        vanished = {s: [w for w in range(len(words)) if w not in seen_words.get(s, set())] for s, words in enumerate(sentences)}
+        vanished = {s: ws for s, ws in vanished.items() if ws}
+        if not vanished or attempt == 1:
+            break
+        unknown_words = sum(len(ws) for ws in vanished.values())
+        sentences = [list(words) for words in sentences]
+        for sentence, words in vanished.items():
+            for word in words:
+                sentences[sentence][word] = tokenizer.unk_token
+    rows = {key: list(values) for key, values in encoded.items()}
+    rows.update(word_ids=[], sentence=[], window=[], scored=[])
+    scored_words: dict[int, set] = {}
+    window_of: dict[int, int] = {}
+    for row, sentence in enumerate(owners):
+        word_ids = encoded.word_ids(row)
+        done = scored_words.setdefault(sentence, set())
+        scored = []
+        for position, word in enumerate(word_ids):
+            first_piece = word is not None and (position == 0 or word_ids[position - 1] != word)
+            is_scored = first_piece and word not in done
+            if is_scored:
+                done.add(word)
+            scored.append(int(is_scored))
+        window_of[sentence] = window_of.get(sentence, -1) + 1
+        rows["word_ids"].append([-1 if w is None else w for w in word_ids])
+        rows["sentence"].append(sentence)
+        rows["window"].append(window_of[sentence])
+        rows["scored"].append(scored)
+    counts = {
+        "windowed_sentences": sum(1 for n in window_of.values() if n > 0),
+        "extra_windows": sum(window_of.values()),
+        "unknown_words": unknown_words,
+    }
+    return rows, counts
+
+
 def tokenize_and_align(
     dataset: Dataset | DatasetDict,
     tokenizer,
     label_all_subtokens: bool = False,
     max_length: int | None = None,
+    stride: int = 32,
 ) -> Dataset | DatasetDict:
     """
     Tokenise pre-split sentences and align word tags to sub-words: the first sub-token of a word carries its tag,
     the others -100 (ignored), or, with `label_all_subtokens`, the word's tag with B- turned into I-. Special tokens
-    get -100. Sentences longer than `max_length` (default: the tokenizer's limit) are truncated and counted in a
-    warning, never silently.
+    get -100. A sentence longer than `max_length` sub-words (default: the tokenizer's limit) is split into
+    overlapping windows (see `encode_words`) that each score their own words, so no label is lost; columns
+    `sentence` and `window` let scores be computed on the re-assembled sentence. Empty sentences are skipped. What
+    was split, skipped or replaced is counted in a warning, never silent.
     """
     if isinstance(dataset, DatasetDict):
         return DatasetDict(
-            {name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length) for name, split in dataset.items()}
+            {name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length, stride) for name, split in dataset.items()}
         )
     names = dataset.features["ner_tags"].feature.names
     continuation = [names.index("I-" + n[2:]) if n.startswith("B-") and "I-" + n[2:] in names else i for i, n in enumerate(names)]
     limit = max_length or min(tokenizer.model_max_length, 512)
+    empty = [i for i, tokens in enumerate(dataset["tokens"]) if not tokens]
+    if empty:
+        dataset = dataset.select([i for i in range(len(dataset)) if i not in set(empty)])
+    totals = {"windowed_sentences": 0, "extra_windows": 0, "unknown_words": 0}
 
-    def encode(batch: dict) -> dict:
-        encoded = tokenizer(batch["tokens"], is_split_into_words=True, truncation=True, max_length=limit)
-        encoded["labels"], encoded["word_ids"], truncated = [], [], []
-        for row, tags in enumerate(batch["ner_tags"]):
-            word_ids = encoded.word_ids(row)
-            labels, previous = [], None
-            for word in word_ids:
-                if word is None:
+    def encode(batch: dict, indices: list[int]) -> dict:
+        rows, counts = encode_words(tokenizer, batch["tokens"], limit, stride)
+        for key, value in counts.items():
+            totals[key] += value
+        rows["labels"] = []
+        for word_ids, scored, local in zip(rows["word_ids"], rows["scored"], rows["sentence"]):
+            tags = batch["ner_tags"][local]
+            labels = []
+            for word, is_scored in zip(word_ids, scored):
+                if word < 0:
                     labels.append(-100)
-                elif word != previous:
+                elif is_scored:
                     labels.append(tags[word])
                 else:
                     labels.append(continuation[tags[word]] if label_all_subtokens else -100)
-                previous = word
-            encoded["labels"].append(labels)
-            encoded["word_ids"].append([-1 if w is None else w for w in word_ids])
-            last_word = max((w for w in word_ids if w is not None), default=-1)
-            truncated.append(last_word < len(tags) - 1)
-        encoded["truncated"] = truncated
-        return encoded
+            rows["labels"].append(labels)
+        owners = rows["sentence"]
+        if "id" in batch:
+            rows["id"] = [batch["id"][local] for local in owners]
+        rows["sentence"] = [indices[local] for local in owners]
+        del rows["scored"]
+        return rows
 
-    keep = [c for c in dataset.column_names if c in ("id",)]
-    tokenized = dataset.map(encode, batched=True, remove_columns=[c for c in dataset.column_names if c not in keep])
-    cut = sum(tokenized["truncated"])
-    if cut:
-        logger.warning(f"{cut} of {len(tokenized)} sentences are longer than {limit} sub-words and were truncated")
-    return tokenized.remove_columns("truncated")
+    tokenized = dataset.map(encode, batched=True, with_indices=True, remove_columns=dataset.column_names)
+    said = []
+    if empty:
+        said.append(f"skipped {len(empty)} empty sentences")
+    if totals["windowed_sentences"]:
+        said.append(
+            f"split {totals['windowed_sentences']} sentences longer than {limit} sub-words into "
+            f"{totals['extra_windows']} extra overlapping windows (no label lost)"
+        )
+    if totals["unknown_words"]:
+        said.append(f"encoded {totals['unknown_words']} words that have no sub-token as {tokenizer.unk_token}")
+    if said:
+        logger.warning("tokenize_and_align: " + "; ".join(said))
+    return tokenized
 
 
 def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128) -> Dataset | DatasetDict:

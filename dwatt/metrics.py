@@ -47,14 +47,32 @@ def decode_tags(logits: np.ndarray, labels: np.ndarray, names: Sequence[str]) ->
     return references, predictions
 
 
-class NERMetrics:
-    """`compute_metrics` for `transformers.Trainer`: seqeval scores of an `EvalPrediction`."""
+def reassemble(rows: list[list[str]], windows: Sequence[tuple[int, int]] | None) -> list[list[str]]:
+    """Join the windows of each sentence (rows tagged `(sentence, window)`) back into one tag sequence per sentence,
+    in window order; without `windows` every row is a sentence."""
+    if windows is None:
+        return rows
+    if len(windows) != len(rows):
+        raise ValueError(f"{len(rows)} rows of predictions but {len(windows)} (sentence, window) tags")
+    joined: dict[int, list[str]] = {}
+    for index in sorted(range(len(rows)), key=lambda i: tuple(windows[i])):
+        joined.setdefault(windows[index][0], []).extend(rows[index])
+    return list(joined.values())
 
-    def __init__(self, label_names: Sequence[str]):
+
+class NERMetrics:
+    """
+    `compute_metrics` for `transformers.Trainer`: seqeval scores of an `EvalPrediction`. With `windows` (the eval
+    set's `(sentence, window)` per row, in its order), windows of long sentences are scored as whole sentences.
+    """
+
+    def __init__(self, label_names: Sequence[str], windows: Sequence[tuple[int, int]] | None = None):
         self.label_names = list(label_names)
+        self.windows = windows
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits, labels = eval_prediction.predictions, eval_prediction.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
-        return entity_scores(*decode_tags(logits, labels, self.label_names))
+        references, predictions = decode_tags(logits, labels, self.label_names)
+        return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))

@@ -10,7 +10,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 from transformers import DataCollatorForTokenClassification, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers.trainer_utils import get_last_checkpoint
 
 from configuration_dwatt import FUSIONS
 from modeling_dwatt import RobertaDWAttForTokenClassification
@@ -23,6 +25,7 @@ from .sampling import few_shot_split
 
 MODES = ("fe", "ft")
 BACKBONE_PREFIX = "dwatt.backbone."
+BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
 
 
 def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
@@ -88,6 +91,20 @@ class BestDevCallback(TrainerCallback):
         if self._best_state is not None:
             model.load_state_dict(self._best_state, strict=False)
 
+    def on_save(self, args, state, control, **kwargs):
+        """Keep the curve and the best weights next to the Trainer's checkpoint, so a resumed run continues them."""
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if folder.is_dir() and self.best is not None:
+            save_file({k: v.contiguous() for k, v in self._best_state.items()}, str(folder / BEST_WEIGHTS))
+            write_json_atomically(folder / BEST_STATE, {"curve": self.curve, "best": self.best})
+
+    def load(self, checkpoint: str | Path) -> None:
+        folder = Path(checkpoint)
+        if (folder / BEST_STATE).is_file():
+            saved = json.loads((folder / BEST_STATE).read_text())
+            self.curve, self.best = saved["curve"], saved["best"]
+            self._best_state = load_file(str(folder / BEST_WEIGHTS))
+
 
 @dataclass
 class RunConfig:
@@ -112,6 +129,8 @@ class RunConfig:
     evaluate_test: bool = False
     progress: bool = True
     deterministic: bool = False
+    checkpoint_every_epoch: bool = False
+    resume: bool = False
     extra: dict = field(default_factory=dict)
 
     def validate(self) -> None:
@@ -235,7 +254,8 @@ def run_ner(config: RunConfig) -> dict:
         lr_scheduler_type="linear",
         optim="adamw_torch",
         eval_strategy="epoch",
-        save_strategy="no",
+        save_strategy="epoch" if config.checkpoint_every_epoch or config.resume else "no",
+        save_total_limit=1,
         logging_strategy="epoch",
         report_to="none",
         seed=config.seed,
@@ -252,10 +272,15 @@ def run_ner(config: RunConfig) -> dict:
         train_dataset=train_set,
         eval_dataset=dev_set,
         data_collator=collator,
-        compute_metrics=NERMetrics(label_names),
+        compute_metrics=NERMetrics(label_names, windows=list(zip(dev_tokens["sentence"], dev_tokens["window"]))),
         callbacks=[freeze, best],
     )
-    train_output = trainer.train()
+    last_checkpoint = None
+    if config.resume and Path(arguments.output_dir).is_dir():
+        last_checkpoint = get_last_checkpoint(arguments.output_dir)
+        if last_checkpoint is not None:
+            best.load(last_checkpoint)
+    train_output = trainer.train(resume_from_checkpoint=last_checkpoint)
     final = best.curve[-1]
     best.restore_best(model)
     results = {
@@ -272,6 +297,7 @@ def run_ner(config: RunConfig) -> dict:
         "final_dev_f1": final["f1"],
         "dev_curve": best.curve,
         "cached_features": cached,
+        "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,
         "cache_seconds": round(cache_seconds, 3),
         "train_seconds": round(train_output.metrics["train_runtime"], 3),
         "train_examples_per_second": train_output.metrics["train_samples_per_second"],
@@ -285,6 +311,7 @@ def run_ner(config: RunConfig) -> dict:
     }
     if config.evaluate_test and "test" in data:
         test_set = tokenize_and_align(data["test"], tokenizer)
+        trainer.compute_metrics = NERMetrics(label_names, windows=list(zip(test_set["sentence"], test_set["window"])))
         if cached:
             test_set = build_feature_cache(model, test_set, dtype=getattr(torch, config.cache_dtype), progress=config.progress)
         test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")

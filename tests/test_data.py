@@ -106,14 +106,15 @@ def test_labels_sit_on_first_sub_tokens_or_on_all_of_them(tmp_path, word_piece_t
     assert every[1]["labels"] == [-100, 3, 4, -100]  # B-ORG continues as I-ORG
 
 
-def test_truncation_is_reported_not_silent(tmp_path, word_piece_tokenizer, caplog):
+def test_long_sentences_become_windows_reported_not_silent(tmp_path, word_piece_tokenizer, caplog):
     write(tmp_path, "train.txt", "peter B-PER\n" * 20)
     write(tmp_path, "valid.txt", "EU B-ORG\n")
     train = load_conll2003(tmp_path)["train"]
     with caplog.at_level("WARNING"):
         tokenized = tokenize_and_align(train, word_piece_tokenizer, max_length=8)
-    assert len(tokenized[0]["input_ids"]) == 8
-    assert "1 of 1 sentences are longer than 8 sub-words" in caplog.text
+    assert all(len(ids) <= 8 for ids in tokenized["input_ids"]) and len(tokenized) > 1
+    assert sum(label == 1 for row in tokenized["labels"] for label in row) == 20  # every word scored once
+    assert "split 1 sentences longer than 8 sub-words into" in caplog.text
 
 
 def test_mlm_blocks_have_fixed_length(word_piece_tokenizer):
