@@ -6,6 +6,7 @@ token, which feeds a token-classification or masked-LM head. This file travels i
 (`trust_remote_code=True`): it imports only torch, transformers and `configuration_dwatt`.
 """
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -224,6 +225,18 @@ class DWAttLMHead(nn.Module):
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
 
 
+@contextmanager
+def _quiet_loading(quiet: bool = True):
+    """Silence transformers' load report where missing or unused weights are expected."""
+    verbosity = logging.get_verbosity()
+    if quiet:
+        logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
 def _backbone_layer_class(backbone: nn.Module) -> type[nn.Module]:
     layers = getattr(getattr(backbone, "encoder", None), "layer", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
@@ -376,6 +389,18 @@ class DWAttModel(DWAttPreTrainedModel):
             layer_kwargs["position_bias"] = compute_position_bias(last_layer)
         return mask, layer_kwargs
 
+    def _fuse_positions(self, layers: torch.Tensor, last_layer: torch.Tensor, token_mask: torch.Tensor) -> tuple:
+        """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero."""
+        selected = layers.permute(0, 2, 1, 3)[token_mask]  # (positions, layers, hidden)
+        fused_selected, weights_selected = self.fusion(selected.transpose(0, 1)[None], last_layer[token_mask][None])
+        fused = last_layer.new_zeros(last_layer.shape)
+        fused[token_mask] = fused_selected[0]
+        weights = None
+        if weights_selected is not None:
+            weights = weights_selected.new_zeros(*token_mask.shape, weights_selected.shape[-1])
+            weights[token_mask] = weights_selected[0]
+        return fused, weights
+
     def forward(
         self,
         input_ids: torch.Tensor | None = None,
@@ -386,6 +411,7 @@ class DWAttModel(DWAttPreTrainedModel):
         backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
         output_layer_weights: bool = False,
         output_hidden_states: bool = False,
+        token_mask: torch.Tensor | None = None,
         **kwargs,
     ) -> DWAttModelOutput:
         r"""
@@ -393,6 +419,8 @@ class DWAttModel(DWAttPreTrainedModel):
             Precomputed hidden states of the backbone, used instead of running it (see the class docstring).
         output_layer_weights (`bool`, *optional*, defaults to `False`):
             Return the per-token, per-layer fusion weights (DWAtt and ScalarMix).
+        token_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Fuse only these positions (per-token fusions); the fused representation is zero elsewhere.
         """
         all_hidden_states = None
         if backbone_hidden_states is None:
@@ -416,6 +444,8 @@ class DWAttModel(DWAttPreTrainedModel):
         if isinstance(self.fusion, ExtraLayers):
             mask, layer_kwargs = self._extra_layer_inputs(last_layer, attention_mask)
             fused, layer_weights = self.fusion(last_layer, mask, **layer_kwargs), None
+        elif token_mask is not None:
+            fused, layer_weights = self._fuse_positions(layers, last_layer, token_mask.bool())
         else:
             fused, layer_weights = self.fusion(layers, last_layer)
         return DWAttModelOutput(
@@ -429,6 +459,9 @@ class _DWAttWithHead(DWAttPreTrainedModel):
     """What the task models share: `self.dwatt` (backbone + fusion), FE freezing, `from_backbone`, `forward`."""
 
     output_class: type[ModelOutput] = ModelOutput
+    # Training speed switch: with labels, fuse only the labelled positions (the loss reads nothing else); logits at
+    # positions labelled -100 are then not meaningful. Off by default; the training pipeline turns it on.
+    fuse_labelled_positions_only: bool = False
 
     def freeze_backbone(self, frozen: bool = True) -> None:
         """
@@ -470,7 +503,11 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             -100 marks positions without a target (padding, later sub-words, unmasked tokens).
         backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
         """
+        token_mask = None
+        if labels is not None and self.fuse_labelled_positions_only and self.dwatt.fusion_is_per_token:
+            token_mask = labels != -100
         fused = self.dwatt(
+            token_mask=token_mask,
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -539,12 +576,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
 
     @classmethod
     def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
-        verbosity = logging.get_verbosity()
-        logging.set_verbosity_error()  # the checkpoint's pooler weights are unused on purpose: no load report
-        try:
+        with _quiet_loading():  # the checkpoint's pooler weights are unused on purpose: no load report
             return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **load_kwargs)
-        finally:
-            logging.set_verbosity(verbosity)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
@@ -620,21 +653,17 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             hub_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs}
             config = DWAttConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
         heads_only = bool(getattr(config, "heads_only", False))
-        verbosity = logging.get_verbosity()
-        if heads_only:
-            logging.set_verbosity_error()  # the backbone's weights are missing on purpose: no load report
         try:
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, config=config, output_loading_info=True, **kwargs
-            )
+            with _quiet_loading(heads_only):  # the backbone's weights are missing on purpose: no load report
+                model, info = super().from_pretrained(
+                    pretrained_model_name_or_path, *model_args, config=config, output_loading_info=True, **kwargs
+                )
         except Exception as error:
             if type(error).__name__ == "SafetensorError":  # safetensors is not imported here: match by name
                 raise ValueError(
                     f"{pretrained_model_name_or_path}: the weights file is corrupted or truncated ({error})"
                 ) from error
             raise
-        finally:
-            logging.set_verbosity(verbosity)
         missing = sorted(info["missing_keys"])
         if heads_only:
             missing = [key for key in missing if not key.startswith(BACKBONE_PREFIX)]

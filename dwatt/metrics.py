@@ -39,11 +39,13 @@ def entity_scores(references: list[list[str]], predictions: list[list[str]]) -> 
 def decode_tags(logits: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> tuple[list[list[str]], list[list[str]]]:
     """Reference and predicted tag strings at labelled positions (label != -100), one list per sentence."""
     predicted = np.asarray(logits).argmax(-1)
+    labels = np.asarray(labels)
+    names = np.asarray(names, dtype=object)
     references, predictions = [], []
     for row_pred, row_label in zip(predicted, labels):
         keep = row_label != -100
-        references.append([names[i] for i in row_label[keep]])
-        predictions.append([names[i] for i in row_pred[keep]])
+        references.append(names[row_label[keep]].tolist())
+        predictions.append(names[row_pred[keep]].tolist())
     return references, predictions
 
 

@@ -224,6 +224,7 @@ def run_ner(config: RunConfig) -> dict:
         label2id={name: i for i, name in enumerate(label_names)},
         **config.extra,
     )
+    model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = FreezeBackboneCallback(config.mode)
     freeze.apply(model)
     cached = config.mode == "fe" and config.use_cache

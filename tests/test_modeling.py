@@ -284,3 +284,24 @@ def test_from_backbone_loads_every_minilm_weight(minilm_path, cls):
         embeddings = reference.embeddings.word_embeddings.weight
         assert torch.equal(model.lm_head.decoder.weight, embeddings)
         assert model.lm_head.decoder.weight.data_ptr() != model.dwatt.backbone.embeddings.word_embeddings.weight.data_ptr()
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "concat", "scalar_mix", "base", "base_plus_n"])
+def test_fusing_labelled_positions_only_keeps_loss_logits_and_gradients(fusion):
+    model = RobertaDWAttForTokenClassification(tiny_config("roberta", fusion)).eval()
+    ids, mask = make_batch()
+    labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100)
+    labels[0, 2] = -100  # a later sub-word
+    outputs = {}
+    for switch in (False, True):
+        model.zero_grad()
+        model.fuse_labelled_positions_only = switch
+        out = model(input_ids=ids, attention_mask=mask, labels=labels)
+        out.loss.backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        outputs[switch] = (out.loss.detach(), out.logits.detach()[labels != -100], grads)
+    torch.testing.assert_close(outputs[True][0], outputs[False][0], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(outputs[True][1], outputs[False][1], atol=1e-6, rtol=1e-6)
+    assert outputs[True][2].keys() == outputs[False][2].keys()
+    for name in outputs[False][2]:
+        torch.testing.assert_close(outputs[True][2][name], outputs[False][2][name], atol=1e-6, rtol=1e-5)
