@@ -16,19 +16,10 @@ from pathlib import Path
 import torch
 from transformers import RobertaConfig
 
+from dwatt.defaults import ROBERTA_LARGE_SHAPE
 from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
 
 HERE = Path(__file__).resolve().parent
-ROBERTA_LARGE = dict(
-    hidden_size=1024,
-    num_hidden_layers=24,
-    num_attention_heads=16,
-    intermediate_size=4096,
-    vocab_size=50265,
-    max_position_embeddings=514,
-    layer_norm_eps=1e-5,
-    pad_token_id=1,
-)
 
 
 def folder_bytes(folder: Path) -> int:
@@ -40,7 +31,7 @@ def main() -> int:
     for fusion in ("dwatt", "concat", "base_plus_n", "scalar_mix", "base"):
         torch.manual_seed(0)
         config = DWAttConfig(
-            encoder_config=RobertaConfig(**ROBERTA_LARGE), fusion=fusion, num_labels=9, backbone_name_or_path="roberta-large"
+            encoder_config=RobertaConfig(**ROBERTA_LARGE_SHAPE), fusion=fusion, num_labels=9, backbone_name_or_path="roberta-large"
         )
         model = RobertaDWAttForTokenClassification(config)
         with tempfile.TemporaryDirectory() as work:
@@ -60,7 +51,7 @@ def main() -> int:
         del model
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    report = {"benchmark": "checkpoint_size", "command": "python benchmarks/checkpoint_size.py", "shape": ROBERTA_LARGE, "rows": rows}
+    report = {"benchmark": "checkpoint_size", "command": "python benchmarks/checkpoint_size.py", "shape": ROBERTA_LARGE_SHAPE, "rows": rows}
     (out / "checkpoint_size.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         "# Head-only vs full checkpoints, RoBERTa-large shape (24 x 1024), 9 labels, fp32 safetensors",

@@ -24,3 +24,16 @@ def default_backbone_path() -> Path:
 def default_conll_dir() -> Path:
     """Folder of the vendored CoNLL-2003 splits (train.txt, valid.txt, test.txt); see its SOURCE.md."""
     return Path(str(resources.files("dwatt") / "resources" / "conll2003"))
+
+
+# RoBERTa-large's shape (24 layers x 1024), for parameter budgets and benchmarks with random weights.
+ROBERTA_LARGE_SHAPE = dict(
+    hidden_size=1024,
+    num_hidden_layers=24,
+    num_attention_heads=16,
+    intermediate_size=4096,
+    vocab_size=50265,
+    max_position_embeddings=514,
+    layer_norm_eps=1e-5,
+    pad_token_id=1,
+)

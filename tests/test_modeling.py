@@ -7,21 +7,13 @@ import pytest
 import torch
 from transformers import AutoModelForMaskedLM, AutoModelForTokenClassification, RobertaConfig
 
+from dwatt.defaults import ROBERTA_LARGE_SHAPE
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from modeling_dwatt import count_parameters
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
-ROBERTA_LARGE = dict(
-    hidden_size=1024,
-    num_hidden_layers=24,
-    num_attention_heads=16,
-    intermediate_size=4096,
-    vocab_size=50265,
-    max_position_embeddings=514,
-    layer_norm_eps=1e-5,
-)
 PAPER_TABLE_2 = {"dwatt": 26.38e6, "concat": 25.18e6, "base_plus_n": 25.19e6}
 
 
@@ -35,14 +27,14 @@ def fusion_parameters(encoder_config, fusion: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("fusion", sorted(PAPER_TABLE_2))
 def test_added_parameters_match_paper_table_2_on_roberta_large(fusion):
-    added, num_extra_layers = fusion_parameters(RobertaConfig(**ROBERTA_LARGE), fusion)
+    added, num_extra_layers = fusion_parameters(RobertaConfig(**ROBERTA_LARGE_SHAPE), fusion)
     assert num_extra_layers == 2
     assert abs(added - PAPER_TABLE_2[fusion]) / PAPER_TABLE_2[fusion] < 0.005, added
 
 
 def test_base_adds_nothing_and_roberta_base_gets_one_extra_layer():
-    assert fusion_parameters(RobertaConfig(**ROBERTA_LARGE), "base")[0] == 0
-    base_shape = dict(ROBERTA_LARGE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    assert fusion_parameters(RobertaConfig(**ROBERTA_LARGE_SHAPE), "base")[0] == 0
+    base_shape = dict(ROBERTA_LARGE_SHAPE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
     added, num_extra_layers = fusion_parameters(RobertaConfig(**base_shape), "base_plus_n")
     assert num_extra_layers == 1
     assert added == 7087872  # one RoBERTa-base layer

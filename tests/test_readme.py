@@ -26,3 +26,22 @@ def test_quick_start_runs(minilm_path, tmp_path, monkeypatch):
     assert namespace["out"].logits.shape == (1, 6, 9)
     assert namespace["out"].layer_weights.shape == (1, 6, 6)
     assert type(namespace["reloaded"]).__name__ == "RobertaDWAttForTokenClassification"
+
+
+def test_readme_parameter_table_matches_the_models():
+    import torch
+    from transformers import RobertaConfig
+
+    from dwatt import DWAttConfig, RobertaDWAttForTokenClassification, count_parameters
+
+    from dwatt.defaults import ROBERTA_LARGE_SHAPE as ROBERTA_LARGE
+
+    table = README.read_text().split("| fusion | what the head sees", 1)[1].split("\n\n", 1)[0]
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        fusion, ours = cells[0].strip("`"), cells[-1].split("/")[0].strip()
+        with torch.device("meta"):
+            model = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=RobertaConfig(**ROBERTA_LARGE), fusion=fusion, num_labels=9))
+        added = count_parameters(model.dwatt.fusion)
+        expected = f"{added / 1e6:.2f}M" if added >= 1e6 else str(added)
+        assert ours == expected, f"README says {ours} for {fusion}; the model has {expected}"
