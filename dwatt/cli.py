@@ -20,6 +20,7 @@ from .training import RunConfig
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RunConfig()
     parser.add_argument("--backbone", default=None, help="Hub id or folder of the encoder (default: MiniLM from PyPI)")
+    parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm"), help="mlm needs --data-dir of WikiText-2")
     parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
     parser.add_argument("--mode", default=defaults.mode, choices=("fe", "ft"), help="fe: frozen backbone; ft: all trains")
     parser.add_argument("--dataset", default=defaults.dataset, help="conll2003 or wikiann:<lang>")
@@ -28,7 +29,8 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampling", default=defaults.sampling, choices=("uniform", "per_class"))
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--seed", type=int, default=defaults.seed, help="fixes both the sample and the initialisation")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--batch-size", type=int, default=None, help="default: 16 for ner, 8 for mlm")
+    parser.add_argument("--block-size", type=int, default=defaults.block_size, help="mlm: tokens per block")
     parser.add_argument("--lr", type=float, default=defaults.learning_rate, dest="learning_rate")
     parser.add_argument("--no-cache", action="store_false", dest="use_cache", help="FE without the feature cache")
     parser.add_argument("--cache-dtype", default=defaults.cache_dtype, choices=("float16", "bfloat16", "float32"))
@@ -42,13 +44,20 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .training import run_ner
+    from .training import run
 
     names = {f.name for f in fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
-    if config.n_shot == 0:
+    if config.n_shot == 0 or config.task == "mlm":
         config.n_shot = None
-    results = run_ner(config)
+    results = run(config)
+    if config.task == "mlm":
+        test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
+        print(
+            f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
+            f"{results['wall_seconds']:.0f} s; results in {Path(config.output_dir) / 'results.json'}"
+        )
+        return 0
     print(
         f"best dev F1 {results['best_dev_f1']:.4f} at epoch {results['best_epoch']:g} "
         f"(final {results['final_dev_f1']:.4f}); {results['num_train_sentences']} training sentences, "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -11,19 +12,37 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import DataCollatorForTokenClassification, Trainer, TrainerCallback, TrainingArguments, set_seed
+from transformers import (
+    DataCollatorForTokenClassification,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+    default_data_collator,
+    set_seed,
+)
 from transformers.trainer_utils import get_last_checkpoint
 
 from configuration_dwatt import FUSIONS
-from modeling_dwatt import RobertaDWAttForTokenClassification
+from modeling_dwatt import RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 
-from .data import CONLL_LABELS, entity_types, load_conll2003, load_tokenizer, load_wikiann, tokenize_and_align
+from .data import (
+    CONLL_LABELS,
+    entity_types,
+    group_texts_for_mlm,
+    load_conll2003,
+    load_tokenizer,
+    load_wikiann,
+    load_wikitext2,
+    mlm_collator,
+    tokenize_and_align,
+)
 from .defaults import default_backbone_path
 from .features import FeatureCollator, build_feature_cache
 from .metrics import NERMetrics
 from .sampling import few_shot_split
 
 MODES = ("fe", "ft")
+TASKS = {"ner": 16, "mlm": 8}  # task -> the paper's batch size
 BACKBONE_PREFIX = "dwatt.backbone."
 BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
 
@@ -70,8 +89,8 @@ class BestDevCallback(TrainerCallback):
     copied: in FE mode that is the small fusion module and head.
     """
 
-    def __init__(self, metric: str = "eval_f1"):
-        self.metric = metric
+    def __init__(self, metric: str = "eval_f1", greater_is_better: bool = True, key: str = "f1"):
+        self.metric, self.greater_is_better, self.key = metric, greater_is_better, key
         self.curve: list[dict] = []
         self.best: dict | None = None
         self._best_state: dict[str, torch.Tensor] | None = None
@@ -79,9 +98,10 @@ class BestDevCallback(TrainerCallback):
     def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
         if self.metric not in metrics:  # an evaluation of another split (e.g. test)
             return
-        point = {"epoch": round(state.epoch or 0, 4), "step": state.global_step, "f1": metrics[self.metric]}
+        point = {"epoch": round(state.epoch or 0, 4), "step": state.global_step, self.key: metrics[self.metric]}
         self.curve.append(point)
-        if self.best is None or point["f1"] > self.best["f1"]:
+        sign = 1 if self.greater_is_better else -1
+        if self.best is None or sign * (point[self.key] - self.best[self.key]) > 0:
             self.best = dict(point, metrics=dict(metrics))
             self._best_state = {
                 name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad
@@ -120,7 +140,9 @@ class RunConfig:
     sampling: str = "uniform"
     epochs: int = 25
     seed: int = 0
-    batch_size: int = 16
+    task: str = "ner"
+    batch_size: int | None = None
+    block_size: int = 128
     learning_rate: float = 5e-5
     use_cache: bool = True
     cache_dtype: str = "float16"
@@ -142,6 +164,10 @@ class RunConfig:
             raise ValueError(f"--epochs must be > 0, got {self.epochs}")
         if self.n_shot is not None and self.n_shot <= 0:
             raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
+        if self.task not in TASKS:
+            raise ValueError(f"--task: unknown task {self.task!r}; expected {' or '.join(TASKS)}")
+        if self.batch_size is None:
+            self.batch_size = TASKS[self.task]
         if self.batch_size <= 0 or self.learning_rate <= 0:
             raise ValueError("--batch-size and --lr must be > 0")
         if self.cache_dtype not in ("float16", "bfloat16", "float32"):
@@ -195,6 +221,67 @@ def write_json_atomically(path: Path, payload: dict) -> None:
     os.replace(temporary, path)
 
 
+def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments:
+    """The paper's optimisation (AdamW, linear decay to 0) with one dev evaluation per epoch."""
+    return TrainingArguments(
+        output_dir=str(output_dir / "trainer"),
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=32,
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        lr_scheduler_type="linear",
+        optim="adamw_torch",
+        eval_strategy="epoch",
+        save_strategy="epoch" if config.checkpoint_every_epoch or config.resume else "no",
+        save_total_limit=1,
+        logging_strategy="epoch",
+        report_to="none",
+        seed=config.seed,
+        data_seed=config.seed,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=not config.progress,
+        full_determinism=config.deterministic,
+    )
+
+
+def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig):
+    """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`."""
+    last_checkpoint = None
+    if config.resume and Path(trainer.args.output_dir).is_dir():
+        last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
+        if last_checkpoint is not None:
+            best.load(last_checkpoint)
+    return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+
+
+def run_facts(model, train_output, last_checkpoint) -> dict:
+    return {
+        "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,
+        "train_seconds": round(train_output.metrics["train_runtime"], 3),
+        "train_examples_per_second": train_output.metrics["train_samples_per_second"],
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "threads": torch.get_num_threads(),
+        },
+    }
+
+
+def finish_run(config: RunConfig, model, tokenizer, results: dict, started: float) -> dict:
+    """Save the checkpoint (unless told not to) and write results.json atomically."""
+    output_dir = Path(config.output_dir)
+    if config.save_model:
+        model.save_pretrained(output_dir / "model")
+        tokenizer.save_pretrained(output_dir / "model")
+    results["wall_seconds"] = round(time.perf_counter() - started, 3)
+    write_json_atomically(output_dir / "results.json", results)
+    return results
+
+
 def run_ner(config: RunConfig) -> dict:
     """
     One few-shot NER run: sample N x C training sentences with `seed`, build the model from the pretrained
@@ -246,27 +333,7 @@ def run_ner(config: RunConfig) -> dict:
         collator = DataCollatorForTokenClassification(tokenizer)
 
     best = BestDevCallback()
-    arguments = TrainingArguments(
-        output_dir=str(output_dir / "trainer"),
-        per_device_train_batch_size=config.batch_size,
-        per_device_eval_batch_size=32,
-        learning_rate=config.learning_rate,
-        num_train_epochs=config.epochs,
-        lr_scheduler_type="linear",
-        optim="adamw_torch",
-        eval_strategy="epoch",
-        save_strategy="epoch" if config.checkpoint_every_epoch or config.resume else "no",
-        save_total_limit=1,
-        logging_strategy="epoch",
-        report_to="none",
-        seed=config.seed,
-        data_seed=config.seed,
-        remove_unused_columns=False,
-        dataloader_num_workers=0,
-        dataloader_pin_memory=torch.cuda.is_available(),
-        disable_tqdm=not config.progress,
-        full_determinism=config.deterministic,
-    )
+    arguments = training_arguments(config, output_dir)
     trainer = Trainer(
         model=model,
         args=arguments,
@@ -276,12 +343,7 @@ def run_ner(config: RunConfig) -> dict:
         compute_metrics=NERMetrics(label_names, windows=list(zip(dev_tokens["sentence"], dev_tokens["window"]))),
         callbacks=[freeze, best],
     )
-    last_checkpoint = None
-    if config.resume and Path(arguments.output_dir).is_dir():
-        last_checkpoint = get_last_checkpoint(arguments.output_dir)
-        if last_checkpoint is not None:
-            best.load(last_checkpoint)
-    train_output = trainer.train(resume_from_checkpoint=last_checkpoint)
+    train_output, last_checkpoint = train_with_resume(trainer, best, config)
     final = best.curve[-1]
     best.restore_best(model)
     results = {
@@ -298,18 +360,8 @@ def run_ner(config: RunConfig) -> dict:
         "final_dev_f1": final["f1"],
         "dev_curve": best.curve,
         "cached_features": cached,
-        "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,
         "cache_seconds": round(cache_seconds, 3),
-        "train_seconds": round(train_output.metrics["train_runtime"], 3),
-        "train_examples_per_second": train_output.metrics["train_samples_per_second"],
-        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        "environment": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "device": "cuda" if torch.cuda.is_available() else "cpu",
-            "threads": torch.get_num_threads(),
-        },
-    }
+    } | run_facts(model, train_output, last_checkpoint)
     if config.evaluate_test and "test" in data:
         test_set = tokenize_and_align(data["test"], tokenizer)
         trainer.compute_metrics = NERMetrics(label_names, windows=list(zip(test_set["sentence"], test_set["window"])))
@@ -317,12 +369,82 @@ def run_ner(config: RunConfig) -> dict:
             test_set = build_feature_cache(model, test_set, dtype=getattr(torch, config.cache_dtype), progress=config.progress)
         test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")
         results["test_scores"] = scores_only(test_metrics, "test_")
-    if config.save_model:
-        model.save_pretrained(output_dir / "model")
-        tokenizer.save_pretrained(output_dir / "model")
-    results["wall_seconds"] = round(time.perf_counter() - started, 3)
-    write_json_atomically(output_dir / "results.json", results)
-    return results
+    return finish_run(config, model, tokenizer, results, started)
+
+
+def fixed_masks(dataset, collator, seed: int) -> list[dict]:
+    """Mask an evaluation set once, with its own seed, so every epoch is scored on the same masked tokens."""
+    rows = [dataset[i] for i in range(len(dataset))]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        batch = collator(rows)
+    return [{key: value[i] for key, value in batch.items()} for i in range(len(rows))]
+
+
+def run_mlm(config: RunConfig) -> dict:
+    """
+    One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`): blocks of
+    `block_size` tokens, the standard 15% masking for training (new masks every epoch), fixed masks for dev and
+    test, the backbone's LM head on the fused representation, batch 8 by default. The run ends with the model of
+    the lowest dev loss and reports perplexities (exp of the mean masked-token loss). When the folder has no train
+    split, the first 90% of the validation lines train and the last 10% are the dev split (said in the results).
+    FE trains the fusion module and the LM head; the feature cache does not apply (masks change every epoch).
+    """
+    config.validate()
+    started = time.perf_counter()
+    ensure_writable(Path(config.output_dir))
+    if not config.data_dir:
+        raise ValueError("--data-dir: the masked-LM task needs a folder of WikiText-2 files")
+    backbone = config.backbone or str(default_backbone_path())
+    data = load_wikitext2(config.data_dir)
+    train_source = "train"
+    if "train" not in data:
+        if "validation" not in data:
+            raise FileNotFoundError(f"{config.data_dir}: neither a train nor a validation split of WikiText-2")
+        lines = data["validation"]
+        cut = int(len(lines) * 0.9)
+        data["train"], data["validation"] = lines.select(range(cut)), lines.select(range(cut, len(lines)))
+        train_source = "first 90% of validation lines (no train split); dev: last 10%"
+    tokenizer = load_tokenizer(backbone)
+    blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
+    collator = mlm_collator(tokenizer)
+    set_seed(config.seed)
+    model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.extra)
+    model.fuse_labelled_positions_only = True  # the loss reads masked positions only
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(config, Path(config.output_dir)),
+        train_dataset=blocks["train"],
+        eval_dataset=fixed_masks(blocks["validation"], collator, config.seed),
+        data_collator=lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
+        callbacks=[freeze, best],
+    )
+    train_output, last_checkpoint = train_with_resume(trainer, best, config)
+    best.restore_best(model)
+    results = {
+        "config": asdict(config) | {"backbone": backbone},
+        "task": "mlm",
+        "seed": config.seed,
+        "train_source": train_source,
+        "num_train_blocks": len(blocks["train"]),
+        "best_dev_loss": best.best["loss"],
+        "best_dev_perplexity": math.exp(best.best["loss"]),
+        "best_epoch": best.best["epoch"],
+        "dev_curve": best.curve,
+    } | run_facts(model, train_output, last_checkpoint)
+    if "test" in blocks:
+        test_loss = trainer.evaluate(fixed_masks(blocks["test"], collator, config.seed + 1), metric_key_prefix="test")["test_loss"]
+        results.update(test_loss=test_loss, test_perplexity=math.exp(test_loss))
+    return finish_run(config, model, tokenizer, results, started)
+
+
+def run(config: RunConfig) -> dict:
+    """Dispatch on `config.task`: few-shot NER (`run_ner`) or masked LM (`run_mlm`)."""
+    config.validate()
+    return run_mlm(config) if config.task == "mlm" else run_ner(config)
 
 
 __all__ = [
@@ -330,6 +452,8 @@ __all__ = [
     "BestDevCallback",
     "FreezeBackboneCallback",
     "RunConfig",
+    "run",
+    "run_mlm",
     "run_ner",
     "trainable_parameter_names",
     "write_json_atomically",

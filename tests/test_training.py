@@ -13,7 +13,7 @@ from dwatt.cli import main
 from dwatt.data import load_conll2003, tokenize_and_align
 from dwatt.features import FeatureCollator, build_feature_cache
 from dwatt.metrics import NERMetrics, entity_scores
-from dwatt.training import FreezeBackboneCallback, RunConfig, run_ner, trainable_parameter_names
+from dwatt.training import FreezeBackboneCallback, RunConfig, run, run_ner, trainable_parameter_names
 
 from .conftest import tiny_config
 
@@ -186,3 +186,26 @@ def test_one_pass_entity_scores_equal_seqeval_classification_report():
             if entity in report:
                 assert ours[f"{entity}_f1"] == pytest.approx(report[entity]["f1-score"], abs=1e-12)
                 assert ours[f"{entity}_support"] == report[entity]["support"]
+
+
+def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone, tmp_path, capsys):
+    import math
+
+    words = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(9)) for i in range(60)]
+    wikitext = tmp_path / "wikitext"
+    wikitext.mkdir()
+    (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
+    (wikitext / "test.txt").write_text("\n".join(lines[:20]) + "\n")
+    out = tmp_path / "mlm"
+    assert main(["train", "--task", "mlm", "--backbone", str(tiny_backbone), "--data-dir", str(wikitext), "--epochs", "2",
+                 "--block-size", "8", "--output-dir", str(out), "--quiet", "--no-save", "--lr", "1e-3"]) == 0
+    assert "best dev perplexity" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["task"] == "mlm" and results["config"]["batch_size"] == 8
+    assert results["train_source"].startswith("first 90% of validation lines")
+    assert len(results["dev_curve"]) == 2 and results["best_dev_loss"] == min(p["loss"] for p in results["dev_curve"])
+    assert math.isclose(results["best_dev_perplexity"], math.exp(results["best_dev_loss"]))
+    assert math.isfinite(results["test_perplexity"]) and results["test_perplexity"] > 1
+    with pytest.raises(ValueError, match="--data-dir: the masked-LM task needs"):
+        run(RunConfig(task="mlm", backbone=str(tiny_backbone), output_dir=str(tmp_path / "x")))
