@@ -119,8 +119,10 @@ def _load_ner_folder(folder: Path, split_files: dict[str, str], labels: Sequence
     return DatasetDict(splits)
 
 
-def _is_local(source: str | Path | None) -> bool:
-    return source is None or isinstance(source, Path) or Path(str(source)).exists() or "/" in str(source).rstrip("/")
+def is_local_path(source: str | Path | None) -> bool:
+    """A folder on disk rather than a Hub id: `None` (the vendored default), a `Path`, an existing path, or a name
+    written as a path (`./x`, `/x`, `~/x`). Hub ids such as `conll2003` or `org/name` are not."""
+    return source is None or isinstance(source, Path) or Path(str(source)).exists() or str(source).startswith((".", "/", "~"))
 
 
 def load_conll2003(source: str | Path | None = None) -> DatasetDict:
@@ -129,7 +131,7 @@ def load_conll2003(source: str | Path | None = None) -> DatasetDict:
     `train.txt`, `valid.txt`, `test.txt` (default: the copy vendored in this package), or a Hub dataset name such
     as `"conll2003"` (needs network access).
     """
-    if _is_local(source):
+    if is_local_path(source):
         return _load_ner_folder(Path(source) if source else default_conll_dir(), CONLL_SPLIT_FILES, CONLL_LABELS)
     from datasets import load_dataset
 
@@ -141,7 +143,7 @@ def load_wikiann(language: str, source: str | Path | None = None) -> DatasetDict
     WikiAnn (Rahimi et al. 2019 splits) for one language: a folder holding `<language>/{train,dev,test}.txt`
     (`token tag` lines), or, without a folder, the Hub dataset `wikiann` (needs network access).
     """
-    if source is not None and _is_local(source):
+    if source is not None and is_local_path(source):
         return _load_ner_folder(Path(source) / language, WIKIANN_SPLIT_FILES, WIKIANN_LABELS)
     from datasets import load_dataset
 
@@ -154,7 +156,7 @@ def load_wikitext2(source: str | Path) -> DatasetDict:
     `{train,valid,test}.txt`, or a Hub name such as `"wikitext"` (config `wikitext-2-raw-v1`, online only).
     Splits missing from the folder are left out; an empty folder is an error.
     """
-    if not _is_local(source):
+    if not is_local_path(source):
         from datasets import load_dataset
 
         return load_dataset(str(source), "wikitext-2-raw-v1")
@@ -278,7 +280,8 @@ def tokenize_and_align(
     limit = max_length or min(tokenizer.model_max_length, 512)
     empty = [i for i, tokens in enumerate(dataset["tokens"]) if not tokens]
     if empty:
-        dataset = dataset.select([i for i in range(len(dataset)) if i not in set(empty)])
+        skip = set(empty)
+        dataset = dataset.select([i for i in range(len(dataset)) if i not in skip])
     totals = {"windowed_sentences": 0, "extra_windows": 0, "unknown_words": 0}
 
     def encode(batch: dict, indices: list[int]) -> dict:

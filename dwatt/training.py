@@ -29,6 +29,7 @@ from .data import (
     CONLL_LABELS,
     entity_types,
     group_texts_for_mlm,
+    is_local_path,
     load_conll2003,
     load_tokenizer,
     load_wikiann,
@@ -172,12 +173,8 @@ class RunConfig:
             raise ValueError("--batch-size and --lr must be > 0")
         if self.cache_dtype not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
-        if self.backbone is not None and not _looks_like_hub_id(self.backbone) and not Path(self.backbone).is_dir():
+        if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
             raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
-
-
-def _looks_like_hub_id(name: str) -> bool:
-    return not name.startswith((".", "/", "~")) and name.count("/") <= 1 and not Path(name).exists()
 
 
 def by_length(dataset):
