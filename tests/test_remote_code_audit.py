@@ -67,3 +67,10 @@ def test_security_note_states_the_true_line_counts():
     for name in REMOTE_CODE:
         lines = len((ROOT / name).read_text().splitlines())
         assert f"| `{name}` | {lines} |" in note, f"SECURITY.md: update the line count of {name} to {lines}"
+
+
+def test_readme_security_note_states_the_true_line_counts():
+    readme = (ROOT / "README.md").read_text()
+    for name in REMOTE_CODE:
+        lines = len((ROOT / name).read_text().splitlines())
+        assert f"`{name}` ({lines} lines)" in readme, f"README.md: update the line count of {name} to {lines}"
