@@ -14,6 +14,7 @@ from pathlib import Path
 
 from configuration_dwatt import FUSIONS
 
+from .features import MODEL_INPUTS
 from .training import RunConfig
 
 
@@ -93,7 +94,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise SystemExit(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
     tokens = tokenize_and_align(data[args.split], tokenizer)
     windows = list(zip(tokens["sentence"], tokens["window"]))
-    inputs = tokens.select_columns([c for c in ("input_ids", "attention_mask", "token_type_ids", "labels") if c in tokens.column_names])
+    inputs = tokens.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in tokens.column_names])
     collate = DataCollatorForTokenClassification(tokenizer)
     references, predictions = [], []
     with torch.no_grad():
@@ -117,7 +118,7 @@ def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32)
     limit = min(tokenizer.model_max_length, 512)
     rows, _ = encode_words(tokenizer, sentences, limit, stride)
     tags = [["O"] * len(words) for words in sentences]
-    columns = [c for c in ("input_ids", "attention_mask", "token_type_ids") if c in rows]
+    columns = [c for c in MODEL_INPUTS if c in rows]
     with torch.no_grad():
         for row in range(len(rows["input_ids"])):
             inputs = {c: torch.tensor([rows[c][row]]) for c in columns}

@@ -38,7 +38,7 @@ from .data import (
     tokenize_and_align,
 )
 from .defaults import default_backbone_path
-from .features import FeatureCollator, build_feature_cache
+from .features import MODEL_INPUTS, FeatureCollator, build_feature_cache
 from .metrics import NERMetrics
 from .sampling import few_shot_split
 
@@ -325,7 +325,7 @@ def run_ner(config: RunConfig) -> dict:
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
-        columns = ["input_ids", "attention_mask", "labels"] + (["token_type_ids"] if "token_type_ids" in train_tokens.column_names else [])
+        columns = [c for c in (*MODEL_INPUTS, "labels") if c in train_tokens.column_names]
         train_set, dev_set = train_tokens.select_columns(columns), dev_tokens.select_columns(columns)
         collator = DataCollatorForTokenClassification(tokenizer)
 
@@ -439,8 +439,7 @@ def run_mlm(config: RunConfig) -> dict:
 
 
 def run(config: RunConfig) -> dict:
-    """Dispatch on `config.task`: few-shot NER (`run_ner`) or masked LM (`run_mlm`)."""
-    config.validate()
+    """Dispatch on `config.task`: few-shot NER (`run_ner`) or masked LM (`run_mlm`); each validates `config`."""
     return run_mlm(config) if config.task == "mlm" else run_ner(config)
 
 
