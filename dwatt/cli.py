@@ -15,7 +15,7 @@ from pathlib import Path
 from configuration_dwatt import FUSIONS
 
 from .features import MODEL_INPUTS
-from .training import RunConfig
+from .training import SAMPLINGS, RunConfig
 
 
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,7 +27,8 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default=defaults.dataset, help="conll2003 or wikiann:<lang>")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (default CoNLL: vendored copy)")
     parser.add_argument("--n-shot", type=int, default=defaults.n_shot, help="N: N x C sentences are sampled (0: all)")
-    parser.add_argument("--sampling", default=defaults.sampling, choices=("uniform", "per_class"))
+    parser.add_argument("--sampling", default=defaults.sampling, choices=SAMPLINGS, help="sentences: exactly --n-shot")
+    parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
     parser.add_argument("--seed", type=int, default=defaults.seed, help="fixes both the sample and the initialisation")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 16 for ner, 8 for mlm")
@@ -169,19 +170,26 @@ def _sweep(args: argparse.Namespace) -> int:
     from .sweep import PRESETS, grid, run_sweep
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
-    for key in ("fusions", "modes", "n_shots", "epochs", "trials"):
+    for key in ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences"):
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
     if "fusions" not in settings:
         raise ValueError("sweep: give --preset or --fusions")
-    specs = grid(**settings, datasets=(args.dataset,), backbones=(args.backbone,), data_dir=args.data_dir)
-    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, cache_dtype=args.cache_dtype)
+    specs = grid(**settings, data_dir=args.data_dir)
+    overrides = dict(cache_dtype=args.cache_dtype)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, **overrides)
     print(f"{len(rows)} of {len(specs)} runs in {args.results}")
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .sweep import PRESETS
+
     parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="one few-shot NER run (offline default with no arguments)")
@@ -208,15 +216,18 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--create-pr", action="store_true")
     push.set_defaults(handler=_push)
     sweep = commands.add_parser("sweep", help="a grid of runs into one resumable results file")
-    sweep.add_argument("--preset", choices=("conll-fe", "conll-fe-vs-ft", "smoke"), default=None)
+    sweep.add_argument("--preset", choices=tuple(PRESETS), default=None)
     sweep.add_argument("--fusions", type=_csv(str), default=None, help="comma-separated, e.g. base,dwatt")
     sweep.add_argument("--modes", type=_csv(str), default=None, help="fe,ft")
     sweep.add_argument("--n-shots", type=_csv(int), default=None, dest="n_shots", help="e.g. 8,16,32,64,128")
     sweep.add_argument("--epochs", type=_csv(int), default=None, help="epoch budgets, e.g. 25,50,75,100")
     sweep.add_argument("--trials", type=int, default=None, help="seeds 0..trials-1 (default 5)")
-    sweep.add_argument("--dataset", default="conll2003")
-    sweep.add_argument("--backbone", default=None)
-    sweep.add_argument("--data-dir", default=None)
+    sweep.add_argument("--datasets", "--dataset", type=_csv(str), default=None, help="conll2003, wikiann:<lang>, wikitext2")
+    sweep.add_argument("--backbones", "--backbone", type=_csv(str), default=None, help="Hub ids or folders, comma-separated")
+    sweep.add_argument("--sampling", choices=SAMPLINGS, default=None, help="sentences: exactly --n-shots sentences")
+    sweep.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
+    sweep.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
+    sweep.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     sweep.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     sweep.add_argument("--results", default="runs/sweep/results.jsonl")
     sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")

@@ -9,14 +9,60 @@ like any other, and `FeatureCollator` pads a batch of it for the model's `backbo
 
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 import torch
 from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def dataset_fingerprint(dataset, columns: tuple[str, ...] = ("input_ids", "labels")) -> str:
+    """A digest of a tokenised dataset's contents (not of its history), equal for equal token ids and labels."""
+    digest = hashlib.blake2b(digest_size=16)
+    for column in columns:
+        if column in dataset.column_names:
+            rows = dataset[column]
+            digest.update(column.encode())
+            digest.update(np.asarray([len(row) for row in rows], dtype=np.int64).tobytes())
+            digest.update(np.fromiter((v for row in rows for v in row), dtype=np.int64).tobytes())
+    return digest.hexdigest()
+
+
+class FeatureMemo:
+    """
+    Feature caches kept for the life of a process, so the runs of a sweep that read the same frozen backbone on
+    the same sentences (every fusion of a trial, every epoch budget, every trial on the dev split) compute them
+    once. The key must name everything the features depend on (backbone and revision, layers, dtype, positions,
+    the dataset's contents); the least recently used caches go first when `max_bytes` would be exceeded.
+    """
+
+    def __init__(self, max_bytes: int = 4 << 30):
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[Hashable, FeatureCache] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: Hashable, build: Callable[[], "FeatureCache"]) -> "FeatureCache":
+        if key in self._entries:
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return self._entries[key]
+        self.misses += 1
+        cache = build()
+        self._entries[key] = cache
+        while len(self._entries) > 1 and sum(c.nbytes for c in self._entries.values()) > self.max_bytes:
+            self._entries.popitem(last=False)
+        return cache
+
+    def clear(self) -> None:
+        self._entries.clear()
 
 
 class FeatureCache(TorchDataset):

@@ -12,20 +12,30 @@ class SamplingError(ValueError):
     """A sample that the pool cannot provide."""
 
 
+def sample_sentences(pool_size: int, count: int, seed: int) -> list[int]:
+    """
+    `count` sentence indices drawn uniformly without replacement from a pool of `pool_size`, with a generator
+    seeded by `seed` (the same seed always gives the same sentences). Sorted ascending. A pool of exactly `count`
+    sentences is taken whole (WikiAnn's smallest languages have 100 training sentences).
+    """
+    if count < 1:
+        raise SamplingError(f"the number of sentences to sample must be >= 1, got {count}")
+    if count > pool_size:
+        raise SamplingError(f"cannot sample {count} sentences from a pool of {pool_size}")
+    rng = np.random.default_rng(seed)
+    return sorted(int(i) for i in rng.choice(pool_size, size=count, replace=False))
+
+
 def sample_uniform(pool_size: int, n_shot: int, num_classes: int, seed: int) -> list[int]:
-    """
-    The paper's protocol: N x C sentence indices drawn uniformly without replacement from a pool of `pool_size`,
-    with a generator seeded by `seed` (the same seed always gives the same sentences). Sorted ascending.
-    """
-    wanted = n_shot * num_classes
+    """The paper's CoNLL protocol: N x C sentences drawn by `sample_sentences`."""
     if n_shot < 1 or num_classes < 1:
         raise SamplingError(f"n_shot and num_classes must be >= 1, got n_shot={n_shot}, num_classes={num_classes}")
+    wanted = n_shot * num_classes
     if wanted > pool_size:
         raise SamplingError(
             f"cannot sample {n_shot} x {num_classes} = {wanted} sentences from a pool of {pool_size}"
         )
-    rng = np.random.default_rng(seed)
-    return sorted(int(i) for i in rng.choice(pool_size, size=wanted, replace=False))
+    return sample_sentences(pool_size, wanted, seed)
 
 
 def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str], seed: int) -> list[int]:
@@ -57,16 +67,18 @@ def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str]
 def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "uniform") -> tuple[Dataset, list[int]]:
     """
     A few-shot training set drawn from `train` (a dataset with IOB2 `ner_tags`): `strategy="uniform"` draws
-    N x C sentences (C = number of entity types), `"per_class"` at least N per type. Returns the subset and the
-    indices of the chosen sentences in `train`.
+    N x C sentences (C = number of entity types), `"per_class"` at least N per type, `"sentences"` exactly N
+    sentences (WikiAnn's protocol: 100 per language). Returns the subset and the indices of the chosen sentences.
     """
     names = train.features["ner_tags"].feature.names
     entities = entity_types(names)
-    if strategy == "uniform":
+    if strategy == "sentences":
+        indices = sample_sentences(len(train), n_shot, seed)
+    elif strategy == "uniform":
         indices = sample_uniform(len(train), n_shot, len(entities), seed)
     elif strategy == "per_class":
         tags = [[names[t] for t in sentence] for sentence in train["ner_tags"]]
         indices = sample_per_class(tags, n_shot, entities, seed)
     else:
-        raise SamplingError(f"unknown sampling strategy {strategy!r}; expected 'uniform' or 'per_class'")
+        raise SamplingError(f"unknown sampling strategy {strategy!r}; expected 'uniform', 'per_class' or 'sentences'")
     return train.select(indices), indices

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .training import RunConfig, run_ner
+from .training import RunConfig, run
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
@@ -29,30 +29,38 @@ TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_exampl
 @dataclass(frozen=True)
 class RunSpec:
     """One run of a grid. `trial` is the seed: it fixes both the few-shot sample and the initialisation, so all
-    fusions of a trial see the same sentences."""
+    fusions of a trial see the same sentences. `n_shot` is N (N x C sentences) with `sampling="uniform"`, the
+    number of sentences with `sampling="sentences"`, and unused by the masked-LM task."""
 
     fusion: str
     mode: str
-    n_shot: int
+    n_shot: int | None
     epochs: int
     trial: int
     dataset: str = "conll2003"
     backbone: str | None = None
     data_dir: str | None = None
+    task: str = "ner"
+    sampling: str = "uniform"
+    dev_sentences: int | None = None
 
     @property
     def run_id(self) -> str:
         backbone = Path(self.backbone).name if self.backbone else "default"
-        return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/n{self.n_shot}/e{self.epochs}/t{self.trial}"
+        size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
+        return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}"
 
     def run_config(self, output_root: str | Path, **overrides) -> RunConfig:
         return RunConfig(
             backbone=self.backbone,
+            task=self.task,
             fusion=self.fusion,
             mode=self.mode,
             dataset=self.dataset,
             data_dir=self.data_dir,
-            n_shot=self.n_shot,
+            n_shot=None if self.task == "mlm" else self.n_shot,
+            sampling=self.sampling,
+            dev_sentences=self.dev_sentences,
             epochs=self.epochs,
             seed=self.trial,
             output_dir=str(Path(output_root) / self.run_id),
@@ -65,16 +73,21 @@ class RunSpec:
 def grid(
     fusions: Iterable[str],
     modes: Iterable[str] = ("fe",),
-    n_shots: Iterable[int] = (8, 16, 32, 64, 128),
+    n_shots: Iterable[int | None] = (8, 16, 32, 64, 128),
     epochs: Iterable[int] = (25, 50, 75, 100),
     trials: int = 5,
     datasets: Iterable[str] = ("conll2003",),
     backbones: Iterable[str | None] = (None,),
     data_dir: str | None = None,
+    task: str = "ner",
+    sampling: str = "uniform",
+    dev_sentences: int | None = None,
 ) -> list[RunSpec]:
     """The cross product, ordered so that every trial's runs come together (one sample, all fusions)."""
+    if task == "mlm":
+        n_shots = (None,)
     return [
-        RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir)
+        RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences)
         for dataset, backbone, trial, n, e, mode, fusion in itertools.product(
             datasets, backbones, range(trials), n_shots, epochs, modes, fusions
         )
@@ -113,7 +126,7 @@ def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
     output_root: str | Path | None = None,
-    runner: Callable[[RunConfig], dict] = run_ner,
+    runner: Callable[[RunConfig], dict] = run,
     progress: bool = True,
     **run_overrides,
 ) -> list[dict]:
@@ -142,15 +155,41 @@ def comparable(row: dict) -> dict:
     return {key: value for key, value in row.items() if key not in TIMING_FIELDS}
 
 
+PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")
+# The 27 languages of the WikiAnn copy in shared/data (Rahimi et al. 2019 splits); reports group them into
+# resource tiers by the size of each language's training split, recorded with every run.
+WIKIANN_LANGUAGES = (
+    "af ar az bn de en es fr gu hi id jv kk mr ms my pa qu ru sw te tl tr ur vi yo zh".split()
+)
+
+# Each preset is a set of `grid` arguments; command-line options override them. Backbones are the paper's Hub
+# names (they need the network); offline, pass `--backbone` a local folder.
 PRESETS = {
-    # The paper's Figure 2/3 grid on CoNLL-03 in the FE setting.
-    "conll-fe": dict(fusions=("base", "base_plus_n", "concat", "dwatt", "scalar_mix")),
+    # Figures 2-4: the CoNLL-03 grid in the FE setting.
+    "conll-fe": dict(fusions=(*PAPER_FUSIONS, "scalar_mix"), backbones=("roberta-large",)),
     # Figure 6: FE against FT at the smallest and largest N.
     "conll-fe-vs-ft": dict(
-        fusions=("base", "base_plus_n", "concat", "dwatt"), modes=("fe", "ft"), n_shots=(8, 128), epochs=(50,)
+        fusions=PAPER_FUSIONS, modes=("fe", "ft"), n_shots=(8, 128), epochs=(50,), backbones=("roberta-large",)
     ),
-    # Minutes on a CPU: two fusions, one small sample, one short budget, one trial.
+    # Figure 7: the same fusions on a base- and a large-size backbone, 100 epochs.
+    "base-vs-large": dict(fusions=PAPER_FUSIONS, epochs=(100,), backbones=("roberta-base", "roberta-large")),
+    # Figure 5: WikiAnn English, 100 training sentences, 25 epochs.
+    "wikiann-en": dict(
+        fusions=PAPER_FUSIONS, datasets=("wikiann:en",), sampling="sentences", n_shots=(100,), epochs=(25,),
+        backbones=("xlm-roberta-large",),
+    ),
+    # Figures 8-9: every language, same protocol, grouped by resource tier in the report.
+    "wikiann-tiers": dict(
+        fusions=PAPER_FUSIONS, datasets=tuple(f"wikiann:{lang}" for lang in WIKIANN_LANGUAGES), sampling="sentences",
+        n_shots=(100,), epochs=(25,), backbones=("xlm-roberta-large",),
+    ),
+    # Table 3: WikiText-2 masked-LM perplexity, FT, batch 8, best validation checkpoint.
+    "wikitext-mlm": dict(
+        fusions=PAPER_FUSIONS, modes=("ft",), task="mlm", datasets=("wikitext2",), epochs=(3,), trials=1,
+        backbones=("roberta-large",),
+    ),
+    # Minutes on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one trial.
     "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1),
 }
 
-__all__ = ["PRESETS", "ResultsStore", "RunSpec", "comparable", "grid", "run_sweep"]
+__all__ = ["PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "comparable", "grid", "run_sweep"]

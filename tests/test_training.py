@@ -188,7 +188,7 @@ def test_one_pass_entity_scores_equal_seqeval_classification_report():
                 assert ours[f"{entity}_support"] == report[entity]["support"]
 
 
-def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone, tmp_path, capsys):
+def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone, tmp_path, capsys, monkeypatch):
     import math
 
     words = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
@@ -207,5 +207,13 @@ def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone
     assert len(results["dev_curve"]) == 2 and results["best_dev_loss"] == min(p["loss"] for p in results["dev_curve"])
     assert math.isclose(results["best_dev_perplexity"], math.exp(results["best_dev_loss"]))
     assert math.isfinite(results["test_perplexity"]) and results["test_perplexity"] > 1
-    with pytest.raises(ValueError, match="--data-dir: the masked-LM task needs"):
+    asked = []
+
+    def hub_dataset(name, config):  # without --data-dir the run asks the Hub for WikiText-2 (offline here)
+        asked.append((name, config))
+        raise ConnectionError("offline")
+
+    monkeypatch.setattr("datasets.load_dataset", hub_dataset)
+    with pytest.raises(ConnectionError):
         run(RunConfig(task="mlm", backbone=str(tiny_backbone), output_dir=str(tmp_path / "x")))
+    assert asked == [("wikitext", "wikitext-2-raw-v1")]
