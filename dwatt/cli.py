@@ -1,4 +1,4 @@
-"""`dwatt` command line: train, evaluate, predict, push and sweep.
+"""`dwatt` command line: train, evaluate, predict, push, sweep and report.
 
 `dwatt train` with no arguments runs the embedded offline default: DWAtt in the FE setting on 16 x 4 sentences of
 the vendored CoNLL-2003 copy with the MiniLM backbone from PyPI, 25 epochs, and prints the best dev F1.
@@ -187,6 +187,13 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(f"report: {write_report(args.results, args.output, args.title)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .sweep import PRESETS
 
@@ -233,6 +240,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(handler=_sweep)
+    report = commands.add_parser("report", help="tables (mean ± 95%% CI) and figures from results files")
+    report.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
+    report.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
+    report.add_argument("--title", default="Results")
+    report.set_defaults(handler=_report)
     return parser
 
 

@@ -63,6 +63,7 @@ class FeatureMemo:
 
     def clear(self) -> None:
         self._entries.clear()
+        self.hits = self.misses = 0
 
 
 class FeatureCache(TorchDataset):

@@ -1,51 +1,244 @@
-"""Tables from results files (`results.json` of `dwatt train`): numbers are read, never typed."""
+"""Tables and figures from results files: every number is read from a run, never typed.
+
+`dwatt report RESULTS... --output DIR` reads results stores (`results.jsonl` of `dwatt sweep`) and single-run
+`results.json` files, and writes into DIR: `report.md` (every table, each figure linked, and what could not be
+drawn for lack of runs), `tables/*.csv` and `figures/*.png|svg`. Scores are means over trials (seeds) with a 95%
+confidence interval from Student's t distribution; a setting with one trial has no interval.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
+import pandas as pd
 
-def load_results(paths: list[str | Path]) -> list[dict]:
-    results = []
-    for path in paths:
+# The paper's numbers that our README compares against (DWAtt, COLING 2024): Figure 2 at N=128 and 100 epochs,
+# RoBERTa-large, FE; Table 3, WikiText-2 test perplexity, FT.
+PAPER = {
+    "conll_n128_e100_dwatt_minus_base_plus_n": 5.28,
+    "conll_n128_e100_dwatt_minus_concat": 1.6,
+    "wikitext2_perplexity": {"base": 2.90, "dwatt": 2.91, "base_plus_n": 2.98, "concat": 3.44},
+}
+FUSION_NAMES = {"base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
+# Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
+# 1k and 100 sentences, a proxy for the size of the language's Wikipedia.
+TIERS = ((20_000, "high"), (5_000, "medium"), (1_000, "low"), (0, "very low"))
+SETTING = ["task", "dataset", "backbone", "mode", "fusion", "n_shot", "epochs"]
+
+
+def tier(train_pool_size: int) -> str:
+    return next(name for floor, name in TIERS if train_pool_size >= floor)
+
+
+def backbone_label(backbone: str | None) -> str:
+    """A short name for a backbone: the Hub id's or folder's last part (its parent's for a folder called `model`)."""
+    path = Path(str(backbone))
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+
+def load_rows(paths: list[str | Path]) -> list[dict]:
+    """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source."""
+    rows = []
+    for path in map(Path, paths):
         try:
-            results.append(json.loads(Path(path).read_text()) | {"_path": str(path)})
-        except (OSError, json.JSONDecodeError) as error:
-            raise ValueError(f"{path}: not a readable results file ({error})") from None
-    return results
+            text = path.read_text()
+        except OSError as error:
+            raise ValueError(f"{path}: not a readable results file ({error.strerror})") from None
+        lines = text.splitlines() if path.suffix == ".jsonl" else [text]
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                where = f"{path}:{number}" if path.suffix == ".jsonl" else str(path)
+                raise ValueError(f"{where}: not a JSON results row ({error.msg})") from None
+            if not isinstance(row, dict) or "config" not in row:
+                raise ValueError(f"{path}:{number}: a results row needs a 'config' (is this a dwatt results file?)")
+            rows.append(row | {"_path": str(path)})
+    return rows
 
 
-def runs_table(results: list[dict]) -> str:
-    """One Markdown row per run: fusion, mode, N, epochs, seed, best dev F1 (epoch), final F1, wall time."""
-    header = "| fusion | mode | N | sentences | epochs | seed | best dev F1 | best epoch | final dev F1 | trainable params | wall s |"
-    rows = [header, "|" + "|".join(["---"] * (header.count("|") - 1)) + "|"]
-    for r in sorted(results, key=lambda r: -r["best_dev_f1"]):
-        c = r["config"]
-        rows.append(
-            f"| {c['fusion']} | {c['mode'].upper()} | {c['n_shot']} | {r['num_train_sentences']} | {c['epochs']} | "
-            f"{r['seed']} | {100 * r['best_dev_f1']:.2f} | {r['best_epoch']:g} | {100 * r['final_dev_f1']:.2f} | "
-            f"{r['trainable_parameters']:,} | {r['wall_seconds']:.0f} |"
+
+def runs_frame(rows: list[dict]) -> pd.DataFrame:
+    """One line per run: the setting, the trial, and its scores (F1 x 100, perplexities)."""
+    records = []
+    for row in rows:
+        config = row["config"]
+        task = row.get("task", config.get("task", "ner"))
+        dataset = config.get("dataset", "conll2003") if task == "ner" else "wikitext2"
+        records.append(
+            {
+                "task": task,
+                "dataset": dataset,
+                "language": dataset.split(":", 1)[1] if dataset.startswith("wikiann:") else None,
+                "backbone": backbone_label(config["backbone"]),
+                "mode": config["mode"],
+                "fusion": config["fusion"],
+                "n_shot": config.get("n_shot") if task == "ner" else None,
+                "epochs": config["epochs"],
+                "trial": row.get("seed", config.get("seed")),
+                "f1": 100 * row["best_dev_f1"] if "best_dev_f1" in row else math.nan,
+                "final_f1": 100 * row["final_dev_f1"] if "final_dev_f1" in row else math.nan,
+                "best_epoch": row.get("best_epoch"),
+                "dev_perplexity": row.get("best_dev_perplexity", math.nan),
+                "test_perplexity": row.get("test_perplexity", math.nan),
+                "train_pool_size": row.get("train_pool_size"),
+                "num_dev_sentences": row.get("num_dev_sentences"),
+                "wall_seconds": row.get("wall_seconds", math.nan),
+                "dev_curve": row.get("dev_curve", []),
+                "layer_weights": row.get("dev_layer_weights"),
+            }
         )
-    return "\n".join(rows) + "\n"
+    frame = pd.DataFrame.from_records(records)
+    if not frame.empty:
+        frame["tier"] = [tier(size) if size is not None and not pd.isna(size) else None for size in frame["train_pool_size"]]
+    return frame
+
+
+def confidence_interval(values, level: float = 0.95) -> float:
+    """Half-width of the `level` confidence interval of the mean (Student's t); NaN for fewer than 2 values."""
+    from scipy import stats
+
+    values = [v for v in values if not pd.isna(v)]
+    if len(values) < 2:
+        return math.nan
+    return float(stats.t.ppf((1 + level) / 2, len(values) - 1) * stats.sem(values))
+
+
+def summarize(frame: pd.DataFrame, by: list[str], value: str) -> pd.DataFrame:
+    """Mean, 95% CI half-width and number of trials of `value` per group `by`."""
+    grouped = frame.dropna(subset=[value]).groupby(by, dropna=False)[value]
+    table = grouped.agg(mean="mean", trials="count").reset_index()
+    table["ci95"] = grouped.agg(confidence_interval).to_numpy()
+    return table
+
+
+def ner_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    ner = frame[frame.task == "ner"]
+    return summarize(ner, SETTING, "f1") if not ner.empty else pd.DataFrame()
+
+
+def mlm_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    mlm = frame[frame.task == "mlm"]
+    if mlm.empty:
+        return pd.DataFrame()
+    test, dev = summarize(mlm, SETTING, "test_perplexity"), summarize(mlm, SETTING, "dev_perplexity")
+    return test.merge(dev, on=SETTING, suffixes=("_test_ppl", "_dev_ppl"))
+
+
+def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """WikiAnn per resource tier: the mean of per-language means, its CI over languages, and the languages."""
+    wiki = frame[frame.language.notna() & (frame.task == "ner")]
+    if wiki.empty:
+        return pd.DataFrame()
+    per_language = wiki.groupby(["backbone", "mode", "fusion", "epochs", "tier", "language"], as_index=False)["f1"].mean()
+    table = summarize(per_language, ["backbone", "mode", "fusion", "epochs", "tier"], "f1").rename(columns={"trials": "languages"})
+    names = per_language.groupby(["backbone", "mode", "fusion", "epochs", "tier"])["language"].agg(lambda s: " ".join(sorted(s)))
+    return table.merge(names.reset_index(), on=["backbone", "mode", "fusion", "epochs", "tier"])
+
+
+def with_interval(mean: float, ci: float, digits: int = 2) -> str:
+    return f"{mean:.{digits}f}" if pd.isna(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def markdown(table: pd.DataFrame, columns: list[str] | None = None) -> str:
+    """A pipe table without depending on `tabulate`."""
+    table = table[columns] if columns else table
+    lines = ["| " + " | ".join(map(str, table.columns)) + " |", "|" + "---|" * len(table.columns)]
+    for row in table.itertuples(index=False):
+        lines.append("| " + " | ".join("" if pd.isna(v) else str(v) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def pivot_f1(summary: pd.DataFrame, index: str, columns: str = "fusion") -> pd.DataFrame:
+    """`mean ± ci` cells, one row per `index` value and one column per fusion."""
+    cells = summary.assign(cell=[with_interval(m, c) for m, c in zip(summary["mean"], summary["ci95"])])
+    table = cells.pivot(index=index, columns=columns, values="cell").reset_index()
+    table[index] = table[index].astype(str)
+    table.columns = [FUSION_NAMES.get(c, c) for c in table.columns]
+    return table
+
+
+def paper_comparison(frame: pd.DataFrame) -> str:
+    """Our numbers next to the paper's headline numbers, for the settings that have been run."""
+    lines = ["| claim | paper (RoBERTa-large) | ours | backbone, setting |", "|---|---|---|---|"]
+    ner = ner_summary(frame)
+    conll = ner[(ner.dataset == "conll2003") & (ner["mode"] == "fe")] if not ner.empty else ner
+    for backbone, runs in (conll.groupby("backbone") if not conll.empty else []):
+        n, epochs = runs.n_shot.max(), runs[runs.n_shot == runs.n_shot.max()].epochs.max()
+        at = runs[(runs.n_shot == n) & (runs.epochs == epochs)].set_index("fusion")["mean"]
+        for other, key in (("base_plus_n", "conll_n128_e100_dwatt_minus_base_plus_n"), ("concat", "conll_n128_e100_dwatt_minus_concat")):
+            if {"dwatt", other} <= set(at.index):
+                lines.append(
+                    f"| CoNLL-03 FE dev F1, DWAtt − {FUSION_NAMES[other]} at the largest N and budget | "
+                    f"+{PAPER[key]:.2f} (N=128, 100 epochs) | {at['dwatt'] - at[other]:+.2f} | {backbone}, N={n:g}, {epochs} epochs |"
+                )
+    mlm = mlm_summary(frame)
+    for row in mlm.itertuples(index=False):
+        paper = PAPER["wikitext2_perplexity"].get(row.fusion)
+        lines.append(
+            f"| WikiText-2 test perplexity, {FUSION_NAMES[row.fusion]} | {paper if paper else '—'} | "
+            f"{row.mean_test_ppl:.2f} | {row.backbone}, {row.mode.upper()}, {row.epochs} epochs |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(paths: list[str | Path], output: str | Path, title: str = "Results") -> Path:
+    """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain."""
+    from .figures import draw_all
+
+    output = Path(output)
+    (output / "tables").mkdir(parents=True, exist_ok=True)
+    rows = load_rows(paths)
+    frame = runs_frame(rows)
+    sources = ", ".join(sorted({str(Path(r["_path"])) for r in rows}))
+    parts = [f"# {title}\n", f"Generated by `dwatt report` from {sources} ({len(frame)} runs). F1: seqeval micro-F1 x 100 "
+             "on the dev split, best epoch of each run; mean ± 95% CI (Student's t) over trials.\n"]
+    ner, mlm, tiers = ner_summary(frame), mlm_summary(frame), tier_summary(frame)
+    for name, table in (("ner_summary", ner), ("mlm_summary", mlm), ("wikiann_tiers", tiers)):
+        if not table.empty:
+            table.to_csv(output / "tables" / f"{name}.csv", index=False)
+    if not ner.empty:
+        for (dataset, backbone, mode), runs in ner.groupby(["dataset", "backbone", "mode"]):
+            sentences = "sentences" if str(dataset).startswith("wikiann") else "N"
+            parts.append(f"## {dataset}, {backbone}, {mode.upper()}: dev F1\n")
+            runs = runs.sort_values(["n_shot", "epochs"])
+            settings = [f"{sentences}={n:g}, {e} epochs" for n, e in zip(runs.n_shot, runs.epochs)]
+            table = pivot_f1(runs.assign(setting=pd.Categorical(settings, categories=list(dict.fromkeys(settings)))), "setting")
+            trials = sorted({runs.trials.min(), runs.trials.max()})
+            parts.append(markdown(table) + f"\nTrials per cell: {'–'.join(map(str, trials))}.\n")
+    if not tiers.empty:
+        parts.append("## WikiAnn by resource tier (training-split size): dev F1\n")
+        order = [name for _, name in TIERS if name in set(tiers.tier)]
+        parts.append(markdown(pivot_f1(tiers.assign(tier=pd.Categorical(tiers.tier, categories=order)), "tier")))
+    if not mlm.empty:
+        parts.append("## WikiText-2 masked LM: perplexity (Table 3)\n")
+        table = mlm.assign(**{"test perplexity": mlm.mean_test_ppl.round(2), "dev perplexity": mlm.mean_dev_ppl.round(2)})
+        parts.append(markdown(table, ["backbone", "mode", "fusion", "epochs", "test perplexity", "dev perplexity"]))
+    parts.append("## Against the paper\n")
+    parts.append(paper_comparison(frame))
+    (output / "tables" / "paper_comparison.md").write_text(paper_comparison(frame))
+    drawn, skipped = draw_all(frame, output / "figures")
+    parts.append("## Figures\n")
+    parts += [f"![{name}](figures/{name}.png)\n" for name in drawn]
+    if skipped:
+        parts.append("Not drawn (no runs of that experiment in these results): " + ", ".join(skipped) + ".\n")
+    report = output / "report.md"
+    report.write_text("\n".join(parts))
+    return report
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dwatt.report", description="Markdown table of results.json files")
-    parser.add_argument("results", nargs="+")
-    parser.add_argument("--output", help="write here instead of printing")
-    parser.add_argument("--title", default="Runs")
+    parser = argparse.ArgumentParser(prog="dwatt report", description="tables and figures from results files")
+    parser.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
+    parser.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
+    parser.add_argument("--title", default="Results")
     args = parser.parse_args(argv)
-    results = load_results(args.results)
-    backbones = sorted({r["config"]["backbone"] for r in results})
-    text = f"# {args.title}\n\nGenerated by `python -m dwatt.report` from: {', '.join(Path(r['_path']).parent.name for r in results)}.\n"
-    text += f"Backbone: {', '.join(backbones)}. F1 is seqeval micro-F1 x 100 on the full validation split.\n\n"
-    text += runs_table(results)
-    if args.output:
-        Path(args.output).write_text(text)
-    else:
-        print(text, end="")
+    print(write_report(args.results, args.output, args.title))
     return 0
 
 

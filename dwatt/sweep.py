@@ -188,8 +188,9 @@ PRESETS = {
         fusions=PAPER_FUSIONS, modes=("ft",), task="mlm", datasets=("wikitext2",), epochs=(3,), trials=1,
         backbones=("roberta-large",),
     ),
-    # Minutes on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one trial.
-    "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1),
+    # A minute on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one
+    # trial, 200 dev sentences.
+    "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1, dev_sentences=200),
 }
 
 __all__ = ["PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "comparable", "grid", "run_sweep"]

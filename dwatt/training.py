@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import (
     DataCollatorForTokenClassification,
+    PrinterCallback,
     Trainer,
     TrainerCallback,
     TrainingArguments,
@@ -258,6 +259,8 @@ def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments
 
 def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig):
     """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`."""
+    if not config.progress:  # quiet runs (sweeps) print nothing per epoch; the curve is in results.json
+        trainer.remove_callback(PrinterCallback)
     last_checkpoint = None
     if config.resume and Path(trainer.args.output_dir).is_dir():
         last_checkpoint = get_last_checkpoint(trainer.args.output_dir)

@@ -15,7 +15,7 @@ import torch
 from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.data import CONLL_LABELS, DataFormatError, load_conll2003, load_wikiann, load_wikitext2, read_conll
-from dwatt.report import load_results
+from dwatt.report import load_rows
 from dwatt.sampling import SamplingError, few_shot_split
 from dwatt.sweep import ResultsStore
 from dwatt.training import RunConfig, run_ner
@@ -120,7 +120,7 @@ CASES = [
     # results
     ("results: output dir under a file", lambda e: run_ner(RunConfig(backbone=str(e.backbone), data_dir=str(e.conll), output_dir=str(e.file("plain", "x") / "run"))), PermissionError, r"--output-dir: .*plain/run is not writable"),
     ("results: corrupted sweep store", lambda e: ResultsStore(e.file("r.jsonl", '{"run_id": "a"}\n{oops\n')).rows(), ValueError, r"r\.jsonl:2: not a JSON row"),
-    ("results: unreadable results file", lambda e: load_results([e.file("results.json", "{")]), ValueError, r"results\.json: not a readable results file"),
+    ("results: unreadable results file", lambda e: load_rows([e.file("results.json", "{")]), ValueError, r"results\.json: not a JSON results row"),
 ]
 
 CLI_MESSAGES = {

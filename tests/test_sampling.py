@@ -53,3 +53,13 @@ def test_per_class_sampling_covers_every_type():
     assert few_shot_split(train, 3, 1, strategy="per_class")[1] == indices
     with pytest.raises(SamplingError, match="only 0 sentences mention MISC"):
         sample_per_class([["B-PER"]] * 5, 1, ["PER", "MISC"], seed=0)
+
+
+def test_sentences_strategy_draws_exactly_that_many_and_takes_a_small_pool_whole():
+    train = pool(300)
+    subset, ids = few_shot_split(train, 100, seed=1, strategy="sentences")
+    assert len(subset) == 100 == len(set(ids)) and ids == sorted(ids)
+    assert few_shot_split(train, 100, seed=1, strategy="sentences")[1] == ids
+    assert few_shot_split(pool(100), 100, seed=5, strategy="sentences")[1] == list(range(100))
+    with pytest.raises(SamplingError, match="cannot sample 101 sentences from a pool of 100"):
+        few_shot_split(pool(100), 101, seed=0, strategy="sentences")

@@ -10,7 +10,7 @@ from transformers import BertTokenizerFast, DataCollatorForTokenClassification, 
 
 from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.data import load_conll2003, tokenize_and_align
+from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer, tokenize_and_align
 from dwatt.features import FeatureCollator, build_feature_cache
 from dwatt.metrics import NERMetrics, entity_scores
 from dwatt.training import FreezeBackboneCallback, RunConfig, run, run_ner, trainable_parameter_names
@@ -217,3 +217,50 @@ def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone
     with pytest.raises(ConnectionError):
         run(RunConfig(task="mlm", backbone=str(tiny_backbone), output_dir=str(tmp_path / "x")))
     assert asked == [("wikitext", "wikitext-2-raw-v1")]
+
+
+def test_layer_weights_per_entity_type_are_distributions_over_the_fused_layers(tiny_backbone, tiny_conll, tmp_path):
+    from dwatt.layer_weights import layer_weights_by_type
+
+    results = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "run", save_model=False))
+    weights = results["dev_layer_weights"]
+    assert weights["layers"] == [1, 2, 3] and set(weights["by_type"]) == {"O", "PER", "ORG", "LOC", "MISC"} & set(weights["by_type"])
+    for row in weights["by_type"].values():
+        assert len(row) == 3 and sum(row) == pytest.approx(1, abs=1e-5)
+    data = load_conll2003(tiny_conll)
+    tokenizer = load_tokenizer(tiny_backbone)
+    dev = tokenize_and_align(data["validation"], tokenizer)
+    gold = [CONLL_LABELS[label] for row in dev["labels"] for label in row if label != -100]
+    expected = {t: sum(g == t or g[2:] == t for g in gold) for t in weights["positions"]}
+    assert weights["positions"] == expected and sum(expected.values()) == len(gold)
+    base = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=9)
+    with pytest.raises(ValueError, match="fusion 'base' has no layer weights"):
+        layer_weights_by_type(base, dev.select_columns(["input_ids", "attention_mask", "labels"]),
+                              DataCollatorForTokenClassification(tokenizer), list(CONLL_LABELS))
+    assert "dev_layer_weights" not in run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="base", save_model=False))
+
+
+def test_runs_of_one_process_share_backbone_features_and_agree_with_fresh_ones(tiny_backbone, tiny_conll, tmp_path):
+    from dwatt.training import FEATURE_MEMO
+
+    FEATURE_MEMO.clear()
+    first = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "a", save_model=False, fusion="concat"))
+    misses = FEATURE_MEMO.misses
+    second = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "b", save_model=False, fusion="dwatt"))
+    assert FEATURE_MEMO.misses == misses and FEATURE_MEMO.hits >= 2  # same layers, sample and dev: no new features
+    FEATURE_MEMO.clear()
+    fresh = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "c", save_model=False, fusion="dwatt"))
+    assert fresh["dev_curve"] == second["dev_curve"] and first["dev_curve"] != second["dev_curve"]
+    run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "d", save_model=False, fusion="dwatt", seed=1))
+    assert FEATURE_MEMO.misses == 3  # another trial draws another sample: its training features are new
+
+
+def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path):
+    runs = [run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / str(seed), save_model=False, seed=seed,
+                               dev_sentences=3)) for seed in (0, 1)]
+    assert [r["num_dev_sentences"] for r in runs] == [3, 3]
+    supports = [{k: v for k, v in r["best_dev_scores"].items() if k.endswith("_support")} for r in runs]
+    assert supports[0] == supports[1]  # every trial is scored on the same sentences
+    assert len(load_conll2003(tiny_conll)["validation"]) > 3
+    with pytest.raises(ValueError, match="--dev-sentences must be > 0"):
+        run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "x", dev_sentences=0))

@@ -7,4 +7,4 @@ for fusion in base base_plus_n concat dwatt scalar_mix; do
   dwatt train --fusion "$fusion" --mode fe --n-shot 16 --epochs 25 --seed 0 --no-save --quiet \
     --output-dir "$here/$fusion"
 done
-python -m dwatt.report "$here"/*/results.json --output "$here/README.md" --title "FE fusions at N=16 (MiniLM, CoNLL-2003 dev)"
+dwatt report "$here"/*/results.json --output "$here" --title "FE fusions at N=16 (MiniLM, CoNLL-2003 dev)"

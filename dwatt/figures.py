@@ -1,0 +1,254 @@
+"""The paper's figures (and one it lacks) drawn with matplotlib from a runs frame (`dwatt.report.runs_frame`).
+
+Each `figure_*` function draws one figure when the runs it needs are present and returns the figure, or `None`;
+`draw_all` saves each as PNG and SVG. Error bars are 95% confidence intervals over trials.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .report import FUSION_NAMES, TIERS, summarize  # noqa: E402
+
+COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
+TIER_ORDER = [name for _, name in TIERS]
+
+
+def _fusions(frame: pd.DataFrame) -> list[str]:
+    return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
+
+
+def _conll_fe(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")]
+
+
+def _lines_vs_n(axis, runs: pd.DataFrame, title: str) -> None:
+    summary = summarize(runs, ["fusion", "n_shot"], "f1")
+    for fusion in _fusions(summary):
+        points = summary[summary.fusion == fusion].sort_values("n_shot")
+        axis.errorbar(points.n_shot, points["mean"], yerr=points.ci95.fillna(0), label=FUSION_NAMES.get(fusion, fusion),
+                      color=COLORS.get(fusion), marker="o", capsize=3)
+    axis.set_xscale("log", base=2)
+    axis.set_xticks(sorted(summary.n_shot.unique()), [f"{n:g}" for n in sorted(summary.n_shot.unique())])
+    axis.set(title=title, xlabel="N (N x C training sentences)", ylabel="dev F1")
+    axis.grid(alpha=0.3)
+
+
+def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str) -> None:
+    fusions = _fusions(summary)
+    width = 0.8 / len(fusions)
+    for k, fusion in enumerate(fusions):
+        rows = summary[summary.fusion == fusion].set_index(group_column).reindex(groups)
+        axis.bar(np.arange(len(groups)) + (k - (len(fusions) - 1) / 2) * width, rows["mean"], width,
+                 yerr=rows.ci95.fillna(0), capsize=2, color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
+    axis.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
+    axis.grid(axis="y", alpha=0.3)
+
+
+def figure_f1_vs_n(frame: pd.DataFrame):
+    """Figure 2: dev F1 against N at the largest epoch budget, one panel per backbone."""
+    runs = _conll_fe(frame)
+    if runs.empty:
+        return None
+    backbones = sorted(runs.backbone.unique())
+    figure, axes = plt.subplots(1, len(backbones), figsize=(5.5 * len(backbones), 4), squeeze=False)
+    for axis, backbone in zip(axes[0], backbones):
+        own = runs[runs.backbone == backbone]
+        budget = own.epochs.max()
+        _lines_vs_n(axis, own[own.epochs == budget], f"CoNLL-03 FE, {backbone}, {budget} epochs")
+    axes[0][0].legend()
+    return figure
+
+
+def figure_budgets(frame: pd.DataFrame):
+    """Figure 3: dev F1 against N for every epoch budget (one panel each), for the backbone with most runs."""
+    runs = _conll_fe(frame)
+    if runs.empty or runs.epochs.nunique() < 2:
+        return None
+    runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
+    budgets = sorted(runs.epochs.unique())
+    figure, axes = plt.subplots(1, len(budgets), figsize=(4.5 * len(budgets), 4), sharey=True, squeeze=False)
+    for axis, budget in zip(axes[0], budgets):
+        _lines_vs_n(axis, runs[runs.epochs == budget], f"{budget} epochs")
+    axes[0][0].legend()
+    figure.suptitle(f"CoNLL-03 FE, {runs.backbone.iloc[0]}: epoch budgets")
+    return figure
+
+
+def figure_dev_curves(frame: pd.DataFrame):
+    """Figure 4: dev F1 after every epoch against optimizer steps, mean over trials, one panel per N."""
+    runs = _conll_fe(frame)
+    if runs.empty:
+        return None
+    runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
+    runs = runs[runs.epochs == runs.epochs.max()]
+    points = pd.DataFrame(
+        [{"fusion": r.fusion, "n_shot": r.n_shot, "step": p["step"], "f1": 100 * p["f1"]} for r in runs.itertuples() for p in r.dev_curve]
+    )
+    if points.empty:
+        return None
+    shots = sorted(points.n_shot.unique())
+    figure, axes = plt.subplots(1, len(shots), figsize=(4 * len(shots), 3.6), sharey=True, squeeze=False)
+    for axis, n in zip(axes[0], shots):
+        curves = points[points.n_shot == n].groupby(["fusion", "step"], as_index=False).f1.mean()
+        for fusion in _fusions(curves):
+            curve = curves[curves.fusion == fusion]
+            axis.plot(curve.step, curve.f1, color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
+        axis.set(title=f"N={n:g}", xlabel="optimizer step")
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("dev F1")
+    axes[0][0].legend()
+    figure.suptitle(f"CoNLL-03 FE, {runs.backbone.iloc[0]}, {runs.epochs.max()} epochs: dev F1 during training")
+    return figure
+
+
+def _wikiann(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[(frame.task == "ner") & frame.language.notna()]
+
+
+def figure_wikiann_english(frame: pd.DataFrame):
+    """Figure 5: WikiAnn English, 100 training sentences: dev F1 per fusion."""
+    runs = _wikiann(frame)
+    runs = runs[runs.language == "en"]
+    if runs.empty:
+        return None
+    summary = summarize(runs, ["fusion"], "f1")
+    figure, axis = plt.subplots(figsize=(5, 3.6))
+    _bars(axis, summary.assign(group="en"), ["en"], "group")
+    axis.set(title=f"WikiAnn en, {runs.backbone.iloc[0]}, {runs.epochs.max()} epochs ({summary.trials.max()} trials)", ylabel="dev F1")
+    axis.legend()
+    return figure
+
+
+def figure_fe_vs_ft(frame: pd.DataFrame):
+    """Figure 6: FE against FT, one panel per N."""
+    runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003")]
+    if runs.empty or runs["mode"].nunique() < 2:
+        return None
+    both = runs.groupby(["n_shot", "epochs"])["mode"].transform("nunique") == 2
+    runs = runs[both]
+    shots = sorted(runs.n_shot.unique())
+    figure, axes = plt.subplots(1, len(shots), figsize=(5 * len(shots), 3.8), squeeze=False)
+    for axis, n in zip(axes[0], shots):
+        summary = summarize(runs[runs.n_shot == n], ["fusion", "mode"], "f1")
+        _bars(axis, summary, ["fe", "ft"], "mode")
+        axis.set(title=f"N={n:g}, {runs.epochs.max()} epochs", ylabel="dev F1")
+    axes[0][0].legend()
+    return figure
+
+
+def figure_base_vs_large(frame: pd.DataFrame):
+    """Figure 7: the same fusions on backbones of different size, dev F1 against N, one panel per fusion."""
+    runs = _conll_fe(frame)
+    if runs.empty or runs.backbone.nunique() < 2:
+        return None
+    runs = runs[runs.epochs == runs.epochs.max()]
+    fusions = _fusions(runs)
+    figure, axes = plt.subplots(1, len(fusions), figsize=(4 * len(fusions), 3.6), sharey=True, squeeze=False)
+    for axis, fusion in zip(axes[0], fusions):
+        summary = summarize(runs[runs.fusion == fusion], ["backbone", "n_shot"], "f1")
+        for style, backbone in zip(("-", "--", ":"), sorted(summary.backbone.unique())):
+            points = summary[summary.backbone == backbone].sort_values("n_shot")
+            axis.errorbar(points.n_shot, points["mean"], yerr=points.ci95.fillna(0), linestyle=style, marker="o",
+                          color=COLORS.get(fusion), capsize=3, label=backbone)
+        axis.set_xscale("log", base=2)
+        axis.set(title=FUSION_NAMES.get(fusion, fusion), xlabel="N")
+        axis.legend(fontsize=7)
+    axes[0][0].set_ylabel("dev F1")
+    return figure
+
+
+def figure_wikiann_languages(frame: pd.DataFrame):
+    """Figure 8: WikiAnn dev F1 per language, languages ordered by resource tier."""
+    runs = _wikiann(frame)
+    if runs.language.nunique() < 2:
+        return None
+    order = runs.drop_duplicates("language").assign(rank=lambda t: t.tier.map(TIER_ORDER.index)).sort_values(["rank", "language"])
+    languages = list(order.language)
+    summary = summarize(runs, ["fusion", "language"], "f1")
+    figure, axis = plt.subplots(figsize=(max(8, 0.55 * len(languages) * len(_fusions(summary)) / 2), 4))
+    _bars(axis, summary, languages, "language")
+    axis.set_xticks(np.arange(len(languages)), [f"{lang}\n{t}" for lang, t in zip(order.language, order.tier)], fontsize=7)
+    axis.set(title=f"WikiAnn, {runs.backbone.iloc[0]}, 100 training sentences, {runs.epochs.max()} epochs", ylabel="dev F1")
+    axis.legend(ncol=len(_fusions(summary)), fontsize=8)
+    return figure
+
+
+def figure_wikiann_tiers(frame: pd.DataFrame):
+    """Figure 9: WikiAnn dev F1 per resource tier: mean of language means, CI over languages."""
+    from .report import tier_summary
+
+    tiers = tier_summary(frame)
+    if tiers.empty or tiers.tier.nunique() < 2:
+        return None
+    present = [t for t in TIER_ORDER if t in set(tiers.tier)]
+    figure, axis = plt.subplots(figsize=(7, 3.8))
+    _bars(axis, tiers, present, "tier")
+    counts = tiers.groupby("tier").languages.max()
+    axis.set_xticks(np.arange(len(present)), [f"{t}\n({counts[t]} languages)" for t in present])
+    axis.set(title="WikiAnn by resource tier (size of the training split)", ylabel="dev F1")
+    axis.legend(fontsize=8)
+    return figure
+
+
+def figure_layer_weights(frame: pd.DataFrame):
+    """New: DWAtt's mean attention over layers per gold entity type, at the largest N and budget of a dataset."""
+    runs = frame[(frame.fusion == "dwatt") & frame.layer_weights.notna()]
+    if runs.empty:
+        return None
+    datasets = list(dict.fromkeys(["conll2003", "wikiann:en", *runs.dataset]))
+    datasets = [d for d in datasets if d in set(runs.dataset)][:2]
+    figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.4), squeeze=False)
+    for axis, dataset in zip(axes[0], datasets):
+        own = runs[runs.dataset == dataset]
+        own = own[own.backbone == own.backbone.value_counts().index[0]]
+        own = own[(own.n_shot == own.n_shot.max()) & (own.epochs == own.epochs.max())]
+        types = sorted(own.layer_weights.iloc[0]["by_type"], key=lambda t: (t == "O", t))
+        weights = np.array([[np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
+                             for k in range(len(own.layer_weights.iloc[0]["layers"]))] for t in types])
+        image = axis.imshow(weights, aspect="auto", cmap="viridis")
+        axis.set_yticks(range(len(types)), types)
+        layers = own.layer_weights.iloc[0]["layers"]
+        axis.set_xticks(range(len(layers)), [str(k) for k in layers])
+        axis.set(xlabel="layer", title=f"{dataset}, {own.backbone.iloc[0]}, N={own.n_shot.max():g}, {len(own)} runs")
+        figure.colorbar(image, ax=axis, label="mean weight")
+    figure.suptitle("DWAtt layer weights per gold entity type (dev tokens)")
+    return figure
+
+
+FIGURES = {
+    "fig2_f1_vs_n": figure_f1_vs_n,
+    "fig3_epoch_budgets": figure_budgets,
+    "fig4_dev_curves": figure_dev_curves,
+    "fig5_wikiann_en": figure_wikiann_english,
+    "fig6_fe_vs_ft": figure_fe_vs_ft,
+    "fig7_base_vs_large": figure_base_vs_large,
+    "fig8_wikiann_languages": figure_wikiann_languages,
+    "fig9_wikiann_tiers": figure_wikiann_tiers,
+    "layer_weights": figure_layer_weights,
+}
+
+
+def draw_all(frame: pd.DataFrame, folder: str | Path) -> tuple[list[str], list[str]]:
+    """Save every figure the runs allow as PNG and SVG into `folder`; return the names drawn and those skipped."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn, skipped = [], []
+    for name, draw in FIGURES.items():
+        figure = draw(frame) if not frame.empty else None
+        if figure is None:
+            skipped.append(name)
+            continue
+        figure.tight_layout()
+        for suffix in ("png", "svg"):
+            figure.savefig(folder / f"{name}.{suffix}", dpi=120, metadata={"Date": None} if suffix == "svg" else None)
+        plt.close(figure)
+        drawn.append(name)
+    return drawn, skipped

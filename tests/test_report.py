@@ -1,0 +1,99 @@
+"""Reports: mean ± t-interval tables, resource tiers, the paper comparison, and every figure from results rows."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from dwatt.figures import FIGURES
+from dwatt.report import confidence_interval, load_rows, runs_frame, tier, write_report
+
+T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of freedom (from tables)
+
+
+def ner_row(fusion, n, epochs, trial, f1, dataset="conll2003", mode="fe", backbone="/m/small", pool=14041):
+    layers = [1, 2, 3]
+    weights = {"layers": layers, "by_type": {"PER": [0.2, 0.3, 0.5], "O": [0.6, 0.3, 0.1]}, "positions": {"PER": 3, "O": 9}}
+    return {
+        "task": "ner",
+        "config": {"backbone": backbone, "fusion": fusion, "mode": mode, "dataset": dataset, "n_shot": n, "epochs": epochs},
+        "seed": trial,
+        "best_dev_f1": f1,
+        "final_dev_f1": f1,
+        "best_epoch": epochs,
+        "train_pool_size": pool,
+        "dev_curve": [{"epoch": e, "step": 2 * e, "f1": f1 * e / epochs} for e in range(1, epochs + 1)],
+        **({"dev_layer_weights": weights} if fusion == "dwatt" else {}),
+    }
+
+
+def mlm_row(fusion, ppl):
+    return {"task": "mlm", "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
+            "seed": 0, "best_dev_perplexity": ppl + 1, "test_perplexity": ppl}
+
+
+def every_experiment() -> list[dict]:
+    rows = []
+    for trial in range(3):
+        for fusion, gain in (("base", 0.0), ("base_plus_n", 0.1), ("concat", 0.2), ("dwatt", 0.3)):
+            for n in (8, 128):
+                for epochs in (2, 4):
+                    rows.append(ner_row(fusion, n, epochs, trial, 0.1 + gain + 0.01 * trial + n / 1000))
+                rows.append(ner_row(fusion, n, 4, trial, 0.5 + gain, mode="ft"))
+                rows.append(ner_row(fusion, n, 4, trial, 0.2 + gain, backbone="/m/large"))
+            for language, pool in (("en", 20000), ("af", 5000), ("sw", 1000), ("yo", 100)):
+                rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
+    return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
+
+
+def test_interval_is_the_student_t_half_width():
+    assert confidence_interval([0.1, 0.2, 0.3]) == pytest.approx(T_975_2_DOF * 0.1 / math.sqrt(3))
+    assert math.isnan(confidence_interval([0.4])) and math.isnan(confidence_interval([]))
+
+
+def test_tiers_follow_the_training_split_size():
+    assert [tier(n) for n in (20000, 10000, 5000, 1000, 100)] == ["high", "medium", "medium", "low", "very low"]
+
+
+def test_report_writes_every_table_and_figure(tmp_path):
+    store = tmp_path / "results.jsonl"
+    store.write_text("\n".join(json.dumps(r) for r in every_experiment()) + "\n")
+    report = write_report([store], tmp_path / "out", title="All")
+    text = report.read_text()
+    for name in FIGURES:
+        assert (tmp_path / "out" / "figures" / f"{name}.png").stat().st_size > 1000, name
+        assert (tmp_path / "out" / "figures" / f"{name}.svg").is_file() and f"figures/{name}.png" in text
+    assert "Not drawn" not in text
+    summary = pd.read_csv(tmp_path / "out" / "tables" / "ner_summary.csv")
+    cell = summary[(summary.dataset == "conll2003") & (summary.backbone == "small") & (summary["mode"] == "fe")
+                   & (summary.fusion == "dwatt") & (summary.n_shot == 128) & (summary.epochs == 4)].iloc[0]
+    assert cell["mean"] == pytest.approx(100 * (0.4 + 0.01 + 0.128)) and cell.trials == 3
+    assert cell.ci95 == pytest.approx(T_975_2_DOF * 1.0 / math.sqrt(3))  # trials 1 point apart: sd 1
+    assert "| N=8, 2 epochs |" in text and text.index("N=8, 2 epochs") < text.index("N=128, 2 epochs")
+    tiers = pd.read_csv(tmp_path / "out" / "tables" / "wikiann_tiers.csv")
+    assert set(tiers.tier) == {"high", "medium", "low", "very low"} and set(tiers.languages) == {1}
+    comparison = (tmp_path / "out" / "tables" / "paper_comparison.md").read_text()
+    assert "| +5.28 (N=128, 100 epochs) | +20.00 | small, N=128, 4 epochs |" in comparison  # dwatt 0.3 vs base+n 0.1
+    assert "| WikiText-2 test perplexity, DWAtt | 2.91 | 2.50 |" in comparison
+    mlm = pd.read_csv(tmp_path / "out" / "tables" / "mlm_summary.csv")
+    assert mlm.set_index("fusion").mean_test_ppl.to_dict() == {"base": 3.0, "base_plus_n": 3.5, "concat": 4.0, "dwatt": 2.5}
+
+
+def test_report_says_what_it_could_not_draw(tmp_path):
+    store = tmp_path / "results.jsonl"
+    store.write_text(json.dumps(mlm_row("dwatt", 2.0)) + "\n")
+    text = write_report([store], tmp_path / "out").read_text()
+    assert "Not drawn (no runs of that experiment in these results): fig2_f1_vs_n" in text
+    assert "| small | ft | dwatt | 1 | 2.0 | 3.0 |" in text
+
+
+def test_bad_results_rows_are_named_by_file_and_line(tmp_path):
+    store = tmp_path / "results.jsonl"
+    store.write_text(json.dumps(mlm_row("dwatt", 2.0)) + "\n{broken\n")
+    with pytest.raises(ValueError, match=r"results\.jsonl:2: not a JSON results row"):
+        load_rows([store])
+    store.write_text('{"run_id": "x"}\n')
+    with pytest.raises(ValueError, match=r"results\.jsonl:1: a results row needs a 'config'"):
+        load_rows([store])
+    assert runs_frame([]).empty
