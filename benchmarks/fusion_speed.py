@@ -1,0 +1,185 @@
+"""Inference latency, throughput and peak memory of each fusion against the plain backbone, and the training step
+time of FE against FT, measured side by side in one process.
+
+Random weights in RoBERTa-large's shape (no RoBERTa weights exist offline; speed does not depend on the values).
+Every fusion model and the plain backbone (`AutoModel`, last layer only, no hidden states kept) are timed in
+interleaved rounds, so drift of the machine hits them alike; each latency is the median over rounds. The target of
+issue 6: DWAtt within 1.10x of the plain backbone at bf16, batch 32 x 128 tokens, on an H100.
+
+    python benchmarks/fusion_speed.py                      # CUDA, RoBERTa-large shape, bf16, batch 32 x 128
+    python benchmarks/fusion_speed.py --device cpu --shape tiny --dtype float32 --output /tmp/x   # a quick check
+
+Writes `results/fusion_speed_<device>.json` and `.md` next to this file (or into --output).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import AutoModel, RobertaConfig
+
+from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
+from dwatt.defaults import ROBERTA_LARGE_SHAPE
+
+HERE = Path(__file__).resolve().parent
+FUSIONS = ("base", "base_plus_n", "concat", "dwatt", "scalar_mix")
+TINY_SHAPE = dict(ROBERTA_LARGE_SHAPE, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)
+
+
+def timer(device: torch.device):
+    """Seconds taken by a callable, synchronising the GPU around it."""
+
+    def measure(step) -> float:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        step()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - start
+
+    return measure
+
+
+def peak_memory(device: torch.device, step) -> int | None:
+    if device.type != "cuda":
+        return None
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    step()
+    torch.cuda.synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
+def build_models(encoder: RobertaConfig, device, dtype) -> dict[str, torch.nn.Module]:
+    torch.manual_seed(0)
+    models = {"backbone": AutoModel.from_config(encoder, add_pooling_layer=False)}
+    for fusion in FUSIONS:
+        models[fusion] = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion=fusion, num_labels=9))
+    return {name: model.to(device, dtype).eval() for name, model in models.items()}
+
+
+def inference(models, batch, device, rounds: int, warmup: int) -> list[dict]:
+    measure = timer(device)
+    steps = {name: (lambda m=model: m(**batch)) for name, model in models.items()}
+    times = {name: [] for name in steps}
+    with torch.inference_mode():
+        for _ in range(warmup):
+            for step in steps.values():
+                step()
+        for _ in range(rounds):
+            for name, step in steps.items():
+                times[name].append(measure(step))
+        memory = {name: peak_memory(device, step) for name, step in steps.items()}
+    tokens = batch["input_ids"].numel()
+    plain = statistics.median(times["backbone"])
+    return [
+        {
+            "model": name,
+            "latency_ms": 1000 * statistics.median(values),
+            "latency_vs_backbone": statistics.median(values) / plain,
+            "tokens_per_second": tokens / statistics.median(values),
+            "peak_memory_mib": None if memory[name] is None else memory[name] / 2**20,
+        }
+        for name, values in times.items()
+    ]
+
+
+def training_steps(encoder, batch, device, dtype, rounds: int, warmup: int) -> list[dict]:
+    """One AdamW step (forward, backward, update) of DWAtt in FE (frozen backbone) and FT, batch 16."""
+    measure = timer(device)
+    labels = torch.randint(0, 9, batch["input_ids"].shape, device=device)
+    rows = []
+    for mode in ("fe", "ft"):
+        torch.manual_seed(0)
+        model = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion="dwatt", num_labels=9))
+        model = model.to(device, dtype).train()
+        model.freeze_backbone(mode == "fe")
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-5)
+
+        def step():
+            optimizer.zero_grad(set_to_none=True)
+            model(**batch, labels=labels).loss.backward()
+            optimizer.step()
+
+        for _ in range(warmup):
+            step()
+        times = [measure(step) for _ in range(rounds)]
+        memory = peak_memory(device, step)
+        rows.append({"mode": mode, "step_ms": 1000 * statistics.median(times), "peak_memory_mib": None if memory is None else memory / 2**20})
+        del model, optimizer
+    rows[1]["step_vs_fe"] = rows[1]["step_ms"] / rows[0]["step_ms"]
+    return rows
+
+
+def markdown(result: dict) -> str:
+    s = result["settings"]
+    lines = [
+        f"# Fusion speed: {s['shape']} shape, {s['dtype']}, batch {s['batch']} x {s['tokens']} tokens\n",
+        f"Device: {result['environment']['device_name']}; torch {result['environment']['torch']}. "
+        f"Median of {s['rounds']} interleaved rounds after {s['warmup']} warm-up rounds. Command: `{result['command']}`\n",
+        "| model | latency ms | x plain backbone | tokens/s | peak memory MiB |",
+        "|---|---|---|---|---|",
+    ]
+    for row in result["inference"]:
+        memory = "—" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
+        lines.append(f"| {row['model']} | {row['latency_ms']:.2f} | {row['latency_vs_backbone']:.3f} | {row['tokens_per_second']:,.0f} | {memory} |")
+    lines += ["", f"Training step (DWAtt, AdamW, batch {s['train_batch']} x {s['tokens']}):", "", "| mode | step ms | peak memory MiB |", "|---|---|---|"]
+    for row in result["training"]:
+        memory = "—" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
+        lines.append(f"| {row['mode'].upper()} | {row['step_ms']:.2f} | {memory} |")
+    lines.append(f"\nFT step / FE step: {result['training'][1]['step_vs_fe']:.2f}x.")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--shape", default="roberta-large", choices=("roberta-large", "tiny"))
+    parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--train-batch", type=int, default=16)
+    parser.add_argument("--tokens", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--output", default=str(HERE / "results"))
+    args = parser.parse_args(argv)
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
+    encoder = RobertaConfig(**(ROBERTA_LARGE_SHAPE if args.shape == "roberta-large" else TINY_SHAPE))
+    generator = torch.Generator().manual_seed(0)
+
+    def batch_of(size: int) -> dict:
+        ids = torch.randint(3, encoder.vocab_size, (size, args.tokens), generator=generator)
+        return {"input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device)}
+
+    models = build_models(encoder, device, dtype)
+    result = {
+        "settings": {k: getattr(args, k) for k in ("shape", "dtype", "batch", "train_batch", "tokens", "rounds", "warmup")},
+        "inference": inference(models, batch_of(args.batch), device, args.rounds, args.warmup),
+    }
+    del models
+    result["training"] = training_steps(encoder, batch_of(args.train_batch), device, dtype, args.rounds, args.warmup)
+    result["environment"] = {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
+    }
+    result["command"] = " ".join(["python benchmarks/fusion_speed.py", *(sys.argv[1:] if argv is None else argv)])
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    stem = output / f"fusion_speed_{device.type}"
+    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(result))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
