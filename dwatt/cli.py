@@ -177,12 +177,11 @@ def _sweep(args: argparse.Namespace) -> int:
     if "fusions" not in settings:
         raise ValueError("sweep: give --preset or --fusions")
     specs = grid(**settings, data_dir=args.data_dir)
-    overrides = dict(cache_dtype=args.cache_dtype)
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, **overrides)
+    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, cache_dtype=args.cache_dtype)
     print(f"{len(rows)} of {len(specs)} runs in {args.results}")
     return 0
 

@@ -141,6 +141,10 @@ def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
     return table.merge(names.reset_index(), on=["backbone", "mode", "fusion", "epochs", "tier"])
 
 
+def epochs(count: int) -> str:
+    return f"{count} epoch" + ("" if count == 1 else "s")
+
+
 def with_interval(mean: float, ci: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" if pd.isna(ci) else f"{mean:.{digits}f} ± {ci:.{digits}f}"
 
@@ -169,20 +173,21 @@ def paper_comparison(frame: pd.DataFrame) -> str:
     ner = ner_summary(frame)
     conll = ner[(ner.dataset == "conll2003") & (ner["mode"] == "fe")] if not ner.empty else ner
     for backbone, runs in (conll.groupby("backbone") if not conll.empty else []):
-        n, epochs = runs.n_shot.max(), runs[runs.n_shot == runs.n_shot.max()].epochs.max()
-        at = runs[(runs.n_shot == n) & (runs.epochs == epochs)].set_index("fusion")["mean"]
+        n = runs.n_shot.max()
+        budget = runs[runs.n_shot == n].epochs.max()
+        at = runs[(runs.n_shot == n) & (runs.epochs == budget)].set_index("fusion")["mean"]
         for other, key in (("base_plus_n", "conll_n128_e100_dwatt_minus_base_plus_n"), ("concat", "conll_n128_e100_dwatt_minus_concat")):
             if {"dwatt", other} <= set(at.index):
                 lines.append(
                     f"| CoNLL-03 FE dev F1, DWAtt − {FUSION_NAMES[other]} at the largest N and budget | "
-                    f"+{PAPER[key]:.2f} (N=128, 100 epochs) | {at['dwatt'] - at[other]:+.2f} | {backbone}, N={n:g}, {epochs} epochs |"
+                    f"+{PAPER[key]:.2f} (N=128, 100 epochs) | {at['dwatt'] - at[other]:+.2f} | {backbone}, N={n:g}, {epochs(budget)} |"
                 )
     mlm = mlm_summary(frame)
     for row in mlm.itertuples(index=False):
         paper = PAPER["wikitext2_perplexity"].get(row.fusion)
         lines.append(
-            f"| WikiText-2 test perplexity, {FUSION_NAMES[row.fusion]} | {paper if paper else '—'} | "
-            f"{row.mean_test_ppl:.2f} | {row.backbone}, {row.mode.upper()}, {row.epochs} epochs |"
+            f"| WikiText-2 test perplexity, {FUSION_NAMES[row.fusion]} | {f'{paper:.2f}' if paper else '—'} | "
+            f"{row.mean_test_ppl:.2f} | {row.backbone}, {row.mode.upper()}, {epochs(row.epochs)} |"
         )
     return "\n".join(lines) + "\n"
 

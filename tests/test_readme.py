@@ -45,3 +45,15 @@ def test_readme_parameter_table_matches_the_models():
         added = count_parameters(model.dwatt.fusion)
         expected = f"{added / 1e6:.2f}M" if added >= 1e6 else str(added)
         assert ours == expected, f"README says {ours} for {fusion}; the model has {expected}"
+
+
+def test_committed_report_and_readme_comparison_are_generated_from_the_committed_results(tmp_path):
+    from dwatt.report import write_report
+
+    results = README.parent / "docs" / "results"
+    committed = results / "report" / "tables"
+    write_report(sorted(results.glob("*/results.jsonl")), tmp_path, title="check")
+    for table in sorted(committed.iterdir()):
+        assert (tmp_path / "tables" / table.name).read_text() == table.read_text(), f"{table} is stale: run docs/results/report.sh"
+    block = README.read_text().split("<!-- paper comparison: docs/results/report/tables/paper_comparison.md -->\n", 1)[1]
+    assert block.split("<!-- end of paper comparison -->", 1)[0] == (committed / "paper_comparison.md").read_text()

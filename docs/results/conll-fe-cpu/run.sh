@@ -6,3 +6,6 @@ set -euo pipefail
 ../shared/models/fetch.sh minilm models
 dwatt sweep --preset conll-fe --backbones models/all-MiniLM-L6-v2 --n-shots 8,32,128 --epochs 25 --trials 3 --threads 1 \
   --results docs/results/conll-fe-cpu/results.jsonl --output-root runs/conll
+# first-launch-n16.jsonl: the two runs (Base and Base+n, N=16, trial 0) that a first launch with all five N values
+# finished before it was stopped and relaunched with the three N above; kept aside so that results.jsonl is exactly
+# what this script produces.
