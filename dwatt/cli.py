@@ -248,10 +248,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .sweep import SweepBusyError
+
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError, PermissionError) as error:
+    except (ValueError, FileNotFoundError, PermissionError, SweepBusyError) as error:
         print(f"dwatt {args.command}: error: {error}", file=sys.stderr)
         return 2
 

@@ -18,12 +18,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from .training import RunConfig, run
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+
+
+class SweepBusyError(RuntimeError):
+    """Another sweep holds the results file."""
 
 
 @dataclass(frozen=True)
@@ -133,21 +138,31 @@ def run_sweep(
     """
     Run every spec not yet in the store at `results`, appending one row per finished run (the run's
     `results.json` plus `run_id` and the spec). Shows a progress bar over runs with an ETA. Returns all rows.
+    One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     """
     store = ResultsStore(results)
     output_root = Path(output_root) if output_root else store.path.parent / "runs"
-    done = store.done()
-    pending = [spec for spec in specs if spec.run_id not in done]
-    if len({s.run_id for s in specs}) != len(specs):
-        raise ValueError("the grid holds the same run twice")
-    bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-    for spec in pending:
-        bar.set_postfix_str(spec.run_id)
-        result = runner(spec.run_config(output_root, **run_overrides))
-        store.append({"run_id": spec.run_id, "spec": asdict(spec)} | result)
-        bar.update()
-    bar.close()
-    return store.rows()
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        held = FileLock(store.path.with_name(f".{store.path.name}.lock")).acquire(timeout=0)
+    except Timeout:
+        raise SweepBusyError(
+            f"{store.path}: another sweep is writing this results file; two sweeps on one file would run the same "
+            "runs twice (wait for it, or give this one another --results)"
+        ) from None
+    with held:
+        done = store.done()
+        pending = [spec for spec in specs if spec.run_id not in done]
+        if len({s.run_id for s in specs}) != len(specs):
+            raise ValueError("the grid holds the same run twice")
+        bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
+        for spec in pending:
+            bar.set_postfix_str(spec.run_id)
+            result = runner(spec.run_config(output_root, **run_overrides))
+            store.append({"run_id": spec.run_id, "spec": asdict(spec)} | result)
+            bar.update()
+        bar.close()
+        return store.rows()
 
 
 def comparable(row: dict) -> dict:
@@ -193,4 +208,4 @@ PRESETS = {
     "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1, dev_sentences=200),
 }
 
-__all__ = ["PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "comparable", "grid", "run_sweep"]
+__all__ = ["PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError", "comparable", "grid", "run_sweep"]

@@ -59,6 +59,22 @@ def test_sweep_skips_finished_runs(tmp_path):
     assert [r["run_id"] for r in rows] == [s.run_id for s in specs]
 
 
+def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):
+    from filelock import FileLock
+
+    from dwatt.cli import main
+    from dwatt.sweep import SweepBusyError
+
+    specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
+    with FileLock(tmp_path / ".r.jsonl.lock"):  # what a running sweep holds
+        with pytest.raises(SweepBusyError, match=r"r\.jsonl: another sweep is writing this results file"):
+            run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
+        assert main(["sweep", "--fusions", "base", "--results", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
+        assert "another sweep is writing" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
+    assert len(run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)) == 1  # released
+
+
 def without_paths(row: dict) -> dict:
     row = comparable(row)
     row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}
