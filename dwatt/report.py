@@ -208,11 +208,14 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
         if not table.empty:
             table.to_csv(output / "tables" / f"{name}.csv", index=False)
     if not ner.empty:
-        for (dataset, backbone, mode), runs in ner.groupby(["dataset", "backbone", "mode"]):
-            sentences = "sentences" if str(dataset).startswith("wikiann") else "N"
-            parts.append(f"## {dataset}, {backbone}, {mode.upper()}: dev F1\n")
-            runs = runs.sort_values(["n_shot", "epochs"])
-            settings = [f"{sentences}={n:g}, {e} epochs" for n, e in zip(runs.n_shot, runs.epochs)]
+        ner = ner.assign(experiment=[d.split(":")[0] for d in ner.dataset])
+        for (experiment, backbone, mode), runs in ner.groupby(["experiment", "backbone", "mode"]):
+            wikiann = experiment == "wikiann"
+            parts.append(f"## {'WikiAnn per language' if wikiann else experiment}, {backbone}, {mode.upper()}: dev F1\n")
+            runs = runs.sort_values(["dataset", "n_shot", "epochs"])
+            prefix = [f"{d.split(':')[1]}, " if wikiann else "" for d in runs.dataset]
+            unit = "sentences" if wikiann else "N"
+            settings = [f"{p}{unit}={n:g}, {e} epochs" for p, n, e in zip(prefix, runs.n_shot, runs.epochs)]
             table = pivot_f1(runs.assign(setting=pd.Categorical(settings, categories=list(dict.fromkeys(settings)))), "setting")
             trials = sorted({runs.trials.min(), runs.trials.max()})
             parts.append(markdown(table) + f"\nTrials per cell: {'–'.join(map(str, trials))}.\n")
