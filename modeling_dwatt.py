@@ -393,12 +393,12 @@ class DWAttModel(DWAttPreTrainedModel):
         """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero."""
         selected = layers.permute(0, 2, 1, 3)[token_mask]  # (positions, layers, hidden)
         fused_selected, weights_selected = self.fusion(selected.transpose(0, 1)[None], last_layer[token_mask][None])
-        fused = last_layer.new_zeros(last_layer.shape)
-        fused[token_mask] = fused_selected[0]
+        # Out-of-place scatters, so the model also runs under torch.func.vmap (several heads trained at once).
+        fused = last_layer.new_zeros(last_layer.shape).index_put((token_mask,), fused_selected[0])
         weights = None
         if weights_selected is not None:
-            weights = weights_selected.new_zeros(*token_mask.shape, weights_selected.shape[-1])
-            weights[token_mask] = weights_selected[0]
+            zeros = weights_selected.new_zeros(*token_mask.shape, weights_selected.shape[-1])
+            weights = zeros.index_put((token_mask,), weights_selected[0])
         return fused, weights
 
     def forward(

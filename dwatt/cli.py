@@ -181,7 +181,9 @@ def _sweep(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    rows = run_sweep(specs, args.results, args.output_root, progress=not args.quiet, cache_dtype=args.cache_dtype)
+    rows = run_sweep(
+        specs, args.results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype
+    )
     print(f"{len(rows)} of {len(specs)} runs in {args.results}")
     return 0
 
@@ -194,7 +196,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .sweep import PRESETS
+    from .sweep import ENGINES, PRESETS
 
     parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -235,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
     sweep.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     sweep.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    sweep.add_argument("--engine", choices=ENGINES, default="auto",
+                       help="budgets: train the epoch budgets of an FE run together; auto: where a run has several")
     sweep.add_argument("--results", default="runs/sweep/results.jsonl")
     sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
     sweep.add_argument("--quiet", action="store_true")

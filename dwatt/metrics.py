@@ -38,8 +38,12 @@ def entity_scores(references: list[list[str]], predictions: list[list[str]]) -> 
 
 def decode_tags(logits: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> tuple[list[list[str]], list[list[str]]]:
     """Reference and predicted tag strings at labelled positions (label != -100), one list per sentence."""
-    predicted = np.asarray(logits).argmax(-1)
-    labels = np.asarray(labels)
+    return decode_ids(np.asarray(logits).argmax(-1), labels, names)
+
+
+def decode_ids(predicted: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> tuple[list[list[str]], list[list[str]]]:
+    """`decode_tags` from predicted label ids `(sentences, seq)` instead of logits."""
+    predicted, labels = np.asarray(predicted), np.asarray(labels)
     names = np.asarray(names, dtype=object)
     references, predictions = [], []
     for row_pred, row_label in zip(predicted, labels):
@@ -76,5 +80,17 @@ class NERMetrics:
         logits, labels = eval_prediction.predictions, eval_prediction.label_ids
         if isinstance(logits, tuple):
             logits = logits[0]
-        references, predictions = decode_tags(logits, labels, self.label_names)
+        return self.score(*decode_tags(logits, labels, self.label_names))
+
+    def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
+        """The same scores from predicted label ids and labels given batch by batch (lists of `(batch, seq)`
+        arrays or tensors, in the eval set's order), as `dwatt.budgets.train_budgets` produces them."""
+        references, predictions = [], []
+        for batch_predicted, batch_labels in zip(predicted, labels):
+            batch_references, batch_predictions = decode_ids(batch_predicted, batch_labels, self.label_names)
+            references += batch_references
+            predictions += batch_predictions
+        return self.score(references, predictions)
+
+    def score(self, references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
         return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))

@@ -7,6 +7,9 @@ re-does the one that was interrupted.
 
 Budgets: each epoch budget (25/50/75/100) is its own run, not a prefix of the longest one, because the linear decay
 of the learning rate to 0 depends on the budget; a 25-epoch prefix of a 100-epoch run is a different schedule.
+The runs of a trial that differ only in their budget still share their sample, initialisation, batch order and
+dropout masks, so in the FE setting the sweep trains them together (`dwatt.budgets`): one pass over the data, one
+copy of the head per budget, each copy ending exactly as its budget would alone in that loop.
 """
 
 from __future__ import annotations
@@ -15,16 +18,19 @@ import itertools
 import json
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
-from .training import RunConfig, run
+from .training import RunConfig, run, run_ner_budgets
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+# How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
+# of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
+ENGINES = ("auto", "trainer", "budgets")
 
 
 class SweepBusyError(RuntimeError):
@@ -54,6 +60,11 @@ class RunSpec:
         backbone = Path(self.backbone).name if self.backbone else "default"
         size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}"
+
+    @property
+    def budget_group(self) -> "RunSpec":
+        """The spec with its budget blanked: the specs of one group differ only in their epoch budget."""
+        return replace(self, epochs=0)
 
     def run_config(self, output_root: str | Path, **overrides) -> RunConfig:
         return RunConfig(
@@ -127,18 +138,36 @@ class ResultsStore:
         os.replace(temporary, self.path)
 
 
+def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
+    """
+    The specs as the groups that train together, each with whether it goes through `run_ner_budgets`: under the
+    "budgets" engine every FE NER run with the feature cache does, its epoch budgets as one group; under "auto"
+    only groups of more than one budget do; under "trainer" none. Groups keep the order of their first spec.
+    """
+    if engine not in ENGINES:
+        raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    groups: dict[tuple[bool, RunSpec], list[RunSpec]] = {}
+    for spec in specs:
+        stackable = engine != "trainer" and spec.task == "ner" and spec.mode == "fe" and use_cache
+        groups.setdefault((stackable, spec.budget_group if stackable else spec), []).append(spec)
+    return [(stackable and (engine == "budgets" or len(group) > 1), group) for (stackable, _), group in groups.items()]
+
+
 def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
     output_root: str | Path | None = None,
     runner: Callable[[RunConfig], dict] = run,
     progress: bool = True,
+    engine: str = "auto",
+    budgets_runner: Callable[[list[RunConfig]], list[dict]] = run_ner_budgets,
     **run_overrides,
 ) -> list[dict]:
     """
     Run every spec not yet in the store at `results`, appending one row per finished run (the run's
     `results.json` plus `run_id` and the spec). Shows a progress bar over runs with an ETA. Returns all rows.
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
+    `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
     store = ResultsStore(results)
     output_root = Path(output_root) if output_root else store.path.parent / "runs"
@@ -156,11 +185,13 @@ def run_sweep(
         if len({s.run_id for s in specs}) != len(specs):
             raise ValueError("the grid holds the same run twice")
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-        for spec in pending:
-            bar.set_postfix_str(spec.run_id)
-            result = runner(spec.run_config(output_root, **run_overrides))
-            store.append({"run_id": spec.run_id, "spec": asdict(spec)} | result)
-            bar.update()
+        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
+            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} budgets)" if len(group) > 1 else ""))
+            configs = [spec.run_config(output_root, **run_overrides) for spec in group]
+            results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
+            for spec, result in zip(group, results_of_group):
+                store.append({"run_id": spec.run_id, "spec": asdict(spec)} | result)
+            bar.update(len(group))
         bar.close()
         return store.rows()
 
@@ -208,4 +239,4 @@ PRESETS = {
     "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1, dev_sentences=200),
 }
 
-__all__ = ["PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError", "comparable", "grid", "run_sweep"]
+__all__ = ["ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError", "batches_of_runs", "comparable", "grid", "run_sweep"]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import platform
 import time
+from collections import OrderedDict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -52,6 +54,54 @@ SAMPLINGS = ("uniform", "per_class", "sentences")
 DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
 # Frozen-backbone features shared by the runs of one process (a sweep): see `FeatureMemo`.
 FEATURE_MEMO = FeatureMemo()
+
+
+class InitialModels:
+    """
+    `RobertaDWAttForTokenClassification.from_backbone` under `set_seed(seed)`, remembered for the life of a
+    process. Building a model initialises a random backbone before the pretrained weights overwrite it: several
+    seconds for a large backbone, paid again by every run of a sweep, while the runs of one fusion and trial (every
+    N, every budget) start from the same weights. The first build of a (backbone, fusion, seed, config) keeps the
+    pretrained backbone and the fresh fusion and head weights; later builds copy those into a model made on the
+    meta device, so they skip the random initialisation and give the very same model.
+    """
+
+    def __init__(self, max_heads: int = 64):
+        self.max_heads = max_heads
+        self._backbones: dict[str, torch.nn.Module] = {}
+        self._heads: OrderedDict[tuple, tuple] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def build(self, backbone: str, fusion: str, seed: int, **config_kwargs) -> RobertaDWAttForTokenClassification:
+        cls = RobertaDWAttForTokenClassification
+        key = (backbone, fusion, seed, repr(sorted(config_kwargs.items())))
+        if key in self._heads and backbone in self._backbones:
+            self.hits += 1
+            self._heads.move_to_end(key)
+            config, head = self._heads[key]
+            with torch.device("meta"):
+                model = cls(copy.deepcopy(config))
+            model.dwatt.backbone = copy.deepcopy(self._backbones[backbone])
+            model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
+        else:
+            self.misses += 1
+            set_seed(seed)
+            model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
+            self._backbones.setdefault(backbone, copy.deepcopy(model.dwatt.backbone))
+            head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
+            self._heads[key] = (copy.deepcopy(model.config), head)
+            while len(self._heads) > self.max_heads:
+                self._heads.popitem(last=False)
+        set_seed(seed)  # the random state after a build does not depend on what the memo held
+        return model
+
+    def clear(self) -> None:
+        self._backbones.clear()
+        self._heads.clear()
+        self.hits = self.misses = 0
+
+
+INITIAL_MODELS = InitialModels()
 
 
 def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
@@ -269,11 +319,11 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
     return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
 
 
-def run_facts(model, train_output, last_checkpoint) -> dict:
+def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
     return {
         "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,
-        "train_seconds": round(train_output.metrics["train_runtime"], 3),
-        "train_examples_per_second": train_output.metrics["train_samples_per_second"],
+        "train_seconds": round(train_metrics["train_runtime"], 3),
+        "train_examples_per_second": train_metrics["train_samples_per_second"],
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
         "environment": {
             "python": platform.python_version(),
@@ -295,16 +345,36 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: floa
     return results
 
 
-def run_ner(config: RunConfig) -> dict:
-    """
-    One few-shot NER run: sample N x C training sentences with `seed`, build the model from the pretrained
-    backbone, train with `Trainer` (FE with the feature cache, or FT), score the full dev split after every epoch,
-    and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
-    """
+@dataclass
+class NERSetup:
+    """Everything a few-shot NER run needs before training: data, the sample, the model and its inputs."""
+
+    config: RunConfig
+    backbone: str
+    data: object
+    label_names: list[str]
+    train: object
+    sampled_ids: list[int]
+    dev: object
+    tokenizer: object
+    dev_tokens: object
+    model: RobertaDWAttForTokenClassification
+    freeze: FreezeBackboneCallback
+    cached: bool
+    train_set: object
+    dev_set: object
+    collator: object
+    cache_seconds: float
+
+    def metrics(self) -> NERMetrics:
+        return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
+
+
+def prepare_ner(config: RunConfig) -> NERSetup:
+    """Sample N x C training sentences with `config.seed`, tokenise, build the model from the pretrained backbone
+    (initialised with the same seed), and, for FE with the cache, compute the backbone's features once."""
     config.validate()
-    started = time.perf_counter()
-    output_dir = Path(config.output_dir)
-    ensure_writable(output_dir)
+    ensure_writable(Path(config.output_dir))
     backbone = config.backbone or str(default_backbone_path())
     data = load_ner_dataset(config.dataset, config.data_dir)
     label_names = data["train"].features["ner_tags"].feature.names
@@ -319,10 +389,10 @@ def run_ner(config: RunConfig) -> dict:
     train_tokens = tokenize_and_align(train, tokenizer)
     dev_tokens = by_length(tokenize_and_align(dev, tokenizer))
 
-    set_seed(config.seed)
-    model = RobertaDWAttForTokenClassification.from_backbone(
+    model = INITIAL_MODELS.build(
         backbone,
-        fusion=config.fusion,
+        config.fusion,
+        config.seed,
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)},
         **config.extra,
@@ -334,8 +404,7 @@ def run_ner(config: RunConfig) -> dict:
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model.to(device)
+        model.to("cuda" if torch.cuda.is_available() else "cpu")
         dtype = getattr(torch, config.cache_dtype)
         train_set = cached_features(model, backbone, train_tokens, dtype, config.progress)
         dev_set = cached_features(
@@ -347,49 +416,133 @@ def run_ner(config: RunConfig) -> dict:
         columns = [c for c in (*MODEL_INPUTS, "labels") if c in train_tokens.column_names]
         train_set, dev_set = train_tokens.select_columns(columns), dev_tokens.select_columns(columns)
         collator = DataCollatorForTokenClassification(tokenizer)
+    return NERSetup(
+        config, backbone, data, list(label_names), train, sampled_ids, dev, tokenizer, dev_tokens, model, freeze,
+        cached, train_set, dev_set, collator, cache_seconds,
+    )
 
+
+def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict]) -> dict:
+    """The results of a finished run whose best weights are loaded in `setup.model`."""
+    results = {
+        "config": asdict(config) | {"backbone": setup.backbone},
+        "task": "ner",
+        "labels": setup.label_names,
+        "entity_types": entity_types(setup.label_names),
+        "seed": config.seed,
+        "num_train_sentences": len(setup.train),
+        "train_pool_size": len(setup.data["train"]),
+        "num_dev_sentences": len(setup.dev),
+        "sampled_sentence_ids": setup.sampled_ids if config.n_shot is not None else None,
+        "best_dev_f1": best["f1"],
+        "best_epoch": best["epoch"],
+        "best_dev_scores": scores_only(best["metrics"], "eval_"),
+        "final_dev_f1": curve[-1]["f1"],
+        "dev_curve": curve,
+        "cached_features": setup.cached,
+        "cache_seconds": round(setup.cache_seconds, 3),
+    }
+    if has_layer_weights(setup.model):
+        results["dev_layer_weights"] = layer_weights_by_type(setup.model, setup.dev_set, setup.collator, setup.label_names)
+    return results
+
+
+def scored_test_split(setup: NERSetup):
+    """The test split tokenised (and cached for FE), with the metrics that score it."""
+    tokens = tokenize_and_align(setup.data["test"], setup.tokenizer)
+    metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
+    if setup.cached:
+        dtype = getattr(torch, setup.config.cache_dtype)
+        return build_feature_cache(setup.model, tokens, dtype=dtype, progress=setup.config.progress), metrics
+    return tokens, metrics
+
+
+def run_ner(config: RunConfig) -> dict:
+    """
+    One few-shot NER run: sample N x C training sentences with `seed`, build the model from the pretrained
+    backbone, train with `Trainer` (FE with the feature cache, or FT), score the dev split after every epoch,
+    and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
+    """
+    started = time.perf_counter()
+    setup = prepare_ner(config)
+    model = setup.model
     best = BestDevCallback()
-    arguments = training_arguments(config, output_dir)
     trainer = Trainer(
         model=model,
-        args=arguments,
-        train_dataset=train_set,
-        eval_dataset=dev_set,
-        data_collator=collator,
-        compute_metrics=NERMetrics(label_names, windows=list(zip(dev_tokens["sentence"], dev_tokens["window"]))),
-        callbacks=[freeze, best],
+        args=training_arguments(config, Path(config.output_dir)),
+        train_dataset=setup.train_set,
+        eval_dataset=setup.dev_set,
+        data_collator=setup.collator,
+        compute_metrics=setup.metrics(),
+        callbacks=[setup.freeze, best],
     )
     train_output, last_checkpoint = train_with_resume(trainer, best, config)
-    final = best.curve[-1]
     best.restore_best(model)
-    results = {
-        "config": asdict(config) | {"backbone": backbone},
-        "task": "ner",
-        "labels": list(label_names),
-        "entity_types": entity_types(label_names),
-        "seed": config.seed,
-        "num_train_sentences": len(train),
-        "train_pool_size": len(data["train"]),
-        "num_dev_sentences": len(dev),
-        "sampled_sentence_ids": sampled_ids if config.n_shot is not None else None,
-        "best_dev_f1": best.best["f1"],
-        "best_epoch": best.best["epoch"],
-        "best_dev_scores": scores_only(best.best["metrics"], "eval_"),
-        "final_dev_f1": final["f1"],
-        "dev_curve": best.curve,
-        "cached_features": cached,
-        "cache_seconds": round(cache_seconds, 3),
-    } | run_facts(model, train_output, last_checkpoint)
-    if has_layer_weights(model):
-        results["dev_layer_weights"] = layer_weights_by_type(model, dev_set, collator, list(label_names))
-    if config.evaluate_test and "test" in data:
-        test_set = tokenize_and_align(data["test"], tokenizer)
-        trainer.compute_metrics = NERMetrics(label_names, windows=list(zip(test_set["sentence"], test_set["window"])))
-        if cached:
-            test_set = build_feature_cache(model, test_set, dtype=getattr(torch, config.cache_dtype), progress=config.progress)
-        test_metrics = trainer.evaluate(test_set, metric_key_prefix="test")
-        results["test_scores"] = scores_only(test_metrics, "test_")
-    return finish_run(config, model, tokenizer, results, started)
+    results = ner_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
+    results |= run_facts(model, train_output.metrics, last_checkpoint)
+    if config.evaluate_test and "test" in setup.data:
+        data, trainer.compute_metrics = scored_test_split(setup)
+        results["test_scores"] = scores_only(trainer.evaluate(data, metric_key_prefix="test"), "test_")
+    return finish_run(config, model, setup.tokenizer, results, started)
+
+
+def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
+    """
+    FE runs that differ only in their epoch budget (and output folder), trained together by
+    `dwatt.budgets.train_budgets` on one feature cache: each ends as that budget's run alone would with the same
+    loop. Writes each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order.
+    `vectorize`: batch the budgets with `torch.func.vmap` (default on a GPU; one after the other on a CPU).
+    """
+    from .budgets import train_budgets
+
+    started = time.perf_counter()
+    first = configs[0]
+    shared = {k: v for k, v in asdict(first).items() if k not in ("epochs", "output_dir")}
+    for config in configs[1:]:
+        differs = sorted(k for k, v in asdict(config).items() if k in shared and shared[k] != v)
+        if differs:
+            raise ValueError(f"runs trained together may differ only in epochs and output_dir, not in {differs}")
+    if first.mode != "fe" or not first.use_cache or first.task != "ner":
+        raise ValueError("budgets train together only for NER in the FE mode with the feature cache")
+    if first.resume or first.checkpoint_every_epoch:
+        raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; budgets trained together restart")
+    setup = prepare_ner(first)
+    model = setup.model
+    metrics = setup.metrics()
+    outcomes, timings = train_budgets(
+        model, setup.train_set, setup.dev_set, setup.collator, [c.epochs for c in configs], metrics.score_ids,
+        seed=first.seed, batch_size=first.batch_size, learning_rate=first.learning_rate,
+        vectorize=torch.cuda.is_available() if vectorize is None else vectorize,
+    )
+    facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
+             "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
+    all_results = []
+    for config, outcome in zip(configs, outcomes):
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        model.load_state_dict(outcome.best_state, strict=False)
+        results = ner_results(setup, config, outcome.best, outcome.curve)
+        results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs]}
+        results |= run_facts(model, facts, None)
+        if config.evaluate_test and "test" in setup.data:
+            data, test_metrics = scored_test_split(setup)
+            results["test_scores"] = evaluate_features(model, data, setup.collator, test_metrics)
+        all_results.append(finish_run(config, model, setup.tokenizer, results, started))
+    return all_results
+
+
+@torch.no_grad()
+def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size: int = 32) -> dict:
+    """Scores of `model` on a tokenised or cached eval set, without a `Trainer`."""
+    from torch.utils.data import DataLoader
+
+    model.eval()
+    device = next(model.parameters()).device
+    predicted, labels = [], []
+    for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
+        batch = {key: value.to(device) for key, value in batch.items()}
+        predicted.append(model(**batch).logits.argmax(-1).cpu())
+        labels.append(batch["labels"].cpu())
+    return metrics.score_ids(predicted, labels)
 
 
 def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False):
@@ -472,7 +625,7 @@ def run_mlm(config: RunConfig) -> dict:
         "best_dev_perplexity": math.exp(best.best["loss"]),
         "best_epoch": best.best["epoch"],
         "dev_curve": best.curve,
-    } | run_facts(model, train_output, last_checkpoint)
+    } | run_facts(model, train_output.metrics, last_checkpoint)
     if "test" in blocks:
         test_loss = trainer.evaluate(fixed_masks(blocks["test"], collator, config.seed + 1), metric_key_prefix="test")["test_loss"]
         results.update(test_loss=test_loss, test_perplexity=math.exp(test_loss))
@@ -492,6 +645,7 @@ __all__ = [
     "run",
     "run_mlm",
     "run_ner",
+    "run_ner_budgets",
     "trainable_parameter_names",
     "write_json_atomically",
 ]

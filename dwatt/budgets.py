@@ -1,0 +1,172 @@
+"""The epoch budgets of one FE run, trained together on one cached feature set.
+
+Runs that differ only in their epoch budget (the paper's 25/50/75/100) share the few-shot sample, the
+initialisation, the order of the batches and the dropout masks; only the learning rate tells them apart, because
+its linear decay reaches 0 at the end of each budget. `train_budgets` keeps one copy of the trainable parameters
+per budget, each with its own AdamW and linear schedule, and feeds every batch to all copies that have not reached
+their budget: either batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets
+the dropout masks a lone run draws), or one copy after the other with the random state restored in between. Each
+copy is scored on the dev split after each of its epochs and keeps its best weights.
+
+Budget k then ends exactly as this loop ends when it trains budget k alone (tests/test_budgets.py), while the data
+are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
+whole run, and on a GPU the small fusion heads of all budgets run as one batched computation. The optimisation is
+the `Trainer`'s: AdamW (betas 0.9/0.999, eps 1e-8, no weight decay), linear decay to 0 without warm-up, gradient
+norm clipped at 1 per copy, the last partial batch kept. The batch order is drawn by its own generator seeded with
+the run's seed, not by the `Trainer`'s sampler, so a run is not step-for-step the `Trainer` run of the same seed
+(`tests/test_budgets.py` checks they agree where the order cannot matter: one batch per epoch, no dropout).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.func import functional_call, vmap
+from transformers import get_linear_schedule_with_warmup, set_seed
+
+ADAMW = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # the Trainer's adamw_torch defaults
+
+
+@dataclass
+class BudgetOutcome:
+    """One budget's run: the dev score after every epoch, the best point (with all its scores) and its weights."""
+
+    epochs: int
+    curve: list[dict] = field(default_factory=list)
+    best: dict | None = None
+    best_state: dict[str, torch.Tensor] | None = None
+
+
+def _to(batch: dict, device: torch.device) -> dict:
+    return {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+
+
+def _batches(dataset, collator, order: Sequence[int], batch_size: int):
+    for start in range(0, len(order), batch_size):
+        yield collator([dataset[i] for i in order[start : start + batch_size]])
+
+
+def _rng_state(device: torch.device):
+    return torch.get_rng_state(), torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def _set_rng_state(state, device: torch.device) -> None:
+    torch.set_rng_state(state[0])
+    if state[1] is not None:
+        torch.cuda.set_rng_state(state[1], device)
+
+
+class StackedHeads:
+    """The trainable parameters of `model`, one copy per budget; runs `model` with any subset of the copies."""
+
+    def __init__(self, model: torch.nn.Module, copies: int, vectorize: bool):
+        self.model, self.vectorize = model, vectorize
+        start = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+        if not start:
+            raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
+        self.copies = [{name: t.clone().requires_grad_() for name, t in start.items()} for _ in range(copies)]
+
+    def _call(self, parameters: dict, batch: dict):
+        return functional_call(self.model, parameters, (), batch)
+
+    def losses(self, active: list[int], batch: dict) -> torch.Tensor:
+        """Training losses of the `active` copies on one batch, each with the dropout masks of a lone run."""
+        copies = [self.copies[k] for k in active]
+        if self.vectorize:
+            stacked = {name: torch.stack([c[name] for c in copies]) for name in copies[0]}
+            return vmap(lambda p: self._call(p, batch).loss, randomness="same")(stacked)
+        device = batch["labels"].device
+        state, losses = _rng_state(device), []
+        for parameters in copies:
+            _set_rng_state(state, device)
+            losses.append(self._call(parameters, batch).loss)
+        return torch.stack(losses)
+
+    @torch.no_grad()
+    def predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
+        """Arg-max label ids `(copies, batch, seq)` of the `active` copies (model in eval mode)."""
+        copies = [self.copies[k] for k in active]
+        if self.vectorize:
+            stacked = {name: torch.stack([c[name].detach() for c in copies]) for name in copies[0]}
+            return vmap(lambda p: self._call(p, batch).logits)(stacked).argmax(-1)
+        return torch.stack([self._call(parameters, batch).logits.argmax(-1) for parameters in copies])
+
+    def state(self, k: int) -> dict[str, torch.Tensor]:
+        return {name: t.detach().to("cpu", copy=True) for name, t in self.copies[k].items()}
+
+
+def train_budgets(
+    model: torch.nn.Module,
+    train_set,
+    dev_set,
+    collator: Callable[[list[dict]], dict],
+    budgets: Sequence[int],
+    score: Callable[[list[torch.Tensor], list[torch.Tensor]], dict],
+    *,
+    seed: int,
+    batch_size: int = 16,
+    eval_batch_size: int = 32,
+    learning_rate: float = 5e-5,
+    max_grad_norm: float = 1.0,
+    vectorize: bool = True,
+    metric: str = "f1",
+) -> tuple[list[BudgetOutcome], dict]:
+    """
+    Train one copy of `model`'s trainable parameters per epoch budget on `train_set` (items for `collator`, e.g.
+    a `FeatureCache`), scoring each copy on `dev_set` after each of its epochs with `score(predicted_ids, labels)`
+    (lists of `(batch, seq)` tensors over the dev batches, in dataset order) and keeping its best weights by
+    `metric`. `model` must be in FE form (backbone frozen) and is left with its own weights untouched. Returns the
+    outcomes in the order of `budgets` and timings (`train_seconds`, `eval_seconds`).
+    """
+    if not budgets or any(int(e) != e or e <= 0 for e in budgets) or len(set(budgets)) != len(budgets):
+        raise ValueError(f"budgets must be distinct positive epoch counts, got {list(budgets)}")
+    if len(train_set) == 0:
+        raise ValueError("the training set is empty")
+    device = next(model.parameters()).device
+    set_seed(seed)
+    heads = StackedHeads(model, len(budgets), vectorize)
+    steps_per_epoch = math.ceil(len(train_set) / batch_size)
+    optimizers = [torch.optim.AdamW(c.values(), lr=learning_rate, **ADAMW) for c in heads.copies]
+    schedules = [get_linear_schedule_with_warmup(o, 0, steps_per_epoch * e) for o, e in zip(optimizers, budgets)]
+    order_generator = torch.Generator().manual_seed(seed)
+    dev_batches = [_to(b, device) for b in _batches(dev_set, collator, range(len(dev_set)), eval_batch_size)]
+    dev_labels = [b["labels"].cpu() for b in dev_batches]
+    outcomes = [BudgetOutcome(e) for e in budgets]
+    timings = {"train_seconds": 0.0, "eval_seconds": 0.0}
+    step, was_training = 0, model.training
+    for epoch in range(1, max(budgets) + 1):
+        active = [k for k, e in enumerate(budgets) if e >= epoch]
+        started = time.perf_counter()
+        model.train()
+        order = torch.randperm(len(train_set), generator=order_generator).tolist()
+        for batch in _batches(train_set, collator, order, batch_size):
+            heads.losses(active, _to(batch, device)).sum().backward()
+            for k in active:
+                torch.nn.utils.clip_grad_norm_(heads.copies[k].values(), max_grad_norm)
+                optimizers[k].step()
+                schedules[k].step()
+                optimizers[k].zero_grad(set_to_none=True)
+            step += 1
+        model.eval()
+        evaluated = time.perf_counter()
+        predicted = [heads.predicted_ids(active, batch).cpu() for batch in dev_batches]
+        for position, k in enumerate(active):
+            metrics = score([ids[position] for ids in predicted], dev_labels)
+            point = {"epoch": float(epoch), "step": step, metric: metrics[metric]}
+            outcome = outcomes[k]
+            outcome.curve.append(point)
+            if outcome.best is None or point[metric] > outcome.best[metric]:
+                outcome.best = dict(point, metrics=metrics)
+                outcome.best_state = heads.state(k)
+        finished = time.perf_counter()
+        timings["train_seconds"] += evaluated - started
+        timings["eval_seconds"] += finished - evaluated
+    model.train(was_training)
+    return outcomes, timings
+
+
+__all__ = ["BudgetOutcome", "StackedHeads", "train_budgets"]

@@ -1,0 +1,125 @@
+"""Epoch budgets trained together (dwatt.budgets): each ends as it would alone, and agrees with the Trainer."""
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dwatt.sweep import batches_of_runs, grid, run_sweep
+from dwatt import RobertaDWAttForTokenClassification
+from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_budgets
+
+
+def config(tiny_backbone, tiny_conll, folder, **kwargs) -> RunConfig:
+    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=3,
+                    learning_rate=5e-3, output_dir=str(folder), progress=False, cache_dtype="float32", save_model=False)
+    return RunConfig(**(defaults | kwargs))
+
+
+def weights(folder) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in load_file(str(folder / "model" / "model.safetensors")).items() if "backbone" not in k}
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n"])
+def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_conll, tmp_path, fusion, vectorize):
+    # Dropout is on (classifier, and Base+n's extra layers), several batches per epoch, three budgets.
+    budgets = (1, 3, 2)
+    make = lambda e, where: config(tiny_backbone, tiny_conll, tmp_path / where / str(e), fusion=fusion, epochs=e, save_model=True)
+    together = run_ner_budgets([make(e, "together") for e in budgets], vectorize=vectorize)
+    for e, joint in zip(budgets, together):
+        (alone,) = run_ner_budgets([make(e, "alone")], vectorize=vectorize)
+        assert joint["dev_curve"] == alone["dev_curve"] and len(joint["dev_curve"]) == e
+        assert joint["trained_together"] == list(budgets) and alone["trained_together"] == [e]
+        mine, theirs = weights(tmp_path / "together" / str(e)), weights(tmp_path / "alone" / str(e))
+        for name in theirs:
+            torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=1e-6, msg=name)
+    # The budgets differ only by their schedule: the longer ones have moved further from the shared start.
+    assert together[0]["dev_curve"][0]["step"] == together[1]["dev_curve"][0]["step"] > 1
+
+
+def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
+    runs = {v: run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
+    assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx([p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6)
+    mine, theirs = weights(tmp_path / "False"), weights(tmp_path / "True")
+    for name in mine:
+        torch.testing.assert_close(mine[name], theirs[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "concat"])
+def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny_backbone, tiny_conll, tmp_path, fusion):
+    # One batch per epoch and no dropout: the only difference left would be the optimisation itself (AdamW, linear
+    # decay, clipping), which must be the Trainer's.
+    settings = dict(fusion=fusion, batch_size=64, save_model=True, extra={"classifier_dropout": 0.0})
+    trainer = run_ner(config(tiny_backbone, tiny_conll, tmp_path / "trainer", **settings))
+    (budgets,) = run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
+    assert trainer["engine"] == "trainer" and budgets["engine"] == "budgets"
+    assert [p["step"] for p in trainer["dev_curve"]] == [p["step"] for p in budgets["dev_curve"]] == [1, 2, 3]
+    assert [p["f1"] for p in trainer["dev_curve"]] == pytest.approx([p["f1"] for p in budgets["dev_curve"]], abs=1e-9)
+    trainer_scores = trainer["best_dev_scores"]
+    assert set(trainer_scores) - set(budgets["best_dev_scores"]) == {"loss", "epoch"}  # the Trainer's extras
+    assert budgets["best_dev_scores"] == pytest.approx({k: trainer_scores[k] for k in budgets["best_dev_scores"]})
+    mine, theirs = weights(tmp_path / "budgets"), weights(tmp_path / "trainer")
+    assert mine.keys() == theirs.keys()
+    for name in mine:
+        torch.testing.assert_close(mine[name], theirs[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_runs_trained_together_must_differ_only_in_their_budget(tiny_backbone, tiny_conll, tmp_path):
+    first = config(tiny_backbone, tiny_conll, tmp_path / "a")
+    with pytest.raises(ValueError, match=r"not in \['fusion'\]"):
+        run_ner_budgets([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
+    with pytest.raises(ValueError, match="only for NER in the FE mode"):
+        run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
+
+
+def test_budgets_with_the_same_epochs_twice_are_refused(tiny_backbone, tiny_conll, tmp_path):
+    with pytest.raises(ValueError, match=r"distinct positive epoch counts, got \[2, 2\]"):
+        run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
+
+
+def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
+    specs = grid(fusions=("base", "dwatt"), modes=("fe", "ft"), n_shots=(8,), epochs=(2, 4), trials=2)
+    groups = batches_of_runs(specs, "auto")
+    together = [[s.run_id for s in group] for stacked, group in groups if stacked]
+    assert together[0] == ["conll2003/default/fe/base/n8/e2/t0", "conll2003/default/fe/base/n8/e4/t0"]
+    assert len(together) == 4 and all(len(g) == 2 for g in together)  # 2 fusions x 2 trials, FE only
+    assert sum(len(g) for _, g in groups) == len(specs) and all(len(g) == 1 for stacked, g in groups if not stacked)
+    assert not any(stacked for stacked, _ in batches_of_runs(specs, "trainer"))
+    assert not any(stacked for stacked, _ in batches_of_runs(specs, "auto", use_cache=False))
+    one_budget = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1)
+    assert batches_of_runs(one_budget, "auto") == [(False, one_budget)]
+    assert batches_of_runs(one_budget, "budgets") == [(True, one_budget)]
+    with pytest.raises(ValueError, match="--engine: unknown engine 'fast'"):
+        batches_of_runs(specs, "fast")
+
+    calls = []
+    single = lambda c: calls.append(("trainer", c.epochs)) or {"best_dev_f1": 0.1}
+    stacked = lambda cs: calls.append(("budgets", [c.epochs for c in cs])) or [{"best_dev_f1": 0.2} for _ in cs]
+    rows = run_sweep(specs, tmp_path / "r.jsonl", runner=single, budgets_runner=stacked, progress=False)
+    assert calls.count(("budgets", [2, 4])) == 4 and calls.count(("trainer", 2)) == calls.count(("trainer", 4)) == 4
+    assert sorted(r["run_id"] for r in rows) == sorted(s.run_id for s in specs)
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n", "scalar_mix"])
+def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
+    from transformers import set_seed
+
+    memo = InitialModels()
+    first = memo.build(str(tiny_backbone), fusion, 7, num_labels=5)
+    again = memo.build(str(tiny_backbone), fusion, 7, num_labels=5)
+    other_seed = memo.build(str(tiny_backbone), fusion, 8, num_labels=5)
+    assert (memo.hits, memo.misses) == (1, 2)
+    set_seed(7)
+    fresh = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=5)
+    for model in (first, again):
+        state = model.state_dict()
+        assert state.keys() == fresh.state_dict().keys()
+        for name, tensor in fresh.state_dict().items():
+            assert torch.equal(state[name], tensor), name
+        assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    assert again.dwatt.backbone is not first.dwatt.backbone  # a copy: an FT run may change its own
+    with torch.no_grad():
+        again.classifier.weight.add_(1.0)  # training one model leaves the remembered start alone
+    assert torch.equal(memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight)
+    if fusion != "scalar_mix":  # ScalarMix starts from constants, whatever the seed
+        assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
