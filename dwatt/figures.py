@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .report import FUSION_NAMES, TIERS, summarize  # noqa: E402
+from .report import FUSION_NAMES, TIERS, conll_fe_grid, headline_budget, summarize  # noqa: E402
 
 COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
 TIER_ORDER = [name for _, name in TIERS]
@@ -26,8 +26,6 @@ def _fusions(frame: pd.DataFrame) -> list[str]:
     return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
 
 
-def _conll_fe(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")]
 
 
 def _lines_vs_n(axis, runs: pd.DataFrame, title: str) -> None:
@@ -55,14 +53,14 @@ def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str) -> None:
 
 def figure_f1_vs_n(frame: pd.DataFrame):
     """Figure 2: dev F1 against N at the largest epoch budget, one panel per backbone."""
-    runs = _conll_fe(frame)
+    runs = conll_fe_grid(frame)
     if runs.empty:
         return None
     backbones = sorted(runs.backbone.unique())
     figure, axes = plt.subplots(1, len(backbones), figsize=(5.5 * len(backbones), 4), squeeze=False)
     for axis, backbone in zip(axes[0], backbones):
         own = runs[runs.backbone == backbone]
-        budget = own.epochs.max()
+        budget = headline_budget(own)
         _lines_vs_n(axis, own[own.epochs == budget], f"CoNLL-03 FE, {backbone}, {budget} epochs")
     axes[0][0].legend()
     return figure
@@ -70,7 +68,7 @@ def figure_f1_vs_n(frame: pd.DataFrame):
 
 def figure_budgets(frame: pd.DataFrame):
     """Figure 3: dev F1 against N for every epoch budget (one panel each), for the backbone with most runs."""
-    runs = _conll_fe(frame)
+    runs = conll_fe_grid(frame)
     if runs.empty or runs.epochs.nunique() < 2:
         return None
     runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
@@ -85,11 +83,11 @@ def figure_budgets(frame: pd.DataFrame):
 
 def figure_dev_curves(frame: pd.DataFrame):
     """Figure 4: dev F1 after every epoch against optimizer steps, mean over trials, one panel per N."""
-    runs = _conll_fe(frame)
+    runs = conll_fe_grid(frame)
     if runs.empty:
         return None
     runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
-    runs = runs[runs.epochs == runs.epochs.max()]
+    runs = runs[runs.epochs == headline_budget(runs)]
     points = pd.DataFrame(
         [{"fusion": r.fusion, "n_shot": r.n_shot, "step": p["step"], "f1": 100 * p["f1"]} for r in runs.itertuples() for p in r.dev_curve]
     )
@@ -147,10 +145,10 @@ def figure_fe_vs_ft(frame: pd.DataFrame):
 
 def figure_base_vs_large(frame: pd.DataFrame):
     """Figure 7: the same fusions on backbones of different size, dev F1 against N, one panel per fusion."""
-    runs = _conll_fe(frame)
+    runs = conll_fe_grid(frame)
     if runs.empty or runs.backbone.nunique() < 2:
         return None
-    runs = runs[runs.epochs == runs.epochs.max()]
+    runs = runs[runs.epochs == headline_budget(runs)]
     fusions = _fusions(runs)
     figure, axes = plt.subplots(1, len(fusions), figsize=(4 * len(fusions), 3.6), sharey=True, squeeze=False)
     for axis, fusion in zip(axes[0], fusions):
@@ -201,7 +199,7 @@ def figure_wikiann_tiers(frame: pd.DataFrame):
 
 def figure_layer_weights(frame: pd.DataFrame):
     """New: DWAtt's mean attention over layers per gold entity type, at the largest N and budget of a dataset."""
-    runs = frame[(frame.fusion == "dwatt") & frame.layer_weights.notna()]
+    runs = frame[(frame.fusion == "dwatt") & frame.layer_weights.notna() & (frame["mode"] == "fe")]
     if runs.empty:
         return None
     datasets = list(dict.fromkeys(["conll2003", "wikiann:en", *runs.dataset]))
@@ -210,7 +208,8 @@ def figure_layer_weights(frame: pd.DataFrame):
     for axis, dataset in zip(axes[0], datasets):
         own = runs[runs.dataset == dataset]
         own = own[own.backbone == own.backbone.value_counts().index[0]]
-        own = own[(own.n_shot == own.n_shot.max()) & (own.epochs == own.epochs.max())]
+        own = own[own.epochs == headline_budget(own)]
+        own = own[own.n_shot == own.n_shot.max()]
         types = sorted(own.layer_weights.iloc[0]["by_type"], key=lambda t: (t == "O", t))
         weights = np.array([[np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
                              for k in range(len(own.layer_weights.iloc[0]["layers"]))] for t in types])

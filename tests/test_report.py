@@ -47,6 +47,23 @@ def every_experiment() -> list[dict]:
     return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
 
 
+def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tables(tmp_path):
+    grid = [ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt") + n / 1000) for f in ("base_plus_n", "dwatt") for n in (8, 32, 128) for t in range(2)]
+    side = [ner_row(f, n, 8, 0, 0.9, mode=mode) | {"num_dev_sentences": 500} for f in ("base_plus_n", "dwatt") for n in (8, 128) for mode in ("fe", "ft")]
+    frame = runs_frame(grid + side)
+    from dwatt.report import conll_fe_grid, headline_budget, paper_comparison
+
+    assert len(conll_fe_grid(frame)) == len(grid) and headline_budget(conll_fe_grid(frame)) == 4
+    assert "| +20.00 | small, N=128, 4 epochs |" in paper_comparison(frame)  # not the side experiment's 0.00
+    assert headline_budget(runs_frame([ner_row("dwatt", n, e, 0, 0.5) for n, e in ((8, 4), (32, 4), (8, 9))])) == 4
+    store = tmp_path / "results.jsonl"
+    store.write_text("\n".join(json.dumps(r) for r in grid + side) + "\n")
+    text = write_report([store], tmp_path / "out").read_text()
+    assert "| N=8, 8 epochs, dev 500 |" in text and "| N=128, 8 epochs, dev 500 |" in text
+    summary = pd.read_csv(tmp_path / "out" / "tables" / "ner_summary.csv")
+    assert set(summary[summary.epochs == 8].trials) == {1}  # never pooled with the grid's rows
+
+
 def test_interval_is_the_student_t_half_width():
     assert confidence_interval([0.1, 0.2, 0.3]) == pytest.approx(T_975_2_DOF * 0.1 / math.sqrt(3))
     assert math.isnan(confidence_interval([0.4])) and math.isnan(confidence_interval([]))
