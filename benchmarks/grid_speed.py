@@ -1,8 +1,9 @@
 """Wall time of a few-shot FE grid with the feature cache: every epoch budget its own `Trainer` run (the plain
 cached loop, one head at a time) against the budgets of a run trained together (`dwatt.budgets`), in one process.
 
-Both engines run the same grid through `dwatt.sweep.run_sweep` into their own results file; the feature memo is
-emptied before each, so both pay for computing the backbone's features once per sample. Their dev F1 scores are
+Both engines run the same grid through `dwatt.sweep.run_sweep` into their own results file; the feature and model
+memos are emptied before each, so both pay for computing the backbone's features once per sample and for building
+each fusion's first model of a trial. The time to build a model with and without the memo is measured on its own. Their dev F1 scores are
 not identical run for run (the batch order is drawn differently) but follow the same protocol: the table gives
 the mean of each fusion under both.
 
@@ -46,8 +47,26 @@ def random_large_backbone(folder: Path) -> Path:
     return folder
 
 
+def time_model_builds(backbone: Path, fusions: list[str], repeats: int = 3) -> list[dict]:
+    """Seconds to build a model for a run: the first build of a fusion and seed (a random backbone initialised,
+    then overwritten by the pretrained one) against later, remembered builds (`training.InitialModels`)."""
+    rows = []
+    for fusion in fusions:
+        memo = training.InitialModels()
+        seconds = []
+        for _ in range(1 + repeats):
+            started = time.perf_counter()
+            model = memo.build(str(backbone), fusion, 0, num_labels=9)
+            seconds.append(time.perf_counter() - started)
+            del model
+        rows.append({"fusion": fusion, "first_build_seconds": round(seconds[0], 2),
+                     "remembered_build_seconds": round(sorted(seconds[1:])[len(seconds[1:]) // 2], 2)})
+    return rows
+
+
 def time_engine(engine: str, specs, folder: Path) -> dict:
-    training.FEATURE_MEMO.clear()
+    training.FEATURE_MEMO.clear()  # each engine computes its features and builds its models afresh
+    training.INITIAL_MODELS.clear()
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     started = time.perf_counter()
@@ -87,6 +106,9 @@ def markdown(result: dict) -> str:
             + ", ".join(f"{row['engine']} {row['wall_seconds'] * 5 / s['trials'] / 60:.1f} min" for row in result["engines"])
             + "."
         )
+    lines += ["", "Building a run's model on a RoBERTa-large-shaped backbone (random weights; median of the remembered builds):",
+              "", "| fusion | first build s | remembered build s |", "|---|---|---|"]
+    lines += [f"| {r['fusion']} | {r['first_build_seconds']:.2f} | {r['remembered_build_seconds']:.2f} |" for r in result["model_build"]]
     return "\n".join(lines) + "\n"
 
 
@@ -113,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             trials=args.trials, backbones=(str(backbone),), dev_sentences=args.dev_sentences,
         )
         engines = [time_engine(engine, specs, scratch) for engine in listed(args.engines)]
+        large = backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large")
+        builds = time_model_builds(large, listed(args.fusions))
     times = {row["engine"]: row["wall_seconds"] for row in engines}
     result = {
         "settings": {
@@ -122,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "engines": engines,
         "speedup": times["trainer"] / times["budgets"] if set(times) == set(ENGINES) else None,
+        "model_build": builds,
         "environment": {
             "torch": torch.__version__,
             "python": platform.python_version(),
