@@ -36,10 +36,10 @@ HERE = Path(__file__).resolve().parent
 ENGINES = ("budgets", "trainer")
 
 
-def random_large_backbone(folder: Path) -> Path:
+def random_large_backbone(folder: Path, tokenizer_folder: str | None = None) -> Path:
     """A BERT encoder in RoBERTa-large's shape with random weights and MiniLM's tokenizer (speed does not depend on
     the weights, and no RoBERTa weights exist offline)."""
-    tokenizer = AutoTokenizer.from_pretrained(default_backbone_path())
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder or default_backbone_path())
     shape = dict(ROBERTA_LARGE_SHAPE, vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
     BertModel(BertConfig(**shape), add_pooling_layer=False).save_pretrained(folder)
@@ -115,6 +115,7 @@ def markdown(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", default="random-large", help="a model folder, or random-large")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder for random-large (default: MiniLM's)")
     parser.add_argument("--fusions", default="base,base_plus_n,concat,dwatt")
     parser.add_argument("--n-shots", default="8,16,32,64,128")
     parser.add_argument("--budgets", default="25,50,75,100")
@@ -129,13 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     listed = lambda text, kind=str: [kind(item) for item in text.split(",") if item]
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        backbone = random_large_backbone(scratch / "backbone") if args.backbone == "random-large" else Path(args.backbone)
+        backbone = random_large_backbone(scratch / "backbone", args.tokenizer) if args.backbone == "random-large" else Path(args.backbone)
         specs = grid(
             fusions=listed(args.fusions), n_shots=listed(args.n_shots, int), epochs=listed(args.budgets, int),
             trials=args.trials, backbones=(str(backbone),), dev_sentences=args.dev_sentences,
         )
         engines = [time_engine(engine, specs, scratch) for engine in listed(args.engines)]
-        large = backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large")
+        large = backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large", args.tokenizer)
         builds = time_model_builds(large, listed(args.fusions))
     times = {row["engine"]: row["wall_seconds"] for row in engines}
     result = {
