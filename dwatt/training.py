@@ -66,7 +66,7 @@ class InitialModels:
     meta device, so they skip the random initialisation and give the very same model.
     """
 
-    def __init__(self, max_heads: int = 64):
+    def __init__(self, max_heads: int = 16):
         self.max_heads = max_heads
         self._backbones: dict[str, torch.nn.Module] = {}
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
@@ -491,7 +491,8 @@ def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> 
     FE runs that differ only in their epoch budget (and output folder), trained together by
     `dwatt.budgets.train_budgets` on one feature cache: each ends as that budget's run alone would with the same
     loop. Writes each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order.
-    `vectorize`: batch the budgets with `torch.func.vmap` (default on a GPU; one after the other on a CPU).
+    `vectorize`: batch the budgets with `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's
+    attention layers are left to run one copy after the other, which is always exact), never on a CPU.
     """
     from .budgets import train_budgets
 
@@ -512,7 +513,7 @@ def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> 
     outcomes, timings = train_budgets(
         model, setup.train_set, setup.dev_set, setup.collator, [c.epochs for c in configs], metrics.score_ids,
         seed=first.seed, batch_size=first.batch_size, learning_rate=first.learning_rate,
-        vectorize=torch.cuda.is_available() if vectorize is None else vectorize,
+        vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
     )
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
