@@ -15,16 +15,14 @@ Writes `results/fusion_speed_<device>.json` and `.md` next to this file (or into
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 from transformers import AutoModel, RobertaConfig
 
+import results_files
 from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
 
@@ -166,18 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     del models
     result["training"] = training_steps(encoder, batch_of(args.train_batch), device, dtype, args.rounds, args.warmup)
-    result["environment"] = {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)",
-    }
-    result["command"] = " ".join(["python benchmarks/fusion_speed.py", *(sys.argv[1:] if argv is None else argv)])
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    stem = output / f"fusion_speed_{device.type}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    result["environment"] = results_files.environment(device)
+    result["command"] = results_files.command("fusion_speed.py", argv)
+    results_files.write(args.output, f"fusion_speed_{device.type}", result, markdown(result))
     return 0
 
 

@@ -18,9 +18,6 @@ Writes `results/grid_speed_<device>.json` and `.md` next to this file (or into -
 from __future__ import annotations
 
 import argparse
-import json
-import platform
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +25,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
+import results_files
 from dwatt import training
 from dwatt.defaults import ROBERTA_LARGE_SHAPE, default_backbone_path
 from dwatt.sweep import grid, run_sweep
@@ -148,19 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         "engines": engines,
         "speedup": times["trainer"] / times["budgets"] if set(times) == set(ENGINES) else None,
         "model_build": builds,
-        "environment": {
-            "torch": torch.__version__,
-            "python": platform.python_version(),
-            "device_name": torch.cuda.get_device_name() if torch.cuda.is_available() else f"cpu ({torch.get_num_threads()} threads)",
-        },
-        "command": " ".join(["python benchmarks/grid_speed.py", *(sys.argv[1:] if argv is None else argv)]),
+        "environment": results_files.environment(),
+        "command": results_files.command("grid_speed.py", argv),
     }
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    stem = output / f"grid_speed_{'cuda' if torch.cuda.is_available() else 'cpu'}"
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(result))
-    print(markdown(result))
+    results_files.write(args.output, f"grid_speed_{'cuda' if torch.cuda.is_available() else 'cpu'}", result, markdown(result))
     return 0
 
 

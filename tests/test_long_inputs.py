@@ -3,7 +3,6 @@ and a single Trainer run resumed from its last checkpoint."""
 
 import numpy as np
 import pytest
-import torch
 from datasets import Dataset
 from transformers import BertTokenizerFast
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, RunSpec, comparable, grid, run_sweep
+from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, comparable, grid, run_sweep
 from dwatt.training import RunConfig, run_ner
 
 

@@ -1,0 +1,33 @@
+"""What every speed benchmark records about its machine, and how it writes its results (JSON + Markdown)."""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+
+
+def environment(device: torch.device | None = None) -> dict:
+    cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "device_name": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
+    }
+
+
+def command(script: str, argv: list[str] | None) -> str:
+    """The command line that produced a result, as it would be typed from the repository root."""
+    return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+
+
+def write(output: str | Path, stem: str, result: dict, markdown: str) -> None:
+    """`<stem>.json` and `<stem>.md` in `output`, and the Markdown on stdout."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    (output / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (output / f"{stem}.md").write_text(markdown)
+    print(markdown)
