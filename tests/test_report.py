@@ -54,7 +54,7 @@ def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tab
     from dwatt.report import conll_fe_grid, headline_budget, paper_comparison
 
     assert len(conll_fe_grid(frame)) == len(grid) and headline_budget(conll_fe_grid(frame)) == 4
-    assert "| +20.00 | small, N=128, 4 epochs |" in paper_comparison(frame)  # not the side experiment's 0.00
+    assert "| +20.00 ± 0.00 | small, N=128, 4 epochs, 2 trials |" in paper_comparison(frame)  # not the side's 0.00
     assert headline_budget(runs_frame([ner_row("dwatt", n, e, 0, 0.5) for n, e in ((8, 4), (32, 4), (8, 9))])) == 4
     store = tmp_path / "results.jsonl"
     store.write_text("\n".join(json.dumps(r) for r in grid + side) + "\n")
@@ -62,6 +62,20 @@ def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tab
     assert "| N=8, 8 epochs, dev 500 |" in text and "| N=128, 8 epochs, dev 500 |" in text
     summary = pd.read_csv(tmp_path / "out" / "tables" / "ner_summary.csv")
     assert set(summary[summary.epochs == 8].trials) == {1}  # never pooled with the grid's rows
+
+
+def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_figure_2s_budget():
+    gains = {0: 0.10, 1: 0.12, 2: 0.14}  # DWAtt − Base+n per trial at N=128, 9 epochs: mean 12, paired sd 2
+    rows = [ner_row(f, n, 4, t, 0.3 + 0.1 * t + 0.05 * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for n in (8, 128) for t in range(3)]
+    rows += [ner_row(f, 128, 9, t, 0.2 * t + gains[t] * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for t in range(3)]
+    rows += [ner_row("dwatt", 128, 9, 3, 0.9)]  # a trial without its Base+n run has no pair
+    from dwatt.report import paper_comparison
+
+    comparison = paper_comparison(runs_frame(rows))
+    assert "| +5.00 ± 0.00 | small, N=128, 4 epochs, 3 trials |" in comparison  # Figure 2's budget (most N values)
+    ci = T_975_2_DOF * 2 / math.sqrt(3)  # trial-to-trial spread of 20 points cancels in the pairs
+    assert f"| +12.00 ± {ci:.2f} | small, N=128, 9 epochs, 3 trials |" in comparison
+    assert comparison.index("4 epochs, 3 trials") < comparison.index("9 epochs, 3 trials")
 
 
 def test_interval_is_the_student_t_half_width():
@@ -91,7 +105,7 @@ def test_report_writes_every_table_and_figure(tmp_path):
     tiers = pd.read_csv(tmp_path / "out" / "tables" / "wikiann_tiers.csv")
     assert set(tiers.tier) == {"high", "medium", "low", "very low"} and set(tiers.languages) == {1}
     comparison = (tmp_path / "out" / "tables" / "paper_comparison.md").read_text()
-    assert "| +5.28 (N=128, 100 epochs) | +20.00 | small, N=128, 4 epochs |" in comparison  # dwatt 0.3 vs base+n 0.1
+    assert "| +5.28 (N=128, 100 epochs) | +20.00 ± 0.00 | small, N=128, 4 epochs, 3 trials |" in comparison  # 0.3 vs 0.1
     assert "| WikiText-2 test perplexity, DWAtt | 2.91 | 2.50 |" in comparison
     mlm = pd.read_csv(tmp_path / "out" / "tables" / "mlm_summary.csv")
     assert mlm.set_index("fusion").mean_test_ppl.to_dict() == {"base": 3.0, "base_plus_n": 3.5, "concat": 4.0, "dwatt": 2.5}
