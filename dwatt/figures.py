@@ -26,8 +26,6 @@ def _fusions(frame: pd.DataFrame) -> list[str]:
     return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
 
 
-
-
 def _lines_vs_n(axis, runs: pd.DataFrame, title: str) -> None:
     summary = summarize(runs, ["fusion", "n_shot"], "f1")
     for fusion in _fusions(summary):
@@ -67,15 +65,33 @@ def figure_f1_vs_n(frame: pd.DataFrame):
 
 
 def figure_budgets(frame: pd.DataFrame):
-    """Figure 3: dev F1 against N for every epoch budget (one panel each), for the backbone with most runs."""
+    """
+    Figure 3: dev F1 against N for every epoch budget (one panel each), for the backbone with most runs. Where the
+    budgets were not all run at several N (longer budgets at the largest N only, say), dev F1 against the budget
+    instead, one panel per N that has several budgets.
+    """
     runs = conll_fe_grid(frame)
     if runs.empty or runs.epochs.nunique() < 2:
         return None
     runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
-    budgets = sorted(runs.epochs.unique())
-    figure, axes = plt.subplots(1, len(budgets), figsize=(4.5 * len(budgets), 4), sharey=True, squeeze=False)
-    for axis, budget in zip(axes[0], budgets):
-        _lines_vs_n(axis, runs[runs.epochs == budget], f"{budget} epochs")
+    if (runs.groupby("epochs").n_shot.nunique() > 1).all():
+        budgets = sorted(runs.epochs.unique())
+        figure, axes = plt.subplots(1, len(budgets), figsize=(4.5 * len(budgets), 4), sharey=True, squeeze=False)
+        for axis, budget in zip(axes[0], budgets):
+            _lines_vs_n(axis, runs[runs.epochs == budget], f"{budget} epochs")
+    else:
+        budgets_per_n = runs.groupby("n_shot").epochs.nunique()
+        shots = sorted(budgets_per_n[budgets_per_n > 1].index)
+        figure, axes = plt.subplots(1, len(shots), figsize=(5 * len(shots), 4), sharey=True, squeeze=False)
+        for axis, n in zip(axes[0], shots):
+            summary = summarize(runs[runs.n_shot == n], ["fusion", "epochs"], "f1")
+            for fusion in _fusions(summary):
+                points = summary[summary.fusion == fusion].sort_values("epochs")
+                axis.errorbar(points.epochs, points["mean"], yerr=points.ci95.fillna(0), marker="o", capsize=3,
+                              color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
+            axis.set_xticks(sorted(summary.epochs.unique()))
+            axis.set(title=f"N={n:g}", xlabel="epoch budget", ylabel="dev F1")
+            axis.grid(alpha=0.3)
     axes[0][0].legend()
     figure.suptitle(f"CoNLL-03 FE, {runs.backbone.iloc[0]}: epoch budgets")
     return figure

@@ -78,6 +78,16 @@ def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_fi
     assert comparison.index("4 epochs, 3 trials") < comparison.index("9 epochs, 3 trials")
 
 
+def test_budgets_run_at_the_largest_n_only_are_drawn_against_the_budget():
+    from dwatt.figures import figure_budgets
+
+    rows = [ner_row(f, n, 4, t, 0.3) for f in ("concat", "dwatt") for n in (8, 32, 128) for t in range(2)]
+    rows += [ner_row(f, 128, e, t, 0.4) for f in ("concat", "dwatt") for e in (9, 12) for t in range(2)]
+    (axis,) = figure_budgets(runs_frame(rows)).axes
+    assert axis.get_title() == "N=128" and axis.get_xlabel() == "epoch budget"
+    assert [list(bars.lines[0].get_xdata()) for bars in axis.containers] == [[4, 9, 12], [4, 9, 12]]
+
+
 def test_interval_is_the_student_t_half_width():
     assert confidence_interval([0.1, 0.2, 0.3]) == pytest.approx(T_975_2_DOF * 0.1 / math.sqrt(3))
     assert math.isnan(confidence_interval([0.4])) and math.isnan(confidence_interval([]))
