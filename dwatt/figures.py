@@ -26,15 +26,18 @@ def _fusions(frame: pd.DataFrame) -> list[str]:
     return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
 
 
-def _lines_vs_n(axis, runs: pd.DataFrame, title: str) -> None:
-    summary = summarize(runs, ["fusion", "n_shot"], "f1")
+def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot") -> None:
+    """Mean dev F1 of each fusion against `x` (N on a log scale, or the epoch budget), with 95% CI bars."""
+    summary = summarize(runs, ["fusion", x], "f1")
     for fusion in _fusions(summary):
-        points = summary[summary.fusion == fusion].sort_values("n_shot")
-        axis.errorbar(points.n_shot, points["mean"], yerr=points.ci95.fillna(0), label=FUSION_NAMES.get(fusion, fusion),
+        points = summary[summary.fusion == fusion].sort_values(x)
+        axis.errorbar(points[x], points["mean"], yerr=points.ci95.fillna(0), label=FUSION_NAMES.get(fusion, fusion),
                       color=COLORS.get(fusion), marker="o", capsize=3)
-    axis.set_xscale("log", base=2)
-    axis.set_xticks(sorted(summary.n_shot.unique()), [f"{n:g}" for n in sorted(summary.n_shot.unique())])
-    axis.set(title=title, xlabel="N (N x C training sentences)", ylabel="dev F1")
+    ticks = sorted(summary[x].unique())
+    if x == "n_shot":
+        axis.set_xscale("log", base=2)
+    axis.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    axis.set(title=title, xlabel="N (N x C training sentences)" if x == "n_shot" else "epoch budget", ylabel="dev F1")
     axis.grid(alpha=0.3)
 
 
@@ -59,7 +62,7 @@ def figure_f1_vs_n(frame: pd.DataFrame):
     for axis, backbone in zip(axes[0], backbones):
         own = runs[runs.backbone == backbone]
         budget = headline_budget(own)
-        _lines_vs_n(axis, own[own.epochs == budget], f"CoNLL-03 FE, {backbone}, {budget} epochs")
+        _lines(axis, own[own.epochs == budget], f"CoNLL-03 FE, {backbone}, {budget} epochs")
     axes[0][0].legend()
     return figure
 
@@ -78,20 +81,13 @@ def figure_budgets(frame: pd.DataFrame):
         budgets = sorted(runs.epochs.unique())
         figure, axes = plt.subplots(1, len(budgets), figsize=(4.5 * len(budgets), 4), sharey=True, squeeze=False)
         for axis, budget in zip(axes[0], budgets):
-            _lines_vs_n(axis, runs[runs.epochs == budget], f"{budget} epochs")
+            _lines(axis, runs[runs.epochs == budget], f"{budget} epochs")
     else:
         budgets_per_n = runs.groupby("n_shot").epochs.nunique()
         shots = sorted(budgets_per_n[budgets_per_n > 1].index)
         figure, axes = plt.subplots(1, len(shots), figsize=(5 * len(shots), 4), sharey=True, squeeze=False)
         for axis, n in zip(axes[0], shots):
-            summary = summarize(runs[runs.n_shot == n], ["fusion", "epochs"], "f1")
-            for fusion in _fusions(summary):
-                points = summary[summary.fusion == fusion].sort_values("epochs")
-                axis.errorbar(points.epochs, points["mean"], yerr=points.ci95.fillna(0), marker="o", capsize=3,
-                              color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
-            axis.set_xticks(sorted(summary.epochs.unique()))
-            axis.set(title=f"N={n:g}", xlabel="epoch budget", ylabel="dev F1")
-            axis.grid(alpha=0.3)
+            _lines(axis, runs[runs.n_shot == n], f"N={n:g}", x="epochs")
     axes[0][0].legend()
     figure.suptitle(f"CoNLL-03 FE, {runs.backbone.iloc[0]}: epoch budgets")
     return figure
