@@ -2,8 +2,8 @@
 # Figure 6 on the 2-core CPU: FE against FT on CoNLL-03, the four paper models, N in {8, 128}, 50 epochs, one trial
 # (seed 0), MiniLM-L6 (6 x 384). Dev: a fixed random 500 sentences of the dev split, scored after every epoch (an FT
 # epoch re-runs the whole backbone on them). FT at N=128 takes 15-30 minutes a run on this machine, so one session
-# held one trial; more trials: raise --trials (finished runs are skipped). results.jsonl also holds trial 1's four FE
-# runs at N=8, from a --trials 2 launch that was stopped to give the CPU to conll-fe-budgets-cpu.
+# held one trial; more trials: raise --trials (finished runs are skipped). results.jsonl also holds 12 of trial 1's
+# 16 runs (all but FT at N=128), from --trials 2 launches stopped for lack of session time.
 # Run from the repository root.
 set -euo pipefail
 ../shared/models/fetch.sh minilm models
