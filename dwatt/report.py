@@ -201,6 +201,8 @@ def paper_comparison(frame: pd.DataFrame) -> str:
             for other, key in (("base_plus_n", "conll_n128_e100_dwatt_minus_base_plus_n"), ("concat", "conll_n128_e100_dwatt_minus_concat")):
                 if {"dwatt", other} <= set(by_trial.columns):
                     gains = (by_trial["dwatt"] - by_trial[other]).dropna()  # paired: a trial's fusions share a sample
+                    if gains.empty:
+                        continue
                     lines.append(
                         f"| CoNLL-03 FE dev F1, DWAtt − {FUSION_NAMES[other]} at the largest N | "
                         f"+{PAPER[key]:.2f} (N=128, 100 epochs) | {with_interval(gains.mean(), confidence_interval(gains), sign=True)} | "

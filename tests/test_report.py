@@ -76,6 +76,8 @@ def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_fi
     ci = T_975_2_DOF * 2 / math.sqrt(3)  # trial-to-trial spread of 20 points cancels in the pairs
     assert f"| +12.00 ± {ci:.2f} | small, N=128, 9 epochs, 3 trials |" in comparison
     assert comparison.index("4 epochs, 3 trials") < comparison.index("9 epochs, 3 trials")
+    unpaired = [ner_row("dwatt", 128, 4, 0, 0.5), ner_row("base_plus_n", 128, 4, 1, 0.3)]
+    assert "CoNLL-03" not in paper_comparison(runs_frame(unpaired))  # no trial has both: no gain to state
 
 
 def test_budgets_run_at_the_largest_n_only_are_drawn_against_the_budget():
