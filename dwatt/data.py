@@ -52,29 +52,25 @@ def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
             tokens.clear()
             tags.clear()
 
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as error:
-                raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
-            if not line:
-                close_sentence()
-                continue
-            columns = line.split()
-            if columns[0] == "-DOCSTART-":
-                close_sentence()
-                continue
-            if len(columns) not in (2, 4):
-                what = "a token without a tag" if len(columns) == 1 else f"{len(columns)} columns"
-                raise DataFormatError(f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'")
-            tag = columns[-1]
-            if tag not in known:
-                raise DataFormatError(f"{path}:{number}: unknown tag {tag!r}; known tags: {', '.join(labels)}")
-            if not tokens:
-                first_line = number
-            tokens.append(columns[0])
-            tags.append(tag)
+    for number, line in _numbered_lines(path):
+        line = line.strip()
+        if not line:
+            close_sentence()
+            continue
+        columns = line.split()
+        if columns[0] == "-DOCSTART-":
+            close_sentence()
+            continue
+        if len(columns) not in (2, 4):
+            what = "a token without a tag" if len(columns) == 1 else f"{len(columns)} columns"
+            raise DataFormatError(f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'")
+        tag = columns[-1]
+        if tag not in known:
+            raise DataFormatError(f"{path}:{number}: unknown tag {tag!r}; known tags: {', '.join(labels)}")
+        if not tokens:
+            first_line = number
+        tokens.append(columns[0])
+        tags.append(tag)
     close_sentence()
     if not sentences:
         raise DataFormatError(f"{path}:1: no sentences in the file (empty, or only -DOCSTART- lines)")
@@ -173,13 +169,22 @@ def load_wikitext2(source: str | Path) -> DatasetDict:
     return DatasetDict(splits)
 
 
-def _read_text_lines(path: Path) -> Iterator[str]:
-    with path.open("rb") as handle:
+def _numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """`(line number, text without its line end)` of a UTF-8 file. A leading byte-order mark is read as nothing
+    (editors on Windows write one), so it never sticks to the first token; other bytes that are not UTF-8 fail
+    with the file and line."""
+    with Path(path).open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                yield raw.decode("utf-8").rstrip("\r\n")
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as error:
                 raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+            yield number, text.rstrip("\r\n")
+
+
+def _read_text_lines(path: Path) -> Iterator[str]:
+    for _, line in _numbered_lines(path):
+        yield line
 
 
 def load_tokenizer(name_or_path: str | Path, **kwargs):

@@ -38,6 +38,34 @@ def test_windows_line_endings_are_read_like_unix_ones(tmp_path):
     assert read_conll(path, CONLL_LABELS) == read_conll(write(tmp_path, "lf.txt", GOOD_TWO_COLUMNS), CONLL_LABELS)
 
 
+BOM = "\ufeff"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [GOOD_TWO_COLUMNS, GOOD_TWO_COLUMNS.replace("-DOCSTART- O\n\n", ""), GOOD_TWO_COLUMNS.replace(" ", "\t").replace("\n", "\r\n")],
+    ids=["docstart-first", "token-first", "tabs-and-crlf"],
+)
+def test_a_leading_byte_order_mark_is_read_as_nothing(tmp_path, text):
+    plain = read_conll(write(tmp_path, "plain.txt", text), CONLL_LABELS)
+    marked = read_conll(write(tmp_path, "marked.txt", BOM + text), CONLL_LABELS)
+    assert marked == plain
+    assert plain[0]["tokens"][0] == "EU" and not any(BOM in t for s in marked for t in s["tokens"])
+
+
+def test_a_byte_order_mark_is_dropped_by_every_text_loader(tmp_path):
+    for folder in ("conll", "wikiann/sw", "wikitext"):
+        (tmp_path / folder).mkdir(parents=True)
+    for conll_name, wikiann_name in (("train.txt", "train.txt"), ("valid.txt", "dev.txt"), ("test.txt", "test.txt")):
+        write(tmp_path / "conll", conll_name, BOM + GOOD_TWO_COLUMNS)
+        write(tmp_path / "wikiann/sw", wikiann_name, BOM + "Nairobi B-LOC\nni O\n")
+        write(tmp_path / "wikitext", conll_name, BOM + " = Valkyria = \nline two\n")
+    conll = load_conll2003(tmp_path / "conll")
+    assert conll["train"][0]["tokens"] == ["EU", "rejects", "German"] and len(conll["train"]) == 2
+    assert load_wikiann("sw", tmp_path / "wikiann")["validation"][0]["tokens"] == ["Nairobi", "ni"]
+    assert load_wikitext2(tmp_path / "wikitext")["test"]["text"] == [" = Valkyria = ", "line two"]
+
+
 @pytest.mark.parametrize(
     "content, message",
     [
