@@ -147,7 +147,7 @@ class DepthWiseAttention(nn.Module):
         keys = self.key(self.layer_positions.to(self.key.weight.dtype))
         weights = torch.softmax(query @ keys.t(), dim=-1)
         mixed = (weights.t().unsqueeze(-1).to(layers.dtype) * self.values(layers)).sum(0)
-        return (flat_last + mixed).view(batch, seq, hidden), weights.view(batch, seq, -1)
+        return (flat_last + mixed).view(batch, seq, hidden), weights.view(batch, seq, keys.shape[0])
 
 
 class LayerConcat(nn.Module):
@@ -521,7 +521,10 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         logits = self.head(fused.last_hidden_state)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), labels.view(-1).to(logits.device))
+            # The mean over labelled positions, and 0 (not NaN) for a batch with none (an MLM batch with no mask).
+            targets = labels.view(-1).to(logits.device)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets, reduction="sum")
+            loss = loss / (targets != -100).sum().clamp(min=1)
         output = self.output_class(
             loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
         )

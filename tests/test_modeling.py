@@ -297,3 +297,14 @@ def test_fusing_labelled_positions_only_keeps_loss_logits_and_gradients(fusion):
     assert outputs[True][2].keys() == outputs[False][2].keys()
     for name in outputs[False][2]:
         torch.testing.assert_close(outputs[True][2][name], outputs[False][2][name], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_a_batch_without_any_target_has_zero_loss_and_gradients(fusion):
+    model = RobertaDWAttForMaskedLM(tiny_config("roberta", fusion))
+    model.fuse_labelled_positions_only = True  # as in training: no position is fused at all
+    ids, mask = make_batch()
+    out = model(input_ids=ids, attention_mask=mask, labels=torch.full_like(ids, -100))
+    assert out.loss.item() == 0.0
+    out.loss.backward()
+    assert all(p.grad is None or not p.grad.any() for p in model.dwatt.fusion.parameters())
