@@ -14,7 +14,7 @@ from pathlib import Path
 
 from configuration_dwatt import FUSIONS
 
-from .features import MODEL_INPUTS
+from .features import MODEL_INPUTS, model_inputs
 from .training import SAMPLINGS, RunConfig
 
 
@@ -39,43 +39,37 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-dir", default=defaults.output_dir)
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")
-    parser.add_argument("--quiet", action="store_false", dest="progress", help="no progress bars")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument("--quiet", action="store_const", const="quiet", dest="verbosity", default="normal",
+                       help="print the final line only")
+    shown.add_argument("--verbose", action="store_const", const="verbose", dest="verbosity",
+                       help="the Trainer's own progress bars and logs, then the summary")
     parser.add_argument("--checkpoint-every-epoch", action="store_true", help="keep a Trainer checkpoint to resume from")
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     parser.add_argument("--deterministic", action="store_true", help="deterministic GPU kernels (slower; see SECURITY.md)")
 
 
 def _train(args: argparse.Namespace) -> int:
+    from .console import headline, summary
     from .training import run
 
     names = {f.name for f in fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    config.progress, config.verbose = args.verbosity != "quiet", args.verbosity == "verbose"
     if config.n_shot == 0 or config.task == "mlm":
         config.n_shot = None
     results = run(config)
-    if config.task == "mlm":
-        test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
-        print(
-            f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
-            f"{results['wall_seconds']:.0f} s; results in {Path(config.output_dir) / 'results.json'}"
-        )
-        return 0
-    print(
-        f"best dev F1 {results['best_dev_f1']:.4f} at epoch {results['best_epoch']:g} "
-        f"(final {results['final_dev_f1']:.4f}); {results['num_train_sentences']} training sentences, "
-        f"{results['wall_seconds']:.0f} s; results in {Path(config.output_dir) / 'results.json'}"
-    )
+    if args.verbosity == "quiet":
+        print(headline(results))
+    else:
+        print("\n".join(summary(results)))
     return 0
 
 
 def _load_checkpoint(path: str):
-    import dwatt  # noqa: F401  (registers the Auto classes)
-    from transformers import AutoModelForTokenClassification
+    from .checkpoints import load_checkpoint
 
-    from .data import load_tokenizer
-
-    model = AutoModelForTokenClassification.from_pretrained(path).eval()
-    return model, load_tokenizer(path)
+    return load_checkpoint(path)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
@@ -84,18 +78,24 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     from .data import tokenize_and_align
     from .metrics import decode_tags, entity_scores, reassemble
-    from .training import load_ner_dataset
+    from .training import evaluate_mlm, load_ner_dataset
 
-    model, tokenizer = _load_checkpoint(args.checkpoint)
+    model, tokenizer, task = _load_checkpoint(args.checkpoint)
+    if task == "mlm":
+        if args.data_dir is None:
+            raise ValueError("--data-dir: a masked-LM checkpoint is scored on WikiText-2 files; give their folder")
+        scores = evaluate_mlm(model, tokenizer, args.data_dir, args.split, args.block_size, args.seed)
+        print(json.dumps({"checkpoint": args.checkpoint, **scores}, indent=2))
+        return 0
     data = load_ner_dataset(args.dataset, args.data_dir)
     if args.split not in data:
-        raise SystemExit(f"--split: {args.dataset} has no {args.split!r} split ({', '.join(data)})")
+        raise ValueError(f"--split: {args.dataset} has no {args.split!r} split ({', '.join(data)})")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != data[args.split].features["ner_tags"].feature.names:
-        raise SystemExit(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
+        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
     tokens = tokenize_and_align(data[args.split], tokenizer)
     windows = list(zip(tokens["sentence"], tokens["window"]))
-    inputs = tokens.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in tokens.column_names])
+    inputs = model_inputs(tokens)
     collate = DataCollatorForTokenClassification(tokenizer)
     references, predictions = [], []
     with torch.no_grad():
@@ -130,17 +130,47 @@ def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32)
     return tags
 
 
+def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[list[tuple[str, float]]]]:
+    """For each text, for each mask token in it, the `top_k` most likely tokens with their probabilities."""
+    import torch
+
+    mask = tokenizer.mask_token
+    missing = [text for text in texts if mask not in text]
+    if missing:
+        raise ValueError(f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})")
+    filled = []
+    with torch.no_grad():
+        for text in texts:
+            inputs = tokenizer(text, return_tensors="pt", truncation=True)
+            positions = (inputs["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten().tolist()
+            probabilities = model(**inputs).logits[0, positions].softmax(-1)
+            top = probabilities.topk(top_k, dim=-1)
+            filled.append([
+                [(tokenizer.decode([i]).strip(), p) for i, p in zip(ids.tolist(), ps.tolist())]
+                for ids, ps in zip(top.indices, top.values)
+            ])
+    return filled
+
+
 def _predict(args: argparse.Namespace) -> int:
-    model, tokenizer = _load_checkpoint(args.checkpoint)
+    model, tokenizer, task = _load_checkpoint(args.checkpoint)
     lines = list(args.sentences)
     if args.file:
-        lines += Path(args.file).read_text(encoding="utf-8").splitlines()
-    sentences = [line.split() for line in lines if line.strip()]
-    skipped = len(lines) - len(sentences)
+        lines += Path(args.file).read_text(encoding="utf-8-sig").splitlines()
+    texts = [line for line in lines if line.strip()]
+    skipped = len(lines) - len(texts)
     if skipped:
         print(f"dwatt predict: skipped {skipped} empty lines", file=sys.stderr)
-    if not sentences:
-        raise SystemExit("predict: give sentences as arguments or with --file")
+    if not texts:
+        raise ValueError("give sentences as arguments or with --file")
+    if task == "mlm":
+        for text, masks in zip(texts, fill_masks(model, tokenizer, texts)):
+            print(text)
+            for number, candidates in enumerate(masks, start=1):
+                print(f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates))
+            print()
+        return 0
+    sentences = [text.split() for text in texts]
     for words, tags in zip(sentences, predict_tags(model, tokenizer, sentences)):
         print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
     return 0
@@ -157,6 +187,7 @@ def _push(args: argparse.Namespace) -> int:
         private=args.private,
         revision=args.revision,
         create_pr=args.create_pr,
+        backbone_id=args.backbone_id,
     )
     print(f"pushed {args.run_dir} to {args.repo_id}: {url}")
     return 0
@@ -200,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
     commands = parser.add_subparsers(dest="command", required=True)
-    train = commands.add_parser("train", help="one few-shot NER run (offline default with no arguments)")
+    train = commands.add_parser("train", help="one few-shot NER (or masked-LM) run; offline default with no arguments")
     _add_train_arguments(train)
     train.set_defaults(handler=_train)
     evaluate = commands.add_parser("evaluate", help="score a trained checkpoint with seqeval")
@@ -208,8 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--dataset", default="conll2003")
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--split", default="validation")
+    evaluate.add_argument("--block-size", type=int, default=128, help="mlm: tokens per block, as in training")
+    evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
     evaluate.set_defaults(handler=_evaluate)
-    predict = commands.add_parser("predict", help="tag whitespace-tokenised sentences with a trained checkpoint")
+    predict = commands.add_parser("predict", help="tag sentences (NER) or fill [MASK]s (masked LM) with a trained checkpoint")
     predict.add_argument("checkpoint")
     predict.add_argument("sentences", nargs="*")
     predict.add_argument("--file", help="one sentence per line")
@@ -222,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     push.add_argument("--private", action="store_true", default=None)
     push.add_argument("--revision", default=None, help="branch to push to")
     push.add_argument("--create-pr", action="store_true")
+    push.add_argument("--backbone-id", default=None,
+                      help="the backbone's Hub id (e.g. sentence-transformers/all-MiniLM-L6-v2) to record instead of a local folder")
     push.set_defaults(handler=_push)
     sweep = commands.add_parser("sweep", help="a grid of runs into one resumable results file")
     sweep.add_argument("--preset", choices=tuple(PRESETS), default=None)
@@ -252,13 +287,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .hub import HubError
     from .sweep import SweepBusyError
 
+    from .console import quiet_libraries
+
     args = build_parser().parse_args(argv)
+    if getattr(args, "verbosity", "normal") != "verbose":
+        quiet_libraries()
     try:
         return args.handler(args)
-    except (ValueError, FileNotFoundError, PermissionError, SweepBusyError) as error:
-        print(f"dwatt {args.command}: error: {error}", file=sys.stderr)
+    except (ValueError, OSError, HubError, SweepBusyError) as error:
+        # One line, whatever failed (a bad argument, a file, the Hub): what happened and, where known, what to do.
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(f"dwatt {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

@@ -24,6 +24,12 @@ from tqdm.auto import tqdm
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
+def model_inputs(tokens):
+    """A tokenised split without its bookkeeping columns (word ids, sentence and window numbers): what the model
+    and the padding collator take."""
+    return tokens.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in tokens.column_names])
+
+
 def dataset_fingerprint(dataset, columns: tuple[str, ...] = ("input_ids", "labels")) -> str:
     """A digest of a tokenised dataset's contents (not of its history), equal for equal token ids and labels."""
     digest = hashlib.blake2b(digest_size=16)

@@ -28,6 +28,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from configuration_dwatt import FUSIONS
 from modeling_dwatt import RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 
+from .console import RunProgress
 from .data import (
     CONLL_LABELS,
     entity_types,
@@ -41,7 +42,7 @@ from .data import (
     tokenize_and_align,
 )
 from .defaults import default_backbone_path
-from .features import MODEL_INPUTS, FeatureCollator, FeatureMemo, build_feature_cache, dataset_fingerprint
+from .features import FeatureCollator, FeatureMemo, build_feature_cache, dataset_fingerprint, model_inputs
 from .layer_weights import has_layer_weights, layer_weights_by_type
 from .metrics import NERMetrics
 from .sampling import few_shot_split, sample_sentences
@@ -211,6 +212,7 @@ class RunConfig:
     save_model: bool = True
     evaluate_test: bool = False
     progress: bool = True
+    verbose: bool = False
     deterministic: bool = False
     checkpoint_every_epoch: bool = False
     resume: bool = False
@@ -302,15 +304,22 @@ def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments
         remove_unused_columns=False,
         dataloader_num_workers=0,
         dataloader_pin_memory=torch.cuda.is_available(),
-        disable_tqdm=not config.progress,
+        disable_tqdm=not config.verbose,  # otherwise `console.RunProgress` is the run's one bar
         full_determinism=config.deterministic,
     )
 
 
 def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig):
-    """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`."""
-    if not config.progress:  # quiet runs (sweeps) print nothing per epoch; the curve is in results.json
+    """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`. Unless
+    `config.verbose`, the `Trainer` prints nothing itself: one `RunProgress` bar shows the run (with
+    `config.progress`), and the curve is in results.json."""
+    if not config.verbose:
         trainer.remove_callback(PrinterCallback)
+        if config.progress:
+            if best.key == "loss":
+                trainer.add_callback(RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False))
+            else:
+                trainer.add_callback(RunProgress(best.metric, f"dev {best.key.upper()}"))
     last_checkpoint = None
     if config.resume and Path(trainer.args.output_dir).is_dir():
         last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
@@ -413,8 +422,7 @@ def prepare_ner(config: RunConfig) -> NERSetup:
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
-        columns = [c for c in (*MODEL_INPUTS, "labels") if c in train_tokens.column_names]
-        train_set, dev_set = train_tokens.select_columns(columns), dev_tokens.select_columns(columns)
+        train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
         collator = DataCollatorForTokenClassification(tokenizer)
     return NERSetup(
         config, backbone, data, list(label_names), train, sampled_ids, dev, tokenizer, dev_tokens, model, freeze,
@@ -449,12 +457,12 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
 
 def scored_test_split(setup: NERSetup):
     """The test split tokenised (and cached for FE), with the metrics that score it."""
-    tokens = tokenize_and_align(setup.data["test"], setup.tokenizer)
+    tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
         dtype = getattr(torch, setup.config.cache_dtype)
         return build_feature_cache(setup.model, tokens, dtype=dtype, progress=setup.config.progress), metrics
-    return tokens, metrics
+    return model_inputs(tokens), metrics
 
 
 def run_ner(config: RunConfig) -> dict:
@@ -574,6 +582,43 @@ def fixed_masks(dataset, collator, seed: int) -> list[dict]:
     return [{key: value[i] for key, value in batch.items()} for i in range(len(rows))]
 
 
+def load_mlm_splits(data_dir: str | None):
+    """WikiText-2 lines per split (`load_wikitext2`; without a folder the Hub dataset) and where the training lines
+    come from: without a train split, the first 90% of the validation lines train and the last 10% are dev."""
+    data = load_wikitext2(data_dir or "wikitext")
+    if "train" in data:
+        return data, "train"
+    if "validation" not in data:
+        raise FileNotFoundError(f"{data_dir}: neither a train nor a validation split of WikiText-2")
+    lines = data["validation"]
+    cut = int(len(lines) * 0.9)
+    data["train"], data["validation"] = lines.select(range(cut)), lines.select(range(cut, len(lines)))
+    return data, "first 90% of validation lines (no train split); dev: last 10%"
+
+
+MLM_MASK_SEEDS = {"validation": 0, "test": 1}  # offsets from the run's seed: dev and test are masked once each
+
+
+@torch.no_grad()
+def evaluate_mlm(model, tokenizer, data_dir: str | None, split: str, block_size: int = 128, seed: int = 0,
+                 batch_size: int = 32) -> dict:
+    """Masked-token loss and perplexity of a masked-LM checkpoint on one WikiText-2 split, masked as `run_mlm`
+    masks it for a run of `seed` (so a run's own dev and test perplexities come back)."""
+    data, _ = load_mlm_splits(data_dir)
+    if split not in data:
+        raise ValueError(f"--split: the WikiText-2 data has no {split!r} split ({', '.join(data)})")
+    blocks = group_texts_for_mlm(data[split], tokenizer, block_size)
+    rows = fixed_masks(blocks, mlm_collator(tokenizer), seed + MLM_MASK_SEEDS.get(split, 0))
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(rows), batch_size):  # the Trainer's mean: batch losses weighted by batch size
+        batch = default_data_collator(rows[start : start + batch_size])
+        total += model(**batch).loss.item() * len(batch["labels"])
+        count += len(batch["labels"])
+    loss = total / max(count, 1)
+    return {"split": split, "blocks": count, "loss": loss, "perplexity": math.exp(loss)}
+
+
 def run_mlm(config: RunConfig) -> dict:
     """
     One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`; without it the Hub dataset
@@ -588,15 +633,7 @@ def run_mlm(config: RunConfig) -> dict:
     started = time.perf_counter()
     ensure_writable(Path(config.output_dir))
     backbone = config.backbone or str(default_backbone_path())
-    data = load_wikitext2(config.data_dir or "wikitext")
-    train_source = "train"
-    if "train" not in data:
-        if "validation" not in data:
-            raise FileNotFoundError(f"{config.data_dir}: neither a train nor a validation split of WikiText-2")
-        lines = data["validation"]
-        cut = int(len(lines) * 0.9)
-        data["train"], data["validation"] = lines.select(range(cut)), lines.select(range(cut, len(lines)))
-        train_source = "first 90% of validation lines (no train split); dev: last 10%"
+    data, train_source = load_mlm_splits(config.data_dir)
     tokenizer = load_tokenizer(backbone)
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
     collator = mlm_collator(tokenizer)
@@ -610,7 +647,7 @@ def run_mlm(config: RunConfig) -> dict:
         model=model,
         args=training_arguments(config, Path(config.output_dir)),
         train_dataset=blocks["train"],
-        eval_dataset=fixed_masks(blocks["validation"], collator, config.seed),
+        eval_dataset=fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
         data_collator=lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
         callbacks=[freeze, best],
     )
@@ -628,7 +665,8 @@ def run_mlm(config: RunConfig) -> dict:
         "dev_curve": best.curve,
     } | run_facts(model, train_output.metrics, last_checkpoint)
     if "test" in blocks:
-        test_loss = trainer.evaluate(fixed_masks(blocks["test"], collator, config.seed + 1), metric_key_prefix="test")["test_loss"]
+        test_masks = fixed_masks(blocks["test"], collator, config.seed + MLM_MASK_SEEDS["test"])
+        test_loss = trainer.evaluate(test_masks, metric_key_prefix="test")["test_loss"]
         results.update(test_loss=test_loss, test_perplexity=math.exp(test_loss))
     return finish_run(config, model, tokenizer, results, started)
 

@@ -1,0 +1,34 @@
+"""Loading a saved DWAtt checkpoint (a `dwatt train` model folder, a head-only folder, or a Hub id) with its task."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm"}
+
+
+def checkpoint_task(config) -> str:
+    """`"ner"` or `"mlm"`, from the architecture a checkpoint's config records."""
+    for architecture in getattr(config, "architectures", None) or []:
+        for suffix, task in TASK_OF_ARCHITECTURE.items():
+            if architecture.endswith(suffix):
+                return task
+    raise ValueError(
+        f"the checkpoint's config names no DWAtt task model (architectures: {getattr(config, 'architectures', None)}); "
+        "expected a token-classification or masked-LM checkpoint saved by dwatt"
+    )
+
+
+def load_checkpoint(path: str | Path):
+    """The model (in eval mode), its tokenizer and its task (`"ner"` or `"mlm"`) from a checkpoint folder or id."""
+    import dwatt  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForTokenClassification
+
+    from .data import load_tokenizer
+
+    task = checkpoint_task(AutoConfig.from_pretrained(path))
+    auto = AutoModelForMaskedLM if task == "mlm" else AutoModelForTokenClassification
+    return auto.from_pretrained(path).eval(), load_tokenizer(path), task
+
+
+__all__ = ["checkpoint_task", "load_checkpoint"]

@@ -1,0 +1,130 @@
+"""What `dwatt train` shows a person: one progress bar for the run, and a short summary at its end.
+
+Three levels, chosen on the command line: the default (one bar over the epochs with the last loss, the dev score
+and the best so far, then the summary), `--quiet` (the summary's last line only) and `--verbose` (the `Trainer`'s
+own bars and log dictionaries, as transformers prints them, then the summary).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable
+from pathlib import Path
+
+from tqdm.auto import tqdm
+from transformers import TrainerCallback
+
+VERBOSITIES = ("quiet", "normal", "verbose")
+
+
+class RunProgress(TrainerCallback):
+    """
+    One bar over the epochs of a `Trainer` run, updated after each dev evaluation with the epoch's training loss,
+    the dev score and the best dev score so far. A resumed run starts the bar at the epoch it resumes from.
+    """
+
+    def __init__(self, metric: str = "eval_f1", label: str = "dev F1", show: Callable[[float], str] | None = None,
+                 greater_is_better: bool = True):
+        self.metric, self.label, self.greater_is_better = metric, label, greater_is_better
+        self.show = show or (lambda value: f"{100 * value:.2f}")
+        self.bar: tqdm | None = None
+        self.loss: float | None = None
+        self.best: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=int(math.ceil(args.num_train_epochs)), initial=int(state.epoch or 0), unit="epoch",
+                        desc="training", dynamic_ncols=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.bar is None or not metrics or self.metric not in metrics:  # another split (e.g. test)
+            return
+        value = float(metrics[self.metric])
+        if self.best is None or (value > self.best if self.greater_is_better else value < self.best):
+            self.best = value
+        postfix = {"loss": f"{self.loss:.4f}"} if self.loss is not None else {}
+        postfix |= {self.label: self.show(value), "best": self.show(self.best)}
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(int(round(state.epoch or 0)) - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def quiet_libraries() -> None:
+    """Turn off the progress bars and notices of datasets and transformers (map, weight loading, shard writing):
+    the run's own bar and summary say what matters."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.2f}"
+
+
+def scores_table(scores: dict, types: list[str]) -> list[str]:
+    """Per-type precision, recall, F1 and support (seqeval, in %), then the micro average over all types."""
+    rows = [("type", "precision", "recall", "F1", "support")]
+    for name in types:
+        if f"{name}_f1" in scores:
+            rows.append((name, _percent(scores[f"{name}_precision"]), _percent(scores[f"{name}_recall"]),
+                         _percent(scores[f"{name}_f1"]), str(scores[f"{name}_support"])))
+    support = sum(int(scores.get(f"{name}_support", 0)) for name in types)
+    rows.append(("all (micro)", _percent(scores["precision"]), _percent(scores["recall"]), _percent(scores["f1"]),
+                 str(support)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+            for row in rows]
+
+
+def headline(results: dict) -> str:
+    """The summary's last line: the run's result in one line (all that `--quiet` prints)."""
+    where = Path(results["config"]["output_dir"]) / "results.json"
+    if results.get("task") == "mlm":
+        test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
+        return (f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
+                f"{results['wall_seconds']:.0f} s; results in {where}")
+    test = f", test F1 {_percent(results['test_scores']['f1'])}" if "test_scores" in results else ""
+    return (f"best dev F1 {_percent(results['best_dev_f1'])} at epoch {results['best_epoch']:g} "
+            f"(final {_percent(results['final_dev_f1'])}){test}; {results['num_train_sentences']} training sentences, "
+            f"{results['wall_seconds']:.0f} s; results in {where}")
+
+
+EXAMPLE_INPUTS = {"ner": "Peter Blackburn visited Brussels .", "mlm": "Paris is the {mask} of France ."}
+
+
+def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
+    """The lines printed at the end of a run: the scores, where the results and the model are, what to try next,
+    and the headline last."""
+    output_dir = Path(results["config"]["output_dir"])
+    lines: list[str] = []
+    if results.get("task") != "mlm":
+        best = results["best_dev_scores"]
+        lines.append(f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:")
+        lines += scores_table(best, results.get("entity_types", []))
+        if "test_scores" in results:
+            lines.append("test scores of the best dev model:")
+            lines += scores_table(results["test_scores"], results.get("entity_types", []))
+    lines.append(f"results   {output_dir / 'results.json'}")
+    model = output_dir / "model"
+    if results["config"].get("save_model", True):
+        example = EXAMPLE_INPUTS[results.get("task", "ner")].format(mask=mask_token)
+        lines.append(f"model     {model}")
+        lines.append(f"next      dwatt predict {shlex.quote(str(model))} {shlex.quote(example)}")
+    else:
+        lines.append("model     not saved (--no-save)")
+    lines.append(headline(results))
+    return lines
+
+
+__all__ = ["VERBOSITIES", "RunProgress", "headline", "quiet_libraries", "scores_table", "summary"]

@@ -1,0 +1,133 @@
+"""Every path a user can take through `dwatt train`, generated: task x mode x cache x --test x --no-save x
+checkpointing x dataset, each followed by `evaluate`, `predict` and `push` (Hub boundary faked) on what it saved.
+
+Each combination either works end to end or is refused before training with a one-line error; none crashes. The
+cells are generated from the axes below, so a new option is one more axis, not a new hand-written test.
+"""
+
+import itertools
+import json
+from pathlib import Path
+
+import pytest
+
+from dwatt.cli import main
+
+from .conftest import SENTENCES, WORDS
+from .test_hub import RecordingApi
+
+AXES = {
+    "task": ("ner", "mlm"),
+    "mode": ("fe", "ft"),
+    "cache": ("cache", "no-cache"),
+    "test": ("test", "no-test"),
+    "save": ("save", "no-save"),
+    "checkpoints": ("none", "every-epoch", "resume"),
+    "dataset": ("conll2003", "wikiann", "wikitext"),
+}
+# Combinations refused before training, with the words of their error (none today: every path works).
+REFUSED: dict[tuple, str] = {}
+
+
+def applies(cell: dict) -> bool:
+    """NER reads CoNLL or WikiAnn, masked LM reads WikiText-2; every other axis applies to both tasks."""
+    return (cell["task"] == "mlm") == (cell["dataset"] == "wikitext")
+
+
+CELLS = [cell for values in itertools.product(*AXES.values()) if applies(cell := dict(zip(AXES, values)))]
+
+
+def cell_id(cell: dict) -> str:
+    return "-".join(cell[axis] for axis in AXES)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("path-data")
+    conll, wikiann, wikitext = root / "conll", root / "wikiann" / "sw", root / "wikitext"
+    for folder in (conll, wikiann, wikitext):
+        folder.mkdir(parents=True)
+    sentences = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
+    no_misc = sentences.replace("B-MISC", "O").replace("I-MISC", "O")  # WikiAnn tags PER, ORG and LOC only
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (conll / name).write_text("-DOCSTART- O\n\n" + "\n".join([sentences] * (4 if name == "train.txt" else 1)))
+    for name in ("train.txt", "dev.txt", "test.txt"):
+        (wikiann / name).write_text("\n".join([no_misc] * (4 if name == "train.txt" else 1)))
+    lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(9)) for i in range(40)]
+    (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
+    (wikitext / "test.txt").write_text("\n".join(lines[:12]) + "\n")
+    return {"conll2003": conll, "wikiann": root / "wikiann", "wikitext": wikitext}
+
+
+def data_arguments(cell: dict, data: dict) -> list[str]:
+    if cell["dataset"] == "wikiann":
+        return ["--dataset", "wikiann:sw", "--data-dir", str(data["wikiann"])]
+    return ["--data-dir", str(data[cell["dataset"]])]
+
+
+def train_arguments(cell: dict, backbone: Path, data: dict, output: Path) -> list[str]:
+    argv = ["train", "--backbone", str(backbone), "--task", cell["task"], "--mode", cell["mode"], "--epochs", "2",
+            "--batch-size", "4", "--output-dir", str(output), "--quiet", *data_arguments(cell, data)]
+    argv += ["--block-size", "8"] if cell["task"] == "mlm" else ["--n-shot", "1"]
+    argv += ["--no-cache"] if cell["cache"] == "no-cache" else []
+    argv += ["--test"] if cell["test"] == "test" else []
+    argv += ["--no-save"] if cell["save"] == "no-save" else []
+    argv += ["--checkpoint-every-epoch"] if cell["checkpoints"] != "none" else []
+    return argv
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cell", CELLS, ids=cell_id)
+def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, data, tmp_path, capsys, monkeypatch):
+    output = tmp_path / "run"
+    argv = train_arguments(cell, tiny_backbone, data, output)
+    code = main(argv)
+    out, err = capsys.readouterr()
+    refusal = REFUSED.get(tuple(cell.values()))
+    if refusal is not None:
+        assert code == 2 and refusal in err and err.count("\n") == 1 and not (output / "results.json").exists()
+        return
+    assert code == 0, err[-2000:]
+    assert len(out.strip().splitlines()) == 1  # --quiet: the final line only
+    results = json.loads((output / "results.json").read_text())
+    score = "best_dev_perplexity" if cell["task"] == "mlm" else "best_dev_f1"
+    assert len(results["dev_curve"]) == 2
+    if cell["task"] == "ner":
+        assert results["cached_features"] == (cell["mode"] == "fe" and cell["cache"] == "cache")
+        assert ("test_scores" in results) == (cell["test"] == "test")
+    else:
+        assert "test_perplexity" in results
+    if cell["checkpoints"] == "resume":  # the same command again continues from the last checkpoint
+        assert main(argv + ["--resume"]) == 0, capsys.readouterr().err[-2000:]
+        capsys.readouterr()
+        resumed = json.loads((output / "results.json").read_text())
+        assert resumed["resumed_from"] is not None and resumed[score] == results[score]
+        assert resumed["dev_curve"] == results["dev_curve"]
+    model = output / "model"
+    if cell["save"] == "no-save":
+        assert not model.exists()
+        return
+    evaluate = ["evaluate", str(model), *data_arguments(cell, data), "--split", "test"]
+    evaluate += ["--block-size", "8"] if cell["task"] == "mlm" else (["--dataset", "conll2003"] if cell["dataset"] == "conll2003" else [])
+    assert main(evaluate) == 0, capsys.readouterr().err[-2000:]
+    scored = json.loads(capsys.readouterr().out)
+    if cell["task"] == "mlm":
+        assert scored["perplexity"] == pytest.approx(results["test_perplexity"], rel=1e-5)
+    elif cell["test"] == "test":
+        assert scored["f1"] == pytest.approx(results["test_scores"]["f1"], abs=1e-6)
+    sentence = "peter [MASK] brussels" if cell["task"] == "mlm" else "Peter Blackburn rejects Brussels"
+    assert main(["predict", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
+    printed = capsys.readouterr().out
+    assert ("mask 1:" in printed) if cell["task"] == "mlm" else (printed.split()[0::2][:4] == sentence.split())
+    recorder = RecordingApi()
+    monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
+    assert main(["push", str(output), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 0, capsys.readouterr().err
+    files = recorder.calls[-1][2]["files"]
+    assert {"config.json", "model.safetensors", "README.md", "results.json"} <= set(files)
+    assert str(tiny_backbone).encode() not in files["config.json"]
+
+
+def test_the_generated_paths_cover_every_value_of_every_axis():
+    for axis, values in AXES.items():
+        assert {cell[axis] for cell in CELLS} == set(values), axis
+    assert len(CELLS) == 2 * 2 * 2 * 2 * 3 * 3  # ner: 2 datasets, mlm: 1
