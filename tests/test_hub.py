@@ -194,7 +194,8 @@ class RecordingApi:
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()
-    url = push_to_hub(model, "someone/dwatt-ner", results=RESULTS, api=api, revision="main", private=True)
+    url = push_to_hub(model, "someone/dwatt-ner", results=RESULTS, api=api, revision="main", private=True,
+                      backbone_id="someone/tiny-bert")
     assert url.endswith("/commit/1")
     (create, repo_id, create_kwargs), (upload, upload_repo, upload_kwargs) = api.calls
     assert (create, repo_id, create_kwargs["exist_ok"], create_kwargs["private"]) == ("create_repo", "someone/dwatt-ner", True, True)
@@ -205,7 +206,7 @@ def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_pa
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
     assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))
     assert json.loads(files["config.json"])["heads_only"] is True
-    assert b"base_model: " + str(backbone).encode() in files["README.md"]
+    assert b"base_model: someone/tiny-bert" in files["README.md"]
 
 
 def test_cli_push_sends_a_finished_run(backbone, tmp_path, monkeypatch, capsys):
@@ -218,7 +219,7 @@ def test_cli_push_sends_a_finished_run(backbone, tmp_path, monkeypatch, capsys):
     (run / "results.json").write_text(json.dumps(RESULTS))
     recorder = RecordingApi()
     monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
-    assert main(["push", str(run), "someone/run", "--commit-message", "first head"]) == 0
+    assert main(["push", str(run), "someone/run", "--commit-message", "first head", "--backbone-id", "someone/tiny-bert"]) == 0
     assert recorder.calls[-1][2]["commit_message"] == "first head"
     assert "tokenizer.json" in recorder.calls[-1][2]["files"]
     assert main(["push", str(tmp_path / "nothing"), "someone/run"]) == 2
@@ -262,3 +263,154 @@ def test_pull_by_repo_id_from_the_hub_cache_offline_with_revision_pinning(backbo
     pulled = torch.load(tmp_path / "pulled.pt")
     torch.testing.assert_close(pulled["main"], expected[second], atol=1e-6, rtol=0)
     torch.testing.assert_close(pulled["pinned"], expected[first], atol=1e-6, rtol=0)
+
+
+def uploaded(api: RecordingApi) -> dict[str, bytes]:
+    return api.calls[-1][2]["files"]
+
+
+def test_a_head_only_push_names_the_backbone_by_its_hub_id_never_by_a_local_path(backbone, tmp_path):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    with pytest.raises(ValueError, match=r"head-only push needs the backbone's Hub id.*local path .*--backbone-id"):
+        push_to_hub(model, "someone/head", api=RecordingApi())
+    with pytest.raises(ValueError, match=r"--backbone-id: .* is a local path"):
+        push_to_hub(model, "someone/head", api=RecordingApi(), backbone_id=str(backbone))
+    api = RecordingApi()
+    push_to_hub(model, "someone/head", api=api, results=RESULTS | {"config": RESULTS["config"] | {"backbone": str(backbone)}},
+                backbone_id="someone/tiny-bert")
+    files = uploaded(api)
+    config = json.loads(files["config.json"])
+    assert config["backbone_name_or_path"] == "someone/tiny-bert"
+    assert config["encoder_config"]["_name_or_path"] == "someone/tiny-bert"
+    assert not any(str(backbone).encode() in content for content in files.values())
+    assert model.config.backbone_name_or_path == str(backbone)  # the model in memory is left as it was
+
+
+def test_a_full_push_of_a_locally_known_backbone_records_no_local_path(backbone, tmp_path):
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    api = RecordingApi()
+    push_to_hub(model, "someone/full", api=api, heads_only=False, results=RESULTS | {"config": {"backbone": str(backbone)}})
+    files = uploaded(api)
+    assert not any(str(backbone).encode() in content for content in files.values())
+    assert json.loads(files["config.json"])["backbone_name_or_path"] is None
+
+
+def test_the_packaged_default_backbone_is_pushed_under_its_hub_id(minilm_path):
+    from dwatt.defaults import DEFAULT_BACKBONE_HUB_ID
+    from dwatt.hub import backbone_hub_id
+
+    model = type("Model", (), {"config": type("Config", (), {"backbone_name_or_path": str(minilm_path)})()})()
+    assert backbone_hub_id(model) == DEFAULT_BACKBONE_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
+
+
+def hub_http_client():
+    """The HTTP client module huggingface_hub uses (httpx, or httpx2 in later releases)."""
+    import importlib
+
+    from huggingface_hub import errors
+
+    return importlib.import_module(errors.Response.__module__.split(".")[0])
+
+
+def finished_run(backbone, tmp_path) -> Path:
+    """What `dwatt train` leaves: model/ (with a tokenizer) and results.json."""
+    from transformers import BertTokenizerFast
+
+    run = tmp_path / "run"
+    RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(run / "model")
+    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(run / "model")
+    (run / "results.json").write_text(json.dumps(RESULTS))
+    return run
+
+
+def http_error(status: int):
+    from huggingface_hub.errors import HfHubHTTPError
+
+    httpx = hub_http_client()
+
+    request = httpx.Request("POST", "https://hub.invalid/api/repos/create")
+    return HfHubHTTPError(f"{status} Client Error", response=httpx.Response(status, request=request))
+
+
+def hub_failures():
+    from huggingface_hub.errors import HFValidationError, LocalTokenNotFoundError, OfflineModeIsEnabled
+
+    httpx = hub_http_client()
+
+    return {
+        "offline": (OfflineModeIsEnabled("Cannot reach https://hub.invalid: offline mode is enabled."), "HF_HUB_OFFLINE"),
+        "no token": (LocalTokenNotFoundError("Token is required"), "hf auth login"),
+        "token refused": (http_error(401), "hf auth login"),
+        "no write access": (http_error(403), "may not write to 'someone/run'"),
+        "no such repo": (http_error(404), "check the repo id"),
+        "bad repo id": (HFValidationError("Repo id must be in the form 'repo_name'"), "not a valid repo id"),
+        "no network": (httpx.ConnectError("[Errno -2] Name or service not known"), "check the network connection"),
+    }
+
+
+@pytest.mark.parametrize("case", ["offline", "no token", "token refused", "no write access", "no such repo", "bad repo id", "no network"])
+@pytest.mark.parametrize("step", ["create_repo", "upload_folder"])
+def test_every_hub_failure_ends_in_one_line_that_says_what_to_do(backbone, tmp_path, monkeypatch, capsys, case, step):
+    error, advice = hub_failures()[case]
+    run = finished_run(backbone, tmp_path)
+    api = RecordingApi()
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(api, step, fail)
+    monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: api)
+    assert main(["push", str(run), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("dwatt push: error: ") and advice in err, err
+
+
+def test_push_with_the_hub_switched_off_ends_in_one_line(backbone, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    run = finished_run(backbone, tmp_path)
+    assert main(["push", str(run), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "HF_HUB_OFFLINE" in err and "Traceback" not in err
+
+
+TOKENIZER_SCRIPT = """
+    import builtins, json, sys
+    from transformers import AutoTokenizer
+    asked = []
+    builtins.input = lambda prompt="": asked.append(prompt) or "n"
+    folder = sys.argv[1] if len(sys.argv) > 1 else {folder!r}
+    plain = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
+    asked_with_false = list(asked)
+    AutoTokenizer.from_pretrained(folder)
+    print(json.dumps({{"ids": plain("peter blackburn")["input_ids"], "with_false": asked_with_false, "without": asked}}))
+"""
+
+
+def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt(tiny_backbone, tmp_path):
+    """Why transformers asks: AutoTokenizer reads the folder's config.json through AutoConfig first, and its
+    `auto_map` names the remote configuration class. `trust_remote_code=False` is the one-line way round it (what
+    the model card and README show): no prompt, and the very tokenizer of the backbone."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from transformers import AutoTokenizer
+
+    from .conftest import BLOCKED_IMPORTS
+
+    folder = tmp_path / "checkpoint"
+    RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
+    script = BLOCKED_IMPORTS + textwrap.dedent(TOKENIZER_SCRIPT.format(folder=str(folder)))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
+                          env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["with_false"] == []
+    assert seen["ids"] == AutoTokenizer.from_pretrained(tiny_backbone)("peter blackburn")["input_ids"]
+    assert any("custom code" in prompt for prompt in seen["without"])  # the cause, as this transformers has it
+    card = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5), RESULTS,
+                      "someone/ner", has_tokenizer=True)
+    assert 'AutoTokenizer.from_pretrained("someone/ner", trust_remote_code=False)' in card
