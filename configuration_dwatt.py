@@ -13,6 +13,10 @@ FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
 """Layer-fusion methods: Depth-Wise Attention, layer concatenation, n extra transformer layers on top,
 last layer only, and an ELMo-style scalar mix."""
 
+# Encoder families whose layers cannot be called from outside with what the encoder gives them, so that the
+# paper's Base+n has no faithful form there; `DWAttConfig` refuses the fusion for them when it is built.
+BASE_PLUS_N_UNSUPPORTED: dict[str, str] = {}
+
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
 
 
@@ -131,6 +135,13 @@ class DWAttConfig(PretrainedConfig):
                 raise ValueError(f"DWAttConfig: `{key}` must be an integer >= {minimum}, got {value!r}")
         if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
             raise ValueError(f"DWAttConfig: `classifier_dropout` must be in [0, 1), got {self.classifier_dropout!r}")
+        family = self.encoder_config.model_type
+        if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
+            working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
+            raise ValueError(
+                f"DWAttConfig: fusion 'base_plus_n' cannot be built on the {family!r} family "
+                f"({BASE_PLUS_N_UNSUPPORTED[family]}); the fusions that work here: {working}"
+            )
         for key in ("hidden_size", "num_hidden_layers"):
             if not isinstance(getattr(self.encoder_config, key, None), int):
                 raise ValueError(
@@ -152,4 +163,4 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["DWAttConfig", "FUSIONS"]
+__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS"]

@@ -6,13 +6,14 @@ token, which feeds a token-classification or masked-LM head. This file travels i
 (`trust_remote_code=True`): it imports only torch, transformers and `configuration_dwatt`.
 """
 
+import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, ModelOutput, TokenClassifierOutput
@@ -76,6 +77,169 @@ class DWAttMaskedLMOutput(MaskedLMOutput):
     layer_weights: torch.FloatTensor | None = None
 
 
+def _first_setting(config, names: tuple[str, ...], default):
+    """The first of `names` that the encoder config sets (families name the same setting differently)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def layer_norm_eps(config) -> float:
+    return _first_setting(config, ("layer_norm_eps", "norm_eps"), 1e-12)
+
+
+def dropout_probability(config) -> float:
+    return _first_setting(config, ("hidden_dropout_prob", "dropout", "classifier_dropout"), 0.1)
+
+
+def _attribute(module: nn.Module, path: str):
+    for name in path.split("."):
+        module = getattr(module, name, None) if not name.isdigit() else module[int(name)]
+        if module is None:
+            return None
+    return module
+
+
+class EncoderFamily:
+    """
+    What DWAtt needs to know of an encoder family beyond what `AutoModel` gives: where its transformer layers live,
+    how one is built, and what a layer takes besides the hidden states (its attention-mask format, its position
+    signal). The default is BERT's way (`encoder.layer`, a 4-D bidirectional mask), which RoBERTa, XLM-R, CamemBERT,
+    ELECTRA and most BERT descendants share; the families that differ override one method each.
+    """
+
+    layer_list = "encoder.layer"
+
+    def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
+        layers = _attribute(backbone, self.layer_list)
+        return layers if isinstance(layers, nn.ModuleList) and len(layers) else None
+
+    def new_layer(self, layer_class: type[nn.Module], config, position: int) -> nn.Module:
+        """A fresh layer that continues the backbone's stack at `position` (0-based, so L is the first extra one)."""
+        accepted = inspect.signature(layer_class.__init__).parameters
+        return layer_class(config, layer_idx=position) if "layer_idx" in accepted else layer_class(config)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers) -> list[tuple[tuple, dict]]:
+        """The positional and keyword arguments of each of `layers` after the hidden states."""
+        mask = create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        return [((mask,), {}) for _ in layers]
+
+    def lm_head_size(self, config) -> int:
+        """Width of the masked-LM head's dense layer (ALBERT and ELECTRA project down to the embedding size)."""
+        return getattr(config, "embedding_size", None) or config.hidden_size
+
+    def lm_head_activation(self, config) -> str:
+        return _first_setting(config, ("hidden_act", "activation", "hidden_activation"), "gelu")
+
+    def lm_head_bias(self, config, part: str) -> bool:
+        """Whether the head's `dense`, `norm` or `decoder` part has a bias."""
+        return True
+
+
+class MPNetFamily(EncoderFamily):
+    """Every MPNet layer also takes the encoder's shared relative position bias."""
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        (mask,), _ = super().layer_inputs(backbone, hidden_states, attention_mask, layers)[0]
+        bias = backbone.encoder.compute_position_bias(hidden_states)
+        return [((mask,), {"position_bias": bias}) for _ in layers]
+
+
+class RoFormerFamily(EncoderFamily):
+    """Every RoFormer layer rotates its queries and keys by the encoder's sinusoidal positions."""
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        (mask,), _ = super().layer_inputs(backbone, hidden_states, attention_mask, layers)[0]
+        positions = backbone.encoder.embed_positions(hidden_states.shape[:-1], 0)[None, None, :, :]
+        return [((mask,), {"sinusoidal_pos": positions}) for _ in layers]
+
+
+class DebertaFamily(EncoderFamily):
+    """DeBERTa (v1, v2, v3): the encoder's own mask format and its disentangled relative positions."""
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        encoder = backbone.encoder
+        if attention_mask is None:
+            attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.long, device=hidden_states.device)
+        kwargs = {
+            "relative_pos": encoder.get_rel_pos(hidden_states),
+            "rel_embeddings": encoder.get_rel_embedding(),
+        }
+        return [((encoder.get_attention_mask(attention_mask),), kwargs) for _ in layers]
+
+
+class ModernBertFamily(EncoderFamily):
+    """ModernBERT: layers under `layers`, global and sliding-window (local) attention alternating, rotary positions
+    per attention type. Extra layers continue the alternation."""
+
+    layer_list = "layers"
+
+    def new_layer(self, layer_class, config, position):
+        every = getattr(config, "global_attn_every_n_layers", 1) or 1
+        wanted = "full_attention" if position % every == 0 else "sliding_attention"
+        # The layer reads its type from config.layer_types[index]; index 0 has no input norm (it reads the
+        # embeddings), so an extra layer takes the last index of its type above 0.
+        candidates = [i for i, kind in enumerate(config.layer_types) if kind == wanted and i > 0]
+        return layer_class(config, layer_idx=candidates[-1] if candidates else len(config.layer_types) - 1)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        from transformers.masking_utils import create_bidirectional_sliding_window_mask
+
+        mask_kwargs = {"config": backbone.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
+        masks = {
+            "full_attention": create_bidirectional_mask(**mask_kwargs),
+            "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kwargs),
+        }
+        positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None]  # ModernBERT's own default
+        return [
+            ((), {"attention_mask": masks[layer.attention_type],
+                  "position_embeddings": backbone.rotary_emb(hidden_states, positions, layer.attention_type)})
+            for layer in layers
+        ]
+
+    def lm_head_activation(self, config) -> str:
+        return config.classifier_activation
+
+    def lm_head_bias(self, config, part: str) -> bool:
+        return {"dense": config.classifier_bias, "norm": config.norm_bias, "decoder": config.decoder_bias}[part]
+
+
+class ElectraFamily(EncoderFamily):
+    """ELECTRA's masked-LM head is its generator's, whose activation is always GELU."""
+
+    def lm_head_activation(self, config) -> str:
+        return "gelu"
+
+
+class DistilBertFamily(EncoderFamily):
+    layer_list = "transformer.layer"
+
+
+class AlbertFamily(EncoderFamily):
+    """ALBERT shares one layer group across its depth; extra layers are fresh, unshared layers of that group's class."""
+
+    layer_list = "encoder.albert_layer_groups.0.albert_layers"
+
+
+ENCODER_FAMILIES: dict[str, EncoderFamily] = {
+    "mpnet": MPNetFamily(),
+    "roformer": RoFormerFamily(),
+    "deberta": DebertaFamily(),
+    "deberta-v2": DebertaFamily(),
+    "modernbert": ModernBertFamily(),
+    "electra": ElectraFamily(),
+    "distilbert": DistilBertFamily(),
+    "albert": AlbertFamily(),
+}
+"""Encoder families that differ from BERT's way, keyed by `model_type`; any other family gets `EncoderFamily()`."""
+
+
+def encoder_family(config) -> EncoderFamily:
+    return ENCODER_FAMILIES.get(config.model_type, EncoderFamily())
+
+
 class DWAttMLP(nn.Module):
     """f(x) = W · LN(gelu(U · x)): the paper's bottleneck MLP, used for the DWAtt query."""
 
@@ -107,7 +271,7 @@ class DepthWiseAttention(nn.Module):
         encoder = config.encoder_config
         hidden, layers = encoder.hidden_size, config.num_fused_layers
         value_size = max(1, round(hidden * config.value_bottleneck))
-        self.eps = encoder.layer_norm_eps
+        self.eps = layer_norm_eps(encoder)
         self.query = DWAttMLP(hidden, max(1, round(hidden * config.query_bottleneck)), self.eps)
         self.key = nn.Linear(config.d_pos, hidden, bias=False)
         self.register_buffer("layer_positions", torch.empty(layers, config.d_pos))
@@ -194,18 +358,29 @@ class LastLayer(nn.Module):
 class ExtraLayers(nn.Module):
     """
     `n` freshly initialised layers of the backbone's own layer class on top of z_L (the paper's Base+n). They
-    are called like the backbone calls its own: with its attention-mask format and, for MPNet, its relative
-    position bias (passed in through `layer_kwargs`).
+    are called like the backbone calls its own (see `EncoderFamily.layer_inputs`): with its attention-mask format
+    and its position signal (MPNet's relative bias, DeBERTa's relative positions, ModernBERT's rotary embeddings).
     """
 
-    def __init__(self, config: DWAttConfig, layer_class: type[nn.Module]):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module):
         super().__init__()
-        self.layer = nn.ModuleList(layer_class(config.encoder_config) for _ in range(config.num_extra_layers))
+        encoder = config.encoder_config
+        family = encoder_family(encoder)
+        layers = family.layers(backbone)
+        if layers is None:
+            raise ValueError(
+                f"fusion 'base_plus_n' needs the transformer layers of the {encoder.model_type!r} backbone "
+                f"({type(backbone).__name__}); they are not at `{family.layer_list}`"
+            )
+        depth = encoder.num_hidden_layers
+        self.layer = nn.ModuleList(
+            family.new_layer(type(layers[0]), encoder, depth + i) for i in range(config.num_extra_layers)
+        )
 
-    def forward(self, last_layer: torch.Tensor, attention_mask: torch.Tensor | None, **layer_kwargs) -> torch.Tensor:
+    def forward(self, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]) -> torch.Tensor:
         hidden_states = last_layer
-        for layer in self.layer:
-            output = layer(hidden_states, attention_mask, **layer_kwargs)
+        for layer, (args, kwargs) in zip(self.layer, layer_inputs):
+            output = layer(hidden_states, *args, **kwargs)
             hidden_states = output[0] if isinstance(output, tuple) else output
         return hidden_states
 
@@ -216,10 +391,12 @@ class DWAttLMHead(nn.Module):
     def __init__(self, config: DWAttConfig):
         super().__init__()
         encoder = config.encoder_config
-        self.dense = nn.Linear(encoder.hidden_size, encoder.hidden_size)
-        self.activation = ACT2FN[getattr(encoder, "hidden_act", "gelu")]
-        self.layer_norm = nn.LayerNorm(encoder.hidden_size, eps=encoder.layer_norm_eps)
-        self.decoder = nn.Linear(encoder.hidden_size, encoder.vocab_size)
+        family = encoder_family(encoder)
+        size = family.lm_head_size(encoder)
+        self.dense = nn.Linear(encoder.hidden_size, size, bias=family.lm_head_bias(encoder, "dense"))
+        self.activation = ACT2FN[family.lm_head_activation(encoder)]
+        self.layer_norm = nn.LayerNorm(size, eps=layer_norm_eps(encoder), bias=family.lm_head_bias(encoder, "norm"))
+        self.decoder = nn.Linear(size, encoder.vocab_size, bias=family.lm_head_bias(encoder, "decoder"))
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
@@ -237,13 +414,15 @@ def _quiet_loading(quiet: bool = True):
         logging.set_verbosity(verbosity)
 
 
-def _backbone_layer_class(backbone: nn.Module) -> type[nn.Module]:
-    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
-    if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
-        raise ValueError(
-            f"fusion 'base_plus_n' needs a backbone with `encoder.layer`; {type(backbone).__name__} has none"
-        )
-    return type(layers[0])
+def backbone_class(encoder_config) -> type[PreTrainedModel]:
+    """The class `AutoModel` builds for an encoder config."""
+    return AutoModel._model_mapping[type(encoder_config)]
+
+
+def backbone_kwargs(encoder_config) -> dict:
+    """Construction arguments for the backbone: no pooler, where the class has one to leave out."""
+    accepted = inspect.signature(backbone_class(encoder_config).__init__).parameters
+    return {"add_pooling_layer": False} if "add_pooling_layer" in accepted else {}
 
 
 class DWAttPreTrainedModel(PreTrainedModel):
@@ -306,7 +485,8 @@ class DWAttPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
             init.ones_(module.weight)
-            init.zeros_(module.bias)
+            if module.bias is not None:  # ModernBERT's norms have none
+                init.zeros_(module.bias)
 
 
 class DWAttModel(DWAttPreTrainedModel):
@@ -323,7 +503,9 @@ class DWAttModel(DWAttPreTrainedModel):
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
-        self.backbone = AutoModel.from_config(config.encoder_config, add_pooling_layer=False)
+        self.backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
+        accepted = inspect.signature(self.backbone.forward).parameters
+        self._takes_token_types = "token_type_ids" in accepted
         fusion = config.fusion
         if fusion == "dwatt":
             self.fusion = DepthWiseAttention(config)
@@ -332,7 +514,7 @@ class DWAttModel(DWAttPreTrainedModel):
         elif fusion == "scalar_mix":
             self.fusion = ScalarMix(config)
         elif fusion == "base_plus_n":
-            self.fusion = ExtraLayers(config, _backbone_layer_class(self.backbone))
+            self.fusion = ExtraLayers(config, self.backbone)
         else:
             self.fusion = LastLayer()
         self.post_init()
@@ -379,15 +561,16 @@ class DWAttModel(DWAttPreTrainedModel):
             f"{len(wanted)} it reads (indices {wanted[0]}..{wanted[-1]})"
         )
 
-    def _extra_layer_inputs(self, last_layer: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple:
-        mask = create_bidirectional_mask(
-            config=self.config.encoder_config, inputs_embeds=last_layer, attention_mask=attention_mask
-        )
-        layer_kwargs = {}
-        compute_position_bias = getattr(getattr(self.backbone, "encoder", None), "compute_position_bias", None)
-        if compute_position_bias is not None:  # MPNet: every layer takes the encoder's shared relative bias
-            layer_kwargs["position_bias"] = compute_position_bias(last_layer)
-        return mask, layer_kwargs
+    def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
+        """
+        The backbone's hidden states for `inputs` (embedding output first, then each layer). The last is the
+        encoder's output (`last_hidden_state`): for families with a final norm after the last layer (ModernBERT)
+        that is what a plain head would read. Inputs the family has no use for (token types) are left out.
+        """
+        if not self._takes_token_types:
+            inputs.pop("token_type_ids", None)
+        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True, return_dict=True)
+        return (*outputs.hidden_states[:-1], outputs.last_hidden_state)
 
     def _fuse_positions(self, layers: torch.Tensor, last_layer: torch.Tensor, token_mask: torch.Tensor) -> tuple:
         """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero."""
@@ -426,24 +609,23 @@ class DWAttModel(DWAttPreTrainedModel):
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
-            backbone_inputs = {"token_type_ids": token_type_ids, "position_ids": position_ids}
-            backbone_outputs = self.backbone(
+            all_hidden_states = self.run_backbone(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
-                output_hidden_states=True,
-                return_dict=True,
-                **{key: value for key, value in backbone_inputs.items() if value is not None},
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
                 **kwargs,
             )
-            all_hidden_states = backbone_outputs.hidden_states
             layers = torch.stack([all_hidden_states[i] for i in self.fused_layer_indices], dim=1)
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[:, -1]
         if isinstance(self.fusion, ExtraLayers):
-            mask, layer_kwargs = self._extra_layer_inputs(last_layer, attention_mask)
-            fused, layer_weights = self.fusion(last_layer, mask, **layer_kwargs), None
+            layer_inputs = encoder_family(self.config.encoder_config).layer_inputs(
+                self.backbone, last_layer, attention_mask, self.fusion.layer
+            )
+            fused, layer_weights = self.fusion(last_layer, layer_inputs), None
         elif token_mask is not None:
             fused, layer_weights = self._fuse_positions(layers, last_layer, token_mask.bool())
         else:
@@ -579,8 +761,9 @@ class _DWAttWithHead(DWAttPreTrainedModel):
 
     @classmethod
     def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+        config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         with _quiet_loading():  # the checkpoint's pooler weights are unused on purpose: no load report
-            return AutoModel.from_pretrained(name_or_path, add_pooling_layer=False, **load_kwargs)
+            return AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
@@ -713,7 +896,7 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         self.dwatt = DWAttModel(config)
         dropout = config.classifier_dropout
         if dropout is None:
-            dropout = getattr(config.encoder_config, "hidden_dropout_prob", 0.1)
+            dropout = dropout_probability(config.encoder_config)
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
         self.post_init()
@@ -775,14 +958,20 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
                 f"head keys: {sorted(source)}"
             )
 
-        weights = {
-            "dense.weight": find("transform.dense.weight", "dense.weight"),
-            "dense.bias": find("transform.dense.bias", "dense.bias"),
-            "layer_norm.weight": find("transform.LayerNorm.weight", "layer_norm.weight"),
-            "layer_norm.bias": find("transform.LayerNorm.bias", "layer_norm.bias"),
-            "decoder.weight": pretrained.get_output_embeddings().weight,
-            "decoder.bias": find("predictions.bias", "lm_head.bias", "decoder.bias"),
-        }
+        # The families' names for the same three parts: dense, LayerNorm and the vocabulary bias.
+        dense = ("transform.dense", "lm_head.dense", "head.dense", "vocab_transform", "generator_predictions.dense",
+                 "predictions.dense", "dense")
+        norm = ("transform.LayerNorm", "lm_head.layer_norm", "lm_head.LayerNorm", "head.norm", "vocab_layer_norm",
+                "generator_predictions.LayerNorm", "predictions.LayerNorm", "layer_norm")
+        decoder_bias = ("predictions.bias", "lm_head.bias", "vocab_projector.bias", "generator_lm_head.bias", "decoder.bias")
+        wanted = set(self.lm_head.state_dict())
+        weights = {"decoder.weight": pretrained.get_output_embeddings().weight}
+        for ours, names in (("dense", dense), ("layer_norm", norm)):
+            for part in ("weight", "bias"):
+                if f"{ours}.{part}" in wanted:
+                    weights[f"{ours}.{part}"] = find(*(f"{name}.{part}" for name in names))
+        if "decoder.bias" in wanted:
+            weights["decoder.bias"] = find(*decoder_bias)
         self.lm_head.load_state_dict({key: value.detach().clone() for key, value in weights.items()})
 
 
@@ -791,11 +980,17 @@ def count_parameters(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
 
+# Family-neutral names: the same classes, for users of any encoder (the RoBERTa names are the paper's).
+DWAttForTokenClassification = RobertaDWAttForTokenClassification
+DWAttForMaskedLM = RobertaDWAttForMaskedLM
+
 DWAttModel.register_for_auto_class("AutoModel")
 RobertaDWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 
 __all__ = [
+    "DWAttForMaskedLM",
+    "DWAttForTokenClassification",
     "DWAttModel",
     "DWAttPreTrainedModel",
     "DepthWiseAttention",

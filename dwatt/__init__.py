@@ -9,6 +9,8 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelF
 
 from configuration_dwatt import FUSIONS, DWAttConfig
 from modeling_dwatt import (
+    DWAttForMaskedLM,
+    DWAttForTokenClassification,
     DWAttModel,
     RobertaDWAttForMaskedLM,
     RobertaDWAttForTokenClassification,
@@ -25,6 +27,8 @@ __version__ = "0.1.0"
 __all__ = [
     "FUSIONS",
     "DWAttConfig",
+    "DWAttForMaskedLM",
+    "DWAttForTokenClassification",
     "DWAttModel",
     "RobertaDWAttForMaskedLM",
     "RobertaDWAttForTokenClassification",

@@ -194,7 +194,7 @@ def build_feature_cache(
             for row, values in enumerate(rows[column]):
                 tensor[row, : len(values)] = torch.as_tensor(values)
             inputs[column] = tensor.to(device)
-        hidden = backbone(**inputs, output_hidden_states=True, return_dict=True).hidden_states
+        hidden = dwatt.run_backbone(**inputs)
         stacked = torch.stack([hidden[i] for i in indices], dim=2).to("cpu", dtype)  # (batch, seq, layers, hidden)
         for row, index in enumerate(batch_indices):
             start = offsets[index]
