@@ -61,3 +61,18 @@ def test_committed_report_and_readme_comparison_are_generated_from_the_committed
     assert (tmp_path / "tables" / "paper_comparison.md").read_text() == (committed / "paper_comparison.md").read_text()
     block = README.read_text().split("<!-- paper comparison: docs/results/report/tables/paper_comparison.md -->\n", 1)[1]
     assert block.split("<!-- end of paper comparison -->", 1)[0] == (committed / "paper_comparison.md").read_text()
+
+
+def test_readme_shows_what_dwatt_train_prints_for_the_committed_default_run():
+    """The README's output block is the console summary of the committed embedded-default results."""
+    import json
+
+    from dwatt.console import summary
+
+    results = json.loads((README.parent / "docs/results/embedded-default/results.json").read_text())
+    block = README.read_text().split("<!-- dwatt train output: docs/results/embedded-default -->\n```text\n", 1)[1]
+    shown = block.split("```\n<!-- end of dwatt train output -->", 1)[0].splitlines()
+    assert shown[0].startswith("training: 100%") and f"best={100 * results['best_dev_f1']:.2f}" in shown[0]
+    assert shown[1:] == summary(results)
+    output = (README.parent / "docs/results/embedded-default/output.txt").read_text()
+    assert all(line in output for line in shown[1:])
