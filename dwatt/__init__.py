@@ -17,6 +17,8 @@ from modeling_dwatt import (
     count_parameters,
 )
 
+from .heads import SharedBackboneHeads  # noqa: E402  (after the model imports it builds on)
+
 AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
 AutoModel.register(DWAttConfig, DWAttModel, exist_ok=True)
 AutoModelForTokenClassification.register(DWAttConfig, RobertaDWAttForTokenClassification, exist_ok=True)
@@ -32,5 +34,6 @@ __all__ = [
     "DWAttModel",
     "RobertaDWAttForMaskedLM",
     "RobertaDWAttForTokenClassification",
+    "SharedBackboneHeads",
     "count_parameters",
 ]

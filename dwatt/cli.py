@@ -110,24 +110,31 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
-def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32) -> list[list[str]]:
-    """One tag per word for pre-split sentences; long sentences go through overlapping windows (no word lost)."""
+def tag_with(run_logits, id2labels: dict, tokenizer, sentences: list[list[str]], stride: int = 32) -> dict[str, list[list[str]]]:
+    """One tag per word for pre-split sentences, for each of several heads: `run_logits(inputs)` returns
+    `{head: logits}` for one window; long sentences go through overlapping windows (no word lost)."""
     import torch
 
     from .data import encode_words
 
     limit = min(tokenizer.model_max_length, 512)
     rows, _ = encode_words(tokenizer, sentences, limit, stride)
-    tags = [["O"] * len(words) for words in sentences]
+    tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
     columns = [c for c in MODEL_INPUTS if c in rows]
     with torch.no_grad():
         for row in range(len(rows["input_ids"])):
             inputs = {c: torch.tensor([rows[c][row]]) for c in columns}
-            predicted = model(**inputs).logits[0].argmax(-1).tolist()
-            for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
-                if scored:
-                    tags[rows["sentence"][row]][word] = model.config.id2label[predicted[position]]
+            for name, logits in run_logits(inputs).items():
+                predicted = logits[0].argmax(-1).tolist()
+                for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
+                    if scored:
+                        tags[name][rows["sentence"][row]][word] = id2labels[name][predicted[position]]
     return tags
+
+
+def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32) -> list[list[str]]:
+    """One tag per word for pre-split sentences; long sentences go through overlapping windows (no word lost)."""
+    return tag_with(lambda inputs: {"": model(**inputs).logits}, {"": model.config.id2label}, tokenizer, sentences, stride)[""]
 
 
 def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[list[tuple[str, float]]]]:
@@ -152,11 +159,55 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[
     return filled
 
 
+def _read_lines(source: str) -> list[str]:
+    if source == "-":
+        return [line.removeprefix("\ufeff") if i == 0 else line for i, line in enumerate(sys.stdin.read().splitlines())]
+    return Path(source).read_text(encoding="utf-8-sig").splitlines()
+
+
+def _predict_heads(args: argparse.Namespace, texts: list[str]) -> int:
+    """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per window."""
+    from .data import load_tokenizer
+    from .heads import SharedBackboneHeads
+
+    paths = [path for path in args.heads.split(",") if path]
+    heads = SharedBackboneHeads.from_pretrained({Path(path).name or path: path for path in paths})
+    taggers = {name: head for name, head in heads.heads.items() if hasattr(head, "classifier")}
+    if not taggers:
+        raise ValueError("--heads: none of the checkpoints is a token-classification head")
+    tokenizer = load_tokenizer(args.tokenizer or paths[0])
+    sentences = [text.split() for text in texts]
+
+    def run_logits(inputs):
+        return {name: output.logits for name, output in heads(**inputs).items() if name in taggers}
+
+    tags = tag_with(run_logits, {name: head.config.id2label for name, head in taggers.items()}, tokenizer, sentences)
+    for index, (text, words) in enumerate(zip(texts, sentences)):
+        per_head = {name: tags[name][index] for name in taggers}
+        if args.jsonl is not None:
+            print(json.dumps({"text": text, "words": words, "tags": per_head}, ensure_ascii=False))
+            continue
+        print("word " + " ".join(taggers))
+        print("\n".join(" ".join([word, *(per_head[name][i] for name in taggers)]) for i, word in enumerate(words)) + "\n")
+    return 0
+
+
 def _predict(args: argparse.Namespace) -> int:
-    model, tokenizer, task = _load_checkpoint(args.checkpoint)
     lines = list(args.sentences)
+    if args.heads and args.checkpoint is not None:  # no checkpoint argument with --heads: it is the first sentence
+        lines.insert(0, args.checkpoint)
     if args.file:
-        lines += Path(args.file).read_text(encoding="utf-8-sig").splitlines()
+        lines += _read_lines(args.file)
+    if args.jsonl is not None:
+        lines += _read_lines(args.jsonl)
+    if args.heads:
+        texts = [line for line in lines if line.strip()]
+        if not texts:
+            raise ValueError("give sentences as arguments, with --file, or with --jsonl")
+        return _predict_heads(args, texts)
+    if args.checkpoint is None:
+        raise ValueError("give a checkpoint, or several with --heads")
+    model, tokenizer, task = _load_checkpoint(args.checkpoint)
     texts = [line for line in lines if line.strip()]
     skipped = len(lines) - len(texts)
     if skipped:
@@ -171,8 +222,11 @@ def _predict(args: argparse.Namespace) -> int:
             print()
         return 0
     sentences = [text.split() for text in texts]
-    for words, tags in zip(sentences, predict_tags(model, tokenizer, sentences)):
-        print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
+    for text, words, tags in zip(texts, sentences, predict_tags(model, tokenizer, sentences)):
+        if args.jsonl is not None:
+            print(json.dumps({"text": text, "words": words, "tags": tags}, ensure_ascii=False))
+        else:
+            print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
     return 0
 
 
@@ -243,9 +297,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
     evaluate.set_defaults(handler=_evaluate)
     predict = commands.add_parser("predict", help="tag sentences (NER) or fill [MASK]s (masked LM) with a trained checkpoint")
-    predict.add_argument("checkpoint")
+    predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
     predict.add_argument("sentences", nargs="*")
     predict.add_argument("--file", help="one sentence per line")
+    predict.add_argument("--heads", default=None,
+                         help="comma-separated checkpoints sharing one backbone: every head's tags from one backbone pass")
+    predict.add_argument("--tokenizer", default=None, help="--heads: where the tokenizer is (default: the first head)")
+    predict.add_argument("--jsonl", nargs="?", const="-", default=None, metavar="FILE",
+                         help="read one sentence per line from FILE (default: stdin) and write one JSON object per line")
     predict.set_defaults(handler=_predict)
     push = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
     push.add_argument("run_dir")

@@ -1,5 +1,6 @@
 """Every path a user can take through `dwatt train`, generated: task x mode x cache x --test x --no-save x
-checkpointing x dataset, each followed by `evaluate`, `predict` and `push` (Hub boundary faked) on what it saved.
+checkpointing x dataset, each followed by `evaluate`, `predict` (alone and as `--heads`) and `push` (Hub boundary
+faked) on what it saved.
 
 Each combination either works end to end or is refused before training with a one-line error; none crashes. The
 cells are generated from the axes below, so a new option is one more axis, not a new hand-written test.
@@ -119,6 +120,10 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
     assert main(["predict", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
     printed = capsys.readouterr().out
     assert ("mask 1:" in printed) if cell["task"] == "mlm" else (printed.split()[0::2][:4] == sentence.split())
+    if cell["task"] == "ner":  # the same checkpoint as a head on a shared backbone tags the same way
+        assert main(["predict", "--heads", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
+        rows = capsys.readouterr().out.strip().splitlines()[1:]
+        assert [line.split() for line in rows] == [pair.split() for pair in printed.strip().splitlines()]
     recorder = RecordingApi()
     monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
     assert main(["push", str(output), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 0, capsys.readouterr().err

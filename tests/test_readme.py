@@ -76,3 +76,14 @@ def test_readme_shows_what_dwatt_train_prints_for_the_committed_default_run():
     assert shown[1:] == summary(results)
     output = (README.parent / "docs/results/embedded-default/output.txt").read_text()
     assert all(line in output for line in shown[1:])
+
+
+def test_readme_shared_heads_numbers_come_from_the_committed_benchmark():
+    import json
+
+    result = json.loads((README.parent / "benchmarks/results/shared_heads_cpu.json").read_text())
+    k4 = next(row for row in result["rows"] if row["heads"] == 4)
+    text = README.read_text().split("<!-- shared heads: benchmarks/results/shared_heads_cpu.json -->\n", 1)[1]
+    text = text.split("<!-- end of shared heads -->", 1)[0]
+    assert f"{k4['shared_ms']:.1f} ms against {k4['separate_ms']:.1f} ms" in text and f"({k4['speedup']:.2f}×" in text
+    assert f"{result['k4_shared_over_parts']:.3f}×" in text

@@ -1,0 +1,187 @@
+"""Many heads on one frozen backbone: several DWAtt checkpoints served with one backbone pass.
+
+In the FE setting a head never changes its backbone, so heads trained on one encoder (other label sets, other
+languages, NER beside masked LM) can share it at serving time: `SharedBackboneHeads` loads the backbone once, runs it
+once per batch, and feeds each head the layers it reads. Each head's outputs equal those of its checkpoint loaded
+alone (tests/test_heads.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+from transformers.utils import cached_file
+
+from configuration_dwatt import DWAttConfig
+from modeling_dwatt import (
+    BACKBONE_IDENTITY,
+    BACKBONE_PREFIX,
+    HUB_KWARGS,
+    DWAttForMaskedLM,
+    DWAttForTokenClassification,
+    backbone_kwargs,
+)
+
+from .checkpoints import checkpoint_task
+
+TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM}
+WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
+
+
+def backbone_identity(config: DWAttConfig) -> dict:
+    """What must agree between heads that share a backbone: its architecture, shape, name and revision."""
+    encoder = config.encoder_config
+    identity = {key: getattr(encoder, key, None) for key in BACKBONE_IDENTITY}
+    if config.heads_only:  # a full checkpoint carries its backbone's weights; a head-only one names them
+        identity |= {"backbone_name_or_path": config.backbone_name_or_path, "backbone_revision": config.backbone_revision}
+    return identity
+
+
+def _checkpoint_tensors(path: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
+    """Every tensor a checkpoint stores (one safetensors file, or the shards of its index)."""
+    single = cached_file(path, WEIGHTS, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+    if single is not None:
+        return load_file(single)
+    index = cached_file(path, WEIGHTS_INDEX, **hub_kwargs)
+    shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
+    tensors: dict[str, torch.Tensor] = {}
+    for shard in shards:
+        tensors |= load_file(cached_file(path, shard, **hub_kwargs))
+    return tensors
+
+
+class SharedBackboneHeads(nn.Module):
+    """
+    Several DWAtt checkpoints (head-only or full, token-classification or masked-LM) on one backbone, loaded once.
+
+    `forward` runs the backbone once and returns each head's output by name (`logits`, and `layer_weights` where the
+    fusion has them). Build it with `from_pretrained([...])`; checkpoints must record the same backbone
+    (architecture, shape, and for head-only ones its name and revision), and full checkpoints must carry the very
+    backbone weights the others share (an FT checkpoint, whose backbone changed, cannot share it).
+    """
+
+    def __init__(self, heads: dict[str, nn.Module], backbone: nn.Module):
+        super().__init__()
+        if not heads:
+            raise ValueError("SharedBackboneHeads needs at least one head")
+        self.backbone = backbone
+        self.heads = nn.ModuleDict(heads)
+        for head in self.heads.values():
+            head.dwatt.backbone = backbone
+        self.runner = next(iter(self.heads.values())).dwatt  # every head's `dwatt` now holds the same backbone
+        self.eval()
+
+    @property
+    def read_layers(self) -> list[int]:
+        """The union of the hidden-state indices the heads read (0 = embedding output)."""
+        return sorted({i for head in self.heads.values() for i in head.dwatt.fused_layer_indices})
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        checkpoints: Sequence[str] | dict[str, str],
+        backbone_name_or_path: str | None = None,
+        **hub_kwargs,
+    ) -> "SharedBackboneHeads":
+        """
+        Load `checkpoints` (folders or Hub ids; a dict gives them names, a list names them by their path) on one
+        backbone: the one the first checkpoint carries (full) or names (head-only), or `backbone_name_or_path`.
+        """
+        named = dict(checkpoints) if isinstance(checkpoints, dict) else {str(path): str(path) for path in checkpoints}
+        hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in HUB_KWARGS}
+        configs = {name: DWAttConfig.from_pretrained(path, **hub_kwargs) for name, path in named.items()}
+        first = next(iter(configs))
+        for name, config in configs.items():
+            mine, theirs = backbone_identity(configs[first]), backbone_identity(config)
+            for key in (key for key in mine if key in theirs):  # architecture and shape first, then the name
+                if mine[key] != theirs[key]:
+                    raise ValueError(
+                        f"the checkpoints {named[first]!r} and {named[name]!r} do not share a backbone: "
+                        f"{key} {mine[key]!r} vs {theirs[key]!r}"
+                    )
+        tensors = {name: _checkpoint_tensors(path, hub_kwargs) for name, path in named.items()}
+        backbone = cls._shared_backbone(configs[first], tensors[first], named[first], backbone_name_or_path, hub_kwargs)
+        reference = backbone.state_dict()
+        heads = {}
+        for name, config in configs.items():
+            stored = {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors[name].items() if k.startswith(BACKBONE_PREFIX)}
+            differing = next((k for k, v in stored.items() if k in reference and not torch.equal(v, reference[k])), None)
+            if differing is not None:
+                raise ValueError(
+                    f"the checkpoint {named[name]!r} carries other backbone weights than {named[first]!r} "
+                    f"(first difference: {differing}); a fine-tuned (FT) backbone cannot be shared"
+                )
+            heads[name] = cls._head(config, tensors[name], backbone, named[name], backbone_name_or_path, hub_kwargs)
+        return cls(heads, backbone)
+
+    @staticmethod
+    def _shared_backbone(config, tensors, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
+        from transformers import AutoModel
+
+        model_class = TASK_CLASSES[checkpoint_task(config)]
+        if config.heads_only or backbone_name_or_path:
+            source = backbone_name_or_path or config.backbone_name_or_path
+            load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
+            if config.backbone_revision and not backbone_name_or_path:
+                load["revision"] = config.backbone_revision
+            return model_class._load_pretrained_backbone(source, load).base_model.eval()
+        backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
+        stored = {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors.items() if k.startswith(BACKBONE_PREFIX)}
+        missing, unexpected = backbone.load_state_dict(stored, strict=False)
+        if missing or unexpected:
+            raise ValueError(f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        return backbone.eval()
+
+    @staticmethod
+    def _head(config, tensors, backbone, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
+        """The checkpoint's model without a backbone of its own: built on the meta device, its head tensors assigned."""
+        model_class = TASK_CLASSES[checkpoint_task(config)]
+        config.heads_only = False
+        with torch.device("meta"):
+            model = model_class(config)
+        model.dwatt.backbone = backbone
+        head = {k: v for k, v in tensors.items() if not k.startswith(BACKBONE_PREFIX)}
+        missing = [k for k, _ in model.named_parameters() if not k.startswith(BACKBONE_PREFIX) and k not in head]
+        missing += [k for k, _ in model.named_buffers() if not k.startswith(BACKBONE_PREFIX) and k not in head]
+        if missing and all(k.startswith("lm_head.") for k in missing):
+            # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
+            source = backbone_name_or_path or config.backbone_name_or_path
+            load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
+            pretrained = model_class._load_pretrained_backbone(source, load)
+            model.lm_head.to_empty(device="cpu")
+            model._adopt_pretrained_head(pretrained)
+            missing = []
+        if missing:
+            raise ValueError(f"the checkpoint {path} lacks {len(missing)} head weights: {', '.join(sorted(missing)[:8])}")
+        model.load_state_dict(head, strict=False, assign=True)
+        return model.eval()
+
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+        output_layer_weights: bool = False,
+    ) -> dict[str, object]:
+        """One backbone pass, then every head on the layers it reads: `{name: model output}`."""
+        hidden = self.runner.run_backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        stacked: dict[tuple[int, ...], torch.Tensor] = {}
+        outputs = {}
+        for name, head in self.heads.items():
+            indices = tuple(head.dwatt.fused_layer_indices)
+            if indices not in stacked:  # heads that read the same layers share one stacked tensor
+                stacked[indices] = torch.stack([hidden[i] for i in indices], dim=1)
+            outputs[name] = head(
+                backbone_hidden_states=stacked[indices],
+                attention_mask=attention_mask,
+                output_layer_weights=output_layer_weights,
+            )
+        return outputs
+
+
+__all__ = ["SharedBackboneHeads", "backbone_identity"]

@@ -1,0 +1,128 @@
+"""Many heads on one backbone: equal to each checkpoint alone, one backbone load and pass, refusals, the CLI."""
+
+import io
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from dwatt import DWAttForMaskedLM, DWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.heads import SharedBackboneHeads
+
+from .conftest import save_tiny_backbone
+from .test_hub import trained_like
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    return save_tiny_backbone(tmp_path_factory.mktemp("tiny-bert-mlm"), "bert")
+
+
+def head_folders(backbone, root) -> dict[str, object]:
+    """Head-only and full FE checkpoints of several fusions and both tasks, all on `backbone`."""
+    specs = {
+        "ner-dwatt": (DWAttForTokenClassification, "dwatt", True, 5),
+        "ner-concat-full": (DWAttForTokenClassification, "concat", False, 3),
+        "ner-base-plus-n": (DWAttForTokenClassification, "base_plus_n", True, 7),
+        "ner-scalar-mix": (DWAttForTokenClassification, "scalar_mix", True, 5),
+        "mlm-dwatt": (DWAttForMaskedLM, "dwatt", True, None),
+    }
+    folders = {}
+    for seed, (name, (cls, fusion, heads_only, labels)) in enumerate(specs.items()):
+        torch.manual_seed(seed)
+        model = trained_like(cls.from_backbone(str(backbone), fusion=fusion, **({"num_labels": labels} if labels else {})))
+        model.save_pretrained(root / name, heads_only=heads_only)
+        folders[name] = root / name
+    return folders
+
+
+def inputs():
+    torch.manual_seed(9)
+    ids = torch.randint(5, 99, (3, 8))
+    mask = torch.ones_like(ids)
+    mask[1, 5:] = mask[2, 3:] = 0
+    return ids, mask
+
+
+def test_each_head_equals_its_checkpoint_loaded_alone(backbone, tmp_path, monkeypatch):
+    folders = head_folders(backbone, tmp_path)
+    loads = []
+    original = DWAttForTokenClassification._load_pretrained_backbone.__func__
+
+    def counting(cls, name_or_path, load_kwargs):
+        loads.append(name_or_path)
+        return original(cls, name_or_path, load_kwargs)
+
+    monkeypatch.setattr(DWAttForTokenClassification, "_load_pretrained_backbone", classmethod(counting))
+    shared = SharedBackboneHeads.from_pretrained({name: str(path) for name, path in folders.items()})
+    assert loads == [str(backbone)]  # the backbone is loaded once for all heads
+    monkeypatch.undo()
+    assert all(head.dwatt.backbone is shared.backbone for head in shared.heads.values())
+    assert shared.read_layers == [1, 2, 3]
+    ids, mask = inputs()
+    with torch.no_grad():
+        together = shared(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+    for name, folder in folders.items():
+        cls = DWAttForMaskedLM if name.startswith("mlm") else DWAttForTokenClassification
+        alone = cls.from_pretrained(folder).eval()
+        with torch.no_grad():
+            expected = alone(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+        assert (together[name].logits - expected.logits).abs().max() <= 1e-5, name
+        if expected.layer_weights is not None:
+            assert (together[name].layer_weights - expected.layer_weights).abs().max() <= 1e-5, name
+
+
+def test_one_backbone_pass_serves_every_head(backbone, tmp_path):
+    shared = SharedBackboneHeads.from_pretrained([str(p) for p in head_folders(backbone, tmp_path).values()])
+    calls = []
+    shared.backbone.register_forward_hook(lambda module, args, output: calls.append(1))
+    ids, mask = inputs()
+    with torch.no_grad():
+        shared(input_ids=ids, attention_mask=mask)
+    assert len(calls) == 1
+
+
+def test_heads_on_different_backbones_are_refused_naming_both_and_the_first_difference(backbone, tmp_path):
+    ours = tmp_path / "ours"
+    DWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(ours, heads_only=True)
+    wider = save_tiny_backbone(tmp_path / "wider-backbone", "bert", hidden_size=48, intermediate_size=40)
+    theirs = tmp_path / "theirs"
+    DWAttForTokenClassification.from_backbone(str(wider), num_labels=5).save_pretrained(theirs, heads_only=True)
+    with pytest.raises(ValueError, match=rf"{ours}' and '{theirs}' do not share a backbone: hidden_size 32 vs 48"):
+        SharedBackboneHeads.from_pretrained([str(ours), str(theirs)])
+    fine_tuned = DWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
+    with torch.no_grad():
+        next(fine_tuned.dwatt.backbone.parameters()).add_(0.1)  # as after FT
+    fine_tuned.save_pretrained(tmp_path / "ft")
+    with pytest.raises(ValueError, match=r"carries other backbone weights .*FT"):
+        SharedBackboneHeads.from_pretrained([str(ours), str(tmp_path / "ft")])
+
+
+def test_cli_predict_with_heads_prints_each_heads_tags_and_writes_jsonl(tiny_backbone, tmp_path, capsys, monkeypatch):
+    paths = []
+    for seed, labels in ((0, 5), (1, 3)):
+        torch.manual_seed(seed)
+        model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=labels))
+        folder = tmp_path / f"head{seed}"
+        model.save_pretrained(folder, heads_only=True)
+        paths.append(str(folder))
+    for path in paths:
+        AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(path)
+    assert main(["predict", "--heads", ",".join(paths), "peter blackburn rejects", "eu call"]) == 0
+    out = capsys.readouterr().out.strip().split("\n\n")
+    assert out[0].splitlines()[0] == "word head0 head1"
+    assert [line.split()[0] for line in out[0].splitlines()[1:]] == ["peter", "blackburn", "rejects"]
+    assert all(len(line.split()) == 3 for line in out[1].splitlines()[1:])
+    monkeypatch.setattr("sys.stdin", io.StringIO("\ufeffpeter blackburn\n\neu rejects german call\n"))
+    assert main(["predict", "--heads", ",".join(paths), "--jsonl"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [row["words"] for row in rows] == [["peter", "blackburn"], ["eu", "rejects", "german", "call"]]
+    assert set(rows[0]["tags"]) == {"head0", "head1"} and len(rows[1]["tags"]["head1"]) == 4
+    # The same tags as each head alone through `dwatt predict`.
+    for path, name in zip(paths, ("head0", "head1")):
+        monkeypatch.setattr("sys.stdin", io.StringIO("peter blackburn\neu rejects german call\n"))
+        assert main(["predict", path, "--jsonl"]) == 0
+        alone = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert [row["tags"] for row in alone] == [row["tags"][name] for row in rows]
