@@ -171,7 +171,7 @@ def _predict_heads(args: argparse.Namespace, texts: list[str]) -> int:
     from .heads import SharedBackboneHeads
 
     paths = [path for path in args.heads.split(",") if path]
-    heads = SharedBackboneHeads.from_pretrained({Path(path).name or path: path for path in paths})
+    heads = SharedBackboneHeads.from_pretrained(paths)
     taggers = {name: head for name, head in heads.heads.items() if hasattr(head, "classifier")}
     if not taggers:
         raise ValueError("--heads: none of the checkpoints is a token-classification head")

@@ -55,6 +55,19 @@ def _checkpoint_tensors(path: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
     return tensors
 
 
+def head_names(paths: Sequence[str]) -> dict[str, str]:
+    """`{name: path}` with each name the shortest ending of its path that tells it from the others
+    (`runs/conll/model`, `runs/wikiann/model` -> `conll/model`, `wikiann/model`)."""
+    if len(set(paths)) != len(paths):
+        raise ValueError(f"the same checkpoint is given twice: {sorted(p for p in set(paths) if paths.count(p) > 1)}")
+    parts = [Path(path).parts or (path,) for path in paths]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return dict(zip(names, paths))
+    return {path: path for path in paths}
+
+
 class SharedBackboneHeads(nn.Module):
     """
     Several DWAtt checkpoints (head-only or full, token-classification or masked-LM) on one backbone, loaded once.
@@ -89,10 +102,11 @@ class SharedBackboneHeads(nn.Module):
         **hub_kwargs,
     ) -> "SharedBackboneHeads":
         """
-        Load `checkpoints` (folders or Hub ids; a dict gives them names, a list names them by their path) on one
+        Load `checkpoints` (folders or Hub ids; a dict gives them names, a list names each by the shortest ending of
+        its path that is unique) on one
         backbone: the one the first checkpoint carries (full) or names (head-only), or `backbone_name_or_path`.
         """
-        named = dict(checkpoints) if isinstance(checkpoints, dict) else {str(path): str(path) for path in checkpoints}
+        named = dict(checkpoints) if isinstance(checkpoints, dict) else head_names([str(path) for path in checkpoints])
         hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in HUB_KWARGS}
         configs = {name: DWAttConfig.from_pretrained(path, **hub_kwargs) for name, path in named.items()}
         first = next(iter(configs))
@@ -184,4 +198,4 @@ class SharedBackboneHeads(nn.Module):
         return outputs
 
 
-__all__ = ["SharedBackboneHeads", "backbone_identity"]
+__all__ = ["SharedBackboneHeads", "backbone_identity", "head_names"]

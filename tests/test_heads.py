@@ -126,3 +126,32 @@ def test_cli_predict_with_heads_prints_each_heads_tags_and_writes_jsonl(tiny_bac
         assert main(["predict", path, "--jsonl"]) == 0
         alone = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [row["tags"] for row in alone] == [row["tags"][name] for row in rows]
+
+
+def test_heads_are_named_by_the_shortest_unique_ending_of_their_paths():
+    from dwatt.heads import head_names
+
+    assert head_names(["runs/conll/model", "runs/wikiann-en/model"]) == {
+        "conll/model": "runs/conll/model", "wikiann-en/model": "runs/wikiann-en/model"}
+    assert head_names(["a/x", "b/y"]) == {"x": "a/x", "y": "b/y"}
+    assert list(head_names(["org/ner-head"])) == ["ner-head"]
+    with pytest.raises(ValueError, match="given twice"):
+        head_names(["a/x", "a/x"])
+
+
+def test_cli_heads_saved_as_model_folders_of_two_runs_keep_both(tiny_backbone, tmp_path, capsys):
+    paths = []
+    for seed, run in enumerate(("conll", "wikiann")):
+        torch.manual_seed(seed)
+        folder = tmp_path / run / "model"
+        trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5)).save_pretrained(folder, heads_only=True)
+        AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
+        paths.append(str(folder))
+    assert main(["predict", "--heads", ",".join(paths), "--jsonl", str(write_lines(tmp_path, ["peter blackburn"]))]) == 0
+    assert set(json.loads(capsys.readouterr().out)["tags"]) == {"conll/model", "wikiann/model"}
+
+
+def write_lines(folder, lines):
+    path = folder / "sentences.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
