@@ -291,13 +291,14 @@ class DepthWiseAttention(nn.Module):
     def values(self, layers: torch.Tensor) -> torch.Tensor:
         """v_n for every layer: `(batch, N, seq, hidden)` -> `(N, batch * seq, hidden)`."""
         num_layers, hidden = layers.shape[1], layers.shape[-1]
+        # Free when `layers` is a view of a layer-major stack (as `DWAttModel` builds it); a copy otherwise.
         stacked = layers.transpose(0, 1).reshape(num_layers, -1, hidden)
         up = torch.baddbmm(self.value_up_bias, stacked, self.value_up_weight)
         up = F.layer_norm(F.gelu(up), up.shape[-1:], eps=self.eps)
-        up = up * self.value_mid_norm_weight + self.value_mid_norm_bias
+        up = torch.addcmul(self.value_mid_norm_bias, up, self.value_mid_norm_weight)  # per-layer affine, one pass
         down = torch.baddbmm(self.value_down_bias, up, self.value_down_weight)
         down = F.layer_norm(down, (hidden,), eps=self.eps)
-        return down * self.value_norm_weight + self.value_norm_bias
+        return torch.addcmul(self.value_norm_bias, down, self.value_norm_weight)
 
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         batch, seq, hidden = last_layer.shape
@@ -310,7 +311,7 @@ class DepthWiseAttention(nn.Module):
         query = 1 + F.elu(flat_last + self.query(flat_last))
         keys = self.key(self.layer_positions.to(self.key.weight.dtype))
         weights = torch.softmax(query @ keys.t(), dim=-1)
-        mixed = (weights.t().unsqueeze(-1).to(layers.dtype) * self.values(layers)).sum(0)
+        mixed = torch.einsum("tn,ntd->td", weights.to(layers.dtype), self.values(layers))  # a batched matmul
         return (flat_last + mixed).view(batch, seq, hidden), weights.view(batch, seq, keys.shape[0])
 
 
@@ -561,6 +562,19 @@ class DWAttModel(DWAttPreTrainedModel):
             f"{len(wanted)} it reads (indices {wanted[0]}..{wanted[-1]})"
         )
 
+    def _stack(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The fused layers as a `(batch, layers, seq, hidden)` view, laid out in memory the way the fusion reads
+        them, so that it reshapes without copying: layer-major for DWAtt's batched value MLPs, token-major for
+        Concat's one matmul; a single layer (Base, Base+n) is not copied at all."""
+        selected = [hidden_states[i] for i in self.fused_layer_indices]
+        if len(selected) == 1:
+            return selected[0].unsqueeze(1)
+        if self.config.fusion == "dwatt":
+            return torch.stack(selected, dim=0).transpose(0, 1)
+        if self.config.fusion == "concat":
+            return torch.stack(selected, dim=2).transpose(1, 2)
+        return torch.stack(selected, dim=1)
+
     def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
         """
         The backbone's hidden states for `inputs` (embedding output first, then each layer). The last is the
@@ -617,7 +631,7 @@ class DWAttModel(DWAttPreTrainedModel):
                 position_ids=position_ids,
                 **kwargs,
             )
-            layers = torch.stack([all_hidden_states[i] for i in self.fused_layer_indices], dim=1)
+            layers = self._stack(all_hidden_states)
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[:, -1]

@@ -8,6 +8,8 @@ issue 6: DWAtt within 1.10x of the plain backbone at bf16, batch 32 x 128 tokens
 
     python benchmarks/fusion_speed.py                      # CUDA, RoBERTa-large shape, bf16, batch 32 x 128
     python benchmarks/fusion_speed.py --device cpu --shape tiny --dtype float32 --output /tmp/x   # a quick check
+    python benchmarks/fusion_speed.py --cpu-real --backbones models/all-MiniLM-L6-v2,models/all-mpnet-base-v2
+                                                           # real weights, fp32, CPU: 32 x 128 and 1 x 32 tokens
 
 Writes `results/fusion_speed_<device>.json` and `.md` next to this file (or into --output).
 """
@@ -137,8 +139,51 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+CPU_SETTINGS = ((32, 128), (1, 32))  # a batch of full-length inputs, and `dwatt predict` on one sentence
+
+
+def real_backbone_rows(backbone: str, rounds: int, warmup: int) -> list[dict]:
+    """Every fusion over a real pretrained backbone (fp32, CPU) against the plain `AutoModel`, per setting."""
+    from dwatt.defaults import known_hub_id
+
+    rows = []
+    torch.manual_seed(0)
+    plain = AutoModel.from_pretrained(backbone).eval()
+    models = {"backbone": plain}
+    for fusion in FUSIONS:
+        torch.manual_seed(0)
+        models[fusion] = RobertaDWAttForTokenClassification.from_backbone(backbone, fusion=fusion, num_labels=9).eval()
+    name = known_hub_id(backbone) or Path(backbone).name
+    for batch, tokens in CPU_SETTINGS:
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(1000, plain.config.vocab_size, (batch, tokens), generator=generator)
+        inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        for row in inference(models, inputs, torch.device("cpu"), rounds, warmup):
+            rows.append({"backbone": name, "fusion": row["model"], "batch": batch, "tokens": tokens,
+                         "latency_ms": round(row["latency_ms"], 3), "ratio_to_backbone": round(row["latency_vs_backbone"], 4)})
+    return rows
+
+
+def cpu_main(args) -> int:
+    """`--cpu-real`: real offline weights on the CPU; `fusion_speed_cpu.json` + `.md`."""
+    rows = [row for backbone in args.backbones.split(",") for row in real_backbone_rows(backbone, args.rounds, args.warmup)]
+    result = {"settings": {"dtype": "float32", "rounds": args.rounds, "warmup": args.warmup, "threads": torch.get_num_threads()},
+              "rows": rows, "environment": results_files.environment(torch.device("cpu")),
+              "command": results_files.command("fusion_speed.py", None)}
+    lines = [f"# Fusion speed on the CPU, real weights, fp32 ({result['environment']['device_name']})\n",
+             f"Median of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds; every fusion model includes "
+             f"its token-classification head (9 labels). Command: `{result['command']}`\n",
+             "| backbone | batch x tokens | fusion | latency ms | x plain backbone |", "|---|---|---|---|---|"]
+    lines += [f"| {r['backbone']} | {r['batch']} x {r['tokens']} | {r['fusion']} | {r['latency_ms']:.2f} | {r['ratio_to_backbone']:.3f} |"
+              for r in rows]
+    results_files.write(args.output, "fusion_speed_cpu", result, "\n".join(lines) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cpu-real", action="store_true", help="real offline weights on the CPU (see --backbones)")
+    parser.add_argument("--backbones", default=None, help="--cpu-real: comma-separated model folders (default: MiniLM)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shape", default="roberta-large", choices=("roberta-large", "tiny"))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
@@ -149,6 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
+    if args.cpu_real:
+        from dwatt.defaults import default_backbone_path
+
+        args.backbones = args.backbones or str(default_backbone_path())
+        return cpu_main(args)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     encoder = RobertaConfig(**(ROBERTA_LARGE_SHAPE if args.shape == "roberta-large" else TINY_SHAPE))
     generator = torch.Generator().manual_seed(0)

@@ -187,11 +187,11 @@ class SharedBackboneHeads(nn.Module):
         stacked: dict[tuple[int, ...], torch.Tensor] = {}
         outputs = {}
         for name, head in self.heads.items():
-            indices = tuple(head.dwatt.fused_layer_indices)
-            if indices not in stacked:  # heads that read the same layers share one stacked tensor
-                stacked[indices] = torch.stack([hidden[i] for i in indices], dim=1)
+            layout = (tuple(head.dwatt.fused_layer_indices), head.config.fusion if head.config.fusion in ("dwatt", "concat") else "")
+            if layout not in stacked:  # heads that read the same layers the same way share one stacked tensor
+                stacked[layout] = head.dwatt._stack(hidden)
             outputs[name] = head(
-                backbone_hidden_states=stacked[indices],
+                backbone_hidden_states=stacked[layout],
                 attention_mask=attention_mask,
                 output_layer_weights=output_layer_weights,
             )

@@ -308,3 +308,35 @@ def test_a_batch_without_any_target_has_zero_loss_and_gradients(fusion):
     assert out.loss.item() == 0.0
     out.loss.backward()
     assert all(p.grad is None or not p.grad.any() for p in model.dwatt.fusion.parameters())
+
+
+def test_dwatt_output_is_the_papers_formula_whatever_the_memory_layout_of_the_layers():
+    """h = z_L + sum_n softmax_n(q . k_n) v_n, q = 1 + elu(z_L + f^Q(z_L)), written plainly, against the fused
+    implementation fed a contiguous (batch, layers, ...) stack and the layer-major view `DWAttModel` builds."""
+    from modeling_dwatt import DepthWiseAttention
+
+    fusion = DepthWiseAttention(tiny_config("roberta", "dwatt"))
+    with torch.no_grad():
+        for parameter in fusion.parameters():
+            parameter.copy_(torch.randn_like(parameter) * 0.3)
+        fusion.layer_positions.uniform_()
+    per_layer = [torch.randn(2, 5, 32) for _ in range(3)]
+    z_last = per_layer[-1]
+    with torch.no_grad():
+        query = 1 + torch.nn.functional.elu(z_last + fusion.query(z_last))
+        scores = torch.softmax(query @ fusion.key(fusion.layer_positions).t(), dim=-1)
+    layer_norm = torch.nn.functional.layer_norm
+
+    def value(n: int, z: torch.Tensor) -> torch.Tensor:  # v_n = LN_n(f^V_n(z_n)), one MLP per layer
+        up = torch.nn.functional.gelu(z @ fusion.value_up_weight[n] + fusion.value_up_bias[n, 0])
+        up = layer_norm(up, up.shape[-1:], fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0], fusion.eps)
+        down = up @ fusion.value_down_weight[n] + fusion.value_down_bias[n, 0]
+        return layer_norm(down, (32,), fusion.value_norm_weight[n, 0], fusion.value_norm_bias[n, 0], fusion.eps)
+
+    with torch.no_grad():
+        expected = z_last + sum(scores[..., n : n + 1] * value(n, per_layer[n]) for n in range(3))
+    for layers in (torch.stack(per_layer, dim=1), torch.stack(per_layer, dim=0).transpose(0, 1)):
+        with torch.no_grad():
+            fused, weights = fusion(layers, layers[:, -1])
+        torch.testing.assert_close(fused, expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(weights, scores, atol=1e-6, rtol=0)
