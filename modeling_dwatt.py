@@ -266,6 +266,8 @@ class DepthWiseAttention(nn.Module):
     layer axis. Input `layers` is `(batch, N, seq, hidden)`, `last_layer` is z_L `(batch, seq, hidden)`.
     """
 
+    stack_dim = 0  # reads the layers layer-major: its value MLPs are one batched matmul over the layer axis
+
     def __init__(self, config: DWAttConfig):
         super().__init__()
         encoder = config.encoder_config
@@ -317,6 +319,8 @@ class DepthWiseAttention(nn.Module):
 
 class LayerConcat(nn.Module):
     """h = sum_n W_n z_n, i.e. one `Linear(N * hidden -> hidden)` over the concatenated layers of each token."""
+
+    stack_dim = 2  # reads the layers token-major: each token's N layers side by side are one matmul's input
 
     def __init__(self, config: DWAttConfig):
         super().__init__()
@@ -562,18 +566,20 @@ class DWAttModel(DWAttPreTrainedModel):
             f"{len(wanted)} it reads (indices {wanted[0]}..{wanted[-1]})"
         )
 
+    @property
+    def stack_layout(self) -> tuple[tuple[int, ...], int]:
+        """Which hidden states `_stack` stacks and along which memory axis (the fusion's `stack_dim`, default 1):
+        fusions with equal layouts can share one stacked tensor."""
+        return tuple(self.fused_layer_indices), getattr(self.fusion, "stack_dim", 1)
+
     def _stack(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor:
         """The fused layers as a `(batch, layers, seq, hidden)` view, laid out in memory the way the fusion reads
-        them, so that it reshapes without copying: layer-major for DWAtt's batched value MLPs, token-major for
-        Concat's one matmul; a single layer (Base, Base+n) is not copied at all."""
-        selected = [hidden_states[i] for i in self.fused_layer_indices]
+        them (its `stack_dim`), so that it reshapes without copying; a single layer (Base, Base+n) is not copied."""
+        indices, stack_dim = self.stack_layout
+        selected = [hidden_states[i] for i in indices]
         if len(selected) == 1:
             return selected[0].unsqueeze(1)
-        if self.config.fusion == "dwatt":
-            return torch.stack(selected, dim=0).transpose(0, 1)
-        if self.config.fusion == "concat":
-            return torch.stack(selected, dim=2).transpose(1, 2)
-        return torch.stack(selected, dim=1)
+        return torch.stack(selected, dim=stack_dim).movedim(stack_dim, 1)
 
     def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
         """

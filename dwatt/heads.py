@@ -184,10 +184,10 @@ class SharedBackboneHeads(nn.Module):
     ) -> dict[str, object]:
         """One backbone pass, then every head on the layers it reads: `{name: model output}`."""
         hidden = self.runner.run_backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
-        stacked: dict[tuple[int, ...], torch.Tensor] = {}
+        stacked: dict[tuple, torch.Tensor] = {}
         outputs = {}
         for name, head in self.heads.items():
-            layout = (tuple(head.dwatt.fused_layer_indices), head.config.fusion if head.config.fusion in ("dwatt", "concat") else "")
+            layout = head.dwatt.stack_layout
             if layout not in stacked:  # heads that read the same layers the same way share one stacked tensor
                 stacked[layout] = head.dwatt._stack(hidden)
             outputs[name] = head(
