@@ -68,6 +68,19 @@ def head_names(paths: Sequence[str]) -> dict[str, str]:
     return {path: path for path in paths}
 
 
+def _backbone_part(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A checkpoint's backbone tensors, keyed as in the backbone itself."""
+    return {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors.items() if k.startswith(BACKBONE_PREFIX)}
+
+
+def _pretrained_backbone(model_class, config, backbone_name_or_path: str | None, hub_kwargs: dict):
+    """The pretrained model a head-only checkpoint names (or `backbone_name_or_path`), at the recorded revision."""
+    load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
+    if config.backbone_revision and not backbone_name_or_path:
+        load["revision"] = config.backbone_revision
+    return model_class._load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load)
+
+
 class SharedBackboneHeads(nn.Module):
     """
     Several DWAtt checkpoints (head-only or full, token-classification or masked-LM) on one backbone, loaded once.
@@ -103,8 +116,8 @@ class SharedBackboneHeads(nn.Module):
     ) -> "SharedBackboneHeads":
         """
         Load `checkpoints` (folders or Hub ids; a dict gives them names, a list names each by the shortest ending of
-        its path that is unique) on one
-        backbone: the one the first checkpoint carries (full) or names (head-only), or `backbone_name_or_path`.
+        its path that is unique) on one backbone: the one the first checkpoint carries (full) or names (head-only),
+        or `backbone_name_or_path`.
         """
         named = dict(checkpoints) if isinstance(checkpoints, dict) else head_names([str(path) for path in checkpoints])
         hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in HUB_KWARGS}
@@ -123,7 +136,7 @@ class SharedBackboneHeads(nn.Module):
         reference = backbone.state_dict()
         heads = {}
         for name, config in configs.items():
-            stored = {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors[name].items() if k.startswith(BACKBONE_PREFIX)}
+            stored = _backbone_part(tensors[name])
             differing = next((k for k, v in stored.items() if k in reference and not torch.equal(v, reference[k])), None)
             if differing is not None:
                 raise ValueError(
@@ -139,14 +152,9 @@ class SharedBackboneHeads(nn.Module):
 
         model_class = TASK_CLASSES[checkpoint_task(config)]
         if config.heads_only or backbone_name_or_path:
-            source = backbone_name_or_path or config.backbone_name_or_path
-            load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
-            if config.backbone_revision and not backbone_name_or_path:
-                load["revision"] = config.backbone_revision
-            return model_class._load_pretrained_backbone(source, load).base_model.eval()
+            return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs).base_model.eval()
         backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
-        stored = {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors.items() if k.startswith(BACKBONE_PREFIX)}
-        missing, unexpected = backbone.load_state_dict(stored, strict=False)
+        missing, unexpected = backbone.load_state_dict(_backbone_part(tensors), strict=False)
         if missing or unexpected:
             raise ValueError(f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         return backbone.eval()
@@ -164,9 +172,7 @@ class SharedBackboneHeads(nn.Module):
         missing += [k for k, _ in model.named_buffers() if not k.startswith(BACKBONE_PREFIX) and k not in head]
         if missing and all(k.startswith("lm_head.") for k in missing):
             # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
-            source = backbone_name_or_path or config.backbone_name_or_path
-            load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
-            pretrained = model_class._load_pretrained_backbone(source, load)
+            pretrained = _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs)
             model.lm_head.to_empty(device="cpu")
             model._adopt_pretrained_head(pretrained)
             missing = []
