@@ -26,9 +26,10 @@ def load_checkpoint(path: str | Path):
 
     from .data import load_tokenizer
 
-    task = checkpoint_task(AutoConfig.from_pretrained(path))
+    config = AutoConfig.from_pretrained(path)
+    task = checkpoint_task(config)
     auto = AutoModelForMaskedLM if task == "mlm" else AutoModelForTokenClassification
-    return auto.from_pretrained(path).eval(), load_tokenizer(path), task
+    return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 
 __all__ = ["checkpoint_task", "load_checkpoint"]

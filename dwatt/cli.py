@@ -14,6 +14,7 @@ from pathlib import Path
 
 from configuration_dwatt import FUSIONS
 
+from .checkpoints import load_checkpoint
 from .features import MODEL_INPUTS, model_inputs
 from .training import SAMPLINGS, RunConfig
 
@@ -66,12 +67,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_checkpoint(path: str):
-    from .checkpoints import load_checkpoint
-
-    return load_checkpoint(path)
-
-
 def _evaluate(args: argparse.Namespace) -> int:
     import torch
     from transformers import DataCollatorForTokenClassification
@@ -80,7 +75,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .metrics import decode_tags, entity_scores, reassemble
     from .training import evaluate_mlm, load_ner_dataset
 
-    model, tokenizer, task = _load_checkpoint(args.checkpoint)
+    model, tokenizer, task = load_checkpoint(args.checkpoint)
     if task == "mlm":
         if args.data_dir is None:
             raise ValueError("--data-dir: a masked-LM checkpoint is scored on WikiText-2 files; give their folder")
@@ -160,9 +155,9 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[
 
 
 def _read_lines(source: str) -> list[str]:
-    if source == "-":
-        return [line.removeprefix("\ufeff") if i == 0 else line for i, line in enumerate(sys.stdin.read().splitlines())]
-    return Path(source).read_text(encoding="utf-8-sig").splitlines()
+    """Lines of a UTF-8 file, or of stdin for `-`; a leading byte-order mark is read as nothing."""
+    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
+    return text.removeprefix("\ufeff").splitlines()
 
 
 def _predict_heads(args: argparse.Namespace, texts: list[str]) -> int:
@@ -200,20 +195,16 @@ def _predict(args: argparse.Namespace) -> int:
         lines += _read_lines(args.file)
     if args.jsonl is not None:
         lines += _read_lines(args.jsonl)
+    texts = [line for line in lines if line.strip()]
+    if len(texts) < len(lines):
+        print(f"dwatt predict: skipped {len(lines) - len(texts)} empty lines", file=sys.stderr)
+    if not texts:
+        raise ValueError("give sentences as arguments, with --file, or with --jsonl")
     if args.heads:
-        texts = [line for line in lines if line.strip()]
-        if not texts:
-            raise ValueError("give sentences as arguments, with --file, or with --jsonl")
         return _predict_heads(args, texts)
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
-    model, tokenizer, task = _load_checkpoint(args.checkpoint)
-    texts = [line for line in lines if line.strip()]
-    skipped = len(lines) - len(texts)
-    if skipped:
-        print(f"dwatt predict: skipped {skipped} empty lines", file=sys.stderr)
-    if not texts:
-        raise ValueError("give sentences as arguments or with --file")
+    model, tokenizer, task = load_checkpoint(args.checkpoint)
     if task == "mlm":
         for text, masks in zip(texts, fill_masks(model, tokenizer, texts)):
             print(text)
