@@ -439,8 +439,9 @@ class DWAttPreTrainedModel(PreTrainedModel):
     _supports_sdpa = True
     _supports_flash_attn = True
     _supports_attention_backend = True
-    # The loss is a plain token mean; the Trainer must not hand it `num_items_in_batch`.
-    accepts_loss_kwargs = False
+    # The loss is a token mean; under data parallelism the Trainer hands it `num_items_in_batch`, the labelled
+    # positions of the global batch, so that the mean is over the global batch and not a mean of per-device means.
+    accepts_loss_kwargs = True
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -705,6 +706,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             -100 marks positions without a target (padding, later sub-words, unmasked tokens).
         backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
         """
+        num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         token_mask = None
         if labels is not None and self.fuse_labelled_positions_only and self.dwatt.fusion_is_per_token:
             token_mask = labels != -100
@@ -726,7 +728,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             # The mean over labelled positions, and 0 (not NaN) for a batch with none (an MLM batch with no mask).
             targets = labels.view(-1).to(logits.device)
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets, reduction="sum")
-            loss = loss / (targets != -100).sum().clamp(min=1)
+            count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+            loss = loss / count.to(loss.device).clamp(min=1)
         output = self.output_class(
             loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
         )

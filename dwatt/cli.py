@@ -52,6 +52,7 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _train(args: argparse.Namespace) -> int:
     from .console import headline, summary
+    from .distributed import is_main_process
     from .training import run
 
     names = {f.name for f in fields(RunConfig)}
@@ -60,6 +61,8 @@ def _train(args: argparse.Namespace) -> int:
     if config.n_shot == 0 or config.task == "mlm":
         config.n_shot = None
     results = run(config)
+    if not is_main_process():  # under torchrun/accelerate launch, one summary for the run
+        return 0
     if args.verbosity == "quiet":
         print(headline(results))
     else:
@@ -243,7 +246,7 @@ def _csv(kind):
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .sweep import PRESETS, grid, run_sweep
+    from .sweep import PRESETS, grid, parse_shard, run_sweep, shard, shard_results_path
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     for key in ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences"):
@@ -253,14 +256,21 @@ def _sweep(args: argparse.Namespace) -> int:
     if "fusions" not in settings:
         raise ValueError("sweep: give --preset or --fusions")
     specs = grid(**settings, data_dir=args.data_dir)
+    results = args.results
+    if args.shard:
+        index, count = parse_shard(args.shard)
+        whole = len(specs)
+        specs = shard(specs, index, count)
+        results = shard_results_path(args.results, index, count)
+        print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
     rows = run_sweep(
-        specs, args.results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype
+        specs, results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype
     )
-    print(f"{len(rows)} of {len(specs)} runs in {args.results}")
+    print(f"{len(rows)} of {len(specs)} runs in {results}")
     return 0
 
 
@@ -325,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--engine", choices=ENGINES, default="auto",
                        help="budgets: train the epoch budgets of an FE run together; auto: where a run has several")
     sweep.add_argument("--results", default="runs/sweep/results.jsonl")
+    sweep.add_argument("--shard", default=None, metavar="I/N",
+                       help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl")
     sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(handler=_sweep)

@@ -21,6 +21,8 @@ import torch
 from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
+from .distributed import launched_processes, split_and_gather
+
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -104,6 +106,27 @@ class FeatureCache(TorchDataset):
     @property
     def nbytes(self) -> int:
         return self.features.numel() * self.features.element_size()
+
+    @classmethod
+    def from_shares(cls, shares: list[tuple[list[int], "FeatureCache"]], count: int) -> "FeatureCache":
+        """One cache of `count` sentences from caches of disjoint shares of them, each given with the sentence
+        indices it holds (what `distributed.split_and_gather` returns)."""
+        where = {item: (cache, position) for items, cache in shares for position, item in enumerate(items)}
+        missing = sorted(set(range(count)) - set(where))
+        if missing:
+            raise ValueError(f"the shares do not cover sentences {missing[:5]} of {count}")
+        pieces, offsets, lengths, labels, start = [], [], [], [], 0
+        for item in range(count):
+            cache, position = where[item]
+            length, first = cache.lengths[position], cache.offsets[position]
+            pieces.append(cache.features[first : first + length])
+            offsets.append(start)
+            lengths.append(length)
+            start += length
+            if cache.labels is not None:
+                labels.append(cache.labels[position])
+        has_labels = shares[0][1].labels is not None
+        return cls(torch.cat(pieces) if pieces else shares[0][1].features, offsets, lengths, labels if has_labels else None)
 
 
 @dataclass
@@ -202,3 +225,12 @@ def build_feature_cache(
             features[start : start + lengths[index]] = rows_kept
     backbone.train(was_training)
     return FeatureCache(features, offsets, lengths, labels)
+
+
+def build_feature_cache_across_processes(model, dataset, **kwargs) -> FeatureCache:
+    """`build_feature_cache` with the sentences split across the processes of a data-parallel launch, each on its
+    own device, every process ending with the whole cache; plain `build_feature_cache` when run alone."""
+    if launched_processes() == 1:
+        return build_feature_cache(model, dataset, **kwargs)
+    shares = split_and_gather(range(len(dataset)), lambda share: build_feature_cache(model, dataset.select(share), **kwargs))
+    return FeatureCache.from_shares(shares, len(dataset))

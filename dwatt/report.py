@@ -40,8 +40,54 @@ def backbone_label(backbone: str | None) -> str:
     return path.parent.name if path.name == "model" and path.parent.name else path.name
 
 
+# Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
+TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+# Settings of a run that do not change its results (where it writes, what it prints); kept out of its identity.
+NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
+# What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
+STORE_FIELDS = ("run_id", "spec", "_path")
+
+
+def comparable(row: dict) -> dict:
+    """A row without its timing fields: what two executions of the same run must agree on."""
+    return {key: value for key, value in row.items() if key not in TIMING_FIELDS}
+
+
+def run_identity(row: dict) -> str:
+    """The run a row is the result of: its configuration, without what does not change results."""
+    config = {key: value for key, value in row["config"].items() if key not in NOT_DEFINING}
+    return json.dumps([config, row.get("seed")], sort_keys=True, default=str)
+
+
+def without_duplicates(rows: list[dict]) -> list[dict]:
+    """
+    Each run once. The shards of a sweep (or a store and a run's own results.json) may hold the same run twice:
+    identical results (timings aside) are kept once; different results for one run are refused, naming both
+    places, since a report cannot tell which to believe.
+    """
+    kept: dict[str, dict] = {}
+    for row in rows:
+        identity = run_identity(row)
+        if identity not in kept:
+            kept[identity] = row
+            continue
+        first = kept[identity]
+        mine, theirs = (
+            {k: v for k, v in comparable(r).items() if k not in STORE_FIELDS and k != "config"} for r in (row, first)
+        )
+        if mine != theirs:
+            differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            name = row.get("run_id") or first.get("run_id") or Path(row["config"].get("output_dir", "?")).name
+            raise ValueError(
+                f"run {name} appears twice with different results ({', '.join(differing[:5])}): in {first['_path']} "
+                f"and in {row['_path']}; keep one of them"
+            )
+    return list(kept.values())
+
+
 def load_rows(paths: list[str | Path]) -> list[dict]:
-    """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source."""
+    """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
+    held by two of them counts once (`without_duplicates`)."""
     rows = []
     for path in map(Path, paths):
         try:
@@ -60,7 +106,7 @@ def load_rows(paths: list[str | Path]) -> list[dict]:
             if not isinstance(row, dict) or "config" not in row:
                 raise ValueError(f"{path}:{number}: a results row needs a 'config' (is this a dwatt results file?)")
             rows.append(row | {"_path": str(path)})
-    return rows
+    return without_duplicates(rows)
 
 
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
+from .distributed import launched_processes
+from .report import TIMING_FIELDS, comparable  # noqa: F401  (part of this module's API: what reruns agree on)
 from .training import RunConfig, run, run_ner_budgets
 
-# Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
-TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
 ENGINES = ("auto", "trainer", "budgets")
@@ -138,6 +138,46 @@ class ResultsStore:
         os.replace(temporary, self.path)
 
 
+def parse_shard(text: str) -> tuple[int, int]:
+    """`"i/n"` (0 <= i < n; 0-based like a SLURM array's task ids and torchrun's ranks) as `(i, n)`."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard: expected i/n (e.g. 0/4), got {text!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise ValueError(f"--shard {text}: need 0 <= i < n (shards are numbered from 0)")
+    return index, count
+
+
+def work_unit(spec: RunSpec) -> RunSpec:
+    """What a shard takes whole: every fusion and epoch budget of one sample (dataset, backbone, mode, N, trial).
+    They read the same frozen-backbone features, so one worker computes those once, and a spec's epoch budgets,
+    which may train together, never part."""
+    return replace(spec, fusion="", epochs=0)
+
+
+def shard(specs: list[RunSpec], index: int, count: int) -> list[RunSpec]:
+    """
+    Shard `index` of `count` of a grid: its work units (`work_unit`) dealt round-robin in grid order, the specs
+    in grid order. The shards of one grid are disjoint and together are the grid, whatever runs finished before;
+    a grid of fewer units than shards is refused (some shards would have nothing to do).
+    """
+    units = list(dict.fromkeys(work_unit(spec) for spec in specs))
+    if count > len(units):
+        raise ValueError(
+            f"--shard {index}/{count}: this grid has {len(units)} units of work (one per dataset, backbone, mode, N "
+            f"and trial; every fusion and budget of a unit runs together), so use at most {len(units)} shards"
+        )
+    mine = set(units[index::count])
+    return [spec for spec in specs if work_unit(spec) in mine]
+
+
+def shard_results_path(results: str | Path, index: int, count: int) -> Path:
+    """Each shard's own store beside the one a whole sweep writes: results.jsonl -> results.shard-0-of-4.jsonl."""
+    results = Path(results)
+    return results.with_name(f"{results.stem}.shard-{index}-of-{count}{results.suffix}")
+
+
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_ner_budgets`: under the
@@ -169,6 +209,11 @@ def run_sweep(
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
+    if launched_processes() > 1:
+        raise ValueError(
+            "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
+            "(dwatt train); to spread a sweep over workers, start one `dwatt sweep --shard i/n` per worker"
+        )
     store = ResultsStore(results)
     output_root = Path(output_root) if output_root else store.path.parent / "runs"
     store.path.parent.mkdir(parents=True, exist_ok=True)
@@ -194,11 +239,6 @@ def run_sweep(
             bar.update(len(group))
         bar.close()
         return store.rows()
-
-
-def comparable(row: dict) -> dict:
-    """A row without its timing fields: what two executions of the same run must agree on."""
-    return {key: value for key, value in row.items() if key not in TIMING_FIELDS}
 
 
 PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")
@@ -239,4 +279,7 @@ PRESETS = {
     "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1, dev_sentences=200),
 }
 
-__all__ = ["ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError", "batches_of_runs", "comparable", "grid", "run_sweep"]
+__all__ = [
+    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError",
+    "batches_of_runs", "comparable", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "work_unit",
+]

@@ -41,8 +41,15 @@ from .data import (
     mlm_collator,
     tokenize_and_align,
 )
+from . import distributed
 from .defaults import default_backbone_path
-from .features import FeatureCollator, FeatureMemo, build_feature_cache, dataset_fingerprint, model_inputs
+from .features import (
+    FeatureCollator,
+    FeatureMemo,
+    build_feature_cache_across_processes,
+    dataset_fingerprint,
+    model_inputs,
+)
 from .layer_weights import has_layer_weights, layer_weights_by_type
 from .metrics import NERMetrics
 from .sampling import few_shot_split, sample_sentences
@@ -170,9 +177,10 @@ class BestDevCallback(TrainerCallback):
             model.load_state_dict(self._best_state, strict=False)
 
     def on_save(self, args, state, control, **kwargs):
-        """Keep the curve and the best weights next to the Trainer's checkpoint, so a resumed run continues them."""
+        """Keep the curve and the best weights next to the Trainer's checkpoint, so a resumed run continues them
+        (written by the main process, which is the one that writes the checkpoint)."""
         folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-        if folder.is_dir() and self.best is not None:
+        if state.is_world_process_zero and folder.is_dir() and self.best is not None:
             save_file({k: v.contiguous() for k, v in self._best_state.items()}, str(folder / BEST_WEIGHTS))
             write_json_atomically(folder / BEST_STATE, {"curve": self.curve, "best": self.best})
 
@@ -182,6 +190,26 @@ class BestDevCallback(TrainerCallback):
             saved = json.loads((folder / BEST_STATE).read_text())
             self.curve, self.best = saved["curve"], saved["best"]
             self._best_state = load_file(str(folder / BEST_WEIGHTS))
+
+
+class DataParallelLossCallback(TrainerCallback):
+    """
+    Under data parallelism (`torchrun`, `accelerate launch`) the losses a run trains on and the losses it is scored
+    by must both equal a one-process run's. Training: the mean over the labelled tokens of the whole global batch
+    (the `Trainer`'s `average_tokens_across_devices`, with the models' `num_items_in_batch`), not a mean of the
+    processes' means, so the gradients are those of one process on the same batch. Evaluation: each batch's own
+    mean, as on one process (the batches are dealt whole to the processes and gathered back in order), not
+    rescaled by the global token count of each step, so dev perplexities and losses do not depend on the number
+    of processes. One process: no effect.
+    """
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        args.average_tokens_across_devices = True
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        args.average_tokens_across_devices = False
+
+    on_train_end = on_epoch_end
 
 
 @dataclass
@@ -285,8 +313,9 @@ def write_json_atomically(path: Path, payload: dict) -> None:
 
 
 def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments:
-    """The paper's optimisation (AdamW, linear decay to 0) with one dev evaluation per epoch."""
-    return TrainingArguments(
+    """The paper's optimisation (AdamW, linear decay to 0) with one dev evaluation per epoch. `config.batch_size`
+    is the global batch: under a data-parallel launch each process takes its share of it."""
+    arguments = TrainingArguments(
         output_dir=str(output_dir / "trainer"),
         per_device_train_batch_size=config.batch_size,
         per_device_eval_batch_size=32,
@@ -306,7 +335,10 @@ def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments
         dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=not config.verbose,  # otherwise `console.RunProgress` is the run's one bar
         full_determinism=config.deterministic,
+        use_cpu=distributed.cpu_only(),
     )
+    arguments.per_device_train_batch_size = distributed.per_device_batch_size(config.batch_size, arguments.world_size)
+    return arguments
 
 
 def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig):
@@ -315,7 +347,7 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
     `config.progress`), and the curve is in results.json."""
     if not config.verbose:
         trainer.remove_callback(PrinterCallback)
-        if config.progress:
+        if config.progress and trainer.is_world_process_zero():
             if best.key == "loss":
                 trainer.add_callback(RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False))
             else:
@@ -339,17 +371,21 @@ def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
             "torch": torch.__version__,
             "device": "cuda" if torch.cuda.is_available() else "cpu",
             "threads": torch.get_num_threads(),
+            "processes": distributed.launched_processes(),
         },
     }
 
 
 def finish_run(config: RunConfig, model, tokenizer, results: dict, started: float) -> dict:
-    """Save the checkpoint (unless told not to) and write results.json atomically."""
+    """Save the checkpoint (unless told not to) and write results.json atomically: the main process only, when a
+    launcher started several (they hold the same weights and the same gathered scores)."""
     output_dir = Path(config.output_dir)
+    results["wall_seconds"] = round(time.perf_counter() - started, 3)
+    if not distributed.is_main_process():
+        return results
     if config.save_model:
         model.save_pretrained(output_dir / "model")
         tokenizer.save_pretrained(output_dir / "model")
-    results["wall_seconds"] = round(time.perf_counter() - started, 3)
     write_json_atomically(output_dir / "results.json", results)
     return results
 
@@ -413,11 +449,12 @@ def prepare_ner(config: RunConfig) -> NERSetup:
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
-        model.to("cuda" if torch.cuda.is_available() else "cpu")
+        model.to(distributed.device())
         dtype = getattr(torch, config.cache_dtype)
-        train_set = cached_features(model, backbone, train_tokens, dtype, config.progress)
+        progress = config.progress and distributed.is_main_process()
+        train_set = cached_features(model, backbone, train_tokens, dtype, progress)
         dev_set = cached_features(
-            model, backbone, dev_tokens, dtype, config.progress, scored_positions_only=model.dwatt.fusion_is_per_token
+            model, backbone, dev_tokens, dtype, progress, scored_positions_only=model.dwatt.fusion_is_per_token
         )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
@@ -461,7 +498,8 @@ def scored_test_split(setup: NERSetup):
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
         dtype = getattr(torch, setup.config.cache_dtype)
-        return build_feature_cache(setup.model, tokens, dtype=dtype, progress=setup.config.progress), metrics
+        progress = setup.config.progress and distributed.is_main_process()
+        return build_feature_cache_across_processes(setup.model, tokens, dtype=dtype, progress=progress), metrics
     return model_inputs(tokens), metrics
 
 
@@ -482,7 +520,7 @@ def run_ner(config: RunConfig) -> dict:
         eval_dataset=setup.dev_set,
         data_collator=setup.collator,
         compute_metrics=setup.metrics(),
-        callbacks=[setup.freeze, best],
+        callbacks=[setup.freeze, best, DataParallelLossCallback()],
     )
     train_output, last_checkpoint = train_with_resume(trainer, best, config)
     best.restore_best(model)
@@ -515,6 +553,9 @@ def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> 
         raise ValueError("budgets train together only for NER in the FE mode with the feature cache")
     if first.resume or first.checkpoint_every_epoch:
         raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; budgets trained together restart")
+    if distributed.launched_processes() > 1:
+        raise ValueError("budgets trained together run in one process; under torchrun/accelerate train one run at a "
+                         "time (dwatt train), or split a sweep across workers with --shard")
     setup = prepare_ner(first)
     model = setup.model
     metrics = setup.metrics()
@@ -567,7 +608,7 @@ def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_
     )
     return FEATURE_MEMO.get(
         key,
-        lambda: build_feature_cache(
+        lambda: build_feature_cache_across_processes(
             model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only
         ),
     )
@@ -649,7 +690,7 @@ def run_mlm(config: RunConfig) -> dict:
         train_dataset=blocks["train"],
         eval_dataset=fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
         data_collator=lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
-        callbacks=[freeze, best],
+        callbacks=[freeze, best, DataParallelLossCallback()],
     )
     train_output, last_checkpoint = train_with_resume(trainer, best, config)
     best.restore_best(model)

@@ -1,0 +1,111 @@
+"""Data-parallel training under torchrun: 2 CPU processes over gloo against one process with the same global batch."""
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from dwatt.training import RunConfig, run
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def launch(config: RunConfig, tmp_path: Path, processes: int = 2) -> list[dict]:
+    """Run `config` under torchrun; return each process's record (files written, results, final weights)."""
+    record = tmp_path / "record"
+    record.mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+         str(WORKER), str(tmp_path / "config.json"), str(record)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    records = []
+    for rank in range(processes):
+        records.append(json.loads((record / f"rank{rank}.json").read_text()))
+        records[-1]["weights"] = load_file(str(record / f"rank{rank}.safetensors"))
+    return records
+
+
+def config_for(tiny_backbone, tiny_conll, output_dir: Path, **kwargs) -> RunConfig:
+    # 2 x 4 entity types = 8 sentences and a global batch of 8: one optimizer step per epoch, so the order of the
+    # sentences within an epoch cannot matter; no dropout in the head (the backbone is frozen, in eval mode).
+    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=8,
+                    learning_rate=5e-3, output_dir=str(output_dir), progress=False, cache_dtype="float32",
+                    evaluate_test=True, extra={"classifier_dropout": 0.0})
+    return RunConfig(**(defaults | kwargs))
+
+
+@pytest.mark.slow
+def test_two_processes_train_one_run_like_one_process_with_the_same_global_batch(tiny_backbone, tiny_conll, tmp_path):
+    alone = run(config_for(tiny_backbone, tiny_conll, tmp_path / "alone"))
+    alone_weights = load_file(str(tmp_path / "alone" / "model" / "model.safetensors"))
+    output = tmp_path / "together"
+    ranks = launch(config_for(tiny_backbone, tiny_conll, output), tmp_path)
+
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    # One writer: rank 0 wrote results.json and the checkpoint; rank 1 wrote nothing.
+    assert ranks[1]["written"] == []
+    assert sorted(Path(p).name for p in ranks[0]["written"]) == ["model", "model", "results.json"]
+    saved = json.loads((output / "results.json").read_text())
+    assert saved["environment"]["processes"] == 2
+    # Both processes end with the same weights, and those are the one-process run's.
+    assert ranks[0]["weights"].keys() == ranks[1]["weights"].keys() and ranks[0]["weights"]
+    for name, tensor in ranks[0]["weights"].items():
+        assert torch.equal(tensor, ranks[1]["weights"][name]), name
+        assert torch.allclose(tensor, alone_weights[name], atol=1e-5, rtol=0), name
+    # Dev and test are scored on the whole split, gathered: the seqeval scores are a one-process run's. (The
+    # Trainer's `loss` is not compared: accelerate tops the last evaluation batch up with repeated sentences.)
+    for rank in ranks:
+        result = rank["results"]
+        assert result["sampled_sentence_ids"] == alone["sampled_sentence_ids"]
+        assert [p["step"] for p in result["dev_curve"]] == [p["step"] for p in alone["dev_curve"]] == [1, 2, 3]
+        assert [p["f1"] for p in result["dev_curve"]] == pytest.approx([p["f1"] for p in alone["dev_curve"]], abs=1e-5)
+        scores = {key: value for key, value in result["test_scores"].items() if key != "loss"}
+        assert len(scores) > 10
+        assert scores == pytest.approx({key: alone["test_scores"][key] for key in scores}, abs=1e-5)
+    assert saved["best_dev_f1"] == pytest.approx(alone["best_dev_f1"], abs=1e-5)
+
+
+@pytest.mark.slow
+def test_fine_tuning_without_the_cache_keeps_every_process_in_step(tiny_backbone, tiny_conll, tmp_path):
+    ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "ft", mode="ft", batch_size=4, epochs=2,
+                              save_model=False, evaluate_test=False), tmp_path)
+    assert ranks[1]["written"] == [] and [Path(p).name for p in ranks[0]["written"]] == ["results.json"]
+    weights = ranks[0]["weights"]
+    assert any(name.startswith("dwatt.backbone.") for name in weights)  # FT: the backbone trained
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, ranks[1]["weights"][name]), name
+    assert ranks[0]["results"]["dev_curve"] == ranks[1]["results"]["dev_curve"]
+
+
+@pytest.mark.slow
+def test_a_masked_lm_run_under_two_processes_writes_once_and_stays_in_step(tiny_backbone, tmp_path):
+    words = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
+    lines = [" ".join(words[(i + j) % len(words)] for j in range(9)) for i in range(60)]
+    wikitext = tmp_path / "wikitext"
+    wikitext.mkdir()
+    (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
+    config = RunConfig(backbone=str(tiny_backbone), task="mlm", data_dir=str(wikitext), n_shot=None, epochs=2,
+                       batch_size=4, block_size=16, mode="ft", output_dir=str(tmp_path / "mlm"), progress=False,
+                       save_model=False)
+    ranks = launch(config, tmp_path)
+    assert ranks[1]["written"] == [] and [Path(p).name for p in ranks[0]["written"]] == ["results.json"]
+    for name, tensor in ranks[0]["weights"].items():
+        assert torch.equal(tensor, ranks[1]["weights"][name]), name
+    assert ranks[0]["results"]["dev_curve"] == ranks[1]["results"]["dev_curve"]
+    assert json.loads((tmp_path / "mlm" / "results.json").read_text())["best_dev_perplexity"] > 1
+
+
+def test_the_global_batch_must_divide_among_the_processes():
+    from dwatt.distributed import per_device_batch_size
+
+    assert per_device_batch_size(16, 2) == 8 and per_device_batch_size(16, 1) == 16
+    with pytest.raises(ValueError, match="--batch-size 16 is the global batch.*3 processes"):
+        per_device_batch_size(16, 3)
