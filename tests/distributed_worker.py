@@ -14,14 +14,13 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from dwatt import training
-from dwatt.training import RunConfig, run
+from dwatt.training import BestDevCallback, RunConfig, common, run
 
 config_path, record_dir = Path(sys.argv[1]), Path(sys.argv[2])
 rank = int(os.environ["RANK"])
 written: list[str] = []
 
-write_json = training.write_json_atomically
+write_json = common.write_json_atomically
 
 
 def recording_write_json(path, payload):
@@ -37,17 +36,18 @@ def recording(save):
     return wrapper
 
 
-finish_run = training.finish_run
+restore_best = BestDevCallback.restore_best
 
 
-def recording_finish_run(config, model, tokenizer, results, started):
+def recording_restore_best(self, model):
+    """The run's final weights: the best dev epoch's, restored at the end of training."""
+    restore_best(self, model)
     trainable = {name: p.detach().cpu().contiguous() for name, p in model.named_parameters() if p.requires_grad}
     save_file(trainable, str(record_dir / f"rank{rank}.safetensors"))
-    return finish_run(config, model, tokenizer, results, started)
 
 
-training.write_json_atomically = recording_write_json
-training.finish_run = recording_finish_run
+common.write_json_atomically = recording_write_json  # finish_run writes results.json through it
+BestDevCallback.restore_best = recording_restore_best
 PreTrainedModel.save_pretrained = recording(PreTrainedModel.save_pretrained)
 PreTrainedTokenizerBase.save_pretrained = recording(PreTrainedTokenizerBase.save_pretrained)
 

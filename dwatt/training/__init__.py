@@ -1,0 +1,67 @@
+"""Training on the stock `transformers.Trainer`, one module per task beside what they share.
+
+- `common`: a run's configuration (`RunConfig`), the `Trainer`'s arguments, resuming, the initial models and the
+  feature caches remembered across the runs of a sweep, and writing the results;
+- `callbacks`: FE/FT freezing, best-dev tracking, exact losses under data parallelism;
+- `ner`: few-shot NER (the `Trainer`, or several epoch budgets trained together);
+- `mlm`: masked LM on WikiText-2.
+
+`run(config)` dispatches on `config.task`.
+"""
+
+from __future__ import annotations
+
+from ..data import CONLL_LABELS
+from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .common import (
+    BACKBONE_PREFIX,
+    DEV_SAMPLE_SEED,
+    FEATURE_MEMO,
+    INITIAL_MODELS,
+    MODES,
+    SAMPLINGS,
+    TASKS,
+    InitialModels,
+    RunConfig,
+    finish_run,
+    trainable_parameter_names,
+    training_arguments,
+    write_json_atomically,
+)
+from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
+from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_budgets
+
+
+def run(config: RunConfig) -> dict:
+    """Dispatch on `config.task`: few-shot NER (`run_ner`) or masked LM (`run_mlm`); each validates `config`."""
+    return run_mlm(config) if config.task == "mlm" else run_ner(config)
+
+
+__all__ = [
+    "BACKBONE_PREFIX",
+    "CONLL_LABELS",
+    "DEV_SAMPLE_SEED",
+    "FEATURE_MEMO",
+    "INITIAL_MODELS",
+    "MLM_MASK_SEEDS",
+    "MODES",
+    "SAMPLINGS",
+    "TASKS",
+    "BestDevCallback",
+    "DataParallelLossCallback",
+    "FreezeBackboneCallback",
+    "InitialModels",
+    "RunConfig",
+    "evaluate_features",
+    "evaluate_mlm",
+    "finish_run",
+    "load_mlm_splits",
+    "load_ner_dataset",
+    "run",
+    "run_mlm",
+    "run_ner",
+    "run_ner_budgets",
+    "trainable_parameter_names",
+    "training_arguments",
+    "write_json_atomically",
+]

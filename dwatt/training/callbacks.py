@@ -1,0 +1,117 @@
+"""`Trainer` callbacks of every run: the FE/FT freezing, best-dev tracking, and exact losses under data parallelism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import (
+    TrainerCallback,
+)
+
+from .common import (
+    BACKBONE_PREFIX,
+    BEST_STATE,
+    BEST_WEIGHTS,
+    MODES,
+    trainable_parameter_names,
+    write_json_atomically,
+)
+
+
+class FreezeBackboneCallback(TrainerCallback):
+    """
+    The paper's training modes. `"fe"` (feature extraction): the backbone is frozen and kept in eval mode (no
+    dropout) from the moment the `Trainer` is built, so the optimizer only ever sees fusion and head parameters;
+    at train start the callback checks that exactly those are trainable. `"ft"`: everything trains.
+    """
+
+    def __init__(self, mode: str = "fe"):
+        if mode not in MODES:
+            raise ValueError(f"unknown training mode {mode!r}; expected one of {', '.join(MODES)}")
+        self.mode = mode
+
+    def apply(self, model) -> None:
+        model.freeze_backbone(self.mode == "fe")
+
+    def on_init_end(self, args, state, control, model=None, **kwargs):
+        self.apply(model)
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        self.apply(model)
+        trainable = trainable_parameter_names(model)
+        in_backbone = [name for name in trainable if name.startswith(BACKBONE_PREFIX)]
+        outside = [name for name in trainable if not name.startswith(BACKBONE_PREFIX)]
+        if not outside:
+            raise RuntimeError("no fusion or head parameter is trainable")
+        if self.mode == "fe" and (in_backbone or model.dwatt.backbone.training):
+            raise RuntimeError(f"FE mode, yet backbone parameters train: {in_backbone[:5]}")
+        if self.mode == "ft" and len(in_backbone) != len(list(model.dwatt.backbone.parameters())):
+            raise RuntimeError("FT mode, yet some backbone parameters are frozen")
+
+
+class BestDevCallback(TrainerCallback):
+    """
+    Records the dev score after every evaluation (the learning curve), and keeps a copy of the trainable weights
+    at the best score so the run ends with the best dev model, as the paper reports it. Only trainable tensors are
+    copied: in FE mode that is the small fusion module and head.
+    """
+
+    def __init__(self, metric: str = "eval_f1", greater_is_better: bool = True, key: str = "f1"):
+        self.metric, self.greater_is_better, self.key = metric, greater_is_better, key
+        self.curve: list[dict] = []
+        self.best: dict | None = None
+        self._best_state: dict[str, torch.Tensor] | None = None
+
+    def on_evaluate(self, args, state, control, metrics=None, model=None, **kwargs):
+        if self.metric not in metrics:  # an evaluation of another split (e.g. test)
+            return
+        point = {"epoch": round(state.epoch or 0, 4), "step": state.global_step, self.key: metrics[self.metric]}
+        self.curve.append(point)
+        sign = 1 if self.greater_is_better else -1
+        if self.best is None or sign * (point[self.key] - self.best[self.key]) > 0:
+            self.best = dict(point, metrics=dict(metrics))
+            self._best_state = {
+                name: p.detach().to("cpu", copy=True) for name, p in model.named_parameters() if p.requires_grad
+            }
+
+    def restore_best(self, model) -> None:
+        if self._best_state is not None:
+            model.load_state_dict(self._best_state, strict=False)
+
+    def on_save(self, args, state, control, **kwargs):
+        """Keep the curve and the best weights next to the Trainer's checkpoint, so a resumed run continues them
+        (written by the main process, which is the one that writes the checkpoint)."""
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and folder.is_dir() and self.best is not None:
+            save_file({k: v.contiguous() for k, v in self._best_state.items()}, str(folder / BEST_WEIGHTS))
+            write_json_atomically(folder / BEST_STATE, {"curve": self.curve, "best": self.best})
+
+    def load(self, checkpoint: str | Path) -> None:
+        folder = Path(checkpoint)
+        if (folder / BEST_STATE).is_file():
+            saved = json.loads((folder / BEST_STATE).read_text())
+            self.curve, self.best = saved["curve"], saved["best"]
+            self._best_state = load_file(str(folder / BEST_WEIGHTS))
+
+
+class DataParallelLossCallback(TrainerCallback):
+    """
+    Under data parallelism (`torchrun`, `accelerate launch`) the losses a run trains on and the losses it is scored
+    by must both equal a one-process run's. Training: the mean over the labelled tokens of the whole global batch
+    (the `Trainer`'s `average_tokens_across_devices`, with the models' `num_items_in_batch`), not a mean of the
+    processes' means, so the gradients are those of one process on the same batch. Evaluation: each batch's own
+    mean, as on one process (the batches are dealt whole to the processes and gathered back in order), not
+    rescaled by the global token count of each step, so dev perplexities and losses do not depend on the number
+    of processes. One process: no effect.
+    """
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        args.average_tokens_across_devices = True
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        args.average_tokens_across_devices = False
+
+    on_train_end = on_epoch_end

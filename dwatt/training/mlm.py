@@ -1,0 +1,132 @@
+"""Masked-LM runs on WikiText-2: fresh masks every training epoch, fixed masks for dev and test, perplexity."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from transformers import (
+    Trainer,
+    default_data_collator,
+    set_seed,
+)
+
+from modeling_dwatt import RobertaDWAttForMaskedLM
+
+from ..data import (
+    group_texts_for_mlm,
+    load_tokenizer,
+    load_wikitext2,
+    mlm_collator,
+)
+from ..defaults import default_backbone_path
+from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .common import (
+    RunConfig,
+    ensure_writable,
+    finish_run,
+    run_facts,
+    train_with_resume,
+    training_arguments,
+)
+
+
+def fixed_masks(dataset, collator, seed: int) -> list[dict]:
+    """Mask an evaluation set once, with its own seed, so every epoch is scored on the same masked tokens."""
+    rows = [dataset[i] for i in range(len(dataset))]
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        batch = collator(rows)
+    return [{key: value[i] for key, value in batch.items()} for i in range(len(rows))]
+
+
+def load_mlm_splits(data_dir: str | None):
+    """WikiText-2 lines per split (`load_wikitext2`; without a folder the Hub dataset) and where the training lines
+    come from: without a train split, the first 90% of the validation lines train and the last 10% are dev."""
+    data = load_wikitext2(data_dir or "wikitext")
+    if "train" in data:
+        return data, "train"
+    if "validation" not in data:
+        raise FileNotFoundError(f"{data_dir}: neither a train nor a validation split of WikiText-2")
+    lines = data["validation"]
+    cut = int(len(lines) * 0.9)
+    data["train"], data["validation"] = lines.select(range(cut)), lines.select(range(cut, len(lines)))
+    return data, "first 90% of validation lines (no train split); dev: last 10%"
+
+
+MLM_MASK_SEEDS = {"validation": 0, "test": 1}  # offsets from the run's seed: dev and test are masked once each
+
+
+@torch.no_grad()
+def evaluate_mlm(model, tokenizer, data_dir: str | None, split: str, block_size: int = 128, seed: int = 0,
+                 batch_size: int = 32) -> dict:
+    """Masked-token loss and perplexity of a masked-LM checkpoint on one WikiText-2 split, masked as `run_mlm`
+    masks it for a run of `seed` (so a run's own dev and test perplexities come back)."""
+    data, _ = load_mlm_splits(data_dir)
+    if split not in data:
+        raise ValueError(f"--split: the WikiText-2 data has no {split!r} split ({', '.join(data)})")
+    blocks = group_texts_for_mlm(data[split], tokenizer, block_size)
+    rows = fixed_masks(blocks, mlm_collator(tokenizer), seed + MLM_MASK_SEEDS.get(split, 0))
+    model.eval()
+    total, count = 0.0, 0
+    for start in range(0, len(rows), batch_size):  # the Trainer's mean: batch losses weighted by batch size
+        batch = default_data_collator(rows[start : start + batch_size])
+        total += model(**batch).loss.item() * len(batch["labels"])
+        count += len(batch["labels"])
+    loss = total / max(count, 1)
+    return {"split": split, "blocks": count, "loss": loss, "perplexity": math.exp(loss)}
+
+
+def run_mlm(config: RunConfig) -> dict:
+    """
+    One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`; without it the Hub dataset
+    `wikitext`, which needs the network): blocks of
+    `block_size` tokens, the standard 15% masking for training (new masks every epoch), fixed masks for dev and
+    test, the backbone's LM head on the fused representation, batch 8 by default. The run ends with the model of
+    the lowest dev loss and reports perplexities (exp of the mean masked-token loss). When the folder has no train
+    split, the first 90% of the validation lines train and the last 10% are the dev split (said in the results).
+    FE trains the fusion module and the LM head; the feature cache does not apply (masks change every epoch).
+    """
+    config.validate()
+    started = time.perf_counter()
+    ensure_writable(Path(config.output_dir))
+    backbone = config.backbone or str(default_backbone_path())
+    data, train_source = load_mlm_splits(config.data_dir)
+    tokenizer = load_tokenizer(backbone)
+    blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
+    collator = mlm_collator(tokenizer)
+    set_seed(config.seed)
+    model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.extra)
+    model.fuse_labelled_positions_only = True  # the loss reads masked positions only
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(config, Path(config.output_dir)),
+        train_dataset=blocks["train"],
+        eval_dataset=fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
+        data_collator=lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
+        callbacks=[freeze, best, DataParallelLossCallback()],
+    )
+    train_output, last_checkpoint = train_with_resume(trainer, best, config)
+    best.restore_best(model)
+    results = {
+        "config": asdict(config) | {"backbone": backbone},
+        "task": "mlm",
+        "seed": config.seed,
+        "train_source": train_source,
+        "num_train_blocks": len(blocks["train"]),
+        "best_dev_loss": best.best["loss"],
+        "best_dev_perplexity": math.exp(best.best["loss"]),
+        "best_epoch": best.best["epoch"],
+        "dev_curve": best.curve,
+    } | run_facts(model, train_output.metrics, last_checkpoint)
+    if "test" in blocks:
+        test_masks = fixed_masks(blocks["test"], collator, config.seed + MLM_MASK_SEEDS["test"])
+        test_loss = trainer.evaluate(test_masks, metric_key_prefix="test")["test_loss"]
+        results.update(test_loss=test_loss, test_perplexity=math.exp(test_loss))
+    return finish_run(config, model, tokenizer, results, started)

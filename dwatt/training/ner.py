@@ -1,0 +1,261 @@
+"""Few-shot NER runs: sample N x C sentences, train (the `Trainer`, or several epoch budgets together), score with
+seqeval."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import (
+    DataCollatorForTokenClassification,
+    Trainer,
+)
+
+from modeling_dwatt import RobertaDWAttForTokenClassification
+
+from .. import distributed
+from ..data import (
+    entity_types,
+    load_conll2003,
+    load_tokenizer,
+    load_wikiann,
+    tokenize_and_align,
+)
+from ..defaults import default_backbone_path
+from ..features import (
+    FeatureCollator,
+    build_feature_cache_across_processes,
+    model_inputs,
+)
+from ..layer_weights import has_layer_weights, layer_weights_by_type
+from ..metrics import NERMetrics
+from ..sampling import few_shot_split, sample_sentences
+from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .common import (
+    DEV_SAMPLE_SEED,
+    INITIAL_MODELS,
+    RunConfig,
+    by_length,
+    cached_features,
+    ensure_writable,
+    finish_run,
+    run_facts,
+    scores_only,
+    train_with_resume,
+    training_arguments,
+)
+
+
+def load_ner_dataset(name: str, data_dir: str | None):
+    if name == "conll2003":
+        return load_conll2003(data_dir)
+    if name.startswith("wikiann:"):
+        return load_wikiann(name.split(":", 1)[1], data_dir)
+    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
+
+
+@dataclass
+class NERSetup:
+    """Everything a few-shot NER run needs before training: data, the sample, the model and its inputs."""
+
+    config: RunConfig
+    backbone: str
+    data: object
+    label_names: list[str]
+    train: object
+    sampled_ids: list[int]
+    dev: object
+    tokenizer: object
+    dev_tokens: object
+    model: RobertaDWAttForTokenClassification
+    freeze: FreezeBackboneCallback
+    cached: bool
+    train_set: object
+    dev_set: object
+    collator: object
+    cache_seconds: float
+
+    def metrics(self) -> NERMetrics:
+        return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
+
+
+def prepare_ner(config: RunConfig) -> NERSetup:
+    """Sample N x C training sentences with `config.seed`, tokenise, build the model from the pretrained backbone
+    (initialised with the same seed), and, for FE with the cache, compute the backbone's features once."""
+    config.validate()
+    ensure_writable(Path(config.output_dir))
+    backbone = config.backbone or str(default_backbone_path())
+    data = load_ner_dataset(config.dataset, config.data_dir)
+    label_names = data["train"].features["ner_tags"].feature.names
+    train = data["train"]
+    sampled_ids = list(range(len(train)))
+    if config.n_shot is not None:
+        train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
+    dev = data["validation"]
+    if config.dev_sentences is not None and config.dev_sentences < len(dev):
+        dev = dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    tokenizer = load_tokenizer(backbone)
+    train_tokens = tokenize_and_align(train, tokenizer)
+    dev_tokens = by_length(tokenize_and_align(dev, tokenizer))
+
+    model = INITIAL_MODELS.build(
+        backbone,
+        config.fusion,
+        config.seed,
+        id2label=dict(enumerate(label_names)),
+        label2id={name: i for i, name in enumerate(label_names)},
+        **config.extra,
+    )
+    model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    cached = config.mode == "fe" and config.use_cache
+    cache_seconds = 0.0
+    if cached:
+        cache_start = time.perf_counter()
+        model.to(distributed.device())
+        dtype = getattr(torch, config.cache_dtype)
+        progress = config.progress and distributed.is_main_process()
+        train_set = cached_features(model, backbone, train_tokens, dtype, progress)
+        dev_set = cached_features(
+            model, backbone, dev_tokens, dtype, progress, scored_positions_only=model.dwatt.fusion_is_per_token
+        )
+        collator = FeatureCollator(dtype=model.dtype)
+        cache_seconds = time.perf_counter() - cache_start
+    else:
+        train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
+        collator = DataCollatorForTokenClassification(tokenizer)
+    return NERSetup(
+        config, backbone, data, list(label_names), train, sampled_ids, dev, tokenizer, dev_tokens, model, freeze,
+        cached, train_set, dev_set, collator, cache_seconds,
+    )
+
+
+def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict]) -> dict:
+    """The results of a finished run whose best weights are loaded in `setup.model`."""
+    results = {
+        "config": asdict(config) | {"backbone": setup.backbone},
+        "task": "ner",
+        "labels": setup.label_names,
+        "entity_types": entity_types(setup.label_names),
+        "seed": config.seed,
+        "num_train_sentences": len(setup.train),
+        "train_pool_size": len(setup.data["train"]),
+        "num_dev_sentences": len(setup.dev),
+        "sampled_sentence_ids": setup.sampled_ids if config.n_shot is not None else None,
+        "best_dev_f1": best["f1"],
+        "best_epoch": best["epoch"],
+        "best_dev_scores": scores_only(best["metrics"], "eval_"),
+        "final_dev_f1": curve[-1]["f1"],
+        "dev_curve": curve,
+        "cached_features": setup.cached,
+        "cache_seconds": round(setup.cache_seconds, 3),
+    }
+    if has_layer_weights(setup.model):
+        results["dev_layer_weights"] = layer_weights_by_type(setup.model, setup.dev_set, setup.collator, setup.label_names)
+    return results
+
+
+def scored_test_split(setup: NERSetup):
+    """The test split tokenised (and cached for FE), with the metrics that score it."""
+    tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
+    metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
+    if setup.cached:
+        dtype = getattr(torch, setup.config.cache_dtype)
+        progress = setup.config.progress and distributed.is_main_process()
+        return build_feature_cache_across_processes(setup.model, tokens, dtype=dtype, progress=progress), metrics
+    return model_inputs(tokens), metrics
+
+
+def run_ner(config: RunConfig) -> dict:
+    """
+    One few-shot NER run: sample N x C training sentences with `seed`, build the model from the pretrained
+    backbone, train with `Trainer` (FE with the feature cache, or FT), score the dev split after every epoch,
+    and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
+    """
+    started = time.perf_counter()
+    setup = prepare_ner(config)
+    model = setup.model
+    best = BestDevCallback()
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(config, Path(config.output_dir)),
+        train_dataset=setup.train_set,
+        eval_dataset=setup.dev_set,
+        data_collator=setup.collator,
+        compute_metrics=setup.metrics(),
+        callbacks=[setup.freeze, best, DataParallelLossCallback()],
+    )
+    train_output, last_checkpoint = train_with_resume(trainer, best, config)
+    best.restore_best(model)
+    results = ner_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
+    results |= run_facts(model, train_output.metrics, last_checkpoint)
+    if config.evaluate_test and "test" in setup.data:
+        data, trainer.compute_metrics = scored_test_split(setup)
+        results["test_scores"] = scores_only(trainer.evaluate(data, metric_key_prefix="test"), "test_")
+    return finish_run(config, model, setup.tokenizer, results, started)
+
+
+def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
+    """
+    FE runs that differ only in their epoch budget (and output folder), trained together by
+    `dwatt.budgets.train_budgets` on one feature cache: each ends as that budget's run alone would with the same
+    loop. Writes each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order.
+    `vectorize`: batch the budgets with `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's
+    attention layers are left to run one copy after the other, which is always exact), never on a CPU.
+    """
+    from ..budgets import train_budgets
+
+    started = time.perf_counter()
+    first = configs[0]
+    shared = {k: v for k, v in asdict(first).items() if k not in ("epochs", "output_dir")}
+    for config in configs[1:]:
+        differs = sorted(k for k, v in asdict(config).items() if k in shared and shared[k] != v)
+        if differs:
+            raise ValueError(f"runs trained together may differ only in epochs and output_dir, not in {differs}")
+    if first.mode != "fe" or not first.use_cache or first.task != "ner":
+        raise ValueError("budgets train together only for NER in the FE mode with the feature cache")
+    if first.resume or first.checkpoint_every_epoch:
+        raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; budgets trained together restart")
+    if distributed.launched_processes() > 1:
+        raise ValueError("budgets trained together run in one process; under torchrun/accelerate train one run at a "
+                         "time (dwatt train), or split a sweep across workers with --shard")
+    setup = prepare_ner(first)
+    model = setup.model
+    metrics = setup.metrics()
+    outcomes, timings = train_budgets(
+        model, setup.train_set, setup.dev_set, setup.collator, [c.epochs for c in configs], metrics.score_ids,
+        seed=first.seed, batch_size=first.batch_size, learning_rate=first.learning_rate,
+        vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
+    )
+    facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
+             "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
+    all_results = []
+    for config, outcome in zip(configs, outcomes):
+        Path(config.output_dir).mkdir(parents=True, exist_ok=True)
+        model.load_state_dict(outcome.best_state, strict=False)
+        results = ner_results(setup, config, outcome.best, outcome.curve)
+        results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs]}
+        results |= run_facts(model, facts, None)
+        if config.evaluate_test and "test" in setup.data:
+            data, test_metrics = scored_test_split(setup)
+            results["test_scores"] = evaluate_features(model, data, setup.collator, test_metrics)
+        all_results.append(finish_run(config, model, setup.tokenizer, results, started))
+    return all_results
+
+
+@torch.no_grad()
+def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size: int = 32) -> dict:
+    """Scores of `model` on a tokenised or cached eval set, without a `Trainer`."""
+    from torch.utils.data import DataLoader
+
+    model.eval()
+    device = next(model.parameters()).device
+    predicted, labels = [], []
+    for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
+        batch = {key: value.to(device) for key, value in batch.items()}
+        predicted.append(model(**batch).logits.argmax(-1).cpu())
+        labels.append(batch["labels"].cpu())
+    return metrics.score_ids(predicted, labels)
