@@ -67,24 +67,28 @@ def build_models(encoder: RobertaConfig, device, dtype) -> dict[str, torch.nn.Mo
 
 
 def inference(models, batch, device, rounds: int, warmup: int) -> list[dict]:
+    """Each round times every model once, the order rotated from round to round (no model always runs first or
+    right after the same other); a model's ratio to the backbone is the median over rounds of its time over the
+    backbone's time in the same round, so slow drift of the machine cancels."""
     measure = timer(device)
     steps = {name: (lambda m=model: m(**batch)) for name, model in models.items()}
+    names = list(steps)
     times = {name: [] for name in steps}
     with torch.inference_mode():
         for _ in range(warmup):
             for step in steps.values():
                 step()
-        for _ in range(rounds):
-            for name, step in steps.items():
-                times[name].append(measure(step))
+        for round_index in range(rounds):
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                times[name].append(measure(steps[name]))
         memory = {name: peak_memory(device, step) for name, step in steps.items()}
     tokens = batch["input_ids"].numel()
-    plain = statistics.median(times["backbone"])
     return [
         {
             "model": name,
             "latency_ms": 1000 * statistics.median(values),
-            "latency_vs_backbone": statistics.median(values) / plain,
+            "latency_vs_backbone": statistics.median(v / b for v, b in zip(values, times["backbone"])),
             "tokens_per_second": tokens / statistics.median(values),
             "peak_memory_mib": None if memory[name] is None else memory[name] / 2**20,
         }
@@ -171,8 +175,10 @@ def cpu_main(args) -> int:
               "rows": rows, "environment": results_files.environment(torch.device("cpu")),
               "command": results_files.command("fusion_speed.py", None)}
     lines = [f"# Fusion speed on the CPU, real weights, fp32 ({result['environment']['device_name']})\n",
-             f"Median of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds; every fusion model includes "
-             f"its token-classification head (9 labels). Command: `{result['command']}`\n",
+             f"Median of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds, the order of the models "
+             "rotated from round to round; the ratio is the median over rounds of a model's time over the backbone's "
+             f"in the same round. Every fusion model includes its token-classification head (9 labels). "
+             f"Command: `{result['command']}`\n",
              "| backbone | batch x tokens | fusion | latency ms | x plain backbone |", "|---|---|---|---|---|"]
     lines += [f"| {r['backbone']} | {r['batch']} x {r['tokens']} | {r['fusion']} | {r['latency_ms']:.2f} | {r['ratio_to_backbone']:.3f} |"
               for r in rows]

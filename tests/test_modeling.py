@@ -335,8 +335,28 @@ def test_dwatt_output_is_the_papers_formula_whatever_the_memory_layout_of_the_la
 
     with torch.no_grad():
         expected = z_last + sum(scores[..., n : n + 1] * value(n, per_layer[n]) for n in range(3))
-    for layers in (torch.stack(per_layer, dim=1), torch.stack(per_layer, dim=0).transpose(0, 1)):
-        with torch.no_grad():
-            fused, weights = fusion(layers, layers[:, -1])
-        torch.testing.assert_close(fused, expected, atol=1e-5, rtol=0)
-        torch.testing.assert_close(weights, scores, atol=1e-6, rtol=0)
+    stacks = (torch.stack(per_layer, dim=1), torch.stack(per_layer, dim=0).transpose(0, 1))
+    # Inference on the CPU (no grad) reads the layers one by one, from a stack or from a list; training (grad)
+    # runs the batched matmuls. All give the formula.
+    for layers, grad in [(stack, grad) for stack in stacks for grad in (False, True)] + [(per_layer, False)]:
+        with torch.set_grad_enabled(grad):
+            assert fusion.reads_layer_by_layer(z_last.device) is not grad
+            fused, weights = fusion(layers, z_last)
+        torch.testing.assert_close(fused.detach(), expected, atol=1e-5, rtol=0)
+        torch.testing.assert_close(weights.detach(), scores, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("encoder", ["roberta", "bert", "mpnet"])
+def test_cpu_inference_fuses_the_backbones_layers_without_stacking_them_and_equals_training_mode(encoder, monkeypatch):
+    model = RobertaDWAttForTokenClassification(tiny_config(encoder, "dwatt")).eval()
+    ids, mask = make_batch()
+    with torch.enable_grad():
+        expected = model(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+    stacked = []
+    stack = torch.stack
+    monkeypatch.setattr(torch, "stack", lambda tensors, *args, **kwargs: stacked.append(len(tensors)) or stack(tensors, *args, **kwargs))
+    with torch.no_grad():
+        served = model(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+    assert model.config.encoder_config.num_hidden_layers not in stacked  # the fused layers were never stacked
+    torch.testing.assert_close(served.logits, expected.logits.detach(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(served.layer_weights, expected.layer_weights.detach(), atol=1e-6, rtol=0)
