@@ -12,6 +12,8 @@ from transformers import AutoConfig, PretrainedConfig
 FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
 """Layer-fusion methods: Depth-Wise Attention, layer concatenation, n extra transformer layers on top,
 last layer only, and an ELMo-style scalar mix."""
+# How sequence classification pools the fused tokens into one vector (see `DWAttConfig.pooling`).
+POOLINGS = ("mean", "first")
 
 # Encoder families whose layers cannot be called from outside with what the encoder gives them, so that the
 # paper's Base+n has no faithful form there; `DWAttConfig` refuses the fusion for them when it is built.
@@ -65,7 +67,10 @@ class DWAttConfig(PretrainedConfig):
         include_embeddings (`bool`, *optional*, defaults to `False`):
             Whether the embedding output is fused alongside the L layer outputs (the paper leaves it out).
         classifier_dropout (`float`, *optional*):
-            Dropout before the token-classification head; defaults to the backbone's `hidden_dropout_prob`.
+            Dropout before the classification head; defaults to the backbone's `hidden_dropout_prob`.
+        pooling (`str`, *optional*, defaults to `"mean"`):
+            Sequence classification: how the fused tokens become one vector, `"mean"` over the non-padding tokens
+            or `"first"` (the first token, `<s>`/`[CLS]`).
         backbone_name_or_path (`str`, *optional*):
             Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
             `from_backbone` so that a checkpoint says what it was trained on.
@@ -99,6 +104,7 @@ class DWAttConfig(PretrainedConfig):
         num_extra_layers: int | None = None,
         include_embeddings: bool = False,
         classifier_dropout: float | None = None,
+        pooling: str = "mean",
         backbone_name_or_path: str | None = None,
         backbone_revision: str | None = None,
         heads_only: bool = False,
@@ -114,6 +120,7 @@ class DWAttConfig(PretrainedConfig):
         self.num_extra_layers = num_extra_layers
         self.include_embeddings = include_embeddings
         self.classifier_dropout = classifier_dropout
+        self.pooling = pooling
         self.backbone_name_or_path = backbone_name_or_path
         self.backbone_revision = backbone_revision
         self.heads_only = heads_only
@@ -135,6 +142,8 @@ class DWAttConfig(PretrainedConfig):
                 raise ValueError(f"DWAttConfig: `{key}` must be an integer >= {minimum}, got {value!r}")
         if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
             raise ValueError(f"DWAttConfig: `classifier_dropout` must be in [0, 1), got {self.classifier_dropout!r}")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         family = self.encoder_config.model_type
         if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
             working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
@@ -163,4 +172,4 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS"]
+__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS"]

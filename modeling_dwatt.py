@@ -16,7 +16,13 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
-from transformers.modeling_outputs import BaseModelOutput, MaskedLMOutput, ModelOutput, TokenClassifierOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    ModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.utils import logging
 
 try:
@@ -73,6 +79,13 @@ class DWAttTokenClassifierOutput(TokenClassifierOutput):
 @dataclass
 class DWAttMaskedLMOutput(MaskedLMOutput):
     """[`~transformers.modeling_outputs.MaskedLMOutput`] with the per-token, per-layer `layer_weights`."""
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttSequenceClassifierOutput(SequenceClassifierOutput):
+    """[`~transformers.modeling_outputs.SequenceClassifierOutput`] with the per-token, per-layer `layer_weights`."""
 
     layer_weights: torch.FloatTensor | None = None
 
@@ -577,9 +590,12 @@ class DWAttModel(DWAttPreTrainedModel):
 
     def _select_layers(self, backbone_hidden_states) -> torch.Tensor | list[torch.Tensor]:
         if isinstance(backbone_hidden_states, (tuple, list)):
-            if len(backbone_hidden_states) == self.config.encoder_config.num_hidden_layers + 1:
-                return self._stack(tuple(backbone_hidden_states))
-            backbone_hidden_states = torch.stack(tuple(backbone_hidden_states), dim=1)
+            states = tuple(backbone_hidden_states)
+            if len(states) == self.config.encoder_config.num_hidden_layers + 1:
+                return self._stack(states)
+            if len(states) == len(self.fused_layer_indices) > 1 and self._reads_layer_by_layer(states[0].device):
+                return list(states)  # exactly the fused layers, for a fusion that reads them one by one
+            backbone_hidden_states = torch.stack(states, dim=1)
         if backbone_hidden_states.dim() != 4:
             raise ValueError(
                 "backbone_hidden_states must be (batch, layers, seq, hidden), got shape "
@@ -724,9 +740,24 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             self.dwatt.backbone.eval()
         return self
 
-    def head(self, fused: torch.Tensor) -> torch.Tensor:
-        """The task head: per-token logits from the fused representation. Each task model defines its own."""
+    def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """The task head: logits from the fused representation (of `positions` only, where fused so). Each task
+        model defines its own."""
         raise NotImplementedError
+
+    def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor | None:
+        """The positions a per-token fusion must fuse (`None`: all): with `fuse_labelled_positions_only` and labels,
+        the labelled ones, as the loss reads nothing else."""
+        if labels is not None and self.fuse_labelled_positions_only:
+            return labels != -100
+        return None
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        """The mean over labelled positions, and 0 (not NaN) for a batch with none (an MLM batch with no mask)."""
+        targets = labels.view(-1).to(logits.device)
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets, reduction="sum")
+        count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+        return loss / count.to(loss.device).clamp(min=1)
 
     def forward(
         self,
@@ -743,17 +774,21 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         **kwargs,
     ):
         r"""
-        labels (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
-            Targets per position (tag ids for token classification, token ids at masked positions for masked LM);
-            -100 marks positions without a target (padding, later sub-words, unmasked tokens).
+        labels (`torch.Tensor`, *optional*):
+            Targets per position (`(batch_size, sequence_length)`: tag ids for token classification, token ids at
+            masked positions for masked LM; -100 marks positions without a target: padding, later sub-words,
+            unmasked tokens), or per sequence for sequence classification (see its class).
         backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
         """
+        # Under data parallelism, the labelled items of the global batch: the loss is a mean over all of them.
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
-        token_mask = None
-        if labels is not None and self.fuse_labelled_positions_only and self.dwatt.fusion_is_per_token:
-            token_mask = labels != -100
+        if backbone_hidden_states is not None:
+            reference = backbone_hidden_states[0] if isinstance(backbone_hidden_states, (tuple, list)) else backbone_hidden_states[:, 0]
+        else:
+            reference = input_ids if input_ids is not None else inputs_embeds
+        positions = None if reference is None else self.fused_positions(labels, attention_mask, reference.shape[:2], reference.device)
         fused = self.dwatt(
-            token_mask=token_mask,
+            token_mask=positions if self.dwatt.fusion_is_per_token else None,
             input_ids=input_ids,
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
@@ -764,14 +799,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             output_hidden_states=bool(output_hidden_states),
             **kwargs,
         )
-        logits = self.head(fused.last_hidden_state)
-        loss = None
-        if labels is not None:
-            # The mean over labelled positions, and 0 (not NaN) for a batch with none (an MLM batch with no mask).
-            targets = labels.view(-1).to(logits.device)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets, reduction="sum")
-            count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-            loss = loss / count.to(loss.device).clamp(min=1)
+        logits = self.head(fused.last_hidden_state, positions)
+        loss = None if labels is None else self.task_loss(logits, labels.to(logits.device), num_items_in_batch)
         output = self.output_class(
             loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
         )
@@ -959,14 +988,13 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.dwatt = DWAttModel(config)
-        dropout = config.classifier_dropout
-        if dropout is None:
-            dropout = dropout_probability(config.encoder_config)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(
+            dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
+        )
         self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
         self.post_init()
 
-    def head(self, fused: torch.Tensor) -> torch.Tensor:
+    def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         return self.classifier(self.dropout(fused))
 
 
@@ -986,7 +1014,7 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
         self.lm_head = DWAttLMHead(config)
         self.post_init()
 
-    def head(self, fused: torch.Tensor) -> torch.Tensor:
+    def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         return self.lm_head(fused)
 
     def get_output_embeddings(self) -> nn.Module:
@@ -1040,6 +1068,80 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
         self.lm_head.load_state_dict({key: value.detach().clone() for key, value in weights.items()})
 
 
+class RobertaDWAttForSequenceClassification(_DWAttWithHead):
+    """
+    DWAtt layer fusion over a pretrained encoder for sentence (or sentence-pair) classification and regression.
+    The fusion runs per token as for NER; the fused tokens are then pooled into one vector (`config.pooling`:
+    `"mean"` over the non-padding tokens, or `"first"`), and a RoBERTa-style head (dense, tanh, projection, with
+    dropout before each) gives `num_labels` logits. `config.problem_type` follows transformers:
+    `"single_label_classification"` (cross-entropy), `"multi_label_classification"` (binary cross-entropy on
+    multi-hot float labels) or `"regression"` (mean squared error; `num_labels=1`), inferred from the labels when
+    unset. Per-token fusions fuse only the positions the pooling reads.
+
+    Example:
+
+    ```python
+    >>> model = RobertaDWAttForSequenceClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=4)
+    >>> model(**batch).logits.shape  # (batch, 4)
+    ```
+    """
+
+    output_class = DWAttSequenceClassifierOutput
+
+    def __init__(self, config: DWAttConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.dwatt = DWAttModel(config)
+        hidden = config.encoder_config.hidden_size
+        self.dropout = nn.Dropout(
+            dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
+        )
+        self.dense = nn.Linear(hidden, hidden)
+        self.out_proj = nn.Linear(hidden, config.num_labels)
+        self.post_init()
+
+    def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor:
+        """The positions the pooling reads, which are all a per-token fusion needs: the first, or every
+        non-padding one."""
+        if self.config.pooling == "first":
+            positions = torch.zeros(shape, dtype=torch.bool, device=device)
+            positions[:, 0] = True
+            return positions
+        if attention_mask is None:
+            return torch.ones(shape, dtype=torch.bool, device=device)
+        return attention_mask.bool()
+
+    def head(self, fused: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        if self.config.pooling == "first":
+            pooled = fused[:, 0]
+        else:
+            weights = positions.to(fused.dtype).unsqueeze(-1)
+            pooled = (fused * weights).sum(1) / weights.sum(1).clamp(min=1)
+        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))
+
+    def task_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+        """The loss of `config.problem_type` (set from the labels the first time), summed and divided by the
+        labelled items: this batch's, or the global batch's under data parallelism (`num_items_in_batch`)."""
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            targets = labels.view(-1).to(logits.dtype)
+            loss = F.mse_loss(logits.view(-1), targets, reduction="sum")
+        elif self.config.problem_type == "single_label_classification":
+            targets = labels.view(-1)
+            loss = F.cross_entropy(logits.view(-1, self.num_labels), targets, reduction="sum")
+        else:
+            targets = labels.to(logits.dtype)
+            loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum")
+        count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+        return loss / count.to(loss.device).clamp(min=1)
+
+
 def count_parameters(module: nn.Module) -> int:
     """Number of parameters of `module` (buffers such as DWAtt's static layer positions excluded)."""
     return sum(parameter.numel() for parameter in module.parameters())
@@ -1048,13 +1150,16 @@ def count_parameters(module: nn.Module) -> int:
 # Family-neutral names: the same classes, for users of any encoder (the RoBERTa names are the paper's).
 DWAttForTokenClassification = RobertaDWAttForTokenClassification
 DWAttForMaskedLM = RobertaDWAttForMaskedLM
+DWAttForSequenceClassification = RobertaDWAttForSequenceClassification
 
 DWAttModel.register_for_auto_class("AutoModel")
 RobertaDWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+RobertaDWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
     "DWAttForMaskedLM",
+    "DWAttForSequenceClassification",
     "DWAttForTokenClassification",
     "DWAttModel",
     "DWAttPreTrainedModel",
@@ -1063,6 +1168,7 @@ __all__ = [
     "LastLayer",
     "LayerConcat",
     "RobertaDWAttForMaskedLM",
+    "RobertaDWAttForSequenceClassification",
     "RobertaDWAttForTokenClassification",
     "ScalarMix",
     "count_parameters",

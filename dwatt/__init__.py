@@ -5,14 +5,22 @@ The model classes live in the two top-level files that travel with every checkpo
 around them: data, few-shot sampling, the feature cache, training and the CLI.
 """
 
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, AutoModelForTokenClassification
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 
-from configuration_dwatt import FUSIONS, DWAttConfig
+from configuration_dwatt import FUSIONS, POOLINGS, DWAttConfig
 from modeling_dwatt import (
     DWAttForMaskedLM,
+    DWAttForSequenceClassification,
     DWAttForTokenClassification,
     DWAttModel,
     RobertaDWAttForMaskedLM,
+    RobertaDWAttForSequenceClassification,
     RobertaDWAttForTokenClassification,
     count_parameters,
 )
@@ -23,16 +31,20 @@ AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
 AutoModel.register(DWAttConfig, DWAttModel, exist_ok=True)
 AutoModelForTokenClassification.register(DWAttConfig, RobertaDWAttForTokenClassification, exist_ok=True)
 AutoModelForMaskedLM.register(DWAttConfig, RobertaDWAttForMaskedLM, exist_ok=True)
+AutoModelForSequenceClassification.register(DWAttConfig, RobertaDWAttForSequenceClassification, exist_ok=True)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "FUSIONS",
+    "POOLINGS",
     "DWAttConfig",
     "DWAttForMaskedLM",
+    "DWAttForSequenceClassification",
     "DWAttForTokenClassification",
     "DWAttModel",
     "RobertaDWAttForMaskedLM",
+    "RobertaDWAttForSequenceClassification",
     "RobertaDWAttForTokenClassification",
     "SharedBackboneHeads",
     "count_parameters",

@@ -4,31 +4,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm"}
+TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm", "ForSequenceClassification": "cls"}
 
 
 def checkpoint_task(config) -> str:
-    """`"ner"` or `"mlm"`, from the architecture a checkpoint's config records."""
+    """`"ner"`, `"mlm"` or `"cls"`, from the architecture a checkpoint's config records."""
     for architecture in getattr(config, "architectures", None) or []:
         for suffix, task in TASK_OF_ARCHITECTURE.items():
             if architecture.endswith(suffix):
                 return task
     raise ValueError(
         f"the checkpoint's config names no DWAtt task model (architectures: {getattr(config, 'architectures', None)}); "
-        "expected a token-classification or masked-LM checkpoint saved by dwatt"
+        "expected a token-classification, masked-LM or sequence-classification checkpoint saved by dwatt"
     )
 
 
 def load_checkpoint(path: str | Path):
-    """The model (in eval mode), its tokenizer and its task (`"ner"` or `"mlm"`) from a checkpoint folder or id."""
+    """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id."""
     import dwatt  # noqa: F401  (registers the Auto classes)
-    from transformers import AutoConfig, AutoModelForMaskedLM, AutoModelForTokenClassification
+    from transformers import (
+        AutoConfig,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
 
     from .data import load_tokenizer
 
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)
-    auto = AutoModelForMaskedLM if task == "mlm" else AutoModelForTokenClassification
+    auto = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(task, AutoModelForTokenClassification)
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 

@@ -12,7 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from configuration_dwatt import FUSIONS
+from configuration_dwatt import FUSIONS, POOLINGS
 
 from .checkpoints import load_checkpoint
 from .features import MODEL_INPUTS, model_inputs
@@ -22,12 +22,19 @@ from .training import SAMPLINGS, RunConfig
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RunConfig()
     parser.add_argument("--backbone", default=None, help="Hub id or folder of the encoder (default: MiniLM from PyPI)")
-    parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm"), help="mlm needs --data-dir of WikiText-2")
+    parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm", "cls"),
+                        help="ner; mlm (needs --data-dir of WikiText-2); cls: text classification (default data: AG News)")
     parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
     parser.add_argument("--mode", default=defaults.mode, choices=("fe", "ft"), help="fe: frozen backbone; ft: all trains")
-    parser.add_argument("--dataset", default=defaults.dataset, help="conll2003 or wikiann:<lang>")
+    parser.add_argument("--dataset", default=None,
+                        help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset (name or name:config) or a folder")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (default CoNLL: vendored copy)")
-    parser.add_argument("--n-shot", type=int, default=defaults.n_shot, help="N: N x C sentences are sampled (0: all)")
+    parser.add_argument("--n-shot", type=int, default=defaults.n_shot,
+                        help="N: N x C sentences are sampled (cls: N examples per class; 0: all)")
+    parser.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: mean over the tokens (default) or the first token")
+    parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
+    parser.add_argument("--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)")
+    parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
     parser.add_argument("--sampling", default=defaults.sampling, choices=SAMPLINGS, help="sentences: exactly --n-shot")
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)
@@ -79,13 +86,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .training import evaluate_mlm, load_ner_dataset
 
     model, tokenizer, task = load_checkpoint(args.checkpoint)
+    if task == "cls":
+        scores = evaluate_classifier(model, tokenizer, args.dataset or "ag_news", args.data_dir, args.split)
+        print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
+        return 0
     if task == "mlm":
         if args.data_dir is None:
             raise ValueError("--data-dir: a masked-LM checkpoint is scored on WikiText-2 files; give their folder")
         scores = evaluate_mlm(model, tokenizer, args.data_dir, args.split, args.block_size, args.seed)
         print(json.dumps({"checkpoint": args.checkpoint, **scores}, indent=2))
         return 0
-    data = load_ner_dataset(args.dataset, args.data_dir)
+    data = load_ner_dataset(args.dataset or "conll2003", args.data_dir)
     if args.split not in data:
         raise ValueError(f"--split: {args.dataset} has no {args.split!r} split ({', '.join(data)})")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
@@ -157,6 +168,46 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[
     return filled
 
 
+def classify(model, tokenizer, texts: list[str], batch_size: int = 32) -> list[dict[str, float]]:
+    """Class probabilities of each text (a sentence pair as `first [SEP] second`, split on the tokenizer's
+    separator), most likely first."""
+    import torch
+
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    separator = f" {tokenizer.sep_token} " if tokenizer.sep_token else None
+    results = []
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        pairs = [text.split(separator, 1) if separator and separator in text else [text, None] for text in chunk]
+        firsts, seconds = [p[0] for p in pairs], [p[1] for p in pairs]
+        inputs = tokenizer(firsts, seconds if any(seconds) else None, truncation=True, max_length=256, padding=True,
+                           return_tensors="pt")
+        with torch.no_grad():
+            probabilities = torch.softmax(model(**inputs).logits.float(), dim=-1)
+        for row in probabilities.tolist():
+            results.append(dict(sorted(zip(names, row), key=lambda item: -item[1])))
+    return results
+
+
+def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, split: str) -> dict:
+    """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset whose labels
+    are the checkpoint's."""
+    from .classification_data import load_classification_dataset
+    from .metrics import classification_scores
+
+    data = load_classification_dataset(dataset, data_dir)
+    if split not in data:
+        raise ValueError(f"--split: {dataset} has no {split!r} split ({', '.join(data)})")
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if names != data[split].features["label"].names:
+        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
+    rows = data[split]
+    texts = rows["text"] if "text_pair" not in rows.column_names else [
+        f"{a} {tokenizer.sep_token} {b}" for a, b in zip(rows["text"], rows["text_pair"])]
+    predicted = [names.index(next(iter(p))) for p in classify(model, tokenizer, texts)]
+    return {"examples": len(rows), **classification_scores(predicted, rows["label"], names)}
+
+
 def _read_lines(source: str) -> list[str]:
     """Lines of a UTF-8 file, or of stdin for `-`; a leading byte-order mark is read as nothing."""
     text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
@@ -208,6 +259,14 @@ def _predict(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
     model, tokenizer, task = load_checkpoint(args.checkpoint)
+    if task == "cls":
+        for text, probabilities in zip(texts, classify(model, tokenizer, texts)):
+            label, probability = next(iter(probabilities.items()))
+            if args.jsonl is not None:
+                print(json.dumps({"text": text, "label": label, "scores": probabilities}, ensure_ascii=False))
+            else:
+                print(f"{label}\t{probability:.3f}\t{text}")
+        return 0
     if task == "mlm":
         for text, masks in zip(texts, fill_masks(model, tokenizer, texts)):
             print(text)
@@ -291,13 +350,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.set_defaults(handler=_train)
     evaluate = commands.add_parser("evaluate", help="score a trained checkpoint with seqeval")
     evaluate.add_argument("checkpoint")
-    evaluate.add_argument("--dataset", default="conll2003")
+    evaluate.add_argument("--dataset", default=None, help="default: conll2003 for NER, ag_news for text classification")
     evaluate.add_argument("--data-dir", default=None)
     evaluate.add_argument("--split", default="validation")
     evaluate.add_argument("--block-size", type=int, default=128, help="mlm: tokens per block, as in training")
     evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
     evaluate.set_defaults(handler=_evaluate)
-    predict = commands.add_parser("predict", help="tag sentences (NER) or fill [MASK]s (masked LM) with a trained checkpoint")
+    predict = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
     predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
     predict.add_argument("sentences", nargs="*")
     predict.add_argument("--file", help="one sentence per line")

@@ -72,16 +72,18 @@ def _percent(value: float) -> str:
     return f"{100 * value:.2f}"
 
 
-def scores_table(scores: dict, types: list[str]) -> list[str]:
-    """Per-type precision, recall, F1 and support (seqeval, in %), then the micro average over all types."""
-    rows = [("type", "precision", "recall", "F1", "support")]
+def scores_table(scores: dict, types: list[str], average: str = "micro") -> list[str]:
+    """Per-type (or per-class) precision, recall, F1 and support (in %), then their average over all: `"micro"`
+    (seqeval's, NER) or `"macro"` (text classification)."""
+    rows = [("type" if average == "micro" else "class", "precision", "recall", "F1", "support")]
     for name in types:
         if f"{name}_f1" in scores:
             rows.append((name, _percent(scores[f"{name}_precision"]), _percent(scores[f"{name}_recall"]),
                          _percent(scores[f"{name}_f1"]), str(scores[f"{name}_support"])))
     support = sum(int(scores.get(f"{name}_support", 0)) for name in types)
-    rows.append(("all (micro)", _percent(scores["precision"]), _percent(scores["recall"]), _percent(scores["f1"]),
-                 str(support)))
+    prefix = "" if average == "micro" else "macro_"
+    rows.append((f"all ({average})", _percent(scores[f"{prefix}precision"]), _percent(scores[f"{prefix}recall"]),
+                 _percent(scores[f"{prefix}f1"]), str(support)))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
             for row in rows]
@@ -90,6 +92,11 @@ def scores_table(scores: dict, types: list[str]) -> list[str]:
 def headline(results: dict) -> str:
     """The summary's last line: the run's result in one line (all that `--quiet` prints)."""
     where = Path(results["config"]["output_dir"]) / "results.json"
+    if results.get("task") == "cls":
+        test = f", test accuracy {_percent(results['test_scores']['accuracy'])}" if "test_scores" in results else ""
+        return (f"best dev accuracy {_percent(results['best_dev_accuracy'])} (macro-F1 "
+                f"{_percent(results['best_dev_macro_f1'])}) at epoch {results['best_epoch']:g}{test}; "
+                f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s; results in {where}")
     if results.get("task") == "mlm":
         test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
         return (f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
@@ -100,7 +107,8 @@ def headline(results: dict) -> str:
             f"{results['wall_seconds']:.0f} s; results in {where}")
 
 
-EXAMPLE_INPUTS = {"ner": "Peter Blackburn visited Brussels .", "mlm": "Paris is the {mask} of France ."}
+EXAMPLE_INPUTS = {"ner": "Peter Blackburn visited Brussels .", "mlm": "Paris is the {mask} of France .",
+                  "cls": "Stocks rallied after the central bank held interest rates steady ."}
 
 
 def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
@@ -108,7 +116,14 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     and the headline last."""
     output_dir = Path(results["config"]["output_dir"])
     lines: list[str] = []
-    if results.get("task") != "mlm":
+    if results.get("task") == "cls":
+        lines.append(f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
+                     f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:")
+        lines += scores_table(results["best_dev_scores"], results["labels"], "macro")
+        if "test_scores" in results:
+            lines.append(f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:")
+            lines += scores_table(results["test_scores"], results["labels"], "macro")
+    elif results.get("task") != "mlm":
         best = results["best_dev_scores"]
         lines.append(f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:")
         lines += scores_table(best, results.get("entity_types", []))

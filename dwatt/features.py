@@ -39,6 +39,7 @@ def dataset_fingerprint(dataset, columns: tuple[str, ...] = ("input_ids", "label
         if column in dataset.column_names:
             rows = dataset[column]
             digest.update(column.encode())
+            rows = [row if isinstance(row, (list, tuple)) else [row] for row in rows]  # a label per sentence
             digest.update(np.asarray([len(row) for row in rows], dtype=np.int64).tobytes())
             digest.update(np.fromiter((v for row in rows for v in row), dtype=np.int64).tobytes())
     return digest.hexdigest()
@@ -100,7 +101,8 @@ class FeatureCache(TorchDataset):
             "attention_mask": torch.ones(length, dtype=torch.long),
         }
         if self.labels is not None:
-            item["labels"] = torch.as_tensor(self.labels[index], dtype=torch.long)
+            label = torch.as_tensor(self.labels[index])
+            item["labels"] = label if label.is_floating_point() else label.long()
         return item
 
     @property
@@ -141,13 +143,16 @@ class FeatureCollator:
         batch = len(items)
         states = torch.zeros(batch, layers, longest, hidden, dtype=self.dtype)
         mask = torch.zeros(batch, longest, dtype=torch.long)
-        labels = torch.full((batch, longest), -100, dtype=torch.long) if "labels" in items[0] else None
+        per_token = "labels" in items[0] and items[0]["labels"].dim() == 1 and not items[0]["labels"].is_floating_point()
+        labels = torch.full((batch, longest), -100, dtype=torch.long) if per_token else None
         for row, item in enumerate(items):
             length = item["attention_mask"].shape[0]
             states[row, :, :length] = item["backbone_hidden_states"].to(self.dtype)
             mask[row, :length] = 1
-            if labels is not None:
+            if per_token:
                 labels[row, :length] = item["labels"]
+        if "labels" in items[0] and not per_token:  # one label (or multi-hot row) per sentence
+            labels = torch.stack([item["labels"] for item in items])
         output = {"backbone_hidden_states": states, "attention_mask": mask}
         if labels is not None:
             output["labels"] = labels
@@ -164,6 +169,7 @@ def build_feature_cache(
     path: str | Path | None = None,
     progress: bool = True,
     scored_positions_only: bool = False,
+    pooled: str | None = None,
 ) -> FeatureCache:
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
@@ -174,6 +180,11 @@ def build_feature_cache(
     `scored_positions_only=True` keeps only the positions that carry a label (first sub-tokens), for evaluation
     with a fusion that works token by token (all but Base+n): its outputs there are the same with or without the
     other positions, and scoring ignores those anyway, so evaluation does about a quarter less work.
+
+    `pooled` is for sequence classification, whose head reads one vector per sentence: `"first"` keeps the first
+    position only (exact for a per-token fusion with first-token pooling), `"mean"` keeps each layer's mean over
+    the sentence's tokens, taken in float32 (exact for a fusion linear in the layers -- Base, Concat, ScalarMix --
+    with mean pooling: the mean commutes with it). Either way each sentence becomes one row.
     """
     dwatt = model.dwatt
     backbone = dwatt.backbone
@@ -182,6 +193,8 @@ def build_feature_cache(
     if scored_positions_only and "labels" not in dataset.column_names:
         raise ValueError("scored_positions_only needs a `labels` column")
     labels = list(dataset["labels"]) if "labels" in dataset.column_names else None
+    if pooled not in (None, "first", "mean"):
+        raise ValueError(f"pooled: expected 'first' or 'mean', got {pooled!r}")
     keep = None
     if scored_positions_only:
         keep = [[i for i, label in enumerate(row) if label != -100] for row in labels]
@@ -191,7 +204,7 @@ def build_feature_cache(
     backbone.eval()
     indices = dwatt.fused_layer_indices
     input_lengths = [len(ids) for ids in dataset["input_ids"]]
-    lengths = [len(k) for k in keep] if keep is not None else input_lengths
+    lengths = [len(k) for k in keep] if keep is not None else [1] * len(input_lengths) if pooled else input_lengths
     offsets = [0]
     for length in lengths[:-1]:
         offsets.append(offsets[-1] + length)
@@ -218,7 +231,11 @@ def build_feature_cache(
                 tensor[row, : len(values)] = torch.as_tensor(values)
             inputs[column] = tensor.to(device)
         hidden = dwatt.run_backbone(**inputs)
-        stacked = torch.stack([hidden[i] for i in indices], dim=2).to("cpu", dtype)  # (batch, seq, layers, hidden)
+        stacked = torch.stack([hidden[i] for i in indices], dim=2)  # (batch, seq, layers, hidden)
+        if pooled == "mean":
+            mask = inputs["attention_mask"].unsqueeze(-1).unsqueeze(-1).to(torch.float32)
+            stacked = (stacked.float() * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+        stacked = stacked.to("cpu", dtype)
         for row, index in enumerate(batch_indices):
             start = offsets[index]
             rows_kept = stacked[row, keep[index]] if keep is not None else stacked[row, : lengths[index]]

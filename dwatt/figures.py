@@ -26,9 +26,10 @@ def _fusions(frame: pd.DataFrame) -> list[str]:
     return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
 
 
-def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot") -> None:
-    """Mean dev F1 of each fusion against `x` (N on a log scale, or the epoch budget), with 95% CI bars."""
-    summary = summarize(runs, ["fusion", x], "f1")
+def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot", value: str = "f1", label: str = "dev F1",
+           xlabel: str = "N (N x C training sentences)") -> None:
+    """Mean `value` of each fusion against `x` (N on a log scale, or the epoch budget), with 95% CI bars."""
+    summary = summarize(runs, ["fusion", x], value)
     for fusion in _fusions(summary):
         points = summary[summary.fusion == fusion].sort_values(x)
         axis.errorbar(points[x], points["mean"], yerr=points.ci95.fillna(0), label=FUSION_NAMES.get(fusion, fusion),
@@ -37,7 +38,7 @@ def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot") -> None:
     if x == "n_shot":
         axis.set_xscale("log", base=2)
     axis.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    axis.set(title=title, xlabel="N (N x C training sentences)" if x == "n_shot" else "epoch budget", ylabel="dev F1")
+    axis.set(title=title, xlabel=xlabel if x == "n_shot" else "epoch budget", ylabel=label)
     axis.grid(alpha=0.3)
 
 
@@ -235,6 +236,24 @@ def figure_layer_weights(frame: pd.DataFrame):
     return figure
 
 
+def figure_classification(frame: pd.DataFrame):
+    """New: few-shot text classification, accuracy and macro-F1 against N (examples per class) per fusion, at the
+    largest epoch budget, one row per dataset, backbone and mode."""
+    runs = frame[frame.task == "cls"]
+    if runs.empty:
+        return None
+    groups = list(runs.groupby(["dataset", "backbone", "mode"]))
+    figure, axes = plt.subplots(len(groups), 2, figsize=(11, 4 * len(groups)), squeeze=False)
+    for row, ((dataset, backbone, mode), own) in zip(axes, groups):
+        own = own[own.pooling.fillna("") == own.pooling.fillna("").value_counts().index[0]]  # the grid's pooling
+        own = own[own.epochs == own.epochs.max()]
+        for axis, (value, label) in zip(row, (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))):
+            _lines(axis, own, f"{dataset} {mode.upper()}, {backbone}, {own.epochs.max()} epochs", value=value,
+                   label=f"{label} (evaluation split)", xlabel="N (training examples per class)")
+    axes[0][0].legend()
+    return figure
+
+
 FIGURES = {
     "fig2_f1_vs_n": figure_f1_vs_n,
     "fig3_epoch_budgets": figure_budgets,
@@ -245,6 +264,7 @@ FIGURES = {
     "fig8_wikiann_languages": figure_wikiann_languages,
     "fig9_wikiann_tiers": figure_wikiann_tiers,
     "layer_weights": figure_layer_weights,
+    "text_classification": figure_classification,
 }
 
 

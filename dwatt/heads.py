@@ -23,13 +23,14 @@ from modeling_dwatt import (
     BACKBONE_PREFIX,
     HUB_KWARGS,
     DWAttForMaskedLM,
+    DWAttForSequenceClassification,
     DWAttForTokenClassification,
     backbone_kwargs,
 )
 
 from .checkpoints import checkpoint_task
 
-TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM}
+TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 
 

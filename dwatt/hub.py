@@ -17,8 +17,10 @@ from .data import is_local_path
 from .defaults import known_hub_id
 
 TAGS = ["dwatt", "layer-fusion"]
-TASK_TAGS = {"RobertaDWAttForTokenClassification": "token-classification", "RobertaDWAttForMaskedLM": "fill-mask"}
-DATASET_IDS = {"conll2003": "conll2003", "wikiann": "wikiann", "wikitext": "wikitext"}
+TASK_TAGS = {"RobertaDWAttForTokenClassification": "token-classification", "RobertaDWAttForMaskedLM": "fill-mask",
+             "RobertaDWAttForSequenceClassification": "text-classification"}
+AUTO_CLASSES = {"fill-mask": "AutoModelForMaskedLM", "text-classification": "AutoModelForSequenceClassification"}
+DATASET_IDS = {"conll2003": "conll2003", "wikiann": "wikiann", "wikitext": "wikitext", "ag_news": "ag_news"}
 
 
 def _dataset_id(name: str | None) -> str | None:
@@ -49,11 +51,14 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
     if dataset:
         metadata["datasets"] = [dataset]
     scores = {}
+    if results and "best_dev_accuracy" in results:  # text classification
+        scores = {"accuracy": results["best_dev_accuracy"], "f1": results["best_dev_macro_f1"]}
     if results and "best_dev_f1" in results:
         scores = {"f1": results["best_dev_f1"]}
         for key in ("precision", "recall", "accuracy"):
             if key in results.get("best_dev_scores", {}):
                 scores[key] = results["best_dev_scores"][key]
+    if scores:
         metadata["metrics"] = sorted(scores)
         metadata["model-index"] = [
             {
@@ -67,7 +72,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
                 ],
             }
         ]
-    auto_class = "AutoModelForMaskedLM" if pipeline_tag == "fill-mask" else "AutoModelForTokenClassification"
+    auto_class = AUTO_CLASSES.get(pipeline_tag, "AutoModelForTokenClassification")
     tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
     lines = [
@@ -87,11 +92,14 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}",
     ]
     if results:
+        examples = (f"{results.get('num_train_examples')} training examples" if "num_train_examples" in results
+                    else f"{results.get('num_train_sentences')} training sentences")
         lines.append(
-            f"- Data: {run.get('dataset')} with {results.get('num_train_sentences')} training sentences "
+            f"- Data: {run.get('dataset')} with {examples} "
             f"(N = {run.get('n_shot')}, seed {results.get('seed')}), {run.get('epochs')} epochs"
         )
-        lines += ["", "## Results (validation split, seqeval)", "", "| metric | value |", "|---|---|"]
+        scorer = "accuracy and macro-F1" if "best_dev_accuracy" in results else "seqeval"
+        lines += ["", f"## Results (validation split, {scorer})", "", "| metric | value |", "|---|---|"]
         lines += [f"| {name} | {100 * float(value):.2f} |" for name, value in sorted(scores.items())]
         lines.append(f"| best epoch | {results.get('best_epoch')} |")
     lines += [

@@ -94,3 +94,30 @@ class NERMetrics:
 
     def score(self, references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
         return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))
+
+
+def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str]) -> dict[str, float]:
+    """Accuracy, macro P/R/F1 (every class weighs the same, absent predictions count as 0) and per-class
+    P/R/F1/support, over all examples."""
+    from sklearn.metrics import accuracy_score, precision_recall_fscore_support
+
+    ids = list(range(len(names)))
+    precision, recall, f1, support = precision_recall_fscore_support(labels, predicted, labels=ids, zero_division=0)
+    scores = {"accuracy": float(accuracy_score(labels, predicted)), "macro_precision": float(precision.mean()),
+              "macro_recall": float(recall.mean()), "macro_f1": float(f1.mean())}
+    for i, name in enumerate(names):
+        scores |= {f"{name}_precision": float(precision[i]), f"{name}_recall": float(recall[i]),
+                   f"{name}_f1": float(f1[i]), f"{name}_support": int(support[i])}
+    return scores
+
+
+class ClassificationMetrics:
+    """`compute_metrics` for the `Trainer` on sequence classification: `classification_scores` of the argmax."""
+
+    def __init__(self, label_names: Sequence[str]):
+        self.label_names = list(label_names)
+
+    def __call__(self, eval_prediction) -> dict[str, float]:
+        logits = eval_prediction.predictions
+        logits = logits[0] if isinstance(logits, tuple) else logits
+        return classification_scores(np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids), self.label_names)

@@ -64,6 +64,24 @@ def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str]
     return sorted(chosen)
 
 
+def sample_examples_per_class(labels: list[int], n_shot: int, seed: int) -> list[int]:
+    """
+    Few-shot text classification: exactly `n_shot` examples of each class present in `labels`, drawn uniformly
+    without replacement within the class by one generator seeded with `seed`. Sorted ascending.
+    """
+    if n_shot < 1:
+        raise SamplingError(f"n_shot must be >= 1, got {n_shot}")
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    chosen = []
+    for label in np.unique(labels):
+        members = np.flatnonzero(labels == label)
+        if len(members) < n_shot:
+            raise SamplingError(f"class {int(label)} has {len(members)} examples; cannot sample {n_shot} of them")
+        chosen += [int(i) for i in rng.choice(members, size=n_shot, replace=False)]
+    return sorted(chosen)
+
+
 def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "uniform") -> tuple[Dataset, list[int]]:
     """
     A few-shot training set drawn from `train` (a dataset with IOB2 `ner_tags`): `strategy="uniform"` draws

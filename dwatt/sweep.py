@@ -41,7 +41,9 @@ class SweepBusyError(RuntimeError):
 class RunSpec:
     """One run of a grid. `trial` is the seed: it fixes both the few-shot sample and the initialisation, so all
     fusions of a trial see the same sentences. `n_shot` is N (N x C sentences) with `sampling="uniform"`, the
-    number of sentences with `sampling="sentences"`, and unused by the masked-LM task."""
+    number of sentences with `sampling="sentences"`, N per class for text classification, and unused by the
+    masked-LM task. `learning_rate` (default: the run's, the paper's 5e-5) and `pooling` (text classification)
+    appear in the run id when set."""
 
     fusion: str
     mode: str
@@ -54,12 +56,16 @@ class RunSpec:
     task: str = "ner"
     sampling: str = "uniform"
     dev_sentences: int | None = None
+    learning_rate: float | None = None
+    pooling: str | None = None
 
     @property
     def run_id(self) -> str:
         backbone = Path(self.backbone).name if self.backbone else "default"
         size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
-        return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}"
+        options = (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "") + (
+            f"/{self.pooling}" if self.pooling is not None else "")
+        return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 
     @property
     def budget_group(self) -> "RunSpec":
@@ -82,6 +88,8 @@ class RunSpec:
             output_dir=str(Path(output_root) / self.run_id),
             save_model=False,
             progress=False,
+            **({"learning_rate": self.learning_rate} if self.learning_rate is not None else {}),
+            **({"pooling": self.pooling} if self.pooling is not None else {}),
             **overrides,
         )
 
@@ -98,14 +106,16 @@ def grid(
     task: str = "ner",
     sampling: str = "uniform",
     dev_sentences: int | None = None,
+    learning_rate: float | None = None,
+    poolings: Iterable[str | None] = (None,),
 ) -> list[RunSpec]:
     """The cross product, ordered so that every trial's runs come together (one sample, all fusions)."""
     if task == "mlm":
         n_shots = (None,)
     return [
-        RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences)
-        for dataset, backbone, trial, n, e, mode, fusion in itertools.product(
-            datasets, backbones, range(trials), n_shots, epochs, modes, fusions
+        RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences, learning_rate, pooling)
+        for dataset, backbone, trial, n, e, mode, pooling, fusion in itertools.product(
+            datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions
         )
     ]
 
@@ -273,6 +283,19 @@ PRESETS = {
     "wikitext-mlm": dict(
         fusions=PAPER_FUSIONS, modes=("ft",), task="mlm", datasets=("wikitext2",), epochs=(3,), trials=1,
         backbones=("roberta-large",),
+    ),
+    # Beyond the paper: few-shot AG News topic classification (the vendored offline split), FE, N examples per
+    # class, the offline default backbone (MiniLM). A CPU budget: 20 epochs at 10x the paper's learning rate (a
+    # sample of 16 examples makes one step per epoch), 800 evaluation examples.
+    "agnews-fe": dict(
+        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(4, 8, 16, 32, 64),
+        epochs=(20,), trials=3, dev_sentences=800, learning_rate=5e-4,
+    ),
+    # Which pooling: first-token pooling for every fusion at N = 16 per class, the agnews-fe setting otherwise (whose
+    # runs pool by the mean, the default), to compare the two.
+    "agnews-pooling": dict(
+        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(16,), epochs=(20,),
+        trials=3, dev_sentences=800, learning_rate=5e-4, poolings=("first",),
     ),
     # A minute on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one
     # trial, 200 dev sentences.

@@ -1,6 +1,6 @@
-"""Every path a user can take through `dwatt train`, generated: task x mode x cache x --test x --no-save x
-checkpointing x dataset, each followed by `evaluate`, `predict` (alone and as `--heads`) and `push` (Hub boundary
-faked) on what it saved.
+"""Every path a user can take through `dwatt train`, generated: task (NER, masked LM, text classification) x mode
+x cache x --test x --no-save x checkpointing x dataset, each followed by `evaluate`, `predict` (alone and as
+`--heads`) and `push` (Hub boundary faked) on what it saved.
 
 Each combination either works end to end or is refused before training with a one-line error; none crashes. The
 cells are generated from the axes below, so a new option is one more axis, not a new hand-written test.
@@ -18,21 +18,25 @@ from .conftest import SENTENCES, WORDS
 from .test_hub import RecordingApi
 
 AXES = {
-    "task": ("ner", "mlm"),
+    "task": ("ner", "mlm", "cls"),
     "mode": ("fe", "ft"),
     "cache": ("cache", "no-cache"),
     "test": ("test", "no-test"),
     "save": ("save", "no-save"),
     "checkpoints": ("none", "every-epoch", "resume"),
-    "dataset": ("conll2003", "wikiann", "wikitext"),
+    "dataset": ("conll2003", "wikiann", "wikitext", "topics"),
 }
 # Combinations refused before training, with the words of their error (none today: every path works).
 REFUSED: dict[tuple, str] = {}
 
 
+TASK_DATASETS = {"ner": ("conll2003", "wikiann"), "mlm": ("wikitext",), "cls": ("topics",)}
+
+
 def applies(cell: dict) -> bool:
-    """NER reads CoNLL or WikiAnn, masked LM reads WikiText-2; every other axis applies to both tasks."""
-    return (cell["task"] == "mlm") == (cell["dataset"] == "wikitext")
+    """NER reads CoNLL or WikiAnn, masked LM WikiText-2, text classification a CSV folder; every other axis
+    applies to every task."""
+    return cell["dataset"] in TASK_DATASETS[cell["task"]]
 
 
 CELLS = [cell for values in itertools.product(*AXES.values()) if applies(cell := dict(zip(AXES, values)))]
@@ -45,8 +49,8 @@ def cell_id(cell: dict) -> str:
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("path-data")
-    conll, wikiann, wikitext = root / "conll", root / "wikiann" / "sw", root / "wikitext"
-    for folder in (conll, wikiann, wikitext):
+    conll, wikiann, wikitext, topics = root / "conll", root / "wikiann" / "sw", root / "wikitext", root / "topics"
+    for folder in (conll, wikiann, wikitext, topics):
         folder.mkdir(parents=True)
     sentences = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
     no_misc = sentences.replace("B-MISC", "O").replace("I-MISC", "O")  # WikiAnn tags PER, ORG and LOC only
@@ -57,7 +61,10 @@ def data(tmp_path_factory) -> dict[str, Path]:
     lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(9)) for i in range(40)]
     (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
     (wikitext / "test.txt").write_text("\n".join(lines[:12]) + "\n")
-    return {"conll2003": conll, "wikiann": root / "wikiann", "wikitext": wikitext}
+    rows = [(" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 3)), ("a", "b", "c")[i % 3]) for i in range(18)]
+    for name, chosen in (("train.csv", rows), ("dev.csv", rows[::2]), ("test.csv", rows[1::2])):
+        (topics / name).write_text("text,label\n" + "".join(f"{text},{label}\n" for text, label in chosen))
+    return {"conll2003": conll, "wikiann": root / "wikiann", "wikitext": wikitext, "topics": topics}
 
 
 def data_arguments(cell: dict, data: dict) -> list[str]:
@@ -91,10 +98,10 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
     assert code == 0, err[-2000:]
     assert len(out.strip().splitlines()) == 1  # --quiet: the final line only
     results = json.loads((output / "results.json").read_text())
-    score = "best_dev_perplexity" if cell["task"] == "mlm" else "best_dev_f1"
+    score = {"mlm": "best_dev_perplexity", "cls": "best_dev_accuracy"}.get(cell["task"], "best_dev_f1")
     assert len(results["dev_curve"]) == 2
-    if cell["task"] == "ner":
-        assert results["cached_features"] == (cell["mode"] == "fe" and cell["cache"] == "cache")
+    if cell["task"] != "mlm":
+        assert bool(results["cached_features"]) == (cell["mode"] == "fe" and cell["cache"] == "cache")
         assert ("test_scores" in results) == (cell["test"] == "test")
     else:
         assert "test_perplexity" in results
@@ -115,11 +122,16 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
     if cell["task"] == "mlm":
         assert scored["perplexity"] == pytest.approx(results["test_perplexity"], rel=1e-5)
     elif cell["test"] == "test":
-        assert scored["f1"] == pytest.approx(results["test_scores"]["f1"], abs=1e-6)
+        key = "accuracy" if cell["task"] == "cls" else "f1"
+        assert scored[key] == pytest.approx(results["test_scores"][key], abs=1e-6)
     sentence = "peter [MASK] brussels" if cell["task"] == "mlm" else "Peter Blackburn rejects Brussels"
     assert main(["predict", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
     printed = capsys.readouterr().out
-    assert ("mask 1:" in printed) if cell["task"] == "mlm" else (printed.split()[0::2][:4] == sentence.split())
+    if cell["task"] == "cls":
+        label, probability, text = printed.rstrip("\n").split("\t")
+        assert label in ("a", "b", "c") and 0 < float(probability) <= 1 and text == sentence
+    else:
+        assert ("mask 1:" in printed) if cell["task"] == "mlm" else (printed.split()[0::2][:4] == sentence.split())
     if cell["task"] == "ner":  # the same checkpoint as a head on a shared backbone tags the same way
         assert main(["predict", "--heads", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
         rows = capsys.readouterr().out.strip().splitlines()[1:]
@@ -135,4 +147,4 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
 def test_the_generated_paths_cover_every_value_of_every_axis():
     for axis, values in AXES.items():
         assert {cell[axis] for cell in CELLS} == set(values), axis
-    assert len(CELLS) == 2 * 2 * 2 * 2 * 3 * 3  # ner: 2 datasets, mlm: 1
+    assert len(CELLS) == 2 * 2 * 2 * 2 * 3 * 4  # ner: 2 datasets, mlm: 1, cls: 1

@@ -1,5 +1,6 @@
 """The README stays true: its quick start runs (offline, with the MiniLM folder in place of the Hub name)."""
 
+import json
 import re
 from pathlib import Path
 
@@ -54,13 +55,37 @@ def test_committed_report_and_readme_comparison_are_generated_from_the_committed
 
     results = README.parent / "docs" / "results"
     committed = results / "report" / "tables"
-    write_report(sorted(results.glob("*/results.jsonl")), tmp_path, title="check")
+    write_report(sorted(results.glob("*/results*.jsonl")), tmp_path, title="check")
     for table in sorted(committed.glob("*.csv")):  # numbers to rounding: another scipy may differ in the last digit
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "tables" / table.name), pd.read_csv(table), rtol=1e-9,
                                       obj=f"{table} (stale? run docs/results/report.sh)")
     assert (tmp_path / "tables" / "paper_comparison.md").read_text() == (committed / "paper_comparison.md").read_text()
     block = README.read_text().split("<!-- paper comparison: docs/results/report/tables/paper_comparison.md -->\n", 1)[1]
     assert block.split("<!-- end of paper comparison -->", 1)[0] == (committed / "paper_comparison.md").read_text()
+
+
+def test_readme_text_classification_results_are_the_committed_report_s():
+    committed = (README.parent / "docs" / "results" / "report" / "tables" / "text_classification.md").read_text()
+    block = README.read_text().split("<!-- text classification: docs/results/report/tables/text_classification.md -->\n", 1)[1]
+    assert block.split("<!-- end of text classification -->", 1)[0] == committed
+    assert "## Text classification, ag_news" in committed
+
+
+def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
+    import importlib.util
+    import sys
+
+    benchmarks = README.parent / "benchmarks"
+    sys.path.insert(0, str(benchmarks))
+    try:
+        spec = importlib.util.spec_from_file_location("fusion_speed", benchmarks / "fusion_speed.py")
+        fusion_speed = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(fusion_speed)
+    finally:
+        sys.path.remove(str(benchmarks))
+    rows = json.loads((benchmarks / "results" / "fusion_speed_cpu.json").read_text())["rows"]
+    block = README.read_text().split("<!-- serving cost: benchmarks/results/fusion_speed_cpu.json -->\n", 1)[1]
+    assert block.split("<!-- end of serving cost -->", 1)[0] == fusion_speed.ratio_table(rows)
 
 
 def test_readme_shows_what_dwatt_train_prints_for_the_committed_default_run():

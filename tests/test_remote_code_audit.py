@@ -13,7 +13,7 @@ SIBLINGS = {"modeling_dwatt", "configuration_dwatt"}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
 # The encoder-family table (issue: every encoder) took the model file past 850 lines.
-LINE_BUDGET = {"modeling_dwatt.py": 1100, "configuration_dwatt.py": 200}
+LINE_BUDGET = {"modeling_dwatt.py": 1200, "configuration_dwatt.py": 200}
 
 
 def tree(name: str) -> ast.Module:

@@ -44,7 +44,15 @@ def every_experiment() -> list[dict]:
                 rows.append(ner_row(fusion, n, 4, trial, 0.2 + gain, backbone="/m/large"))
             for language, pool in (("en", 20000), ("af", 5000), ("sw", 1000), ("yo", 100)):
                 rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
+    rows += [cls_row(f, n, trial, 0.6 + gain + n / 1000) for trial in range(3) for f, gain in (("base", 0.0), ("dwatt", 0.1))
+             for n in (4, 16)]
     return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
+
+
+def cls_row(fusion, n, trial, accuracy):
+    return {"task": "cls", "seed": trial, "pooling": "mean", "best_dev_accuracy": accuracy, "best_dev_macro_f1": accuracy - 0.01,
+            "best_epoch": 5, "config": {"backbone": "/m/small", "fusion": fusion, "mode": "fe", "dataset": "ag_news",
+                                        "n_shot": n, "epochs": 5, "task": "cls", "seed": trial}}
 
 
 def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tables(tmp_path):

@@ -4,7 +4,8 @@
   feature caches remembered across the runs of a sweep, and writing the results;
 - `callbacks`: FE/FT freezing, best-dev tracking, exact losses under data parallelism;
 - `ner`: few-shot NER (the `Trainer`, or several epoch budgets trained together);
-- `mlm`: masked LM on WikiText-2.
+- `mlm`: masked LM on WikiText-2;
+- `cls`: few-shot text classification.
 
 `run(config)` dispatches on `config.task`.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from ..data import CONLL_LABELS
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .cls import run_classification
 from .common import (
     BACKBONE_PREFIX,
     DEV_SAMPLE_SEED,
@@ -33,8 +35,9 @@ from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_budgets
 
 
 def run(config: RunConfig) -> dict:
-    """Dispatch on `config.task`: few-shot NER (`run_ner`) or masked LM (`run_mlm`); each validates `config`."""
-    return run_mlm(config) if config.task == "mlm" else run_ner(config)
+    """Dispatch on `config.task`: few-shot NER (`run_ner`), masked LM (`run_mlm`) or text classification
+    (`run_classification`); each validates `config`."""
+    return {"mlm": run_mlm, "cls": run_classification}.get(config.task, run_ner)(config)
 
 
 __all__ = [
@@ -58,6 +61,7 @@ __all__ = [
     "load_mlm_splits",
     "load_ner_dataset",
     "run",
+    "run_classification",
     "run_mlm",
     "run_ner",
     "run_ner_budgets",

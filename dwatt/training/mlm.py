@@ -9,7 +9,6 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    Trainer,
     default_data_collator,
     set_seed,
 )
@@ -23,14 +22,13 @@ from ..data import (
     mlm_collator,
 )
 from ..defaults import default_backbone_path
-from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     RunConfig,
     ensure_writable,
     finish_run,
     run_facts,
-    train_with_resume,
-    training_arguments,
+    train_run,
 )
 
 
@@ -104,16 +102,11 @@ def run_mlm(config: RunConfig) -> dict:
     freeze = FreezeBackboneCallback(config.mode)
     freeze.apply(model)
     best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")
-    trainer = Trainer(
-        model=model,
-        args=training_arguments(config, Path(config.output_dir)),
-        train_dataset=blocks["train"],
-        eval_dataset=fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
-        data_collator=lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
-        callbacks=[freeze, best, DataParallelLossCallback()],
+    trainer, train_output, last_checkpoint = train_run(
+        config, model, freeze, best, blocks["train"],
+        fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
+        lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
     )
-    train_output, last_checkpoint = train_with_resume(trainer, best, config)
-    best.restore_best(model)
     results = {
         "config": asdict(config) | {"backbone": backbone},
         "task": "mlm",

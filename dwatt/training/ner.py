@@ -10,7 +10,6 @@ from pathlib import Path
 import torch
 from transformers import (
     DataCollatorForTokenClassification,
-    Trainer,
 )
 
 from modeling_dwatt import RobertaDWAttForTokenClassification
@@ -32,7 +31,7 @@ from ..features import (
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
 from ..sampling import few_shot_split, sample_sentences
-from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     DEV_SAMPLE_SEED,
     INITIAL_MODELS,
@@ -43,8 +42,7 @@ from .common import (
     finish_run,
     run_facts,
     scores_only,
-    train_with_resume,
-    training_arguments,
+    train_run,
 )
 
 
@@ -179,17 +177,9 @@ def run_ner(config: RunConfig) -> dict:
     setup = prepare_ner(config)
     model = setup.model
     best = BestDevCallback()
-    trainer = Trainer(
-        model=model,
-        args=training_arguments(config, Path(config.output_dir)),
-        train_dataset=setup.train_set,
-        eval_dataset=setup.dev_set,
-        data_collator=setup.collator,
-        compute_metrics=setup.metrics(),
-        callbacks=[setup.freeze, best, DataParallelLossCallback()],
+    trainer, train_output, last_checkpoint = train_run(
+        config, model, setup.freeze, best, setup.train_set, setup.dev_set, setup.collator, setup.metrics()
     )
-    train_output, last_checkpoint = train_with_resume(trainer, best, config)
-    best.restore_best(model)
     results = ner_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
     results |= run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test and "test" in setup.data:

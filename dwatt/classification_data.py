@@ -1,0 +1,263 @@
+"""Text-classification data: CSV, TSV and JSONL files, Hub datasets, and the vendored AG News split.
+
+Every split becomes a `datasets.Dataset` with `text`, an optional `text_pair` (sentence-pair tasks) and a
+`ClassLabel` `label`. Column names are detected from common ones (`text`/`sentence`/..., `label`/`class`/...) or
+given. A malformed file raises `DataFormatError` naming the file and the line.
+
+AG News offline: only the 7600-row test split of AG News is available (`../shared/data/ag_news/test.csv`, see its
+SOURCES.md). `split_ag_news` divides it once, per class with seed 0, into a pool of 1400 examples per class to
+sample training examples from (`train`, 5600 rows) and 500 per class to score on (`validation`, 2000 rows); the
+package ships that split. Numbers on it are not comparable to published AG News results, which train on the
+120k-row train split.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+
+from .data import DataFormatError, _numbered_lines, is_local_path
+
+TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "review", "document", "question", "premise", "title")
+PAIR_COLUMNS = ("text_pair", "sentence2", "hypothesis", "description", "question2")
+LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "intent")
+SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
+FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
+AG_NEWS_LABELS = ("World", "Sports", "Business", "Sci/Tech")  # labels 1..4 of the original corpus
+AG_NEWS_DIR = Path(__file__).resolve().parent / "resources" / "ag_news"
+
+
+def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
+    """(line number, row) of a CSV/TSV file with a header; a quoted field may span lines (the number is where
+    the row starts)."""
+    lines = _numbered_lines(path)
+    first = next(lines, None)
+    if first is None:
+        raise DataFormatError(f"{path}: empty file (expected a header row)")
+    header = next(csv.reader([first[1]], delimiter=delimiter))
+    if len(set(header)) != len(header) or not all(name.strip() for name in header):
+        raise DataFormatError(f"{path}:1: the header needs distinct, non-empty column names, got {header}")
+    pending, start = [], None
+    for number, line in lines:
+        if not pending and not line.strip():
+            continue
+        pending.append(line)
+        start = start or number
+        try:
+            fields = next(csv.reader(["\n".join(pending)], delimiter=delimiter, strict=True))
+        except csv.Error:  # an open quote: the row goes on on the next line
+            continue
+        if len(fields) != len(header):
+            raise DataFormatError(f"{path}:{start}: {len(fields)} fields where the header has {len(header)} ({header})")
+        yield start, dict(zip(header, fields))
+        pending, start = [], None
+    if pending:
+        raise DataFormatError(f"{path}:{start}: a quoted field is never closed")
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
+    for number, line in _numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(f"{path}:{number}: not a JSON object ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise DataFormatError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}")
+        yield number, row
+
+
+def read_rows(path: str | Path) -> list[tuple[int, dict]]:
+    """(line number, row dict) of every row of a `.csv`, `.tsv` or `.jsonl` file."""
+    path = Path(path)
+    if path.suffix not in FORMATS:
+        raise DataFormatError(f"{path}: unknown format {path.suffix!r}; expected one of {', '.join(FORMATS)}")
+    rows = list(_jsonl_rows(path) if FORMATS[path.suffix] is None else _csv_rows(path, FORMATS[path.suffix]))
+    if not rows:
+        raise DataFormatError(f"{path}: no rows")
+    return rows
+
+
+def detect_columns(
+    path: Path, columns: Sequence[str], text: str | None, pair: str | None, label: str | None
+) -> tuple[str, str | None, str]:
+    """The text, pair and label columns: the given ones (checked), else the first common name present."""
+
+    def pick(given, candidates, role, required=True, taken=()):
+        if given is not None:
+            if given not in columns:
+                raise DataFormatError(f"{path}: no {role} column {given!r}; the columns are {list(columns)}")
+            return given
+        found = next((c for c in candidates if c in columns and c not in taken), None)
+        if found is None and required:
+            raise DataFormatError(
+                f"{path}: cannot tell which column is the {role} (looked for {', '.join(candidates)}; the columns "
+                f"are {list(columns)}); name it with --{role.replace(' ', '-')}-column"
+            )
+        return found
+
+    label_column = pick(label, LABEL_COLUMNS, "label")
+    text_column = pick(text, TEXT_COLUMNS, "text", taken=(label_column,))
+    pair_column = pick(pair, PAIR_COLUMNS, "pair", required=False, taken=(label_column, text_column))
+    return text_column, pair_column, label_column
+
+
+def _label_names(values: list[str]) -> list[str]:
+    """Class names in a stable order: numerically when every label is an integer, else alphabetically."""
+    unique = sorted(set(values))
+    try:
+        return sorted(unique, key=int)
+    except ValueError:
+        return unique
+
+
+def read_classification_file(
+    path: str | Path,
+    text_column: str | None = None,
+    pair_column: str | None = None,
+    label_column: str | None = None,
+    label_names: Sequence[str] | None = None,
+) -> Dataset:
+    """One split from a CSV/TSV/JSONL file: `text`, `text_pair` (when a pair column exists) and `label`."""
+    path = Path(path)
+    rows = read_rows(path)
+    columns = list(rows[0][1])
+    text_column, pair_column, label_column = detect_columns(path, columns, text_column, pair_column, label_column)
+    texts, pairs, labels = [], [], []
+    for number, row in rows:
+        for column in filter(None, (text_column, pair_column, label_column)):
+            value = row.get(column)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise DataFormatError(f"{path}:{number}: empty or missing {column!r}")
+        texts.append(str(row[text_column]))
+        if pair_column:
+            pairs.append(str(row[pair_column]))
+        labels.append(str(row[label_column]))
+    names = list(label_names) if label_names is not None else _label_names(labels)
+    index = {name: i for i, name in enumerate(names)}
+    unknown = next(((number, value) for (number, _), value in zip(rows, labels) if value not in index), None)
+    if unknown:
+        raise DataFormatError(f"{path}:{unknown[0]}: unknown label {unknown[1]!r}; the labels are {names}")
+    columns = {"text": texts} | ({"text_pair": pairs} if pair_column else {}) | {"label": [index[v] for v in labels]}
+    features = {"text": Value("string")} | ({"text_pair": Value("string")} if pair_column else {})
+    return Dataset.from_dict(columns, features=Features(features | {"label": ClassLabel(names=names)}))
+
+
+def _split_files(folder: Path) -> dict[str, Path]:
+    found = {}
+    for split, names in SPLIT_NAMES.items():
+        for name in names:
+            matches = [folder / f"{name}{suffix}" for suffix in FORMATS if (folder / f"{name}{suffix}").is_file()]
+            if matches:
+                found[split] = matches[0]
+                break
+    return found
+
+
+def load_classification_folder(folder: str | Path, label_names: Sequence[str] | None = None, **columns) -> DatasetDict:
+    """A folder of `train` and `validation` (or `dev`) files, optionally `test`, in one of the formats. All splits
+    share the label names of the training split (plus any the others add, after them), or `label_names`."""
+    folder = Path(folder)
+    files = _split_files(folder)
+    if "train" not in files or "validation" not in files:
+        raise FileNotFoundError(
+            f"{folder}: expected train and validation (or dev) files ({'/'.join(FORMATS)}), found {sorted(files) or 'none'}"
+        )
+    train = read_classification_file(files["train"], **columns, label_names=label_names)
+    names = list(train.features["label"].names)
+    splits = {"train": train}
+    for split in ("validation", "test"):
+        if split in files:
+            values = [str(row[1][detect_columns(files[split], list(row[1]), None, None, columns.get("label_column"))[2]])
+                      for row in read_rows(files[split])]
+            names += [name for name in _label_names(values) if name not in names]
+            splits[split] = read_classification_file(files[split], **columns, label_names=names)
+    if len(names) > len(train.features["label"].names):
+        splits["train"] = read_classification_file(files["train"], **columns, label_names=names)
+    return DatasetDict(splits)
+
+
+def load_classification_dataset(name: str, data_dir: str | None = None, **columns) -> DatasetDict:
+    """
+    `ag_news`: the vendored offline split (or, with `data_dir`, a folder of split files); a folder path or
+    `data_dir`: its split files (`load_classification_folder`); anything else: a Hub dataset (online),
+    `name:config` for one with configurations (e.g. `glue:sst2`), its validation split (else test) for scoring.
+    """
+    if data_dir is not None:
+        return load_classification_folder(data_dir, **columns)
+    if name == "ag_news":
+        return load_classification_folder(AG_NEWS_DIR, label_names=AG_NEWS_LABELS)
+    if is_local_path(name):
+        return load_classification_folder(name, **columns)
+    from datasets import load_dataset
+
+    hub_name, _, config = name.partition(":")
+    data = load_dataset(hub_name, config or None)
+    if "validation" not in data and "test" in data:
+        data["validation"] = data.pop("test")
+    first = data["train"]
+    text, pair, label = detect_columns(Path(name), first.column_names, columns.get("text_column"),
+                                       columns.get("pair_column"), columns.get("label_column"))
+    renames = {text: "text", label: "label"} | ({pair: "text_pair"} if pair else {})
+    keep = set(renames)
+    return DatasetDict({
+        split: dataset.remove_columns([c for c in dataset.column_names if c not in keep]).rename_columns(
+            {k: v for k, v in renames.items() if k != v})
+        for split, dataset in data.items() if split in SPLIT_NAMES
+    })
+
+
+def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 500, seed: int = 0) -> dict[str, int]:
+    """
+    Divide AG News's test CSV (`label,title,description`, labels 1..4) once into `train.csv` (the pool to sample
+    from) and `validation.csv` (`eval_per_class` per class, scored on), per class with a generator seeded by
+    `seed`; both keep the source's rows and columns, in source order, with the label named (`World`, ...).
+    """
+    rows = read_rows(source)
+    labels = np.asarray([int(row["label"]) for _, row in rows])
+    rng = np.random.default_rng(seed)
+    held_out = set()
+    for label in sorted(set(labels.tolist())):
+        members = np.flatnonzero(labels == label)
+        held_out |= {int(i) for i in rng.choice(members, size=eval_per_class, replace=False)}
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+    counts = {}
+    for split, keep in (("train", lambda i: i not in held_out), ("validation", lambda i: i in held_out)):
+        with open(output / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(["label", "title", "description"])
+            chosen = [row for i, (_, row) in enumerate(rows) if keep(i)]
+            writer.writerows([AG_NEWS_LABELS[int(r["label"]) - 1], r["title"], r["description"]] for r in chosen)
+            counts[split] = len(chosen)
+    return counts
+
+
+def tokenize_texts(dataset: Dataset, tokenizer, max_length: int = 256) -> Dataset:
+    """`input_ids`/`attention_mask` (and token types) of each text or text pair, truncated to `max_length` tokens
+    (a pair loses from its longer side first), with the `labels` the model reads."""
+    has_pair = "text_pair" in dataset.column_names
+
+    def encode(batch):
+        pairs = batch["text_pair"] if has_pair else None
+        encoded = tokenizer(batch["text"], pairs, truncation="longest_first" if has_pair else True, max_length=max_length)
+        return dict(encoded) | {"labels": batch["label"]}
+
+    return dataset.map(encode, batched=True, remove_columns=dataset.column_names)
+
+
+__all__ = [
+    "AG_NEWS_LABELS",
+    "load_classification_dataset",
+    "load_classification_folder",
+    "read_classification_file",
+    "read_rows",
+    "split_ag_news",
+    "tokenize_texts",
+]

@@ -1,0 +1,169 @@
+"""Few-shot text classification runs: N examples per class, FE (with the sentence feature cache) or FT, scored by
+accuracy and macro-F1 on the evaluation split after every epoch."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from transformers import DataCollatorWithPadding
+
+from configuration_dwatt import FUSIONS
+from modeling_dwatt import RobertaDWAttForSequenceClassification
+
+from .. import distributed
+from ..classification_data import load_classification_dataset, tokenize_texts
+from ..defaults import default_backbone_path
+from ..features import FeatureCollator, model_inputs
+from ..metrics import ClassificationMetrics
+from ..sampling import sample_examples_per_class, sample_sentences
+from .callbacks import BestDevCallback, FreezeBackboneCallback
+from .common import (
+    DEV_SAMPLE_SEED,
+    INITIAL_MODELS,
+    RunConfig,
+    by_length,
+    cached_features,
+    ensure_writable,
+    finish_run,
+    run_facts,
+    scores_only,
+    train_run,
+)
+
+# Fusions linear in the layers: with mean pooling, the mean over tokens commutes with them, so their cache holds
+# one mean vector per layer per sentence.
+LINEAR_FUSIONS = ("base", "concat", "scalar_mix")
+MAX_TOKENS = 256  # longer texts (or pairs) are truncated
+
+
+def cache_pooling(fusion: str, pooling: str) -> str | None:
+    """What the FE cache keeps per sentence (`build_feature_cache`'s `pooled`): only the first position for a
+    per-token fusion read at its first token, each layer's mean for a linear fusion read by its mean, else every
+    token (DWAtt with mean pooling is non-linear per token; Base+n attends over all tokens)."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"unknown fusion {fusion!r}")
+    if pooling == "first" and fusion != "base_plus_n":
+        return "first"
+    if pooling == "mean" and fusion in LINEAR_FUSIONS:
+        return "mean"
+    return None
+
+
+@dataclass
+class ClassificationSetup:
+    """Everything a few-shot classification run needs before training."""
+
+    backbone: str
+    data: object
+    label_names: list[str]
+    train: object
+    sampled_ids: list[int]
+    dev: object
+    tokenizer: object
+    model: RobertaDWAttForSequenceClassification
+    freeze: FreezeBackboneCallback
+    cached: str | bool
+    train_set: object
+    dev_set: object
+    collator: object
+    cache_seconds: float
+
+
+def prepare_classification(config: RunConfig) -> ClassificationSetup:
+    """Sample N examples per class with `config.seed`, tokenise, build the model (initialised with the same seed),
+    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`)."""
+    from ..data import load_tokenizer
+
+    config.validate()
+    ensure_writable(Path(config.output_dir))
+    backbone = config.backbone or str(default_backbone_path())
+    data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
+    label_names = list(data["train"].features["label"].names)
+    train, sampled_ids = data["train"], list(range(len(data["train"])))
+    if config.n_shot is not None:
+        sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
+        train = train.select(sampled_ids)
+    dev = data["validation"]
+    if config.dev_sentences is not None and config.dev_sentences < len(dev):
+        dev = dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    tokenizer = load_tokenizer(backbone)
+    train_tokens, dev_tokens = tokenize_texts(train, tokenizer, MAX_TOKENS), by_length(tokenize_texts(dev, tokenizer, MAX_TOKENS))
+    model_kwargs = dict(config.extra)
+    if config.pooling is not None:
+        model_kwargs["pooling"] = config.pooling
+    model = INITIAL_MODELS.build(
+        backbone, config.fusion, config.seed, model_class=RobertaDWAttForSequenceClassification,
+        id2label=dict(enumerate(label_names)), label2id={name: i for i, name in enumerate(label_names)},
+        problem_type="single_label_classification", **model_kwargs,
+    )
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    cached: str | bool = False
+    cache_seconds = 0.0
+    if config.mode == "fe" and config.use_cache:
+        start = time.perf_counter()
+        model.to(distributed.device())
+        dtype = getattr(torch, config.cache_dtype)
+        pooled = cache_pooling(config.fusion, model.config.pooling)
+        progress = config.progress and distributed.is_main_process()
+        train_set = cached_features(model, backbone, train_tokens, dtype, progress, pooled=pooled)
+        dev_set = cached_features(model, backbone, dev_tokens, dtype, progress, pooled=pooled)
+        collator, cached = FeatureCollator(dtype=model.dtype), pooled or "tokens"
+        cache_seconds = time.perf_counter() - start
+    else:
+        train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
+        collator = DataCollatorWithPadding(tokenizer)
+    return ClassificationSetup(backbone, data, label_names, train, sampled_ids, dev, tokenizer, model, freeze, cached,
+                               train_set, dev_set, collator, cache_seconds)
+
+
+def run_classification(config: RunConfig) -> dict:
+    """
+    One few-shot text classification run: N examples per class (`config.n_shot`; all with `None`), trained with
+    the `Trainer` (FE with the sentence feature cache, or FT), the evaluation split scored after every epoch,
+    ending with the best epoch's model (by accuracy). Writes `results.json` and the checkpoint like NER runs.
+    """
+    started = time.perf_counter()
+    setup = prepare_classification(config)
+    model = setup.model
+    best = BestDevCallback(metric="eval_accuracy", key="accuracy")
+    trainer, train_output, last_checkpoint = train_run(
+        config, model, setup.freeze, best, setup.train_set, setup.dev_set, setup.collator,
+        ClassificationMetrics(setup.label_names),
+    )
+    scores = scores_only(best.best["metrics"], "eval_")
+    results = {
+        "config": asdict(config) | {"backbone": setup.backbone},
+        "task": "cls",
+        "labels": setup.label_names,
+        "pooling": model.config.pooling,
+        "seed": config.seed,
+        "num_train_examples": len(setup.train),
+        "train_pool_size": len(setup.data["train"]),
+        "num_dev_examples": len(setup.dev),
+        "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
+        "best_dev_accuracy": best.best["accuracy"],
+        "best_dev_macro_f1": scores["macro_f1"],
+        "best_epoch": best.best["epoch"],
+        "best_dev_scores": scores,
+        "final_dev_accuracy": best.curve[-1]["accuracy"],
+        "dev_curve": best.curve,
+        "engine": "trainer",
+        "cached_features": setup.cached,
+        "cache_seconds": round(setup.cache_seconds, 3),
+    } | run_facts(model, train_output.metrics, last_checkpoint)
+    if config.evaluate_test and "test" in setup.data:
+        tokens = tokenize_texts(setup.data["test"], setup.tokenizer, MAX_TOKENS)
+        if setup.cached:
+            dtype = getattr(torch, config.cache_dtype)
+            test = cached_features(model, setup.backbone, tokens, dtype, False, pooled=cache_pooling(config.fusion, model.config.pooling))
+        else:
+            test = model_inputs(tokens)
+        results["test_scores"] = scores_only(trainer.evaluate(test, metric_key_prefix="test"), "test_")
+    return finish_run(config, model, setup.tokenizer, results, started)
+
+
+__all__ = ["LINEAR_FUSIONS", "cache_pooling", "prepare_classification", "run_classification"]
