@@ -90,6 +90,13 @@ class DWAttSequenceClassifierOutput(SequenceClassifierOutput):
     layer_weights: torch.FloatTensor | None = None
 
 
+def mean_over_items(summed: torch.Tensor, targets: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
+    """A summed loss over the labelled items (targets not -100) of this batch or, under data parallelism, of the
+    global batch (`num_items_in_batch`); 0, not NaN, for a batch with none (an MLM batch with no mask)."""
+    count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+    return summed / count.to(summed.device).clamp(min=1)
+
+
 def _first_setting(config, names: tuple[str, ...], default):
     """The first of `names` that the encoder config sets (families name the same setting differently)."""
     for name in names:
@@ -105,6 +112,11 @@ def layer_norm_eps(config) -> float:
 
 def dropout_probability(config) -> float:
     return _first_setting(config, ("hidden_dropout_prob", "dropout", "classifier_dropout"), 0.1)
+
+
+def classifier_dropout(config) -> float:
+    """Dropout before a classification head: `classifier_dropout`, else the backbone's own."""
+    return dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
 
 
 def _attribute(module: nn.Module, path: str):
@@ -649,10 +661,14 @@ class DWAttModel(DWAttPreTrainedModel):
         outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True, return_dict=True)
         return (*outputs.hidden_states[:-1], outputs.last_hidden_state)
 
-    def _fuse_positions(self, layers: torch.Tensor, last_layer: torch.Tensor, token_mask: torch.Tensor) -> tuple:
-        """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero."""
-        selected = layers.permute(0, 2, 1, 3)[token_mask]  # (positions, layers, hidden)
-        fused_selected, weights_selected = self.fusion(selected.transpose(0, 1)[None], last_layer[token_mask][None])
+    def _fuse_positions(self, layers, last_layer: torch.Tensor, token_mask: torch.Tensor) -> tuple:
+        """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero. `layers` is
+        a stack, or the list of layers a fusion that reads them one by one takes (each then selected alone)."""
+        if isinstance(layers, list):
+            selected = [layer[token_mask][None] for layer in layers]  # N x (1, positions, hidden)
+        else:
+            selected = layers.permute(0, 2, 1, 3)[token_mask].transpose(0, 1)[None]  # (1, layers, positions, hidden)
+        fused_selected, weights_selected = self.fusion(selected, last_layer[token_mask][None])
         # Out-of-place scatters, so the model also runs under torch.func.vmap (several heads trained at once).
         fused = last_layer.new_zeros(last_layer.shape).index_put((token_mask,), fused_selected[0])
         weights = None
@@ -697,8 +713,6 @@ class DWAttModel(DWAttPreTrainedModel):
             layers = self._stack(all_hidden_states)
         else:
             layers = self._select_layers(backbone_hidden_states)
-        if isinstance(layers, list) and token_mask is not None:
-            layers = torch.stack(layers, dim=1)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         if isinstance(self.fusion, ExtraLayers):
             layer_inputs = encoder_family(self.config.encoder_config).layer_inputs(
@@ -753,11 +767,10 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         return None
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
-        """The mean over labelled positions, and 0 (not NaN) for a batch with none (an MLM batch with no mask)."""
+        """Cross-entropy, the mean over labelled positions (`mean_over_items`)."""
         targets = labels.view(-1).to(logits.device)
         loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets, reduction="sum")
-        count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-        return loss / count.to(loss.device).clamp(min=1)
+        return mean_over_items(loss, targets, num_items_in_batch)
 
     def forward(
         self,
@@ -988,9 +1001,7 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         super().__init__(config)
         self.num_labels = config.num_labels
         self.dwatt = DWAttModel(config)
-        self.dropout = nn.Dropout(
-            dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
-        )
+        self.dropout = nn.Dropout(classifier_dropout(config))
         self.classifier = nn.Linear(config.encoder_config.hidden_size, config.num_labels)
         self.post_init()
 
@@ -1093,9 +1104,7 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
         self.num_labels = config.num_labels
         self.dwatt = DWAttModel(config)
         hidden = config.encoder_config.hidden_size
-        self.dropout = nn.Dropout(
-            dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
-        )
+        self.dropout = nn.Dropout(classifier_dropout(config))
         self.dense = nn.Linear(hidden, hidden)
         self.out_proj = nn.Linear(hidden, config.num_labels)
         self.post_init()
@@ -1138,8 +1147,7 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
         else:
             targets = labels.to(logits.dtype)
             loss = F.binary_cross_entropy_with_logits(logits, targets, reduction="sum")
-        count = (targets != -100).sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-        return loss / count.to(loss.device).clamp(min=1)
+        return mean_over_items(loss, targets, num_items_in_batch)
 
 
 def count_parameters(module: nn.Module) -> int:

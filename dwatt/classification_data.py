@@ -30,6 +30,7 @@ SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev")
 FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
 AG_NEWS_LABELS = ("World", "Sports", "Business", "Sci/Tech")  # labels 1..4 of the original corpus
 AG_NEWS_DIR = Path(__file__).resolve().parent / "resources" / "ag_news"
+MAX_TOKENS = 256  # longer texts (or pairs) are truncated, in training and in prediction alike
 
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
@@ -239,14 +240,14 @@ def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 
     return counts
 
 
-def tokenize_texts(dataset: Dataset, tokenizer, max_length: int = 256) -> Dataset:
+def tokenize_texts(dataset: Dataset, tokenizer, max_length: int = MAX_TOKENS) -> Dataset:
     """`input_ids`/`attention_mask` (and token types) of each text or text pair, truncated to `max_length` tokens
     (a pair loses from its longer side first), with the `labels` the model reads."""
     has_pair = "text_pair" in dataset.column_names
 
     def encode(batch):
         pairs = batch["text_pair"] if has_pair else None
-        encoded = tokenizer(batch["text"], pairs, truncation="longest_first" if has_pair else True, max_length=max_length)
+        encoded = tokenizer(batch["text"], pairs, truncation="longest_first", max_length=max_length)
         return dict(encoded) | {"labels": batch["label"]}
 
     return dataset.map(encode, batched=True, remove_columns=dataset.column_names)

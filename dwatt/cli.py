@@ -168,25 +168,32 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[
     return filled
 
 
-def classify(model, tokenizer, texts: list[str], batch_size: int = 32) -> list[dict[str, float]]:
-    """Class probabilities of each text (a sentence pair as `first [SEP] second`, split on the tokenizer's
-    separator), most likely first."""
+def class_probabilities(model, tokenizer, texts: list[str], pairs: list[str] | None = None, batch_size: int = 32):
+    """`(texts, classes)` probabilities of a classification checkpoint, the texts (and pairs) encoded as training
+    encodes them (truncated to the same length, a pair from its longer side first)."""
     import torch
 
-    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    separator = f" {tokenizer.sep_token} " if tokenizer.sep_token else None
-    results = []
+    from .classification_data import MAX_TOKENS
+
+    rows = []
     for start in range(0, len(texts), batch_size):
-        chunk = texts[start : start + batch_size]
-        pairs = [text.split(separator, 1) if separator and separator in text else [text, None] for text in chunk]
-        firsts, seconds = [p[0] for p in pairs], [p[1] for p in pairs]
-        inputs = tokenizer(firsts, seconds if any(seconds) else None, truncation=True, max_length=256, padding=True,
-                           return_tensors="pt")
+        chunk = slice(start, start + batch_size)
+        inputs = tokenizer(texts[chunk], pairs[chunk] if pairs is not None else None, truncation="longest_first",
+                           max_length=MAX_TOKENS, padding=True, return_tensors="pt")
         with torch.no_grad():
-            probabilities = torch.softmax(model(**inputs).logits.float(), dim=-1)
-        for row in probabilities.tolist():
-            results.append(dict(sorted(zip(names, row), key=lambda item: -item[1])))
-    return results
+            rows.append(torch.softmax(model(**inputs).logits.float(), dim=-1))
+    return torch.cat(rows)
+
+
+def classify(model, tokenizer, texts: list[str]) -> list[dict[str, float]]:
+    """Class probabilities of each text, most likely first; a text holding the tokenizer's separator token
+    (`first [SEP] second`) is a sentence pair."""
+    separator = f" {tokenizer.sep_token} " if tokenizer.sep_token else None
+    split = [text.split(separator, 1) if separator and separator in text else [text, ""] for text in texts]
+    pairs = [second for _, second in split] if any(second for _, second in split) else None
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    probabilities = class_probabilities(model, tokenizer, [first for first, _ in split], pairs)
+    return [dict(sorted(zip(names, row), key=lambda item: -item[1])) for row in probabilities.tolist()]
 
 
 def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, split: str) -> dict:
@@ -202,9 +209,8 @@ def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, sp
     if names != data[split].features["label"].names:
         raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
     rows = data[split]
-    texts = rows["text"] if "text_pair" not in rows.column_names else [
-        f"{a} {tokenizer.sep_token} {b}" for a, b in zip(rows["text"], rows["text_pair"])]
-    predicted = [names.index(next(iter(p))) for p in classify(model, tokenizer, texts)]
+    pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
+    predicted = class_probabilities(model, tokenizer, rows["text"], pairs).argmax(-1).tolist()
     return {"examples": len(rows), **classification_scores(predicted, rows["label"], names)}
 
 

@@ -7,26 +7,24 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
 from transformers import DataCollatorWithPadding
 
 from configuration_dwatt import FUSIONS
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
-from .. import distributed
 from ..classification_data import load_classification_dataset, tokenize_texts
 from ..defaults import default_backbone_path
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
-from ..sampling import sample_examples_per_class, sample_sentences
+from ..sampling import sample_examples_per_class
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
-    DEV_SAMPLE_SEED,
     INITIAL_MODELS,
     RunConfig,
     by_length,
-    cached_features,
+    dev_subset,
     ensure_writable,
+    feature_caches,
     finish_run,
     run_facts,
     scores_only,
@@ -36,7 +34,6 @@ from .common import (
 # Fusions linear in the layers: with mean pooling, the mean over tokens commutes with them, so their cache holds
 # one mean vector per layer per sentence.
 LINEAR_FUSIONS = ("base", "concat", "scalar_mix")
-MAX_TOKENS = 256  # longer texts (or pairs) are truncated
 
 
 def cache_pooling(fusion: str, pooling: str) -> str | None:
@@ -86,11 +83,9 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     if config.n_shot is not None:
         sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
         train = train.select(sampled_ids)
-    dev = data["validation"]
-    if config.dev_sentences is not None and config.dev_sentences < len(dev):
-        dev = dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    dev = dev_subset(data["validation"], config)
     tokenizer = load_tokenizer(backbone)
-    train_tokens, dev_tokens = tokenize_texts(train, tokenizer, MAX_TOKENS), by_length(tokenize_texts(dev, tokenizer, MAX_TOKENS))
+    train_tokens, dev_tokens = tokenize_texts(train, tokenizer), by_length(tokenize_texts(dev, tokenizer))
     model_kwargs = dict(config.extra)
     if config.pooling is not None:
         model_kwargs["pooling"] = config.pooling
@@ -105,12 +100,8 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     cache_seconds = 0.0
     if config.mode == "fe" and config.use_cache:
         start = time.perf_counter()
-        model.to(distributed.device())
-        dtype = getattr(torch, config.cache_dtype)
         pooled = cache_pooling(config.fusion, model.config.pooling)
-        progress = config.progress and distributed.is_main_process()
-        train_set = cached_features(model, backbone, train_tokens, dtype, progress, pooled=pooled)
-        dev_set = cached_features(model, backbone, dev_tokens, dtype, progress, pooled=pooled)
+        train_set, dev_set = feature_caches(model, backbone, config, (train_tokens, {"pooled": pooled}), (dev_tokens, {"pooled": pooled}))
         collator, cached = FeatureCollator(dtype=model.dtype), pooled or "tokens"
         cache_seconds = time.perf_counter() - start
     else:
@@ -156,10 +147,9 @@ def run_classification(config: RunConfig) -> dict:
         "cache_seconds": round(setup.cache_seconds, 3),
     } | run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test and "test" in setup.data:
-        tokens = tokenize_texts(setup.data["test"], setup.tokenizer, MAX_TOKENS)
+        tokens = by_length(tokenize_texts(setup.data["test"], setup.tokenizer))
         if setup.cached:
-            dtype = getattr(torch, config.cache_dtype)
-            test = cached_features(model, setup.backbone, tokens, dtype, False, pooled=cache_pooling(config.fusion, model.config.pooling))
+            [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}))
         else:
             test = model_inputs(tokens)
         results["test_scores"] = scores_only(trainer.evaluate(test, metric_key_prefix="test"), "test_")

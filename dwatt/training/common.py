@@ -36,6 +36,7 @@ from ..features import (
     build_feature_cache_across_processes,
     dataset_fingerprint,
 )
+from ..sampling import sample_sentences
 
 if TYPE_CHECKING:
     from .callbacks import BestDevCallback
@@ -320,6 +321,23 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: floa
         tokenizer.save_pretrained(output_dir / "model")
     write_json_atomically(output_dir / "results.json", results)
     return results
+
+
+def dev_subset(dev, config: RunConfig):
+    """The dev split, or the fixed random `config.dev_sentences` of it (the same subset for every run and trial)."""
+    if config.dev_sentences is not None and config.dev_sentences < len(dev):
+        return dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    return dev
+
+
+def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict]) -> list:
+    """FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this
+    process's device and remembered across the runs of the process (`cached_features`), in `config.cache_dtype`;
+    the progress bar on the main process only."""
+    model.to(distributed.device())
+    dtype = getattr(torch, config.cache_dtype)
+    progress = config.progress and distributed.is_main_process()
+    return [cached_features(model, backbone, tokens, dtype, progress, **options) for tokens, options in splits]
 
 
 def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False,

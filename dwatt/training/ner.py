@@ -30,15 +30,15 @@ from ..features import (
 )
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
-from ..sampling import few_shot_split, sample_sentences
+from ..sampling import few_shot_split
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
-    DEV_SAMPLE_SEED,
     INITIAL_MODELS,
     RunConfig,
     by_length,
-    cached_features,
+    dev_subset,
     ensure_writable,
+    feature_caches,
     finish_run,
     run_facts,
     scores_only,
@@ -91,9 +91,7 @@ def prepare_ner(config: RunConfig) -> NERSetup:
     sampled_ids = list(range(len(train)))
     if config.n_shot is not None:
         train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
-    dev = data["validation"]
-    if config.dev_sentences is not None and config.dev_sentences < len(dev):
-        dev = dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    dev = dev_subset(data["validation"], config)
     tokenizer = load_tokenizer(backbone)
     train_tokens = tokenize_and_align(train, tokenizer)
     dev_tokens = by_length(tokenize_and_align(dev, tokenizer))
@@ -113,12 +111,9 @@ def prepare_ner(config: RunConfig) -> NERSetup:
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
-        model.to(distributed.device())
-        dtype = getattr(torch, config.cache_dtype)
-        progress = config.progress and distributed.is_main_process()
-        train_set = cached_features(model, backbone, train_tokens, dtype, progress)
-        dev_set = cached_features(
-            model, backbone, dev_tokens, dtype, progress, scored_positions_only=model.dwatt.fusion_is_per_token
+        train_set, dev_set = feature_caches(
+            model, backbone, config, (train_tokens, {}),
+            (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}),
         )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
