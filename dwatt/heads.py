@@ -34,10 +34,31 @@ TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cl
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 
 
+# Encoder-config fields that cannot change an inference forward pass, left out when heads are checked for a shared
+# backbone: what the config was saved from and by, the labels of a head the backbone shipped with, switches of what
+# a forward returns, the initialisation of weights that are loaded anyway, and the dtype it was saved in (the shared
+# backbone runs in one). Besides these, any field whose name starts with "_" (transformers' bookkeeping) and every
+# dropout probability (dropout is off at inference).
+NOT_IN_FORWARD = (
+    "architectures", "transformers_version", "dtype", "torch_dtype", "id2label", "label2id", "num_labels",
+    "problem_type", "finetuning_task", "task_specific_params", "initializer_range", "use_cache", "return_dict",
+    "output_hidden_states", "output_attentions", "tokenizer_class", "gradient_checkpointing",
+)
+
+
+def changes_the_forward(field: str) -> bool:
+    """Whether an encoder-config field can change what the backbone computes at inference."""
+    return not (field in NOT_IN_FORWARD or field.startswith("_") or "dropout" in field or field.endswith("_pdrop"))
+
+
 def backbone_identity(config: DWAttConfig) -> dict:
-    """What must agree between heads that share a backbone: its architecture, shape, name and revision."""
-    encoder = config.encoder_config
-    identity = {key: getattr(encoder, key, None) for key in BACKBONE_IDENTITY}
+    """What must agree between heads that share a backbone: every encoder-config field that can change the
+    backbone's forward pass (architecture and shape first), and for a head-only checkpoint the backbone's name
+    and revision."""
+    encoder = config.encoder_config.to_dict()
+    first = {key: encoder.get(key) for key in BACKBONE_IDENTITY}
+    rest = {key: encoder[key] for key in sorted(encoder) if key not in first and changes_the_forward(key)}
+    identity = first | rest
     if config.heads_only:  # a full checkpoint carries its backbone's weights; a head-only one names them
         identity |= {"backbone_name_or_path": config.backbone_name_or_path, "backbone_revision": config.backbone_revision}
     return identity
@@ -87,9 +108,10 @@ class SharedBackboneHeads(nn.Module):
     Several DWAtt checkpoints (head-only or full, token-classification or masked-LM) on one backbone, loaded once.
 
     `forward` runs the backbone once and returns each head's output by name (`logits`, and `layer_weights` where the
-    fusion has them). Build it with `from_pretrained([...])`; checkpoints must record the same backbone
-    (architecture, shape, and for head-only ones its name and revision), and full checkpoints must carry the very
-    backbone weights the others share (an FT checkpoint, whose backbone changed, cannot share it).
+    fusion has them). Build it with `from_pretrained([...])`; checkpoints must record the same backbone (every
+    encoder-config field that can change its forward pass, see `backbone_identity`, and for head-only ones its
+    name and revision), and full checkpoints must carry the very backbone weights the others share (an FT
+    checkpoint, whose backbone changed, cannot share it).
     """
 
     def __init__(self, heads: dict[str, nn.Module], backbone: nn.Module):
@@ -124,13 +146,16 @@ class SharedBackboneHeads(nn.Module):
         hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in HUB_KWARGS}
         configs = {name: DWAttConfig.from_pretrained(path, **hub_kwargs) for name, path in named.items()}
         first = next(iter(configs))
-        for name, config in configs.items():
-            mine, theirs = backbone_identity(configs[first]), backbone_identity(config)
-            for key in (key for key in mine if key in theirs):  # architecture and shape first, then the name
-                if mine[key] != theirs[key]:
+        mine = backbone_identity(configs[first])
+        for name, config in configs.items():  # before any weight is read
+            theirs = backbone_identity(config)
+            for key in dict.fromkeys([*mine, *theirs]):  # architecture and shape first, then the rest, then the name
+                if key in ("backbone_name_or_path", "backbone_revision") and not (key in mine and key in theirs):
+                    continue  # a full checkpoint carries its backbone: nothing to name
+                if mine.get(key) != theirs.get(key):
                     raise ValueError(
                         f"the checkpoints {named[first]!r} and {named[name]!r} do not share a backbone: "
-                        f"{key} {mine[key]!r} vs {theirs[key]!r}"
+                        f"{key} {mine.get(key)!r} vs {theirs.get(key)!r}"
                     )
         tensors = {name: _checkpoint_tensors(path, hub_kwargs) for name, path in named.items()}
         backbone = cls._shared_backbone(configs[first], tensors[first], named[first], backbone_name_or_path, hub_kwargs)
@@ -205,4 +230,4 @@ class SharedBackboneHeads(nn.Module):
         return outputs
 
 
-__all__ = ["SharedBackboneHeads", "backbone_identity", "head_names"]
+__all__ = ["NOT_IN_FORWARD", "SharedBackboneHeads", "backbone_identity", "changes_the_forward", "head_names"]

@@ -155,3 +155,56 @@ def write_lines(folder, lines):
     path = folder / "sentences.txt"
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_before_any_weight_is_read(
+        backbone, tmp_path, monkeypatch):
+    """Two FE heads on backbone folders that differ only in `layer_norm_eps`: head b run on a's backbone would give
+    other logits than b alone, so the pair is refused, naming both checkpoints, the field and its two values."""
+    other = save_tiny_backbone(tmp_path / "other-eps", "bert", layer_norm_eps=1e-3)
+    folders = []
+    for name, source in (("a", backbone), ("b", other)):
+        torch.manual_seed(0)
+        trained_like(DWAttForTokenClassification.from_backbone(str(source), num_labels=5)).save_pretrained(
+            tmp_path / name, heads_only=True)
+        folders.append(str(tmp_path / name))
+    a, b = (DWAttForTokenClassification.from_pretrained(f).eval() for f in folders)
+    ids, mask = inputs()
+    with torch.no_grad():
+        b_alone = b(input_ids=ids, attention_mask=mask).logits
+        b.dwatt.backbone = a.dwatt.backbone
+        assert (b(input_ids=ids, attention_mask=mask).logits - b_alone).abs().max() > 1e-4  # it does change outputs
+    # Full checkpoints too (they carry their weights, but not the eps): the same refusal, before any tensor is read.
+    b.dwatt.backbone = DWAttForTokenClassification.from_pretrained(folders[1]).dwatt.backbone
+    b.save_pretrained(tmp_path / "b-full")
+    monkeypatch.setattr("dwatt.heads._checkpoint_tensors", lambda *args: pytest.fail("weights read before the check"))
+    for pair in (folders, [folders[0], str(tmp_path / "b-full")]):
+        with pytest.raises(ValueError, match=rf"{pair[0]}' and '{pair[1]}' do not share a backbone: layer_norm_eps 1e-12 vs 0.001"):
+            SharedBackboneHeads.from_pretrained(pair)
+
+
+def test_heads_whose_backbone_configs_differ_only_where_the_forward_cannot_see_are_served_together(backbone, tmp_path):
+    """Dropout, the names and paths a config records, its label maps and dtype: none changes an inference forward."""
+    from dwatt.heads import backbone_identity, changes_the_forward
+
+    relabelled = save_tiny_backbone(tmp_path / "relabelled", "bert", hidden_dropout_prob=0.3,
+                                    attention_probs_dropout_prob=0.0, id2label={0: "x", 1: "y", 2: "z"})
+    folders = {}
+    for name, source in (("a", backbone), ("b", relabelled)):
+        torch.manual_seed(len(folders))
+        model = trained_like(DWAttForTokenClassification.from_backbone(str(source), num_labels=5))
+        model.save_pretrained(tmp_path / name)  # full: a head-only pair would differ in the backbone's name
+        folders[name] = tmp_path / name
+    shared = SharedBackboneHeads.from_pretrained({k: str(v) for k, v in folders.items()})
+    ids, mask = inputs()
+    with torch.no_grad():
+        together = shared(input_ids=ids, attention_mask=mask)
+        for name, folder in folders.items():
+            alone = DWAttForTokenClassification.from_pretrained(folder).eval()(input_ids=ids, attention_mask=mask)
+            assert (together[name].logits - alone.logits).abs().max() <= 1e-5, name
+    assert not any(map(changes_the_forward, ("_name_or_path", "architectures", "hidden_dropout_prob", "attn_pdrop",
+                                             "id2label", "dtype")))
+    assert all(map(changes_the_forward, ("layer_norm_eps", "hidden_act", "position_embedding_type", "rope_parameters",
+                                         "pad_token_id", "sliding_window")))
+    identity = backbone_identity(shared.heads["a"].config)
+    assert list(identity)[:3] == ["model_type", "hidden_size", "num_hidden_layers"] and "layer_norm_eps" in identity
