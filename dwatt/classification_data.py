@@ -1,7 +1,7 @@
 """Text-classification data: CSV, TSV and JSONL files, Hub datasets, and the vendored AG News split.
 
-Every split becomes a `datasets.Dataset` with `text`, an optional `text_pair` (sentence-pair tasks) and a
-`ClassLabel` `label`. Column names are detected from common ones (`text`/`sentence`/..., `label`/`class`/...) or
+Every split becomes a `datasets.Dataset` with `text`, an optional `text_pair` (sentence-pair tasks), a
+`ClassLabel` `label` and, for a split read from a file, `source` (`file:line` of each row, for messages). Column names are detected from common ones (`text`/`sentence`/..., `label`/`class`/...) or
 given. A malformed file raises `DataFormatError` naming the file and the line.
 
 AG News offline: only the 7600-row test split of AG News is available (`../shared/data/ag_news/test.csv`, see its
@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
 from .data import DataFormatError, _numbered_lines, is_local_path
+
+logger = logging.getLogger(__name__)
 
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "review", "document", "question", "premise", "title")
 PAIR_COLUMNS = ("text_pair", "sentence2", "hypothesis", "description", "question2")
@@ -146,8 +149,10 @@ def read_classification_file(
     if unknown:
         raise DataFormatError(f"{path}:{unknown[0]}: unknown label {unknown[1]!r}; the labels are {names}")
     columns = {"text": texts} | ({"text_pair": pairs} if pair_column else {}) | {"label": [index[v] for v in labels]}
+    columns["source"] = [f"{path}:{number}" for number, _ in rows]
     features = {"text": Value("string")} | ({"text_pair": Value("string")} if pair_column else {})
-    return Dataset.from_dict(columns, features=Features(features | {"label": ClassLabel(names=names)}))
+    features |= {"label": ClassLabel(names=names), "source": Value("string")}
+    return Dataset.from_dict(columns, features=Features(features))
 
 
 def _split_files(folder: Path) -> dict[str, Path]:
@@ -240,6 +245,44 @@ def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 
     return counts
 
 
+def warn_about_unseen_labels(train_labels: Iterable[int], splits: dict[str, Dataset],
+                             what: str = "the training split") -> dict[str, dict]:
+    """
+    One warning per label that an evaluation split holds but the training examples (`train_labels`, after any
+    sampling; `what` names them) lack: the model never sees an example of it, so it is a class in name only. The
+    rows stay in the scores, where the model can only get them wrong. The warning names the label, the file and
+    line of its first row (its row number, for a Hub split) and how many rows carry it in each split. Returns
+    `{label: {"first": where, "rows": {split: count}}}`.
+    """
+    seen = set(train_labels)
+    unseen: dict[str, dict] = {}
+    for split, dataset in splits.items():
+        names = dataset.features["label"].names
+        sources = dataset["source"] if "source" in dataset.column_names else None
+        for row, label in enumerate(dataset["label"]):
+            if label not in seen:
+                first = sources[row] if sources else f"row {row + 1} of the {split} split"
+                entry = unseen.setdefault(names[label], {"first": first, "rows": {}})
+                entry["rows"][split] = entry["rows"].get(split, 0) + 1
+    for label, entry in unseen.items():
+        counts = ", ".join(f"{count} in {split}" for split, count in entry["rows"].items())
+        logger.warning(
+            f"{entry['first']}: the label {label!r} ({counts}) is absent from {what}; its rows stay in the scores "
+            "and count as errors (the model never sees an example of it)"
+        )
+    return unseen
+
+
+def to_model_labels(tokens: Dataset, model_ids: Sequence[int]) -> Dataset:
+    """A tokenised split whose `labels` are dataset class ids, relabelled to the model's: `model_ids[k]` is the
+    dataset id of the model's class k (the classes its training examples hold); a row of any other class gets
+    -100 (no loss; scored as an error, see `metrics.classification_scores`)."""
+    position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
+    if list(position) == list(range(len(position))) and set(tokens["labels"]) <= set(position):
+        return tokens
+    return tokens.map(lambda batch: {"labels": [position.get(label, -100) for label in batch["labels"]]}, batched=True)
+
+
 def tokenize_texts(dataset: Dataset, tokenizer, max_length: int = MAX_TOKENS) -> Dataset:
     """`input_ids`/`attention_mask` (and token types) of each text or text pair, truncated to `max_length` tokens
     (a pair loses from its longer side first), with the `labels` the model reads."""
@@ -260,5 +303,7 @@ __all__ = [
     "read_classification_file",
     "read_rows",
     "split_ag_news",
+    "to_model_labels",
     "tokenize_texts",
+    "warn_about_unseen_labels",
 ]

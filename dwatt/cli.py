@@ -198,20 +198,26 @@ def classify(model, tokenizer, texts: list[str]) -> list[dict[str, float]]:
 
 def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, split: str) -> dict:
     """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset whose labels
-    are the checkpoint's."""
-    from .classification_data import load_classification_dataset
+    include the checkpoint's; rows of a label the checkpoint lacks are warned about and scored as errors."""
+    from .classification_data import load_classification_dataset, warn_about_unseen_labels
     from .metrics import classification_scores
 
     data = load_classification_dataset(dataset, data_dir)
     if split not in data:
         raise ValueError(f"--split: {dataset} has no {split!r} split ({', '.join(data)})")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    if names != data[split].features["label"].names:
-        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
+    dataset_names = data[split].features["label"].names
+    if not set(names) <= set(dataset_names):
+        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's {dataset_names}; cannot score it on {dataset}")
     rows = data[split]
+    model_ids = [dataset_names.index(name) for name in names]
+    unseen = warn_about_unseen_labels(model_ids, {split: rows}, "the checkpoint's classes")
+    position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
     pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
     predicted = class_probabilities(model, tokenizer, rows["text"], pairs).argmax(-1).tolist()
-    return {"examples": len(rows), **classification_scores(predicted, rows["label"], names)}
+    labels = [position.get(label, -100) for label in rows["label"]]
+    counts = {label: entry["rows"][split] for label, entry in unseen.items()}
+    return {"examples": len(rows), **classification_scores(predicted, labels, names, counts)}
 
 
 def _read_lines(source: str) -> list[str]:

@@ -96,28 +96,39 @@ class NERMetrics:
         return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))
 
 
-def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str]) -> dict[str, float]:
+def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str],
+                          unseen: dict[str, int] | None = None) -> dict[str, float]:
     """Accuracy, macro P/R/F1 (every class weighs the same, absent predictions count as 0) and per-class
-    P/R/F1/support, over all examples."""
+    P/R/F1/support, over all examples. `names` are the model's classes; `unseen` counts the rows of each class the
+    model has no output for (an evaluation label absent from its training examples), labelled -100: they stay in
+    the scores as errors, and each such class enters the macro average with P = R = F1 = 0."""
     from sklearn.metrics import accuracy_score, precision_recall_fscore_support
 
+    unseen = dict(unseen or {})
+    labels = np.asarray(labels)
+    if int((labels == -100).sum()) != sum(unseen.values()):
+        raise ValueError(f"{int((labels == -100).sum())} rows are labelled -100 but the unseen classes count "
+                         f"{sum(unseen.values())} ({unseen})")
     ids = list(range(len(names)))
     precision, recall, f1, support = precision_recall_fscore_support(labels, predicted, labels=ids, zero_division=0)
-    scores = {"accuracy": float(accuracy_score(labels, predicted)), "macro_precision": float(precision.mean()),
-              "macro_recall": float(recall.mean()), "macro_f1": float(f1.mean())}
-    for i, name in enumerate(names):
-        scores |= {f"{name}_precision": float(precision[i]), f"{name}_recall": float(recall[i]),
-                   f"{name}_f1": float(f1[i]), f"{name}_support": int(support[i])}
+    per_class = [(name, float(p), float(r), float(f), int(n)) for name, p, r, f, n in zip(names, precision, recall, f1, support)]
+    per_class += [(name, 0.0, 0.0, 0.0, count) for name, count in unseen.items()]
+    scores = {"accuracy": float(accuracy_score(labels, predicted))}
+    for key, column in (("macro_precision", 1), ("macro_recall", 2), ("macro_f1", 3)):
+        scores[key] = float(np.mean([row[column] for row in per_class]))
+    for name, p, r, f, n in per_class:
+        scores |= {f"{name}_precision": p, f"{name}_recall": r, f"{name}_f1": f, f"{name}_support": n}
     return scores
 
 
 class ClassificationMetrics:
     """`compute_metrics` for the `Trainer` on sequence classification: `classification_scores` of the argmax."""
 
-    def __init__(self, label_names: Sequence[str]):
-        self.label_names = list(label_names)
+    def __init__(self, label_names: Sequence[str], unseen: dict[str, int] | None = None):
+        self.label_names, self.unseen = list(label_names), unseen
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits = eval_prediction.predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
-        return classification_scores(np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids), self.label_names)
+        return classification_scores(np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids),
+                                     self.label_names, self.unseen)

@@ -279,3 +279,79 @@ def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_car
     card = model_card(classifier, results, repo_id="me/topics")
     assert "pipeline_tag: text-classification" in card and "AutoModelForSequenceClassification" in card
     assert "| accuracy | 80.00 |" in card and "| f1 | 75.00 |" in card and "16 training examples" in card
+
+
+def unseen_label_folder(root: Path, suffix: str) -> Path:
+    """train has x and y; validation has one row labelled z, on its 3rd line for every format."""
+    rows = {"train": [("peter call", "x"), ("brussels lamb", "y"), ("peter to", "x"), ("german lamb", "y")],
+            "validation": [("peter boycott", "x"), ("british call", "z"), ("lamb to", "y")]}
+    root.mkdir(parents=True, exist_ok=True)
+    for split, items in rows.items():
+        if suffix == ".jsonl":  # a blank first line (skipped) in place of the header, so rows sit on the same lines
+            text = "\n" + "".join(json.dumps({"text": t, "label": label}) + "\n" for t, label in items)
+        else:
+            sep = "," if suffix == ".csv" else "\t"
+            text = f"text{sep}label\n" + "".join(f"{t}{sep}{label}\n" for t, label in items)
+        write(root / f"{split}{suffix}", text)
+    return root
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".jsonl"])
+def test_an_evaluation_label_absent_from_training_is_named_with_its_file_line_and_count(suffix, tiny_backbone, tmp_path, caplog,
+                                                                                       capsys):
+    from dwatt.training import RunConfig, run_classification
+
+    folder = unseen_label_folder(tmp_path / "data", suffix)
+    config = RunConfig(backbone=str(tiny_backbone), task="cls", data_dir=str(folder), n_shot=None, epochs=1,
+                       batch_size=4, output_dir=str(tmp_path / "run"), progress=False)
+    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+        results = run_classification(config)
+    warnings = [r.getMessage() for r in caplog.records if "absent from" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"{folder / ('validation' + suffix)}:3: the label 'z' (1 in validation) is absent "
+                                  "from the training split")
+    # Scoring stays honest: the row is kept (3 scored, z among the classes with its support) and counts as an error.
+    assert results["num_dev_examples"] == 3 and results["labels"] == ["x", "y", "z"]
+    assert results["best_dev_scores"]["z_support"] == 1 and results["best_dev_scores"]["z_recall"] == 0
+    assert results["best_dev_accuracy"] <= 2 / 3
+    assert results["unseen_labels"] == {"z": {"validation": 1}}
+    # `dwatt evaluate` scores the checkpoint (classes x, y) on the same split the same way, with the same warning.
+    from dwatt.cli import main
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+        assert main(["evaluate", str(tmp_path / "run" / "model"), "--data-dir", str(folder)]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["examples"] == 3 and scored["accuracy"] == pytest.approx(results["best_dev_accuracy"])
+    assert scored["z_support"] == 1 and scored["z_f1"] == 0
+    assert [r.getMessage().split(": ", 1)[1][:41] for r in caplog.records] == ["the label 'z' (1 in validation) is absent"]
+
+
+def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp_path, caplog, monkeypatch):
+    from dwatt.training import RunConfig
+    from dwatt.training.cls import prepare_classification
+
+    folder = unseen_label_folder(tmp_path / "data", ".csv")
+    write(folder / "train.csv", "text,label\npeter call,x\nbrussels lamb,y\npeter to,x\ngerman lamb,y\nto call,w\nlamb,w\n")
+    write(folder / "validation.csv", "text,label\npeter boycott,x\nbritish call,y\nlamb to,y\nbrussels,z\n")
+    # A sampler that misses class y (and the training file has no z at all); classes: w 0, x 1, y 2, z 3.
+    monkeypatch.setattr("dwatt.training.cls.sample_examples_per_class",
+                        lambda labels, n, seed: [i for i, label in enumerate(labels) if label != 2])
+    config = RunConfig(backbone=str(tiny_backbone), task="cls", data_dir=str(folder), n_shot=2, seed=3, epochs=1,
+                       output_dir=str(tmp_path / "run"), save_model=False, progress=False)
+    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+        setup = prepare_classification(config)
+    warnings = sorted(r.getMessage() for r in caplog.records if "absent from" in r.getMessage())
+    assert warnings == [
+        f"{folder / 'validation.csv'}:3: the label 'y' (2 in validation) is absent from the training sample (2 per "
+        "class, seed 3); its rows stay in the scores and count as errors (the model never sees an example of it)",
+        f"{folder / 'validation.csv'}:5: the label 'z' (1 in validation) is absent from the training sample (2 per "
+        "class, seed 3); its rows stay in the scores and count as errors (the model never sees an example of it)",
+    ]
+    assert setup.unseen_labels == {"y": {"validation": 2}, "z": {"validation": 1}} and len(setup.dev) == 4
+    assert setup.model.config.id2label == {0: "w", 1: "x"}  # the model knows only the classes it is trained on
+    assert sorted(setup.dev_set[i]["labels"].item() for i in range(4)) == [-100, -100, -100, 1]
+    monkeypatch.setattr("dwatt.training.cls.sample_examples_per_class",
+                        lambda labels, n, seed: [i for i, label in enumerate(labels) if label == 1])
+    with pytest.raises(ValueError, match=r"the training sample \(2 per class, seed 3\) holds one class \('x'\)"):
+        prepare_classification(config)

@@ -12,7 +12,7 @@ from transformers import DataCollatorWithPadding
 from configuration_dwatt import FUSIONS
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
-from ..classification_data import load_classification_dataset, tokenize_texts
+from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
 from ..defaults import default_backbone_path
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
@@ -51,11 +51,13 @@ def cache_pooling(fusion: str, pooling: str) -> str | None:
 
 @dataclass
 class ClassificationSetup:
-    """Everything a few-shot classification run needs before training."""
+    """Everything a few-shot classification run needs before training. `label_names` are the dataset's classes,
+    `model_ids` the dataset ids of the model's (those its training examples hold, in the dataset's order)."""
 
     backbone: str
     data: object
     label_names: list[str]
+    model_ids: list[int]
     train: object
     sampled_ids: list[int]
     dev: object
@@ -67,11 +69,26 @@ class ClassificationSetup:
     dev_set: object
     collator: object
     cache_seconds: float
+    unseen_labels: dict  # evaluation labels absent from the training examples: {label: {split: rows}}
+
+    @property
+    def model_labels(self) -> list[str]:
+        return [self.label_names[i] for i in self.model_ids]
+
+    def unseen_in(self, split: str) -> dict[str, int]:
+        """Rows of each class the model has no output for, in `split` (they are labelled -100 there)."""
+        return {label: rows[split] for label, rows in self.unseen_labels.items() if split in rows}
+
+    def tokens(self, dataset):
+        """A split tokenised, sorted by length, its labels the model's (`to_model_labels`)."""
+        return to_model_labels(by_length(tokenize_texts(dataset, self.tokenizer)), self.model_ids)
 
 
 def prepare_classification(config: RunConfig) -> ClassificationSetup:
     """Sample N examples per class with `config.seed`, tokenise, build the model (initialised with the same seed),
-    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`)."""
+    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`).
+    The model's classes are those of its training examples: an evaluation label they lack is warned about once
+    (`warn_about_unseen_labels`) and its rows are scored as errors, never as a class the model could guess."""
     from ..data import load_tokenizer
 
     config.validate()
@@ -84,14 +101,22 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
         sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
         train = train.select(sampled_ids)
     dev = dev_subset(data["validation"], config)
+    scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test and "test" in data else {})
+    sample = "the training split" if config.n_shot is None else f"the training sample ({config.n_shot} per class, seed {config.seed})"
+    unseen = warn_about_unseen_labels(train["label"], scored, sample)
+    model_ids = sorted(set(train["label"]))
+    model_labels = [label_names[i] for i in model_ids]
+    if len(model_ids) < 2:
+        raise ValueError(f"{sample} holds one class ({model_labels[0]!r}); a classifier needs examples of two or more")
     tokenizer = load_tokenizer(backbone)
-    train_tokens, dev_tokens = tokenize_texts(train, tokenizer), by_length(tokenize_texts(dev, tokenizer))
+    train_tokens = to_model_labels(tokenize_texts(train, tokenizer), model_ids)
+    dev_tokens = to_model_labels(by_length(tokenize_texts(dev, tokenizer)), model_ids)
     model_kwargs = dict(config.extra)
     if config.pooling is not None:
         model_kwargs["pooling"] = config.pooling
     model = INITIAL_MODELS.build(
         backbone, config.fusion, config.seed, model_class=RobertaDWAttForSequenceClassification,
-        id2label=dict(enumerate(label_names)), label2id={name: i for i, name in enumerate(label_names)},
+        id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
     )
     freeze = FreezeBackboneCallback(config.mode)
@@ -107,8 +132,9 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     else:
         train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
         collator = DataCollatorWithPadding(tokenizer)
-    return ClassificationSetup(backbone, data, label_names, train, sampled_ids, dev, tokenizer, model, freeze, cached,
-                               train_set, dev_set, collator, cache_seconds)
+    return ClassificationSetup(backbone, data, label_names, model_ids, train, sampled_ids, dev, tokenizer, model, freeze,
+                               cached, train_set, dev_set, collator, cache_seconds,
+                               {label: entry["rows"] for label, entry in unseen.items()})
 
 
 def run_classification(config: RunConfig) -> dict:
@@ -123,13 +149,13 @@ def run_classification(config: RunConfig) -> dict:
     best = BestDevCallback(metric="eval_accuracy", key="accuracy")
     trainer, train_output, last_checkpoint = train_run(
         config, model, setup.freeze, best, setup.train_set, setup.dev_set, setup.collator,
-        ClassificationMetrics(setup.label_names),
+        ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
     )
     scores = scores_only(best.best["metrics"], "eval_")
     results = {
         "config": asdict(config) | {"backbone": setup.backbone},
         "task": "cls",
-        "labels": setup.label_names,
+        "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
         "pooling": model.config.pooling,
         "seed": config.seed,
         "num_train_examples": len(setup.train),
@@ -143,15 +169,17 @@ def run_classification(config: RunConfig) -> dict:
         "final_dev_accuracy": best.curve[-1]["accuracy"],
         "dev_curve": best.curve,
         "engine": "trainer",
+        "unseen_labels": setup.unseen_labels,
         "cached_features": setup.cached,
         "cache_seconds": round(setup.cache_seconds, 3),
     } | run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test and "test" in setup.data:
-        tokens = by_length(tokenize_texts(setup.data["test"], setup.tokenizer))
+        tokens = setup.tokens(setup.data["test"])
         if setup.cached:
             [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}))
         else:
             test = model_inputs(tokens)
+        trainer.compute_metrics = ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))
         results["test_scores"] = scores_only(trainer.evaluate(test, metric_key_prefix="test"), "test_")
     return finish_run(config, model, setup.tokenizer, results, started)
 
