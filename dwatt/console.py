@@ -107,8 +107,37 @@ def headline(results: dict) -> str:
             f"{results['wall_seconds']:.0f} s; results in {where}")
 
 
+# The `next` hint's input when a run has no evaluation example of its own to show (older results files).
 EXAMPLE_INPUTS = {"ner": "Peter Blackburn visited Brussels .", "mlm": "Paris is the {mask} of France .",
                   "cls": "Stocks rallied after the central bank held interest rates steady ."}
+EXAMPLE_WORDS = 12  # a readable length for the `next` hint's example
+
+
+def example_input(task: str, evaluation, mask_token: str | None = None, separator: str | None = None) -> str | None:
+    """
+    The `next` hint's input, from the run's own evaluation data so that it is in the run's language and task: the
+    first sentence (NER: its words), the first text (classification; a pair joined by the tokenizer's
+    `separator`, as `dwatt predict` reads pairs), or the first prose line with its longest word replaced by
+    `mask_token` (masked LM), each cut to `EXAMPLE_WORDS` words. None when the split has nothing to show.
+    """
+    def cut(text) -> str:
+        return " ".join(str(text).split()[:EXAMPLE_WORDS])
+
+    if len(evaluation) == 0:
+        return None
+    first = evaluation[0]
+    if task == "ner":
+        return cut(" ".join(first["tokens"])) or None
+    if task == "cls":
+        pair = first.get("text_pair")
+        return cut(first["text"]) + (f" {separator} {cut(pair)}" if pair and separator else "")
+    for line in evaluation["text"]:  # masked LM: the first line of prose (WikiText headings are "= ... =")
+        words = line.split()[:EXAMPLE_WORDS]
+        candidates = [i for i, word in enumerate(words) if i > 0 and word.isalpha() and len(word) > 3]
+        if len(words) >= 6 and not line.lstrip().startswith("=") and candidates and mask_token:
+            longest = max(candidates, key=lambda i: len(words[i]))
+            return " ".join(words[:longest] + [mask_token] + words[longest + 1 :])
+    return None
 
 
 def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
@@ -133,7 +162,7 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     lines.append(f"results   {output_dir / 'results.json'}")
     model = output_dir / "model"
     if results["config"].get("save_model", True):
-        example = EXAMPLE_INPUTS[results.get("task", "ner")].format(mask=mask_token)
+        example = results.get("example_input") or EXAMPLE_INPUTS[results.get("task", "ner")].format(mask=mask_token)
         lines.append(f"model     {model}")
         lines.append(f"next      dwatt predict {shlex.quote(str(model))} {shlex.quote(example)}")
     else:
@@ -142,4 +171,4 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     return lines
 
 
-__all__ = ["VERBOSITIES", "RunProgress", "headline", "quiet_libraries", "scores_table", "summary"]
+__all__ = ["VERBOSITIES", "RunProgress", "example_input", "headline", "quiet_libraries", "scores_table", "summary"]

@@ -67,3 +67,47 @@ def test_masked_lm_runs_summarise_perplexity_and_show_a_fill_mask_command(tiny_b
     assert out.strip().splitlines()[-1].startswith("best dev perplexity ")
     assert "next      dwatt predict" in out and "[MASK]" in out
     assert "dev perplexity=" in err and "{'" not in out + err
+
+
+def next_hint(out: str) -> str:
+    import shlex
+
+    line = next(line for line in out.splitlines() if line.startswith("next      dwatt predict "))
+    return shlex.split(line.removeprefix("next      "))[-1]
+
+
+def test_the_next_hint_is_the_runs_own_first_evaluation_example_in_its_language(tiny_backbone, tmp_path, capsys):
+    """A German WikiAnn run suggests its first German dev sentence (cut to a readable length), and the command runs."""
+    german = tmp_path / "wikiann" / "de"
+    german.mkdir(parents=True)
+    first = "Die Europäische Union lehnt den Aufruf Deutschlands zum Boykott von britischem Lammfleisch heute ab ."
+    tags = ["O", "B-ORG", "I-ORG"] + ["O"] * 4 + ["B-LOC"] + ["O"] * 7
+    dev = "\n".join(f"{w} {t}" for w, t in zip(first.split(), tags)) + "\n\nPeter B-PER\nlacht O\n"
+    train_text = "Peter B-PER\nin O\nBerlin B-LOC\n\nEU B-ORG\nsagt O\nnein O\n\n" * 4
+    for name, text in (("train.txt", train_text), ("dev.txt", dev), ("test.txt", dev)):
+        (german / name).write_text(text)
+    assert main(["train", "--backbone", str(tiny_backbone), "--dataset", "wikiann:de", "--data-dir", str(german.parent),
+                 "--n-shot", "1", "--epochs", "1", "--output-dir", str(tmp_path / "run")]) == 0
+    hint = next_hint(capsys.readouterr().out)
+    assert hint == "Die Europäische Union lehnt den Aufruf Deutschlands zum Boykott von britischem Lammfleisch"
+    assert json.loads((tmp_path / "run/results.json").read_text())["example_input"] == hint
+    assert main(["predict", str(tmp_path / "run/model"), hint]) == 0
+    assert capsys.readouterr().out.splitlines()[0].startswith("Die ")
+
+
+def test_the_next_hint_of_a_classification_and_a_masked_lm_run_comes_from_their_data(tiny_backbone, tmp_path, capsys):
+    from dwatt.console import example_input
+    from datasets import Dataset
+
+    topics = tmp_path / "topics"
+    topics.mkdir()
+    (topics / "train.csv").write_text("text,label\npeter call,people\nbrussels lamb,places\npeter to,people\ngerman,places\n")
+    (topics / "dev.csv").write_text("text,label\nlamb to brussels,places\npeter,people\n")
+    assert main(["train", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(topics), "--n-shot", "2",
+                 "--epochs", "1", "--output-dir", str(tmp_path / "cls")]) == 0
+    assert next_hint(capsys.readouterr().out) == "lamb to brussels"
+    lines = ["", " = Heading of an article = ", "eu rejects german call to boycott british lamb says peter blackburn"]
+    assert example_input("mlm", Dataset.from_dict({"text": lines}), mask_token="<mask>") == \
+        "eu rejects german call to boycott british lamb says peter <mask>"
+    pair = Dataset.from_dict({"text": ["a b"], "text_pair": [" ".join(map(str, range(20)))]})
+    assert example_input("cls", pair, separator="[SEP]") == "a b [SEP] " + " ".join(map(str, range(12)))

@@ -13,6 +13,7 @@ from configuration_dwatt import FUSIONS
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
 from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
+from ..console import example_input
 from ..defaults import default_backbone_path
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
@@ -161,6 +162,7 @@ def run_classification(config: RunConfig) -> dict:
         "num_train_examples": len(setup.train),
         "train_pool_size": len(setup.data["train"]),
         "num_dev_examples": len(setup.dev),
+        "example_input": example_input("cls", setup.dev, separator=setup.tokenizer.sep_token),
         "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
         "best_dev_accuracy": best.best["accuracy"],
         "best_dev_macro_f1": scores["macro_f1"],

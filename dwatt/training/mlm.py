@@ -15,6 +15,7 @@ from transformers import (
 
 from modeling_dwatt import RobertaDWAttForMaskedLM
 
+from ..console import example_input
 from ..data import (
     group_texts_for_mlm,
     load_tokenizer,
@@ -113,6 +114,7 @@ def run_mlm(config: RunConfig) -> dict:
         "seed": config.seed,
         "train_source": train_source,
         "num_train_blocks": len(blocks["train"]),
+        "example_input": example_input("mlm", data["validation"], mask_token=tokenizer.mask_token),
         "best_dev_loss": best.best["loss"],
         "best_dev_perplexity": math.exp(best.best["loss"]),
         "best_epoch": best.best["epoch"],

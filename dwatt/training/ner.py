@@ -15,6 +15,7 @@ from transformers import (
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
 from .. import distributed
+from ..console import example_input
 from ..data import (
     entity_types,
     load_conll2003,
@@ -137,6 +138,7 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "num_train_sentences": len(setup.train),
         "train_pool_size": len(setup.data["train"]),
         "num_dev_sentences": len(setup.dev),
+        "example_input": example_input("ner", setup.dev),
         "sampled_sentence_ids": setup.sampled_ids if config.n_shot is not None else None,
         "best_dev_f1": best["f1"],
         "best_epoch": best["epoch"],
