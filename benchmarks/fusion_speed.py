@@ -149,9 +149,10 @@ CPU_SETTINGS = ((32, 128), (1, 32))  # a batch of full-length inputs, and `dwatt
 
 def real_backbone_rows(backbone: str, rounds: int, warmup: int) -> list[dict]:
     """Every fusion over a real pretrained backbone (fp32, CPU) against the plain `AutoModel`, per setting."""
-    from dwatt.defaults import known_hub_id
+    from dwatt.portable import backbone_folder, portable_path
 
     rows = []
+    name, backbone = portable_path(backbone), backbone_folder(backbone)
     torch.manual_seed(0)
     plain = AutoModel.from_pretrained(backbone).eval()
     # The same backbone timed a second time, as if it were another model: its ratio is the measurement's own noise.
@@ -159,7 +160,6 @@ def real_backbone_rows(backbone: str, rounds: int, warmup: int) -> list[dict]:
     for fusion in FUSIONS:
         torch.manual_seed(0)
         models[fusion] = RobertaDWAttForTokenClassification.from_backbone(backbone, fusion=fusion, num_labels=9).eval()
-    name = known_hub_id(backbone) or Path(backbone).name
     for batch, tokens in CPU_SETTINGS:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, plain.config.vocab_size, (batch, tokens), generator=generator)
@@ -219,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     if args.cpu_real:
-        from dwatt.defaults import default_backbone_path
+        from dwatt.defaults import DEFAULT_BACKBONE_HUB_ID
 
-        args.backbones = args.backbones or str(default_backbone_path())
+        args.backbones = args.backbones or DEFAULT_BACKBONE_HUB_ID
         return cpu_main(args)
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     encoder = RobertaConfig(**(ROBERTA_LARGE_SHAPE if args.shape == "roberta-large" else TINY_SHAPE))

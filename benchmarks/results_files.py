@@ -20,8 +20,11 @@ def environment(device: torch.device | None = None) -> dict:
 
 
 def command(script: str, argv: list[str] | None) -> str:
-    """The command line that produced a result, as it would be typed from the repository root."""
-    return " ".join([f"python benchmarks/{script}", *(sys.argv[1:] if argv is None else argv)])
+    """The command line that produced a result, as it would be typed from the repository root, naming no folder of
+    this machine (`dwatt.portable.portable_command`)."""
+    from dwatt.portable import portable_command
+
+    return " ".join([f"python benchmarks/{script}", *portable_command(sys.argv[1:] if argv is None else argv)])
 
 
 def write(output: str | Path, stem: str, result: dict, markdown: str) -> None:

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 from dwatt import RobertaDWAttForSequenceClassification
 from dwatt.classification_data import load_classification_dataset, tokenize_texts
 from dwatt.data import load_tokenizer
-from dwatt.defaults import default_backbone_path, known_hub_id
+from dwatt.portable import backbone_folder, portable_path
 from dwatt.features import FeatureCollator, build_feature_cache
 from results_files import command, environment, write
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
-    backbone = args.backbone or str(default_backbone_path())
+    backbone = backbone_folder(args.backbone)
     torch.set_grad_enabled(False)
     data = load_classification_dataset("ag_news")["validation"].select(range(args.sentences))
     tokens = tokenize_texts(data, load_tokenizer(backbone))
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     saving = {"memory": round(rows[0]["megabytes"] / rows[1]["megabytes"], 1),
               "epoch_time": round(rows[0]["epoch_ms"] / rows[1]["epoch_ms"], 1)}
-    result = {"backbone": known_hub_id(backbone) or backbone, "fusion": args.fusion, "pooling": "mean",
+    result = {"backbone": portable_path(backbone), "fusion": args.fusion, "pooling": "mean",
               "sentences": args.sentences, "rounds": args.rounds, "max_logit_difference": difference, "rows": rows,
               "saving": saving, "environment": environment(torch.device("cpu")),
               "command": command("sentence_cache.py", argv)}

@@ -23,7 +23,7 @@ import torch
 
 from dwatt import DWAttForTokenClassification
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer
-from dwatt.defaults import default_backbone_path, known_hub_id
+from dwatt.portable import backbone_folder, portable_path
 from dwatt.heads import SharedBackboneHeads
 from results_files import command, environment, write
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args(argv)
-    backbone = args.backbone or str(default_backbone_path())
+    backbone = backbone_folder(args.backbone)
     torch.set_grad_enabled(False)
 
     tokenizer = load_tokenizer(backbone)
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": command("shared_heads.py", argv),
         "environment": environment(torch.device("cpu")),
-        "backbone": known_hub_id(backbone) or (Path(backbone).name if Path(backbone).exists() else backbone),
+        "backbone": portable_path(backbone),
         "batch": {"sentences": args.batch, "tokens_per_sentence_padded": int(batch["input_ids"].shape[1])},
         "rounds": args.rounds,
         "max_abs_difference_to_separate_models": max_difference,

@@ -24,7 +24,10 @@ def default_backbone_path() -> Path:
 
 
 def known_hub_id(folder: str | Path) -> str | None:
-    """The Hub id of a local backbone folder dwatt knows (the packaged default backbone), else None."""
+    """The Hub id of a local backbone folder dwatt knows (the packaged default backbone, wherever the package is
+    or was installed), else None."""
+    if Path(folder).name == "model" and DEFAULT_BACKBONE_PACKAGE in Path(folder).parts:
+        return DEFAULT_BACKBONE_HUB_ID
     try:
         default = default_backbone_path()
     except FileNotFoundError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,8 +23,10 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
+from .atomic import write_text_atomically
 from .distributed import launched_processes
-from .report import TIMING_FIELDS, comparable  # noqa: F401  (part of this module's API: what reruns agree on)
+from .portable import portable_results
+from .summaries import TIMING_FIELDS, comparable  # noqa: F401  (part of this module's API: what reruns agree on)
 from .training import RunConfig, run, run_ner_budgets
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
@@ -143,9 +144,7 @@ class ResultsStore:
     def append(self, row: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        temporary.write_text("\n".join(lines) + "\n")
-        os.replace(temporary, self.path)
+        write_text_atomically(self.path, "\n".join(lines) + "\n")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -215,7 +214,7 @@ def run_sweep(
 ) -> list[dict]:
     """
     Run every spec not yet in the store at `results`, appending one row per finished run (the run's
-    `results.json` plus `run_id` and the spec). Shows a progress bar over runs with an ETA. Returns all rows.
+    `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
@@ -245,7 +244,7 @@ def run_sweep(
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
             for spec, result in zip(group, results_of_group):
-                store.append({"run_id": spec.run_id, "spec": asdict(spec)} | result)
+                store.append(portable_results({"run_id": spec.run_id, "spec": asdict(spec)} | result, output_root))
             bar.update(len(group))
         bar.close()
         return store.rows()

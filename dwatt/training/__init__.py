@@ -13,22 +13,21 @@
 from __future__ import annotations
 
 from ..data import CONLL_LABELS
-from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback
+from modeling_dwatt import BACKBONE_PREFIX
+
+from ..atomic import write_json_atomically
+from .callbacks import MODES, BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
 from .cls import run_classification
 from .common import (
-    BACKBONE_PREFIX,
     DEV_SAMPLE_SEED,
     FEATURE_MEMO,
     INITIAL_MODELS,
-    MODES,
     SAMPLINGS,
     TASKS,
     InitialModels,
     RunConfig,
     finish_run,
-    trainable_parameter_names,
     training_arguments,
-    write_json_atomically,
 )
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
 from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_budgets

@@ -11,14 +11,17 @@ from transformers import (
     TrainerCallback,
 )
 
-from .common import (
-    BACKBONE_PREFIX,
-    BEST_STATE,
-    BEST_WEIGHTS,
-    MODES,
-    trainable_parameter_names,
-    write_json_atomically,
-)
+from modeling_dwatt import BACKBONE_PREFIX
+
+from ..atomic import write_json_atomically
+
+MODES = ("fe", "ft")
+# What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
+BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
+
+
+def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
+    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
 class FreezeBackboneCallback(TrainerCallback):

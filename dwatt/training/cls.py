@@ -14,9 +14,9 @@ from modeling_dwatt import RobertaDWAttForSequenceClassification
 
 from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
 from ..console import example_input
-from ..defaults import default_backbone_path
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
+from ..portable import backbone_folder
 from ..sampling import sample_examples_per_class
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
@@ -94,7 +94,7 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
 
     config.validate()
     ensure_writable(Path(config.output_dir))
-    backbone = config.backbone or str(default_backbone_path())
+    backbone = backbone_folder(config.backbone)
     data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
     label_names = list(data["train"].features["label"].names)
     train, sampled_ids = data["train"], list(range(len(data["train"])))

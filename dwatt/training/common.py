@@ -4,7 +4,6 @@ remembered across the runs of a sweep, the feature cache memo, and writing the r
 from __future__ import annotations
 
 import copy
-import json
 import math
 import os
 import platform
@@ -12,7 +11,6 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from transformers import (
@@ -24,9 +22,10 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from configuration_dwatt import FUSIONS
-from modeling_dwatt import RobertaDWAttForTokenClassification
+from modeling_dwatt import BACKBONE_PREFIX, RobertaDWAttForTokenClassification
 
-from .. import distributed
+from ..distributed import cpu_only, device, is_main_process, launched_processes, per_device_batch_size
+from ..atomic import write_json_atomically
 from ..console import RunProgress
 from ..data import (
     is_local_path,
@@ -36,23 +35,13 @@ from ..features import (
     build_feature_cache_across_processes,
     dataset_fingerprint,
 )
+from ..portable import portable_results
 from ..sampling import sample_sentences
-
-if TYPE_CHECKING:
-    from .callbacks import BestDevCallback
-
-MODES = ("fe", "ft")
-
+from .callbacks import MODES, BestDevCallback, DataParallelLossCallback
 
 TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)
 # The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
 DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
-
-
-BACKBONE_PREFIX = "dwatt.backbone."
-
-
-BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
 
 
 SAMPLINGS = ("uniform", "per_class", "sentences")
@@ -112,10 +101,6 @@ class InitialModels:
 
 
 INITIAL_MODELS = InitialModels()
-
-
-def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
-    return [name for name, parameter in model.named_parameters() if parameter.requires_grad]
 
 
 @dataclass
@@ -215,13 +200,6 @@ def ensure_writable(folder: Path) -> None:
         raise PermissionError(f"--output-dir: {folder} is not writable ({error.strerror or error})") from None
 
 
-def write_json_atomically(path: Path, payload: dict) -> None:
-    """Write-then-rename, so a crash never leaves a half-written results file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(temporary, path)
-
-
 def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments:
     """The paper's optimisation (AdamW, linear decay to 0) with one dev evaluation per epoch. `config.batch_size`
     is the global batch: under a data-parallel launch each process takes its share of it."""
@@ -245,9 +223,9 @@ def training_arguments(config: RunConfig, output_dir: Path) -> TrainingArguments
         dataloader_pin_memory=torch.cuda.is_available(),
         disable_tqdm=not config.verbose,  # otherwise `console.RunProgress` is the run's one bar
         full_determinism=config.deterministic,
-        use_cpu=distributed.cpu_only(),
+        use_cpu=cpu_only(),
     )
-    arguments.per_device_train_batch_size = distributed.per_device_batch_size(config.batch_size, arguments.world_size)
+    arguments.per_device_train_batch_size = per_device_batch_size(config.batch_size, arguments.world_size)
     return arguments
 
 
@@ -277,8 +255,6 @@ def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dat
     callbacks), trained (resumed when `config.resume`), ending with the best dev weights in `model`. Returns the
     trainer, its training output and the checkpoint it resumed from.
     """
-    from .callbacks import DataParallelLossCallback  # callbacks import this module
-
     trainer = Trainer(
         model=model,
         args=training_arguments(config, Path(config.output_dir)),
@@ -304,22 +280,23 @@ def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
             "torch": torch.__version__,
             "device": "cuda" if torch.cuda.is_available() else "cpu",
             "threads": torch.get_num_threads(),
-            "processes": distributed.launched_processes(),
+            "processes": launched_processes(),
         },
     }
 
 
 def finish_run(config: RunConfig, model, tokenizer, results: dict, started: float) -> dict:
-    """Save the checkpoint (unless told not to) and write results.json atomically: the main process only, when a
-    launcher started several (they hold the same weights and the same gathered scores)."""
+    """Save the checkpoint (unless told not to) and write results.json atomically, its paths portable
+    (`portable_results`; the returned results keep this machine's): the main process only, when a launcher
+    started several (they hold the same weights and the same gathered scores)."""
     output_dir = Path(config.output_dir)
     results["wall_seconds"] = round(time.perf_counter() - started, 3)
-    if not distributed.is_main_process():
+    if not is_main_process():
         return results
     if config.save_model:
         model.save_pretrained(output_dir / "model")
         tokenizer.save_pretrained(output_dir / "model")
-    write_json_atomically(output_dir / "results.json", results)
+    write_json_atomically(output_dir / "results.json", portable_results(results))
     return results
 
 
@@ -334,9 +311,9 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     """FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this
     process's device and remembered across the runs of the process (`cached_features`), in `config.cache_dtype`;
     the progress bar on the main process only."""
-    model.to(distributed.device())
+    model.to(device())
     dtype = getattr(torch, config.cache_dtype)
-    progress = config.progress and distributed.is_main_process()
+    progress = config.progress and is_main_process()
     return [cached_features(model, backbone, tokens, dtype, progress, **options) for tokens, options in splits]
 
 

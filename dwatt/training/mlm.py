@@ -22,7 +22,7 @@ from ..data import (
     load_wikitext2,
     mlm_collator,
 )
-from ..defaults import default_backbone_path
+from ..portable import backbone_folder
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     RunConfig,
@@ -92,7 +92,7 @@ def run_mlm(config: RunConfig) -> dict:
     config.validate()
     started = time.perf_counter()
     ensure_writable(Path(config.output_dir))
-    backbone = config.backbone or str(default_backbone_path())
+    backbone = backbone_folder(config.backbone)
     data, train_source = load_mlm_splits(config.data_dir)
     tokenizer = load_tokenizer(backbone)
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)

@@ -14,7 +14,6 @@ from transformers import (
 
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
-from .. import distributed
 from ..console import example_input
 from ..data import (
     entity_types,
@@ -23,7 +22,7 @@ from ..data import (
     load_wikiann,
     tokenize_and_align,
 )
-from ..defaults import default_backbone_path
+from ..distributed import is_main_process, launched_processes
 from ..features import (
     FeatureCollator,
     build_feature_cache_across_processes,
@@ -31,6 +30,7 @@ from ..features import (
 )
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
+from ..portable import backbone_folder
 from ..sampling import few_shot_split
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
@@ -85,7 +85,7 @@ def prepare_ner(config: RunConfig) -> NERSetup:
     (initialised with the same seed), and, for FE with the cache, compute the backbone's features once."""
     config.validate()
     ensure_writable(Path(config.output_dir))
-    backbone = config.backbone or str(default_backbone_path())
+    backbone = backbone_folder(config.backbone)
     data = load_ner_dataset(config.dataset, config.data_dir)
     label_names = data["train"].features["ner_tags"].feature.names
     train = data["train"]
@@ -159,7 +159,7 @@ def scored_test_split(setup: NERSetup):
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
         dtype = getattr(torch, setup.config.cache_dtype)
-        progress = setup.config.progress and distributed.is_main_process()
+        progress = setup.config.progress and is_main_process()
         return build_feature_cache_across_processes(setup.model, tokens, dtype=dtype, progress=progress), metrics
     return model_inputs(tokens), metrics
 
@@ -206,7 +206,7 @@ def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> 
         raise ValueError("budgets train together only for NER in the FE mode with the feature cache")
     if first.resume or first.checkpoint_every_epoch:
         raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; budgets trained together restart")
-    if distributed.launched_processes() > 1:
+    if launched_processes() > 1:
         raise ValueError("budgets trained together run in one process; under torchrun/accelerate train one run at a "
                          "time (dwatt train), or split a sweep across workers with --shard")
     setup = prepare_ner(first)

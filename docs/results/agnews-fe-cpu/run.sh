@@ -6,7 +6,7 @@
 set -euo pipefail
 here=docs/results/agnews-fe-cpu
 for i in 0 1; do
-  dwatt sweep --preset agnews-fe --results "$here/results.jsonl" --shard "$i/2" --threads 1 --output-root /tmp/agnews-runs --quiet &
+  dwatt sweep --preset agnews-fe --results "$here/results.jsonl" --shard "$i/2" --threads 1 --output-root runs/agnews --quiet &
 done
 wait
-dwatt sweep --preset agnews-pooling --results "$here/results.pooling.jsonl" --output-root /tmp/agnews-runs --quiet
+dwatt sweep --preset agnews-pooling --results "$here/results.pooling.jsonl" --output-root runs/agnews --quiet
