@@ -1,4 +1,4 @@
-"""The paper's figures (and one it lacks) drawn with matplotlib from a runs frame (`dwatt.report.runs_frame`).
+"""The paper's figures (and one it lacks) drawn with matplotlib from a runs frame (`dwatt.summaries.runs_frame`).
 
 Each `figure_*` function draws one figure when the runs it needs are present and returns the figure, or `None`;
 `draw_all` saves each as PNG and SVG. Error bars are 95% confidence intervals over trials.
@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .report import FUSION_NAMES, TIERS, conll_fe_grid, headline_budget, summarize  # noqa: E402
+from .summaries import FUSION_NAMES, TIERS, conll_fe_grid, headline_budget, summarize, tier_summary  # noqa: E402
 
 COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
 TIER_ORDER = [name for _, name in TIERS]
@@ -195,8 +195,6 @@ def figure_wikiann_languages(frame: pd.DataFrame):
 
 def figure_wikiann_tiers(frame: pd.DataFrame):
     """Figure 9: WikiAnn dev F1 per resource tier: mean of language means, CI over languages."""
-    from .report import tier_summary
-
     tiers = tier_summary(frame)
     if tiers.empty or tiers.tier.nunique() < 2:
         return None

@@ -68,7 +68,25 @@ def test_readme_text_classification_results_are_the_committed_report_s():
     committed = (README.parent / "docs" / "results" / "report" / "tables" / "text_classification.md").read_text()
     block = README.read_text().split("<!-- text classification: docs/results/report/tables/text_classification.md -->\n", 1)[1]
     assert block.split("<!-- end of text classification -->", 1)[0] == committed
-    assert "## Text classification, ag_news" in committed
+    assert "**Text classification, ag_news, all-MiniLM-L6-v2, FE: accuracy**" in committed
+
+
+def test_generated_blocks_in_the_readme_keep_its_outline():
+    """A generated block (`<!-- what: source -->` ... `<!-- end of what -->`) holds no heading at or above the level
+    of the section it sits in: its titles are bold or one level deeper, so the README's outline stays the authors'."""
+    level, inside, offenders = 0, None, []
+    for number, line in enumerate(README.read_text().splitlines(), start=1):
+        if line.startswith("<!-- end of "):
+            inside = None
+        elif line.startswith("<!-- ") and ":" in line and inside is None:
+            inside = line
+        elif line.startswith("#"):
+            depth = len(line) - len(line.lstrip("#"))
+            if inside is None:
+                level = depth
+            elif depth <= level:
+                offenders.append(f"README.md:{number}: {line!r} (inside {inside}, a level-{level} section)")
+    assert not offenders, "\n".join(offenders)
 
 
 def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
