@@ -20,8 +20,8 @@ def checkpoint_task(config) -> str:
 
 
 def load_checkpoint(path: str | Path):
-    """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id."""
-    import dwatt  # noqa: F401  (registers the Auto classes)
+    """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id (the
+    Auto classes know DWAtt: importing any module of this package ran `dwatt/__init__.py`, which registers them)."""
     from transformers import (
         AutoConfig,
         AutoModelForMaskedLM,

@@ -1,0 +1,69 @@
+"""The package's import graph flows one way: no module imports a module that imports it back, and training never
+reaches the serving code (dwatt.heads). Read statically from the sources, function-level imports included."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "dwatt"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """`{module: modules of the package it imports}`. `from pkg import x` imports `pkg` itself (its `__init__`, where
+    the name is looked up) and, where x is a submodule, x too; `import dwatt` imports the package's `__init__`."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        here = name.split(".") if is_package else name.split(".")[:-1]
+        edges = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                edges |= {alias.name for alias in node.names if alias.name.split(".")[0] == "dwatt"}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+                elif (node.module or "").split(".")[0] == "dwatt":
+                    base = node.module
+                else:
+                    continue
+                edges.add(base)
+                edges |= {f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in modules}
+        graph[name] = {edge for edge in edges if edge in modules and edge != name}
+    return graph
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for nxt in graph[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_graph_reader_sees_relative_and_function_level_imports():
+    graph = import_graph()
+    assert "dwatt.heads" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.heads"]
+    assert "dwatt.heads" in graph["dwatt.cli"]  # imported inside a function
+    assert "dwatt.training.callbacks" in graph["dwatt.training.common"]
+
+
+@pytest.mark.parametrize("module", sorted(import_graph()))
+def test_no_module_imports_a_module_that_imports_it_back(module):
+    graph = import_graph()
+    circle = sorted(other for other in graph[module] if module in reachable(graph, other))
+    assert not circle, f"{module} imports {circle}, which import {module} back"
+
+
+def test_training_does_not_reach_the_serving_code():
+    graph = import_graph()
+    for module in (m for m in graph if m.startswith("dwatt.training")):
+        assert "dwatt.heads" not in reachable(graph, module), module
