@@ -13,13 +13,58 @@ FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
 """Layer-fusion methods: Depth-Wise Attention, layer concatenation, n extra transformer layers on top,
 last layer only, and an ELMo-style scalar mix."""
 # How sequence classification pools the fused tokens into one vector (see `DWAttConfig.pooling`).
-POOLINGS = ("mean", "first")
+POOLINGS = ("mean", "first", "last")
 
 # Encoder families whose layers cannot be called from outside with what the encoder gives them, so that the
 # paper's Base+n has no faithful form there; `DWAttConfig` refuses the fusion for them when it is built.
 BASE_PLUS_N_UNSUPPORTED: dict[str, str] = {}
 
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
+
+
+def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
+    """Whether the backbone is a decoder-only language model (Llama, Qwen, Gemma, Mistral, Phi, GPT-2, ...): its family
+    has a causal-LM class and no masked-LM one. Its tokens see only what precedes them."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    family = encoder_config.model_type
+    return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
+
+
+def parse_fused_layers(spec: Any, num_layers: int) -> list[int]:
+    """
+    The backbone layers (1..L) a `fused_layers` spec names, ascending: `"all"`; `"every:k"` (layers k, 2k, ...);
+    a range `"a-b"` (inclusive); a list, as `[3, 7, 12]` or `"3,7,12"`. The last layer L is always among them: the
+    DWAtt query and residual read z_L, and the other fusions end in it.
+    """
+    key = "`fused_layers`"
+    if spec is None or spec == "all":
+        return list(range(1, num_layers + 1))
+    if isinstance(spec, str) and spec.startswith("every:"):
+        step = spec.removeprefix("every:")
+        if not step.isdigit() or int(step) < 1:
+            raise ValueError(f"DWAttConfig: {key} {spec!r}: 'every:k' needs an integer k >= 1")
+        chosen = list(range(int(step), num_layers + 1, int(step)))
+    elif isinstance(spec, str) and "-" in spec and "," not in spec:
+        first, _, last = spec.partition("-")
+        if not (first.strip().isdigit() and last.strip().isdigit()) or int(first) > int(last):
+            raise ValueError(f"DWAttConfig: {key} {spec!r}: a range is 'a-b' with integers a <= b")
+        chosen = list(range(int(first), int(last) + 1))
+    else:
+        items = spec.split(",") if isinstance(spec, str) else spec
+        try:
+            chosen = [int(str(item).strip()) for item in items if str(item).strip()]
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"DWAttConfig: {key} {spec!r}: expected 'all', 'every:k', a range 'a-b' or a list of layer numbers"
+            ) from None
+    outside = [layer for layer in chosen if not 1 <= layer <= num_layers]
+    if outside or not chosen:
+        raise ValueError(f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are 1..{num_layers}")
+    return sorted(set(chosen) | {num_layers})
 
 
 def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:
@@ -68,9 +113,15 @@ class DWAttConfig(PretrainedConfig):
             Whether the embedding output is fused alongside the L layer outputs (the paper leaves it out).
         classifier_dropout (`float`, *optional*):
             Dropout before the classification head; defaults to the backbone's `hidden_dropout_prob`.
-        pooling (`str`, *optional*, defaults to `"mean"`):
-            Sequence classification: how the fused tokens become one vector, `"mean"` over the non-padding tokens
-            or `"first"` (the first token, `<s>`/`[CLS]`).
+        pooling (`str`, *optional*):
+            Sequence classification: how the fused tokens become one vector, `"mean"` over the non-padding tokens,
+            `"first"` (the first token, `<s>`/`[CLS]`) or `"last"` (the last non-padding token, the only one that
+            has seen the whole text in a decoder-only model). Defaults to `"last"` for a decoder-only backbone (as
+            transformers' own decoder classifiers pool), `"mean"` otherwise.
+        fused_layers (`str` or `list[int]`, *optional*, defaults to `"all"`):
+            Which backbone layers the fusion mixes: `"all"` (the paper), `"every:k"`, a range `"a-b"` or a list of
+            layer numbers (1..L); the last layer is always included. Fewer layers make a smaller fusion and a smaller
+            feature cache on a deep backbone.
         backbone_name_or_path (`str`, *optional*):
             Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
             `from_backbone` so that a checkpoint says what it was trained on.
@@ -104,7 +155,8 @@ class DWAttConfig(PretrainedConfig):
         num_extra_layers: int | None = None,
         include_embeddings: bool = False,
         classifier_dropout: float | None = None,
-        pooling: str = "mean",
+        pooling: str | None = None,
+        fused_layers: str | list[int] = "all",
         backbone_name_or_path: str | None = None,
         backbone_revision: str | None = None,
         heads_only: bool = False,
@@ -120,7 +172,8 @@ class DWAttConfig(PretrainedConfig):
         self.num_extra_layers = num_extra_layers
         self.include_embeddings = include_embeddings
         self.classifier_dropout = classifier_dropout
-        self.pooling = pooling
+        self.pooling = pooling or ("last" if is_decoder_only(self.encoder_config) else "mean")
+        self.fused_layers = fused_layers
         self.backbone_name_or_path = backbone_name_or_path
         self.backbone_revision = backbone_revision
         self.heads_only = heads_only
@@ -145,6 +198,8 @@ class DWAttConfig(PretrainedConfig):
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         family = self.encoder_config.model_type
+        if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
+            parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
         if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
             working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
             raise ValueError(
@@ -159,9 +214,15 @@ class DWAttConfig(PretrainedConfig):
                 )
 
     @property
+    def fused_layer_numbers(self) -> list[int]:
+        """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending, L last."""
+        return parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)
+
+    @property
     def num_fused_layers(self) -> int:
-        """How many layer outputs the fusion module mixes (L, or L + 1 with the embedding output)."""
-        return self.encoder_config.num_hidden_layers + int(self.include_embeddings)
+        """How many layer outputs the fusion module mixes (the fused layers, plus the embedding output with
+        `include_embeddings`)."""
+        return len(self.fused_layer_numbers) + int(self.include_embeddings)
 
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
@@ -172,4 +233,4 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS"]
+__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers"]

@@ -6,6 +6,7 @@ token, which feeds a token-classification or masked-LM head. This file travels i
 (`trust_remote_code=True`): it imports only torch, transformers and `configuration_dwatt`.
 """
 
+import copy
 import inspect
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -31,9 +32,9 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .configuration_dwatt import DWAttConfig
+    from .configuration_dwatt import DWAttConfig, is_decoder_only
 except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from configuration_dwatt import DWAttConfig
+    from configuration_dwatt import DWAttConfig, is_decoder_only
 
 logger = logging.get_logger(__name__)
 
@@ -127,15 +128,18 @@ def _attribute(module: nn.Module, path: str):
     return module
 
 
-class EncoderFamily:
+class BackboneFamily:
     """
-    What DWAtt needs to know of an encoder family beyond what `AutoModel` gives: where its transformer layers live,
-    how one is built, and what a layer takes besides the hidden states (its attention-mask format, its position
-    signal). The default is BERT's way (`encoder.layer`, a 4-D bidirectional mask), which RoBERTa, XLM-R, CamemBERT,
-    ELECTRA and most BERT descendants share; the families that differ override one method each.
+    What DWAtt needs to know of a backbone family beyond what `AutoModel` gives: where its transformer layers live,
+    how one is built, what a layer takes besides the hidden states (its attention-mask format, its position signal),
+    and whether its attention is causal. The default is BERT's way (`encoder.layer`, a 4-D bidirectional mask),
+    which RoBERTa, XLM-R, CamemBERT, ELECTRA and most BERT descendants share; the families that differ override one
+    method each, and decoder-only language models share `DecoderFamily`.
     """
 
     layer_list = "encoder.layer"
+    # Decoder-only: each token sees only what precedes it, and positions count from the first non-padding token.
+    causal = False
 
     def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
         layers = _attribute(backbone, self.layer_list)
@@ -163,7 +167,7 @@ class EncoderFamily:
         return True
 
 
-class MPNetFamily(EncoderFamily):
+class MPNetFamily(BackboneFamily):
     """Every MPNet layer also takes the encoder's shared relative position bias."""
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
@@ -172,7 +176,7 @@ class MPNetFamily(EncoderFamily):
         return [((mask,), {"position_bias": bias}) for _ in layers]
 
 
-class RoFormerFamily(EncoderFamily):
+class RoFormerFamily(BackboneFamily):
     """Every RoFormer layer rotates its queries and keys by the encoder's sinusoidal positions."""
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
@@ -181,7 +185,7 @@ class RoFormerFamily(EncoderFamily):
         return [((mask,), {"sinusoidal_pos": positions}) for _ in layers]
 
 
-class DebertaFamily(EncoderFamily):
+class DebertaFamily(BackboneFamily):
     """DeBERTa (v1, v2, v3): the encoder's own mask format and its disentangled relative positions."""
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
@@ -195,7 +199,7 @@ class DebertaFamily(EncoderFamily):
         return [((encoder.get_attention_mask(attention_mask),), kwargs) for _ in layers]
 
 
-class ModernBertFamily(EncoderFamily):
+class ModernBertFamily(BackboneFamily):
     """ModernBERT: layers under `layers`, global and sliding-window (local) attention alternating, rotary positions
     per attention type. Extra layers continue the alternation."""
 
@@ -231,24 +235,121 @@ class ModernBertFamily(EncoderFamily):
         return {"dense": config.classifier_bias, "norm": config.norm_bias, "decoder": config.decoder_bias}[part]
 
 
-class ElectraFamily(EncoderFamily):
+class ElectraFamily(BackboneFamily):
     """ELECTRA's masked-LM head is its generator's, whose activation is always GELU."""
 
     def lm_head_activation(self, config) -> str:
         return "gelu"
 
 
-class DistilBertFamily(EncoderFamily):
+class DistilBertFamily(BackboneFamily):
     layer_list = "transformer.layer"
 
 
-class AlbertFamily(EncoderFamily):
+class AlbertFamily(BackboneFamily):
     """ALBERT shares one layer group across its depth; extra layers are fresh, unshared layers of that group's class."""
 
     layer_list = "encoder.albert_layer_groups.0.albert_layers"
 
 
-ENCODER_FAMILIES: dict[str, EncoderFamily] = {
+class _EndOfDryRun(Exception):
+    """Raised by the last `_LayerInputsRecorder` of a dry run: the backbone has handed every layer its inputs."""
+
+
+class _LayerInputsRecorder(nn.Module):
+    """Stands in for one of the backbone's layers during a dry run: keeps the arguments the backbone hands the layer
+    and passes the hidden states through without the layer's work."""
+
+    def __init__(self, index: int, store: dict, last: bool):
+        super().__init__()
+        self.index, self.store, self.last = index, store, last
+
+    def forward(self, hidden_states, *args, **kwargs):
+        self.store[self.index] = (args, kwargs)
+        if self.last:
+            raise _EndOfDryRun
+        return hidden_states
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted from each row's first non-padding token: 0, 1, ... whichever side the padding is on."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _continue_pattern(values: list, count: int) -> list:
+    """`count` more values of a per-layer setting: its shortest period repeated, or its last value where it has none
+    (Gemma's 5 local : 1 global continues as 5 : 1; Qwen2's full-then-sliding as sliding)."""
+    period = next(p for p in range(1, len(values) + 1) if all(v == values[i % p] for i, v in enumerate(values)))
+    if period == len(values):
+        return [values[-1]] * count
+    return [values[(len(values) + i) % period] for i in range(count)]
+
+
+class DecoderFamily(BackboneFamily):
+    """
+    Decoder-only language models (Llama, Qwen, Mistral, Gemma, Phi, OLMo, GPT-2, GPT-NeoX, ...): causal attention,
+    layers under `layers` (GPT-2's `h`). Their layers take what the model computes once from the mask and the
+    positions (a causal or sliding-window mask, rotary embeddings per attention type, ALiBi), each family in its own
+    format, so `layer_inputs` lets the backbone compute them itself: a dry run of its forward with every layer
+    replaced by a recorder that keeps what the layer receives and skips the layer's work. An extra layer at position
+    L + i gets what the backbone hands its last layer of the same kind, and is built with the per-layer settings
+    (`layer_types`, ...) continued by layer index.
+    """
+
+    causal = True
+    layer_list = "layers"
+    layer_lists = ("layers", "h", "blocks", "decoder.layers", "transformer.h", "model.layers")
+
+    def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
+        for path in (self.layer_list, *self.layer_lists):
+            layers = _attribute(backbone, path)
+            if isinstance(layers, nn.ModuleList) and len(layers):
+                return layers
+        return None
+
+    @staticmethod
+    def per_layer_settings(config) -> dict[str, list]:
+        """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
+        depth = config.num_hidden_layers
+        return {key: value for key, value in config.to_dict().items() if isinstance(value, list) and len(value) == depth}
+
+    def kinds(self, config, count: int) -> list[tuple]:
+        """What the layers at positions 0..count-1 are (their per-layer settings), continued past the backbone's."""
+        settings = [values + _continue_pattern(values, max(0, count - len(values)))
+                    for values in self.per_layer_settings(config).values()]
+        return [tuple(values[position] for values in settings) for position in range(count)]
+
+    def new_layer(self, layer_class, config, position):
+        extended = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
+        for key, values in self.per_layer_settings(config).items():
+            setattr(extended, key, values + _continue_pattern(values, position - config.num_hidden_layers + 1))
+        return super().new_layer(layer_class, extended, position)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        own = self.layers(backbone)
+        recorded: dict[int, tuple] = {}
+        originals = list(own)
+        accepted = inspect.signature(backbone.forward).parameters
+        inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask, "use_cache": False}
+        if attention_mask is not None and "position_ids" in accepted:
+            inputs["position_ids"] = positions_from_mask(attention_mask)
+        for index in range(len(own)):
+            own[index] = _LayerInputsRecorder(index, recorded, last=index == len(own) - 1)
+        try:
+            backbone(**{k: v for k, v in inputs.items() if k in accepted or k == "inputs_embeds"})
+        except _EndOfDryRun:
+            pass
+        finally:
+            for index, layer in enumerate(originals):
+                own[index] = layer
+        depth = len(originals)
+        kinds = self.kinds(backbone.config, depth + len(layers))
+        same_kind = [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1)
+                     for i in range(len(layers))]
+        return [recorded[j] for j in same_kind]
+
+
+FAMILIES: dict[str, BackboneFamily] = {
     "mpnet": MPNetFamily(),
     "roformer": RoFormerFamily(),
     "deberta": DebertaFamily(),
@@ -258,11 +359,14 @@ ENCODER_FAMILIES: dict[str, EncoderFamily] = {
     "distilbert": DistilBertFamily(),
     "albert": AlbertFamily(),
 }
-"""Encoder families that differ from BERT's way, keyed by `model_type`; any other family gets `EncoderFamily()`."""
+"""Backbone families that differ from BERT's way, keyed by `model_type`: any other decoder-only family gets
+`DecoderFamily()` (`is_decoder_only`), any other encoder `BackboneFamily()`."""
 
 
-def encoder_family(config) -> EncoderFamily:
-    return ENCODER_FAMILIES.get(config.model_type, EncoderFamily())
+def backbone_family(config) -> BackboneFamily:
+    if config.model_type in FAMILIES:
+        return FAMILIES[config.model_type]
+    return DecoderFamily() if is_decoder_only(config) else BackboneFamily()
 
 
 class DWAttMLP(nn.Module):
@@ -419,14 +523,14 @@ class LastLayer(nn.Module):
 class ExtraLayers(nn.Module):
     """
     `n` freshly initialised layers of the backbone's own layer class on top of z_L (the paper's Base+n). They
-    are called like the backbone calls its own (see `EncoderFamily.layer_inputs`): with its attention-mask format
+    are called like the backbone calls its own (see `BackboneFamily.layer_inputs`): with its attention-mask format
     and its position signal (MPNet's relative bias, DeBERTa's relative positions, ModernBERT's rotary embeddings).
     """
 
     def __init__(self, config: DWAttConfig, backbone: nn.Module):
         super().__init__()
         encoder = config.encoder_config
-        family = encoder_family(encoder)
+        family = backbone_family(encoder)
         layers = family.layers(backbone)
         if layers is None:
             raise ValueError(
@@ -437,6 +541,9 @@ class ExtraLayers(nn.Module):
         self.layer = nn.ModuleList(
             family.new_layer(type(layers[0]), encoder, depth + i) for i in range(config.num_extra_layers)
         )
+        for part in self.layer.modules():  # initialised the backbone's way (`DWAttPreTrainedModel._init_weights`)
+            part._dwatt_extra_layer_part = True
+
 
     def forward(self, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]) -> torch.Tensor:
         hidden_states = last_layer
@@ -452,7 +559,7 @@ class DWAttLMHead(nn.Module):
     def __init__(self, config: DWAttConfig):
         super().__init__()
         encoder = config.encoder_config
-        family = encoder_family(encoder)
+        family = backbone_family(encoder)
         size = family.lm_head_size(encoder)
         self.dense = nn.Linear(encoder.hidden_size, size, bias=family.lm_head_bias(encoder, "dense"))
         self.activation = ACT2FN[family.lm_head_activation(encoder)]
@@ -530,7 +637,13 @@ class DWAttPreTrainedModel(PreTrainedModel):
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         std = getattr(self.config.encoder_config, "initializer_range", 0.02)
-        if isinstance(module, DepthWiseAttention):
+        if getattr(module, "_dwatt_extra_layer_part", False):
+            # Part of a layer of the backbone's own class (Base+n): the backbone's initialisation knows all its parts
+            # (experts, RMS norms, and the rotary or sinusoidal buffers that are not saved, which a reload recomputes).
+            backbone = self.backbone if isinstance(self, DWAttModel) else self.dwatt.backbone
+            if isinstance(backbone, PreTrainedModel):
+                backbone._init_weights(module)
+        elif isinstance(module, DepthWiseAttention):
             init.uniform_(module.layer_positions, 0.0, 1.0)
             init.normal_(module.value_up_weight, mean=0.0, std=std)
             init.normal_(module.value_down_weight, mean=0.0, std=std)
@@ -568,6 +681,7 @@ class DWAttModel(DWAttPreTrainedModel):
         self.backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
         accepted = inspect.signature(self.backbone.forward).parameters
         self._takes_token_types = "token_type_ids" in accepted
+        self._counts_positions_from_mask = backbone_family(config.encoder_config).causal and "position_ids" in accepted
         fusion = config.fusion
         if fusion == "dwatt":
             self.fusion = DepthWiseAttention(config)
@@ -583,11 +697,11 @@ class DWAttModel(DWAttPreTrainedModel):
 
     @property
     def fused_layer_indices(self) -> list[int]:
-        """Indices into the backbone's hidden-state tuple (0 = embedding output) that the fusion reads."""
-        num_layers = self.config.encoder_config.num_hidden_layers
+        """Indices into the backbone's hidden-state tuple (0 = embedding output) that the fusion reads: the layers
+        of `config.fused_layers` (all by default), z_L last."""
         if self.config.fusion in ("base", "base_plus_n"):
-            return [num_layers]
-        return list(range(0 if self.config.include_embeddings else 1, num_layers + 1))
+            return [self.config.encoder_config.num_hidden_layers]
+        return [0] * self.config.include_embeddings + self.config.fused_layer_numbers
 
     @property
     def fusion_is_per_token(self) -> bool:
@@ -619,7 +733,9 @@ class DWAttModel(DWAttPreTrainedModel):
         if available == num_all:
             if wanted == list(range(len(wanted))) and len(wanted) == available:
                 return backbone_hidden_states
-            return backbone_hidden_states[:, wanted[0] : wanted[-1] + 1]
+            if wanted == list(range(wanted[0], wanted[-1] + 1)):
+                return backbone_hidden_states[:, wanted[0] : wanted[-1] + 1]
+            return backbone_hidden_states[:, wanted]
         if available == len(wanted):
             return backbone_hidden_states
         raise ValueError(
@@ -653,11 +769,16 @@ class DWAttModel(DWAttPreTrainedModel):
     def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
         """
         The backbone's hidden states for `inputs` (embedding output first, then each layer). The last is the
-        encoder's output (`last_hidden_state`): for families with a final norm after the last layer (ModernBERT)
-        that is what a plain head would read. Inputs the family has no use for (token types) are left out.
+        encoder's output (`last_hidden_state`): for families with a final norm after the last layer (ModernBERT, the
+        decoder LLMs) that is what a plain head would read. Inputs the family has no use for (token types) are left
+        out. A decoder-only backbone counts positions from each row's first non-padding token, so that padding on
+        either side changes nothing (transformers' own default counts from the first position, padding included).
         """
         if not self._takes_token_types:
             inputs.pop("token_type_ids", None)
+        mask = inputs.get("attention_mask")
+        if self._counts_positions_from_mask and mask is not None and inputs.get("position_ids") is None:
+            inputs["position_ids"] = positions_from_mask(mask)
         outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True, return_dict=True)
         return (*outputs.hidden_states[:-1], outputs.last_hidden_state)
 
@@ -715,7 +836,7 @@ class DWAttModel(DWAttPreTrainedModel):
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         if isinstance(self.fusion, ExtraLayers):
-            layer_inputs = encoder_family(self.config.encoder_config).layer_inputs(
+            layer_inputs = backbone_family(self.config.encoder_config).layer_inputs(
                 self.backbone, last_layer, attention_mask, self.fusion.layer
             )
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
@@ -760,11 +881,24 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         raise NotImplementedError
 
     def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor | None:
-        """The positions a per-token fusion must fuse (`None`: all): with `fuse_labelled_positions_only` and labels,
-        the labelled ones, as the loss reads nothing else."""
+        """The positions the per-token work (a per-token fusion, the head) runs on (`None`: all): with
+        `fuse_labelled_positions_only` and labels, the labelled ones, as the loss reads nothing else; otherwise, in
+        a batch with padding, the non-padding ones, so that the work follows the real token count. The outputs at
+        the other positions are zero."""
         if labels is not None and self.fuse_labelled_positions_only:
             return labels != -100
+        if attention_mask is not None and attention_mask.shape == shape and not bool(attention_mask.all()):
+            return attention_mask.to(device).bool()
         return None
+
+    @staticmethod
+    def per_position(function, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        """`function` (a per-token head) on the fused vectors of `positions` only, scattered back into zeros (all
+        positions when `positions` is None). Out of place, so that it also runs under `torch.func.vmap`."""
+        if positions is None:
+            return function(fused)
+        selected = function(fused[positions])
+        return selected.new_zeros(*positions.shape, selected.shape[-1]).index_put((positions,), selected)
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         """Cross-entropy, the mean over labelled positions (`mean_over_items`)."""
@@ -1006,7 +1140,7 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         self.post_init()
 
     def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        return self.classifier(self.dropout(fused))
+        return self.per_position(lambda vectors: self.classifier(self.dropout(vectors)), fused, positions)
 
 
 class RobertaDWAttForMaskedLM(_DWAttWithHead):
@@ -1021,12 +1155,17 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
+        if is_decoder_only(config.encoder_config):
+            raise ValueError(
+                f"masked LM needs an encoder: the {config.encoder_config.model_type!r} backbone is a causal language "
+                "model with no masked-LM head (token and sequence classification work on it)"
+            )
         self.dwatt = DWAttModel(config)
         self.lm_head = DWAttLMHead(config)
         self.post_init()
 
     def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        return self.lm_head(fused)
+        return self.per_position(self.lm_head, fused, positions)  # the vocabulary projection where it is read
 
     def get_output_embeddings(self) -> nn.Module:
         return self.lm_head.decoder
@@ -1083,7 +1222,8 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
     """
     DWAtt layer fusion over a pretrained encoder for sentence (or sentence-pair) classification and regression.
     The fusion runs per token as for NER; the fused tokens are then pooled into one vector (`config.pooling`:
-    `"mean"` over the non-padding tokens, or `"first"`), and a RoBERTa-style head (dense, tanh, projection, with
+    `"mean"` over the non-padding tokens, `"first"`, or `"last"`, the last non-padding token, as transformers' decoder
+    classifiers pool), and a RoBERTa-style head (dense, tanh, projection, with
     dropout before each) gives `num_labels` logits. `config.problem_type` follows transformers:
     `"single_label_classification"` (cross-entropy), `"multi_label_classification"` (binary cross-entropy on
     multi-hot float labels) or `"regression"` (mean squared error; `num_labels=1`), inferred from the labels when
@@ -1110,12 +1250,15 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
         self.post_init()
 
     def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor:
-        """The positions the pooling reads, which are all a per-token fusion needs: the first, or every
-        non-padding one."""
-        if self.config.pooling == "first":
-            positions = torch.zeros(shape, dtype=torch.bool, device=device)
-            positions[:, 0] = True
-            return positions
+        """The positions the pooling reads, which are all a per-token fusion needs: the first, the last non-padding
+        one (on either padding side), or every non-padding one."""
+        if self.config.pooling in ("first", "last"):
+            if self.config.pooling == "first" or attention_mask is None:
+                index = torch.full(shape[:1], 0 if self.config.pooling == "first" else shape[1] - 1, device=device)
+            else:  # the last position whose mask is 1
+                order = torch.arange(shape[1], device=device)
+                index = (attention_mask.to(device).bool() * (order + 1)).argmax(-1)
+            return torch.nn.functional.one_hot(index, shape[1]).bool()
         if attention_mask is None:
             return torch.ones(shape, dtype=torch.bool, device=device)
         return attention_mask.bool()
@@ -1123,6 +1266,8 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
     def head(self, fused: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.config.pooling == "first":
             pooled = fused[:, 0]
+        elif self.config.pooling == "last":
+            pooled = (fused * positions.to(fused.dtype).unsqueeze(-1)).sum(1)  # the one position of each row
         else:
             weights = positions.to(fused.dtype).unsqueeze(-1)
             pooled = (fused * weights).sum(1) / weights.sum(1).clamp(min=1)

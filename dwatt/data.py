@@ -7,6 +7,7 @@ Every loader reads local files (the usual formats) or, given a Hub dataset name 
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -187,14 +188,61 @@ def _read_text_lines(path: Path) -> Iterator[str]:
         yield line
 
 
+_TOLD_ABOUT_PADDING: set[str] = set()
+
+
 def load_tokenizer(name_or_path: str | Path, **kwargs):
-    """A fast tokenizer ready for pre-split words: byte-level BPE ones (RoBERTa, GPT-2) get `add_prefix_space`."""
+    """
+    A fast tokenizer ready for pre-split words and for batches: byte-level BPE ones of the RoBERTa and GPT-2
+    families get `add_prefix_space`; one without a padding token (most decoder LLMs) pads with its end-of-sequence
+    token, which is said once per tokenizer (the attention mask keeps padding out of every result).
+    """
     from transformers import AutoConfig, AutoTokenizer
 
     model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")
     if model_type in BYTE_LEVEL_BPE_MODELS:
         kwargs.setdefault("add_prefix_space", True)
-    return AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"the tokenizer of {name_or_path} has neither a padding nor an end-of-sequence token; "
+                             "give it a pad_token before batching")
+        tokenizer.pad_token = tokenizer.eos_token
+        if str(name_or_path) not in _TOLD_ABOUT_PADDING:
+            _TOLD_ABOUT_PADDING.add(str(name_or_path))
+            logger.warning(f"the tokenizer of {name_or_path} has no padding token; padding with its end-of-sequence "
+                           f"token {tokenizer.eos_token!r} (masked out everywhere)")
+    return tokenizer
+
+
+_SPACING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> drops_running_text_spaces
+
+
+def drops_running_text_spaces(tokenizer) -> bool:
+    """
+    Whether the tokenizer, given words one by one (`is_split_into_words`), encodes a word without the space it has
+    in running text: byte-level BPE without a prefix space (most decoder LLMs) turns `Blackburn` into `Black`,
+    `burn` instead of `ĠBlack`, `burn`. WordPiece and SentencePiece tokenizers, and byte-level ones with
+    `add_prefix_space`, do not. Probed once per tokenizer on a second word, which carries a space in running text.
+    """
+    if tokenizer not in _SPACING:
+        words = ["Peter", "Blackburn"]
+        alone = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+        running = tokenizer(" ".join(words), add_special_tokens=False)
+
+        def second_word(encoding) -> list[int]:
+            return [i for i, word in zip(encoding["input_ids"], encoding.word_ids()) if word == 1]
+
+        _SPACING[tokenizer] = second_word(alone) != second_word(running)
+    return _SPACING[tokenizer]
+
+
+def as_in_running_text(tokenizer, sentences: list[list[str]]) -> list[list[str]]:
+    """Pre-split sentences as the tokenizer must get them to encode each word as in running text: unchanged, or
+    (`drops_running_text_spaces`) every word after the first with its leading space."""
+    if not drops_running_text_spaces(tokenizer):
+        return sentences
+    return [[word if i == 0 else " " + word for i, word in enumerate(words)] for words in sentences]
 
 
 def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride: int = 32) -> tuple[dict, dict]:
@@ -203,8 +251,10 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
     (windows), consecutive ones overlapping by `stride` sub-words, so no word is cut off. Besides the tokenizer's
     outputs, each row has `word_ids` (-1 for special tokens), `sentence` (index into `sentences`), `window`
     (0, 1, ...) and `scored`: 1 at the first sub-token of each word in the one window that scores it (the first
-    window where that sub-token appears), so every word is scored exactly once. Words the tokenizer turns into no
-    sub-token at all (zero-width characters, say) are encoded as its unknown token, so none is lost.
+    window where that sub-token appears), so every word is scored exactly once. Each word is encoded as in running
+    text (`as_in_running_text`: with its leading space, for byte-level BPE tokenizers that would drop it). Words
+    the tokenizer turns into no sub-token at all (zero-width characters, say) are encoded as its unknown token, so
+    none is lost.
     Returns the rows and counts of what was done (`windowed_sentences`, `extra_windows`, `unknown_words`).
     """
     room = max_length - tokenizer.num_special_tokens_to_add()
@@ -214,7 +264,7 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
     unknown_words = 0
     for attempt in range(2):
         encoded = tokenizer(
-            sentences,
+            as_in_running_text(tokenizer, sentences),
             is_split_into_words=True,
             truncation=True,
             max_length=max_length,

@@ -58,6 +58,9 @@ class FeatureMemo:
         self._entries: OrderedDict[Hashable, FeatureCache] = OrderedDict()
         self.hits = self.misses = 0
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._entries
+
     def get(self, key: Hashable, build: Callable[[], "FeatureCache"]) -> "FeatureCache":
         if key in self._entries:
             self.hits += 1
@@ -77,8 +80,8 @@ class FeatureMemo:
 
 class FeatureCache(TorchDataset):
     """
-    Cached hidden states of a tokenised dataset. `features` is `(total_tokens, layers, hidden)`; sentence `i`
-    owns rows `offsets[i] : offsets[i] + lengths[i]`. Items are dicts with `backbone_hidden_states`
+    Cached hidden states of a tokenised dataset. `features` is `(total_tokens, layers, hidden)`, in memory or
+    memory-mapped from a file (`storage`); sentence `i` owns rows `offsets[i] : offsets[i] + lengths[i]`. Items are dicts with `backbone_hidden_states`
     `(layers, length, hidden)`, `attention_mask`, and `labels` when the dataset had them.
     """
 
@@ -88,8 +91,10 @@ class FeatureCache(TorchDataset):
         offsets: list[int],
         lengths: list[int],
         labels: list | None = None,
+        storage: str = "memory",
     ):
         self.features, self.offsets, self.lengths, self.labels = features, offsets, lengths, labels
+        self.storage = storage  # "memory", or "disk" for a memory-mapped file
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -159,6 +164,58 @@ class FeatureCollator:
         return output
 
 
+def cache_lengths(dataset, scored_positions_only: bool = False, pooled: str | None = None) -> list[int]:
+    """How many positions `build_feature_cache` keeps of each sentence: the labelled ones, one (pooled), or all."""
+    if scored_positions_only:
+        return [sum(label != -100 for label in row) for row in dataset["labels"]]
+    if pooled:
+        return [1] * len(dataset)
+    return [len(ids) for ids in dataset["input_ids"]]
+
+
+def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool = False, pooled: str | None = None) -> int:
+    """The size `build_feature_cache` will give the features of `dataset`: positions x fused layers x width."""
+    positions = sum(cache_lengths(dataset, scored_positions_only, pooled))
+    width = model.dwatt.backbone.config.hidden_size
+    return positions * len(model.dwatt.fused_layer_indices) * width * torch.empty((), dtype=dtype).element_size()
+
+
+class CacheTooLargeError(ValueError):
+    """A feature cache that fits neither in memory nor on the disk it would spill to."""
+
+
+MEMORY_SHARE = 0.5  # a cache may take at most this share of the available memory; beyond it, it is memory-mapped
+
+
+def cache_storage(nbytes: int, spill_folder: str | Path) -> Path | None:
+    """
+    Where a cache of `nbytes` goes: memory (`None`) when it takes at most `MEMORY_SHARE` of the available memory
+    (the rest is the margin for training, the model and the other caches), else a memory-mapped file in
+    `spill_folder` when its disk has room for it (plus 1 GiB), else `CacheTooLargeError` saying what to change.
+    """
+    import shutil
+
+    import psutil
+
+    available = psutil.virtual_memory().available
+    if nbytes <= MEMORY_SHARE * available:
+        return None
+    folder = Path(spill_folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if nbytes + (1 << 30) <= free:
+        return folder
+    raise CacheTooLargeError(
+        f"the feature cache needs {gib(nbytes)}: more than {MEMORY_SHARE:.0%} of the {gib(available)} of memory "
+        f"available and more than the {gib(free)} free on the disk of {folder}; fuse fewer layers (--layers "
+        "every:4), score fewer dev sentences (--dev-sentences), or train without the cache (--no-cache)"
+    )
+
+
+def gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
 @torch.no_grad()
 def build_feature_cache(
     model,
@@ -170,19 +227,21 @@ def build_feature_cache(
     progress: bool = True,
     scored_positions_only: bool = False,
     pooled: str | None = None,
+    keep_file: bool = True,
 ) -> FeatureCache:
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
     `token_type_ids` and `labels`) and keep the layers its fusion reads, stored as `dtype` (float16/bfloat16 halve
     the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
-    memory-mapped file there instead of RAM. Sentences are batched by length so padding costs little.
+    memory-mapped file there instead of RAM (`keep_file=False`: a scratch file, unlinked once mapped, whose pages
+    the system frees with the cache). Sentences are batched by length so padding costs little.
 
     `scored_positions_only=True` keeps only the positions that carry a label (first sub-tokens), for evaluation
     with a fusion that works token by token (all but Base+n): its outputs there are the same with or without the
     other positions, and scoring ignores those anyway, so evaluation does about a quarter less work.
 
-    `pooled` is for sequence classification, whose head reads one vector per sentence: `"first"` keeps the first
-    position only (exact for a per-token fusion with first-token pooling), `"mean"` keeps each layer's mean over
+    `pooled` is for sequence classification, whose head reads one vector per sentence: `"first"` (`"last"`) keeps
+    the first (last) position only (exact for a per-token fusion with that pooling), `"mean"` keeps each layer's mean over
     the sentence's tokens, taken in float32 (exact for a fusion linear in the layers -- Base, Concat, ScalarMix --
     with mean pooling: the mean commutes with it). Either way each sentence becomes one row.
     """
@@ -193,8 +252,8 @@ def build_feature_cache(
     if scored_positions_only and "labels" not in dataset.column_names:
         raise ValueError("scored_positions_only needs a `labels` column")
     labels = list(dataset["labels"]) if "labels" in dataset.column_names else None
-    if pooled not in (None, "first", "mean"):
-        raise ValueError(f"pooled: expected 'first' or 'mean', got {pooled!r}")
+    if pooled not in (None, "first", "last", "mean"):
+        raise ValueError(f"pooled: expected 'first', 'last' or 'mean', got {pooled!r}")
     keep = None
     if scored_positions_only:
         keep = [[i for i, label in enumerate(row) if label != -100] for row in labels]
@@ -204,7 +263,7 @@ def build_feature_cache(
     backbone.eval()
     indices = dwatt.fused_layer_indices
     input_lengths = [len(ids) for ids in dataset["input_ids"]]
-    lengths = [len(k) for k in keep] if keep is not None else [1] * len(input_lengths) if pooled else input_lengths
+    lengths = cache_lengths(dataset, scored_positions_only, pooled)
     offsets = [0]
     for length in lengths[:-1]:
         offsets.append(offsets[-1] + length)
@@ -217,6 +276,8 @@ def build_feature_cache(
         path.parent.mkdir(parents=True, exist_ok=True)
         numel = shape[0] * shape[1] * shape[2]
         features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+        if not keep_file:
+            path.unlink(missing_ok=True)  # the mapping stays valid; the disk space goes with the last reference
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
@@ -238,10 +299,15 @@ def build_feature_cache(
         stacked = stacked.to("cpu", dtype)
         for row, index in enumerate(batch_indices):
             start = offsets[index]
-            rows_kept = stacked[row, keep[index]] if keep is not None else stacked[row, : lengths[index]]
+            if keep is not None:
+                rows_kept = stacked[row, keep[index]]
+            elif pooled == "last":
+                rows_kept = stacked[row, input_lengths[index] - 1 : input_lengths[index]]
+            else:
+                rows_kept = stacked[row, : lengths[index]]
             features[start : start + lengths[index]] = rows_kept
     backbone.train(was_training)
-    return FeatureCache(features, offsets, lengths, labels)
+    return FeatureCache(features, offsets, lengths, labels, storage="memory" if path is None else "disk")
 
 
 def build_feature_cache_across_processes(model, dataset, **kwargs) -> FeatureCache:

@@ -296,6 +296,21 @@ PRESETS = {
         fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(16,), epochs=(20,),
         trials=3, dev_sentences=800, learning_rate=5e-4, poolings=("first",),
     ),
+    # Depth: the same CoNLL-03 FE grid on backbones of 6, 12 and 30 layers (MiniLM, MPNet, the SmolLM2 decoder LLM;
+    # pass them with --backbones), every fusion, scored on one fixed 1000 dev sentences.
+    "conll-depth": dict(
+        fusions=(*PAPER_FUSIONS, "scalar_mix"), n_shots=(8, 32, 128), epochs=(25,), trials=3, dev_sentences=1000,
+    ),
+    # Few-shot AG News on a decoder LLM: the agnews-fe protocol at N = 4, 16, 64 per class, pooled the model's way
+    # (the last token on a decoder); agnews-depth-pooling adds mean pooling at N = 16 to compare.
+    "agnews-depth": dict(
+        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(4, 16, 64), epochs=(20,),
+        trials=3, dev_sentences=800, learning_rate=5e-4,
+    ),
+    "agnews-depth-pooling": dict(
+        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(16,), epochs=(20,),
+        trials=3, dev_sentences=800, learning_rate=5e-4, poolings=("mean",),
+    ),
     # A minute on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one
     # trial, 200 dev sentences.
     "smoke": dict(fusions=("base", "dwatt"), n_shots=(2,), epochs=(2,), trials=1, dev_sentences=200),

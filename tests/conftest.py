@@ -132,3 +132,35 @@ def tiny_conll(tmp_path_factory):
     for name in ("train.txt", "valid.txt", "test.txt"):
         (folder / name).write_text("-DOCSTART- O\n\n" + "\n".join([text] * (4 if name == "train.txt" else 1)))
     return folder
+
+
+DECODER_CORPUS = [
+    "EU rejects German call to boycott British lamb .",
+    "Peter Blackburn visited Brussels .",
+    "BRUSSELS 1996-08-22",
+    "The European Commission said on Thursday it disagreed with German advice to consumers .",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_decoder(tmp_path_factory):
+    """A tiny random Llama (the decoder-LLM case) with a byte-level BPE tokenizer that, like most LLMs', has no
+    padding token and no prefix space, saved like a pretrained checkpoint (a causal-LM head and all)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    bpe.train_from_iterator(DECODER_CORPUS * 3, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
+    tokenizer.save_pretrained(folder)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                         num_key_value_heads=2, intermediate_size=48, max_position_embeddings=128, bos_token_id=0,
+                         eos_token_id=0, pad_token_id=None)
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    return folder

@@ -1,9 +1,10 @@
-"""Every fusion on every encoder family, on tiny random configs: family x fusion x task.
+"""Every fusion on every backbone family, encoders and decoder LLMs, on tiny random configs: family x fusion x task.
 
 For each cell: build from a saved backbone, forward, backward, save (full and head-only), reload as remote code in
 a process that cannot import dwatt (one process for all cells), and check that the FE cache gives the uncached
-logits. The masked-LM head of each family is checked against the family's own `AutoModelForMaskedLM`. The README's
-support table is generated from these parameters (`support_table`), so it cannot drift.
+logits; padding changes no prediction (on a decoder, on either side). The masked-LM head of each encoder family is
+checked against the family's own `AutoModelForMaskedLM`. The README's support table is generated from these
+parameters (`support_table`), so it cannot drift.
 """
 
 import json
@@ -12,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 from datasets import Dataset
-from transformers import AutoConfig, AutoModelForMaskedLM
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
-from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED
-from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForTokenClassification
+from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED, is_decoder_only
+from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.features import FeatureCollator, build_feature_cache
 
 from .conftest import run_without_dwatt
@@ -24,31 +25,69 @@ from .conftest import run_without_dwatt
 TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37, vocab_size=99,
             max_position_embeddings=64, pad_token_id=1)
 DEBERTA_RELATIVE = dict(relative_attention=True, pos_att_type=["c2p", "p2c"], max_relative_positions=16)
-# The families, with what their tiny config needs beyond TINY (their own position scheme switched on).
+# The encoder families, with what their tiny config needs beyond TINY (their own position scheme switched on), and
+# their attention.
 FAMILIES = {
-    "bert": {},
-    "roberta": {},
-    "xlm-roberta": {},
-    "camembert": {},
-    "mpnet": {},
-    "deberta": DEBERTA_RELATIVE,
-    "deberta-v2": DEBERTA_RELATIVE | dict(position_buckets=8, norm_rel_ebd="layer_norm", share_att_key=True,
-                                          position_biased_input=False),  # DeBERTa-v3's settings
-    "modernbert": dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
-                       global_attn_every_n_layers=2, local_attention=4),
-    "electra": dict(embedding_size=16),
-    "distilbert": dict(hidden_dim=37),
-    "albert": dict(embedding_size=16),
-    "xlm-roberta-xl": {},
-    "ernie": {},
-    "data2vec-text": {},
-    "megatron-bert": {},
-    "roformer": {},
+    "bert": ("bidirectional", {}),
+    "roberta": ("bidirectional", {}),
+    "xlm-roberta": ("bidirectional", {}),
+    "camembert": ("bidirectional", {}),
+    "mpnet": ("bidirectional, relative position bias", {}),
+    "deberta": ("bidirectional, disentangled relative positions", DEBERTA_RELATIVE),
+    "deberta-v2": ("bidirectional, disentangled relative positions",
+                   DEBERTA_RELATIVE | dict(position_buckets=8, norm_rel_ebd="layer_norm", share_att_key=True,
+                                           position_biased_input=False)),  # DeBERTa-v3's settings
+    "modernbert": ("bidirectional, rotary; local (sliding) and global layers alternating",
+                   dict(pad_token_id=0, bos_token_id=2, eos_token_id=3, cls_token_id=2, sep_token_id=3,
+                        global_attn_every_n_layers=2, local_attention=4)),
+    "electra": ("bidirectional", dict(embedding_size=16)),
+    "distilbert": ("bidirectional", dict(hidden_dim=37)),
+    "albert": ("bidirectional, one layer shared across the depth", dict(embedding_size=16)),
+    "xlm-roberta-xl": ("bidirectional", {}),
+    "ernie": ("bidirectional", {}),
+    "data2vec-text": ("bidirectional", {}),
+    "megatron-bert": ("bidirectional", {}),
+    "roformer": ("bidirectional, rotary", {}),
 }
-# Not here: ConvBERT (its convolutions read padding positions, so a sentence's outputs depend on how it is padded
-# and no unpadded FE cache can equal them), Longformer and BigBird (sparse attention with their own mask formats).
-TASKS = {"token": DWAttForTokenClassification, "mlm": DWAttForMaskedLM}
-AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM"}
+# Decoder-only LLMs: the ten asked for first, then others people fine-tune for classification. Their tiny configs
+# switch on what sets them apart (sliding windows, local/global alternation, experts), with 2 KV heads.
+DECODER_TINY = TINY | dict(num_key_value_heads=2, intermediate_size=48, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+DECODERS = {
+    "llama": ("causal, rotary", {}),
+    "qwen2": ("causal, rotary; sliding window above `max_window_layers`", dict(use_sliding_window=True, sliding_window=4,
+                                                                             max_window_layers=1)),
+    "qwen3": ("causal, rotary, query/key norms", dict(head_dim=8)),
+    "mistral": ("causal, rotary, sliding window", dict(sliding_window=4)),
+    "gemma2": ("causal, rotary; local (sliding) and global layers alternating", dict(head_dim=8, sliding_window=4)),
+    "gemma3_text": ("causal, rotary per attention type; local and global layers (5 : 1, here 1 : 1)",
+                    dict(head_dim=8, sliding_window=4, sliding_window_pattern=2)),
+    "phi3": ("causal, rotary", {}),
+    "olmo2": ("causal, rotary", {}),
+    "gpt2": ("causal, learned absolute positions", {}),
+    "gpt_neox": ("causal, partial rotary", {}),
+    "gemma": ("causal, rotary", dict(head_dim=8)),
+    "phi": ("causal, partial rotary", {}),
+    "mixtral": ("causal, rotary, sliding window; mixture of experts", dict(num_local_experts=2, num_experts_per_tok=1)),
+    "qwen2_moe": ("causal, rotary; mixture of experts", dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16,
+                                                           shared_expert_intermediate_size=16)),
+    "qwen3_moe": ("causal, rotary; mixture of experts", dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=16)),
+    "starcoder2": ("causal, rotary, sliding window", dict(sliding_window=4)),
+    "smollm3": ("causal, rotary except on every fourth layer", {}),
+    "olmo": ("causal, rotary", {}),
+    "stablelm": ("causal, partial rotary", {}),
+    "falcon": ("causal, rotary", {}),
+    "opt": ("causal, learned absolute positions", dict(ffn_dim=37, word_embed_proj_dim=32)),
+    "bloom": ("causal, ALiBi", {}),
+    "mpt": ("causal, ALiBi", {}),
+    "gptj": ("causal, partial rotary", dict(rotary_dim=4)),
+    "gpt_bigcode": ("causal, multi-query, learned absolute positions", {}),
+    "granite": ("causal, rotary", {}),
+    "cohere": ("causal, rotary", {}),
+    "glm": ("causal, partial rotary", dict(head_dim=8)),
+}
+TASKS = {"token": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
+AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM",
+        "cls": "AutoModelForSequenceClassification"}
 
 
 def installed(family: str) -> bool:
@@ -63,17 +102,23 @@ def works(family: str, fusion: str) -> bool:
     return not (fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED)
 
 
-CELLS = [
-    (family, fusion, task)
-    for family in FAMILIES
-    for fusion in FUSIONS
-    for task in TASKS
-    if works(family, fusion) and (task == "token" or has_mlm_head(family))
-]
+def is_decoder(family: str) -> bool:
+    return family in DECODERS
+
+
+def tasks(family: str) -> list[str]:
+    """Token classification everywhere; masked LM on encoders with a head; sequence classification on decoders
+    (their `last` pooling; encoders' pooling is tested in test_classification.py)."""
+    return ["token", "cls"] if is_decoder(family) else ["token"] + ["mlm"] * has_mlm_head(family)
+
+
+ALL_FAMILIES = {**FAMILIES, **DECODERS}
+CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in FUSIONS for task in tasks(family) if works(family, fusion)]
 
 
 def encoder_config(family: str):
-    return AutoConfig.for_model(family, **(TINY | FAMILIES[family]))
+    attention, extra = ALL_FAMILIES[family]
+    return AutoConfig.for_model(family, **((DECODER_TINY if is_decoder(family) else TINY) | extra))
 
 
 @pytest.fixture(scope="module")
@@ -87,19 +132,19 @@ def saved(tmp_path_factory) -> dict:
     mask[1, 5:] = 0
     torch.save({"ids": ids, "mask": mask}, root / "inputs.pt")
     cells, loads = {}, {}
-    for family in FAMILIES:
+    for family in ALL_FAMILIES:
         if not installed(family):
             continue
         backbone = root / "backbones" / family
         torch.manual_seed(1)
-        builder = AutoModelForMaskedLM if has_mlm_head(family) else __import__("transformers").AutoModel
-        builder.from_config(encoder_config(family)).save_pretrained(backbone)
+        builder = AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else None
+        (builder or __import__("transformers").AutoModel).from_config(encoder_config(family)).save_pretrained(backbone)
     for family, fusion, task in CELLS:
         if not installed(family):
             continue
         torch.manual_seed(2)
         model = TASKS[task].from_backbone(str(root / "backbones" / family), fusion=fusion, num_labels=5)
-        labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100)
+        labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100) if task != "cls" else torch.tensor([0, 3])
         out = model(input_ids=ids, attention_mask=mask, labels=labels)
         out.loss.backward()
         grads = {name: p.grad for name, p in model.named_parameters() if not name.startswith("dwatt.backbone.")}
@@ -136,8 +181,8 @@ def test_fusion_builds_trains_reloads_as_remote_code_and_caches_exactly(saved, f
         pytest.skip(f"this transformers has no {family!r} model")
     cell = saved["cells"][(family, fusion, task)]
     ids, mask = saved["ids"], saved["mask"]
-    width = 5 if task == "token" else 99
-    assert cell["logits"].shape == (2, 7, width) and torch.isfinite(cell["loss"])
+    shape = (2, 5) if task == "cls" else (2, 7, 99 if task == "mlm" else 5)
+    assert cell["logits"].shape == shape and torch.isfinite(cell["loss"])
     missing = [name for name, g in cell["grads"].items() if g is None or not torch.isfinite(g).all()]
     assert not missing, f"no finite gradient for {missing}"
     for kind in ("full", "head"):
@@ -152,7 +197,22 @@ def test_fusion_builds_trains_reloads_as_remote_code_and_caches_exactly(saved, f
     batch = FeatureCollator()([cache[i] for i in range(len(cache))])
     with torch.no_grad():
         cached = model(backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]).logits
-    torch.testing.assert_close(cached[mask.bool()], cell["logits"][mask.bool()], atol=1e-5, rtol=0)
+    if task == "cls":
+        torch.testing.assert_close(cached, cell["logits"], atol=1e-5, rtol=0)
+    else:
+        torch.testing.assert_close(cached[mask.bool()], cell["logits"][mask.bool()], atol=1e-5, rtol=0)
+    # Padding changes nothing (the per-token work skips it): the short sentence alone, padded on the right, and on a
+    # decoder (whose positions count from the first real token) on the left too.
+    short = ids[1, : int(mask[1].sum())]
+    with torch.no_grad():
+        alone = model(input_ids=short[None]).logits[0]
+        for side in ("left", "right") if is_decoder(family) else ("right",):
+            pad = torch.full((3,), model.config.encoder_config.pad_token_id or 0, dtype=torch.long)
+            padded = torch.cat([pad, short]) if side == "left" else torch.cat([short, pad])
+            place = torch.arange(len(padded))
+            keep = place >= len(pad) if side == "left" else place < len(short)
+            out = model(input_ids=padded[None], attention_mask=keep.long()[None]).logits[0]
+            torch.testing.assert_close(out if task == "cls" else out[keep], alone, atol=1e-5, rtol=0, msg=side)
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if has_mlm_head(f)])
@@ -166,7 +226,8 @@ def test_masked_lm_head_is_the_familys_own(saved, family):
     with torch.no_grad():
         expected = theirs(input_ids=saved["ids"], attention_mask=saved["mask"]).logits
         got = ours(input_ids=saved["ids"], attention_mask=saved["mask"]).logits
-    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    real = saved["mask"].bool()  # ours skips the padding positions (zero logits there)
+    torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
 
 
 def test_a_family_without_base_plus_n_fails_when_the_config_is_built(monkeypatch):
@@ -177,13 +238,23 @@ def test_a_family_without_base_plus_n_fails_when_the_config_is_built(monkeypatch
     DWAttConfig(encoder_config=encoder_config("bert"), fusion="dwatt")
 
 
+def test_decoder_families_are_decoders_and_refuse_masked_lm(tmp_path):
+    assert all(is_decoder_only(encoder_config(f)) for f in DECODERS if installed(f))
+    assert not any(is_decoder_only(encoder_config(f)) for f in FAMILIES if installed(f))
+    with pytest.raises(ValueError, match="masked LM needs an encoder: the 'llama' backbone is a causal language model"):
+        DWAttForMaskedLM(DWAttConfig(encoder_config=encoder_config("llama")))
+    assert DWAttConfig(encoder_config=encoder_config("llama")).pooling == "last"
+    assert DWAttConfig(encoder_config=encoder_config("bert")).pooling == "mean"
+
+
 def support_table() -> str:
     """The README's support table, from this module's parameters."""
-    header = "| family (`model_type`) | " + " | ".join(f"`{f}`" for f in FUSIONS) + " | masked LM |"
-    lines = [header, "|" + "---|" * (len(FUSIONS) + 2)]
-    for family in FAMILIES:
+    header = "| family (`model_type`) | attention | " + " | ".join(f"`{f}`" for f in FUSIONS) + " | masked LM |"
+    lines = [header, "|" + "---|" * (len(FUSIONS) + 3)]
+    for family, (attention, _) in ALL_FAMILIES.items():
         marks = ["yes" if works(family, f) else f"no: {BASE_PLUS_N_UNSUPPORTED[family]}" for f in FUSIONS]
-        lines.append(f"| {family} | " + " | ".join(marks) + f" | {'yes' if has_mlm_head(family) else 'no head'} |")
+        head = "no: a causal LM" if is_decoder(family) else "yes" if has_mlm_head(family) else "no head"
+        lines.append(f"| {family} | {attention} | " + " | ".join(marks) + f" | {head} |")
     return "\n".join(lines)
 
 

@@ -7,13 +7,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REMOTE_CODE = ("modeling_dwatt.py", "configuration_dwatt.py")
-# `inspect` reads constructor and forward signatures (which arguments an encoder family's classes accept).
-ALLOWED_MODULES = {"torch", "transformers", "typing", "math", "dataclasses", "contextlib", "inspect", "__future__"}
+# `inspect` reads constructor and forward signatures (which arguments an encoder family's classes accept); `copy`
+# copies a decoder's config to build Base+n's extra layers with its per-layer settings continued.
+ALLOWED_MODULES = {"torch", "transformers", "typing", "math", "dataclasses", "contextlib", "inspect", "copy", "__future__"}
 SIBLINGS = {"modeling_dwatt", "configuration_dwatt"}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
-# The encoder-family table (issue: every encoder) took the model file past 850 lines.
-LINE_BUDGET = {"modeling_dwatt.py": 1200, "configuration_dwatt.py": 200}
+# The encoder-family table (issue: every encoder) took the model file past 850 lines; decoder LLMs (their family,
+# `last` pooling, chosen layers) and padding-aware heads past 1300.
+LINE_BUDGET = {"modeling_dwatt.py": 1450, "configuration_dwatt.py": 300}
 
 
 def tree(name: str) -> ast.Module:

@@ -25,6 +25,7 @@ from .common import (
     by_length,
     dev_subset,
     ensure_writable,
+    cache_facts,
     feature_caches,
     finish_run,
     run_facts,
@@ -38,13 +39,13 @@ LINEAR_FUSIONS = ("base", "concat", "scalar_mix")
 
 
 def cache_pooling(fusion: str, pooling: str) -> str | None:
-    """What the FE cache keeps per sentence (`build_feature_cache`'s `pooled`): only the first position for a
-    per-token fusion read at its first token, each layer's mean for a linear fusion read by its mean, else every
+    """What the FE cache keeps per sentence (`build_feature_cache`'s `pooled`): only the first (last) position for a
+    per-token fusion read at its first (last) token, each layer's mean for a linear fusion read by its mean, else every
     token (DWAtt with mean pooling is non-linear per token; Base+n attends over all tokens)."""
     if fusion not in FUSIONS:
         raise ValueError(f"unknown fusion {fusion!r}")
-    if pooling == "first" and fusion != "base_plus_n":
-        return "first"
+    if pooling in ("first", "last") and fusion != "base_plus_n":
+        return pooling
     if pooling == "mean" and fusion in LINEAR_FUSIONS:
         return "mean"
     return None
@@ -112,7 +113,7 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     tokenizer = load_tokenizer(backbone)
     train_tokens = to_model_labels(tokenize_texts(train, tokenizer), model_ids)
     dev_tokens = to_model_labels(by_length(tokenize_texts(dev, tokenizer)), model_ids)
-    model_kwargs = dict(config.extra)
+    model_kwargs = config.model_options()
     if config.pooling is not None:
         model_kwargs["pooling"] = config.pooling
     model = INITIAL_MODELS.build(
@@ -174,7 +175,7 @@ def run_classification(config: RunConfig) -> dict:
         "unseen_labels": setup.unseen_labels,
         "cached_features": setup.cached,
         "cache_seconds": round(setup.cache_seconds, 3),
-    } | run_facts(model, train_output.metrics, last_checkpoint)
+    } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test and "test" in setup.data:
         tokens = setup.tokens(setup.data["test"])
         if setup.cached:

@@ -7,6 +7,7 @@ import copy
 import math
 import os
 import platform
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -33,7 +34,10 @@ from ..data import (
 from ..features import (
     FeatureMemo,
     build_feature_cache_across_processes,
+    cache_nbytes,
+    cache_storage,
     dataset_fingerprint,
+    gib,
 )
 from ..portable import portable_results
 from ..sampling import sample_sentences
@@ -111,7 +115,8 @@ class RunConfig:
     and `*_column` the file's columns (detected when not given); the default dataset follows the task. `sampling`:
     `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
     `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
-    cost cut for large dev splits on a CPU; the same subset for every run)."""
+    cost cut for large dev splits on a CPU; the same subset for every run). `layers` picks the layers the fusion
+    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -138,10 +143,15 @@ class RunConfig:
     checkpoint_every_epoch: bool = False
     resume: bool = False
     pooling: str | None = None
+    layers: str = "all"
     text_column: str | None = None
     pair_column: str | None = None
     label_column: str | None = None
     extra: dict = field(default_factory=dict)
+
+    def model_options(self) -> dict:
+        """What the run sets in the model's `DWAttConfig`: the fused layers, and any `extra` option."""
+        return {"fused_layers": self.layers} | self.extra
 
     def columns(self) -> dict:
         """The text-classification column names given (the others are detected)."""
@@ -308,19 +318,36 @@ def dev_subset(dev, config: RunConfig):
 
 
 def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict]) -> list:
-    """FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this
-    process's device and remembered across the runs of the process (`cached_features`), in `config.cache_dtype`;
-    the progress bar on the main process only."""
+    """
+    FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this process's
+    device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`. Before computing
+    them it states their size (on the main process, unless `config.progress` is off): in memory when they fit with a
+    margin, else memory-mapped from scratch files under the run's folder (`features.cache_storage`), else a one-line
+    error saying what to change. Each cache records where it lives (`storage`).
+    """
     model.to(device())
     dtype = getattr(torch, config.cache_dtype)
     progress = config.progress and is_main_process()
-    return [cached_features(model, backbone, tokens, dtype, progress, **options) for tokens, options in splits]
+    keys = [feature_key(model, backbone, tokens, dtype, **options) for tokens, options in splits]
+    new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
+    nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
+    spill = cache_storage(nbytes, Path(config.output_dir) / ".feature-cache") if new else None
+    if new and progress:
+        layers, width = len(model.dwatt.fused_layer_indices), model.dwatt.backbone.config.hidden_size
+        where = "in memory" if spill is None else f"memory-mapped from scratch files under {spill} (too large for memory)"
+        print(f"feature cache: {gib(nbytes)} ({layers} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
+    caches = []
+    for number, ((tokens, options), key) in enumerate(zip(splits, keys)):
+        on_disk = {} if spill is None else {"path": spill / f"{os.getpid()}-{time.time_ns()}-{number}.bin", "keep_file": False}
+        caches.append(FEATURE_MEMO.get(key, lambda: build_feature_cache_across_processes(
+            model, tokens, dtype=dtype, progress=progress, **options, **on_disk)))
+    return caches
 
 
-def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_positions_only: bool = False,
-                    pooled: str | None = None):
-    """`build_feature_cache`, computed once per process for the same backbone, layers, positions and sentences."""
-    key = (
+def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None):
+    """What a feature cache depends on: the backbone and revision, the layers, dtype and positions kept, the device,
+    and the sentences' contents. Runs whose keys are equal share one cache (`FEATURE_MEMO`)."""
+    return (
         backbone,
         model.config.backbone_revision,
         tuple(model.dwatt.fused_layer_indices),
@@ -330,9 +357,9 @@ def cached_features(model, backbone: str, tokens, dtype, progress: bool, scored_
         str(next(model.parameters()).device),
         dataset_fingerprint(tokens),
     )
-    return FEATURE_MEMO.get(
-        key,
-        lambda: build_feature_cache_across_processes(
-            model, tokens, dtype=dtype, progress=progress, scored_positions_only=scored_positions_only, pooled=pooled
-        ),
-    )
+
+
+def cache_facts(*caches) -> dict:
+    """What results.json says of a run's feature caches: their size and where they lived."""
+    return {"cache_bytes": sum(cache.nbytes for cache in caches),
+            "cache_storage": "disk" if any(cache.storage == "disk" for cache in caches) else "memory"}

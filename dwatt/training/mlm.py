@@ -98,7 +98,7 @@ def run_mlm(config: RunConfig) -> dict:
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
     collator = mlm_collator(tokenizer)
     set_seed(config.seed)
-    model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.extra)
+    model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.model_options())
     model.fuse_labelled_positions_only = True  # the loss reads masked positions only
     freeze = FreezeBackboneCallback(config.mode)
     freeze.apply(model)

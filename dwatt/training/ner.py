@@ -22,10 +22,9 @@ from ..data import (
     load_wikiann,
     tokenize_and_align,
 )
-from ..distributed import is_main_process, launched_processes
+from ..distributed import launched_processes
 from ..features import (
     FeatureCollator,
-    build_feature_cache_across_processes,
     model_inputs,
 )
 from ..layer_weights import has_layer_weights, layer_weights_by_type
@@ -39,6 +38,7 @@ from .common import (
     by_length,
     dev_subset,
     ensure_writable,
+    cache_facts,
     feature_caches,
     finish_run,
     run_facts,
@@ -103,7 +103,7 @@ def prepare_ner(config: RunConfig) -> NERSetup:
         config.seed,
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)},
-        **config.extra,
+        **config.model_options(),
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = FreezeBackboneCallback(config.mode)
@@ -147,7 +147,7 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "dev_curve": curve,
         "cached_features": setup.cached,
         "cache_seconds": round(setup.cache_seconds, 3),
-    }
+    } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {})
     if has_layer_weights(setup.model):
         results["dev_layer_weights"] = layer_weights_by_type(setup.model, setup.dev_set, setup.collator, setup.label_names)
     return results
@@ -158,9 +158,8 @@ def scored_test_split(setup: NERSetup):
     tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
-        dtype = getattr(torch, setup.config.cache_dtype)
-        progress = setup.config.progress and is_main_process()
-        return build_feature_cache_across_processes(setup.model, tokens, dtype=dtype, progress=progress), metrics
+        [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}))
+        return cache, metrics
     return model_inputs(tokens), metrics
 
 

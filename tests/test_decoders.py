@@ -1,0 +1,244 @@
+"""Decoder LLMs as frozen backbones: words as in running text, padding with end-of-sequence, `last` pooling, chosen
+layers, the feature cache's size and where it lives, Base+n continuing the backbone's attention pattern, and what
+holds for encoders (CLI runs, shared heads, pipelines without dwatt, data parallelism) on a tiny Llama."""
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from configuration_dwatt import FUSIONS, parse_fused_layers
+from dwatt import DWAttConfig, DWAttForSequenceClassification, DWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.data import drops_running_text_spaces, encode_words, load_tokenizer
+from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.training import RunConfig, run
+
+from .conftest import DECODER_CORPUS, run_without_dwatt
+
+
+def test_pre_split_words_reach_a_byte_level_bpe_tokenizer_as_in_running_text(tiny_decoder, tiny_backbone):
+    tokenizer = load_tokenizer(tiny_decoder)
+    assert drops_running_text_spaces(tokenizer)
+    sentences = [line.split() for line in DECODER_CORPUS]
+    rows, _ = encode_words(tokenizer, sentences, max_length=512)
+    for words, ids in zip(sentences, rows["input_ids"]):
+        assert ids == tokenizer(" ".join(words))["input_ids"]  # `Blackburn` is `ĠBla ck burn`, not `B la ck burn`
+    # Windows over a long sentence carry the same pieces, each word scored once.
+    long = " ".join(DECODER_CORPUS).split()
+    windows, counts = encode_words(tokenizer, [long], max_length=24, stride=4)
+    assert counts["extra_windows"] >= 2
+    running = tokenizer(" ".join(long))["input_ids"]
+    for ids in windows["input_ids"]:
+        assert any(running[start : start + len(ids)] == ids for start in range(len(running)))
+    assert sum(map(sum, windows["scored"])) == len(long)
+    # A WordPiece tokenizer is left as it is.
+    assert not drops_running_text_spaces(load_tokenizer(tiny_backbone))
+
+
+def test_a_tokenizer_without_padding_pads_with_end_of_sequence_and_says_so_once(tiny_decoder, caplog):
+    import dwatt.data
+
+    dwatt.data._TOLD_ABOUT_PADDING.discard(str(tiny_decoder))
+    with caplog.at_level(logging.WARNING, logger="dwatt.data"):
+        first, second = load_tokenizer(tiny_decoder), load_tokenizer(tiny_decoder)
+    assert first.pad_token == second.pad_token == "<|endoftext|>"
+    said = [r.getMessage() for r in caplog.records if "no padding token" in r.getMessage()]
+    assert said == [f"the tokenizer of {tiny_decoder} has no padding token; padding with its end-of-sequence token "
+                    "'<|endoftext|>' (masked out everywhere)"]
+
+
+def test_ner_on_a_decoder_trains_cached_then_predicts_and_evaluates_the_same_way(tiny_decoder, tiny_conll, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
+                 "--batch-size", "4", "--lr", "5e-3", "--cache-dtype", "float32", "--output-dir", str(out)]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["cached_features"] and results["cache_storage"] == "memory" and results["cache_bytes"] > 0
+    assert "feature cache: " in capsys.readouterr().err
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll)]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)
+    assert main(["predict", str(out / "model"), "Peter Blackburn visited Brussels ."]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.split()[::2]] == ["Peter", "Blackburn", "visited", "Brussels", "."]
+
+
+@pytest.mark.parametrize("fusion", [f for f in FUSIONS if f != "base_plus_n"])
+def test_last_pooling_reads_the_last_token_on_either_padding_side_and_its_cache_is_exact(fusion, tiny_decoder):
+    from dwatt.training.cls import cache_pooling
+
+    torch.manual_seed(0)
+    model = DWAttForSequenceClassification.from_backbone(str(tiny_decoder), fusion=fusion, num_labels=3).eval()
+    model.freeze_backbone()
+    assert model.config.pooling == "last" and cache_pooling(fusion, "last") == "last"
+    tokenizer = load_tokenizer(tiny_decoder)
+    texts = DECODER_CORPUS[:3]
+    with torch.no_grad():
+        alone = torch.cat([model(**tokenizer(text, return_tensors="pt")).logits for text in texts])
+        for side in ("left", "right"):
+            tokenizer.padding_side = side
+            batch = tokenizer(texts, padding=True, return_tensors="pt")
+            torch.testing.assert_close(model(**batch).logits, alone, atol=1e-5, rtol=0, msg=side)
+        rows = Dataset.from_dict(dict(tokenizer(texts)) | {"labels": [0, 1, 2]})
+        cache = build_feature_cache(model, rows, dtype=torch.float32, progress=False, pooled="last")
+        assert cache.features.shape[0] == 3  # one position per text
+        batch = FeatureCollator()([cache[i] for i in range(3)])
+        cached = model(backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"])
+    torch.testing.assert_close(cached.logits, alone, atol=1e-5, rtol=0)
+
+
+def test_classification_on_a_decoder_pools_the_last_token_from_a_cache_of_one_position_per_text(tiny_decoder, tmp_path):
+    topics = tmp_path / "topics"
+    topics.mkdir()
+    (topics / "train.csv").write_text("text,label\nPeter Blackburn,people\nBrussels,places\nPeter called,people\nBritish lamb,places\n")
+    (topics / "dev.csv").write_text("text,label\nEU rejects German call,places\nPeter visited,people\n")
+    results = run(RunConfig(backbone=str(tiny_decoder), task="cls", data_dir=str(topics), n_shot=2, epochs=2,
+                            output_dir=str(tmp_path / "cls"), progress=False))
+    assert results["pooling"] == "last" and results["cached_features"] == "last"
+    mean = run(RunConfig(backbone=str(tiny_decoder), task="cls", data_dir=str(topics), n_shot=2, epochs=2, pooling="mean",
+                         fusion="concat", output_dir=str(tmp_path / "mean"), progress=False, save_model=False))
+    assert mean["pooling"] == "mean" and mean["cached_features"] == "mean"
+
+
+def test_fused_layers_specs():
+    assert parse_fused_layers("all", 6) == [1, 2, 3, 4, 5, 6]
+    assert parse_fused_layers("every:4", 30) == [4, 8, 12, 16, 20, 24, 28, 30]  # the last layer always
+    assert parse_fused_layers("12-23", 30) == [*range(12, 24), 30]
+    assert parse_fused_layers("3,7,12", 12) == parse_fused_layers([3, 7, 12], 12) == [3, 7, 12]
+    for bad, message in (("every:0", "needs an integer k >= 1"), ("5-2", "a range is 'a-b'"), ("0,3", r"names layers \[0\]"),
+                         ("some", "expected 'all', 'every:k'"), ("31", r"names layers \[31\]; the backbone's are 1..30")):
+        with pytest.raises(ValueError, match=f"`fused_layers` '{bad}'.*{message}"):
+            parse_fused_layers(bad, 30)
+
+
+def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder, tiny_conll, tmp_path):
+    results = run(RunConfig(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=1, layers="2",
+                            cache_dtype="float32", output_dir=str(tmp_path / "run"), progress=False))
+    model = DWAttForTokenClassification.from_pretrained(tmp_path / "run" / "model")
+    assert model.config.fused_layers == "2" and model.dwatt.fused_layer_indices == [2, 3]
+    assert model.dwatt.fusion.layer_positions.shape[0] == 2  # DWAtt's keys and values: two layers, not three
+    full = run(RunConfig(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=1, cache_dtype="float32",
+                         output_dir=str(tmp_path / "all"), progress=False, save_model=False))
+    assert results["cache_bytes"] * 3 == full["cache_bytes"] * 2  # the cache holds two of the three layers
+    with pytest.raises(ValueError, match="`fused_layers` '9' names layers"):
+        DWAttConfig(encoder_config=model.config.encoder_config, fused_layers="9")
+
+
+def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_results(tiny_decoder, tiny_conll, tmp_path,
+                                                                                      monkeypatch, capsys):
+    import collections
+
+    import psutil
+
+    config = dict(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=2, cache_dtype="float32",
+                  save_model=False, progress=True)
+    in_memory = run(RunConfig(**config, output_dir=str(tmp_path / "memory")))
+    from dwatt.training import FEATURE_MEMO
+
+    FEATURE_MEMO.clear()
+    Memory = collections.namedtuple("Memory", "available")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory(available=1000))
+    on_disk = run(RunConfig(**config, output_dir=str(tmp_path / "disk")))
+    err = capsys.readouterr().err
+    assert "memory-mapped from scratch files under" in err and str(tmp_path / "disk" / ".feature-cache") in err
+    assert on_disk["cache_storage"] == "disk" and in_memory["cache_storage"] == "memory"
+    assert on_disk["dev_curve"] == in_memory["dev_curve"]
+    assert list((tmp_path / "disk" / ".feature-cache").iterdir()) == []  # scratch files are unlinked once mapped
+    FEATURE_MEMO.clear()
+    import shutil
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: collections.namedtuple("Usage", "total used free")(1, 1, 1000))
+    code = main(["train", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "1",
+                 "--output-dir", str(tmp_path / "neither"), "--quiet"])
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 2 and message.startswith("dwatt train: error: the feature cache needs ")
+    assert "--layers every:4" in message and "--no-cache" in message
+    FEATURE_MEMO.clear()
+
+
+def test_base_plus_n_continues_a_local_global_alternation_by_layer_index(tmp_path):
+    config = AutoConfig.for_model("gemma3_text", hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
+                                  num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=99,
+                                  max_position_embeddings=64, sliding_window=2, sliding_window_pattern=2, pad_token_id=0)
+    assert config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "gemma")
+    model = DWAttForTokenClassification.from_backbone(str(tmp_path / "gemma"), fusion="base_plus_n", num_labels=3,
+                                                      num_extra_layers=3).eval()
+    extra = model.dwatt.fusion.layer
+    assert [layer.self_attn.is_sliding for layer in extra] == [False, True, False]  # positions 3, 4, 5: full, sliding, full
+    from modeling_dwatt import backbone_family
+
+    ids = torch.randint(3, 99, (2, 6))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0  # padding: both kinds of mask are tensors (without it, the full one is left to `is_causal`)
+    hidden = model.dwatt.run_backbone(input_ids=ids, attention_mask=mask)[-1]
+    inputs = backbone_family(config).layer_inputs(model.dwatt.backbone, hidden, mask, extra)
+    # Each extra layer gets the mask and rotary embeddings the backbone hands its last layer of the same kind.
+    full, sliding = (inputs[0][1]["attention_mask"], inputs[1][1]["attention_mask"])
+    assert torch.equal(inputs[2][1]["attention_mask"], full) and not torch.equal(full, sliding)
+    assert not torch.equal(inputs[0][1]["position_embeddings"][0], inputs[1][1]["position_embeddings"][0])  # per type
+
+
+def test_shared_heads_on_a_decoder_equal_each_head_alone(tiny_decoder, tmp_path):
+    from dwatt.heads import SharedBackboneHeads
+
+    folders = {}
+    for seed, (cls, fusion) in enumerate(((DWAttForTokenClassification, "dwatt"), (DWAttForSequenceClassification, "concat"))):
+        torch.manual_seed(seed)
+        cls.from_backbone(str(tiny_decoder), fusion=fusion, num_labels=3).save_pretrained(tmp_path / fusion, heads_only=True)
+        folders[fusion] = tmp_path / fusion
+    shared = SharedBackboneHeads.from_pretrained({name: str(path) for name, path in folders.items()})
+    tokenizer = load_tokenizer(tiny_decoder)
+    tokenizer.padding_side = "left"
+    batch = tokenizer(DECODER_CORPUS[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        together = shared(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        for name, cls in (("dwatt", DWAttForTokenClassification), ("concat", DWAttForSequenceClassification)):
+            alone = cls.from_pretrained(folders[name]).eval()(**batch).logits
+            torch.testing.assert_close(together[name].logits, alone, atol=1e-5, rtol=0)
+
+
+def test_pipelines_serve_decoder_checkpoints_where_dwatt_is_not_installed(tiny_decoder, tmp_path):
+    tokenizer = load_tokenizer(tiny_decoder)
+    expected = {}
+    for task, cls in (("token-classification", DWAttForTokenClassification), ("text-classification", DWAttForSequenceClassification)):
+        torch.manual_seed(0)
+        model = cls.from_backbone(str(tiny_decoder), num_labels=3).eval()
+        model.save_pretrained(tmp_path / task, heads_only=True)
+        tokenizer.save_pretrained(tmp_path / task)
+        with torch.no_grad():
+            logits = model(**tokenizer(DECODER_CORPUS[1], return_tensors="pt")).logits
+        expected[task] = logits.softmax(-1).max().item() if task == "text-classification" else logits.shape[1]
+    script = f"""
+        import json
+        from transformers import pipeline
+        tags = pipeline("token-classification", model={str(tmp_path / "token-classification")!r}, trust_remote_code=True)
+        topics = pipeline("text-classification", model={str(tmp_path / "text-classification")!r}, trust_remote_code=True)
+        text = {DECODER_CORPUS[1]!r}
+        out = {{"tags": tags(text, aggregation_strategy="none"), "top": topics(text)[0]["score"],
+               "batch": [r["score"] for r in topics([text, "EU", text], batch_size=3)]}}
+        open("out.json", "w").write(json.dumps(out, default=float))
+    """
+    run_without_dwatt(script, tmp_path)
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert len(out["tags"]) == expected["token-classification"]  # a tag per token of the running text
+    assert out["top"] == pytest.approx(expected["text-classification"], abs=1e-5)
+    assert out["batch"][0] == pytest.approx(out["top"], abs=1e-5) == pytest.approx(out["batch"][2], abs=1e-5)  # padded
+
+
+@pytest.mark.slow
+def test_a_data_parallel_run_on_a_decoder_equals_one_process(tiny_decoder, tiny_conll, tmp_path):
+    from safetensors.torch import load_file
+
+    from .test_distributed import config_for, launch
+
+    alone = run(config_for(tiny_decoder, tiny_conll, tmp_path / "alone", evaluate_test=False))
+    weights = load_file(str(tmp_path / "alone" / "model" / "model.safetensors"))
+    ranks = launch(config_for(tiny_decoder, tiny_conll, tmp_path / "together", evaluate_test=False), tmp_path)
+    for name, tensor in ranks[0]["weights"].items():
+        assert torch.equal(tensor, ranks[1]["weights"][name]), name
+        assert torch.allclose(tensor, weights[name], atol=1e-5, rtol=0), name
+    assert ranks[0]["results"]["best_dev_f1"] == pytest.approx(alone["best_dev_f1"], abs=1e-5)
