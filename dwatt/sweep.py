@@ -187,6 +187,14 @@ def shard_results_path(results: str | Path, index: int, count: int) -> Path:
     return results.with_name(f"{results.stem}.shard-{index}-of-{count}{results.suffix}")
 
 
+def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
+    """The specs with each work unit's fusions that read every layer first: their feature caches hold the one layer
+    Base and Base+n read, which then need no backbone pass of their own (`features.FeatureMemo`). Units keep their
+    order, and so do the specs within each of the two kinds."""
+    units = list(dict.fromkeys(work_unit(spec) for spec in specs))
+    return sorted(specs, key=lambda spec: (units.index(work_unit(spec)), spec.fusion in ("base", "base_plus_n")))
+
+
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_ner_budgets`: under the
@@ -235,7 +243,7 @@ def run_sweep(
         ) from None
     with held:
         done = store.done()
-        pending = [spec for spec in specs if spec.run_id not in done]
+        pending = widest_first([spec for spec in specs if spec.run_id not in done])
         if len({s.run_id for s in specs}) != len(specs):
             raise ValueError("the grid holds the same run twice")
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
@@ -318,5 +326,6 @@ PRESETS = {
 
 __all__ = [
     "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError",
-    "batches_of_runs", "comparable", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "work_unit",
+    "batches_of_runs", "comparable", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
+    "work_unit",
 ]

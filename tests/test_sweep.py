@@ -46,6 +46,8 @@ def test_store_rewrites_atomically_and_names_a_bad_line(tmp_path):
 
 
 def test_sweep_skips_finished_runs(tmp_path):
+    from dwatt.sweep import widest_first
+
     calls = []
 
     def runner(config: RunConfig) -> dict:
@@ -56,7 +58,7 @@ def test_sweep_skips_finished_runs(tmp_path):
     run_sweep(specs[:2], tmp_path / "r.jsonl", runner=runner, progress=False)
     rows = run_sweep(specs, tmp_path / "r.jsonl", runner=runner, progress=False)
     assert len(calls) == 4 and len(rows) == 4
-    assert [r["run_id"] for r in rows] == [s.run_id for s in specs]
+    assert [r["run_id"] for r in rows] == [s.run_id for s in widest_first(specs)]  # each trial: DWAtt, then Base
 
 
 def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):

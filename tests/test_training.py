@@ -255,6 +255,26 @@ def test_runs_of_one_process_share_backbone_features_and_agree_with_fresh_ones(t
     assert FEATURE_MEMO.misses == 3  # another trial draws another sample: its training features are new
 
 
+def test_a_run_reading_fewer_layers_takes_them_from_a_remembered_cache_of_more(tiny_backbone, tiny_conll, tmp_path):
+    from dwatt.sweep import grid, widest_first
+    from dwatt.training import FEATURE_MEMO
+
+    FEATURE_MEMO.clear()
+    run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "all", save_model=False, fusion="dwatt", cache_dtype="float32"))
+    misses = FEATURE_MEMO.misses
+    derived = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "base", save_model=False, fusion="base",
+                                 cache_dtype="float32"))
+    assert FEATURE_MEMO.misses == misses  # z_L of the sample and of the dev split, out of DWAtt's caches
+    FEATURE_MEMO.clear()
+    fresh = run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "fresh", save_model=False, fusion="base",
+                               cache_dtype="float32"))
+    assert fresh["dev_curve"] == derived["dev_curve"] and fresh["best_dev_scores"] == derived["best_dev_scores"]
+    # A sweep runs each sample's all-layer fusions first, so that Base and Base+n find their layer remembered.
+    order = [spec.fusion for spec in widest_first(grid(["base", "base_plus_n", "concat", "dwatt"], n_shots=(2, 4), epochs=(1,), trials=1))]
+    assert order == ["concat", "dwatt", "base", "base_plus_n"] * 2
+    FEATURE_MEMO.clear()
+
+
 def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path):
     runs = [run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / str(seed), save_model=False, seed=seed,
                                dev_sentences=3)) for seed in (0, 1)]

@@ -345,18 +345,12 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
 
 
 def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None):
-    """What a feature cache depends on: the backbone and revision, the layers, dtype and positions kept, the device,
-    and the sentences' contents. Runs whose keys are equal share one cache (`FEATURE_MEMO`)."""
-    return (
-        backbone,
-        model.config.backbone_revision,
-        tuple(model.dwatt.fused_layer_indices),
-        str(dtype),
-        scored_positions_only,
-        pooled,
-        str(next(model.parameters()).device),
-        dataset_fingerprint(tokens),
-    )
+    """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone and
+    revision, dtype and positions kept, the device, and the sentences' contents). Runs whose keys are equal share one
+    cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes them from it."""
+    rest = (backbone, model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
+            str(next(model.parameters()).device), dataset_fingerprint(tokens))
+    return tuple(model.dwatt.fused_layer_indices), rest
 
 
 def cache_facts(*caches) -> dict:
