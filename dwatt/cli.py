@@ -9,14 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import fields
-from pathlib import Path
 
 from configuration_dwatt import FUSIONS, POOLINGS
 
 from .checkpoints import load_checkpoint
-from .features import MODEL_INPUTS, model_inputs
+from .prediction import BATCH_SIZE, CHUNK_BATCHES, chunks
 from .training import SAMPLINGS, RunConfig
+
+PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
 
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,16 +83,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    import torch
-    from transformers import DataCollatorForTokenClassification
-
-    from .data import tokenize_and_align
-    from .metrics import decode_tags, entity_scores, reassemble
+    from .metrics import entity_scores
+    from .prediction import predict_tags
     from .training import evaluate_mlm, load_ner_dataset
 
     model, tokenizer, task = load_checkpoint(args.checkpoint)
     if task == "cls":
-        scores = evaluate_classifier(model, tokenizer, args.dataset or "ag_news", args.data_dir, args.split)
+        scores = evaluate_classifier(model, tokenizer, args.dataset or "ag_news", args.data_dir, args.split, args.batch_size)
         print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
         return 0
     if task == "mlm":
@@ -105,105 +104,20 @@ def _evaluate(args: argparse.Namespace) -> int:
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != data[args.split].features["ner_tags"].feature.names:
         raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
-    tokens = tokenize_and_align(data[args.split], tokenizer)
-    windows = list(zip(tokens["sentence"], tokens["window"]))
-    inputs = model_inputs(tokens)
-    collate = DataCollatorForTokenClassification(tokenizer)
-    references, predictions = [], []
-    with torch.no_grad():
-        for start in range(0, len(inputs), 32):
-            batch = collate([inputs[i] for i in range(start, min(start + 32, len(inputs)))])
-            labels = batch.pop("labels")
-            ref, pred = decode_tags(model(**batch).logits.numpy(), labels.numpy(), names)
-            references += ref
-            predictions += pred
-    scores = entity_scores(reassemble(references, windows), reassemble(predictions, windows))
+    split = data[args.split].filter(lambda row: len(row["tokens"]) > 0)  # as training scores it: empty ones skipped
+    gold = [[names[t] for t in tags] for tags in split["ner_tags"]]
+    scores = entity_scores(gold, predict_tags(model, tokenizer, split["tokens"], args.batch_size))
     print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
     return 0
 
 
-def tag_with(run_logits, id2labels: dict, tokenizer, sentences: list[list[str]], stride: int = 32) -> dict[str, list[list[str]]]:
-    """One tag per word for pre-split sentences, for each of several heads: `run_logits(inputs)` returns
-    `{head: logits}` for one window; long sentences go through overlapping windows (no word lost)."""
-    import torch
-
-    from .data import encode_words
-
-    limit = min(tokenizer.model_max_length, 512)
-    rows, _ = encode_words(tokenizer, sentences, limit, stride)
-    tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
-    columns = [c for c in MODEL_INPUTS if c in rows]
-    with torch.no_grad():
-        for row in range(len(rows["input_ids"])):
-            inputs = {c: torch.tensor([rows[c][row]]) for c in columns}
-            for name, logits in run_logits(inputs).items():
-                predicted = logits[0].argmax(-1).tolist()
-                for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
-                    if scored:
-                        tags[name][rows["sentence"][row]][word] = id2labels[name][predicted[position]]
-    return tags
-
-
-def predict_tags(model, tokenizer, sentences: list[list[str]], stride: int = 32) -> list[list[str]]:
-    """One tag per word for pre-split sentences; long sentences go through overlapping windows (no word lost)."""
-    return tag_with(lambda inputs: {"": model(**inputs).logits}, {"": model.config.id2label}, tokenizer, sentences, stride)[""]
-
-
-def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5) -> list[list[list[tuple[str, float]]]]:
-    """For each text, for each mask token in it, the `top_k` most likely tokens with their probabilities."""
-    import torch
-
-    mask = tokenizer.mask_token
-    missing = [text for text in texts if mask not in text]
-    if missing:
-        raise ValueError(f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})")
-    filled = []
-    with torch.no_grad():
-        for text in texts:
-            inputs = tokenizer(text, return_tensors="pt", truncation=True)
-            positions = (inputs["input_ids"][0] == tokenizer.mask_token_id).nonzero().flatten().tolist()
-            probabilities = model(**inputs).logits[0, positions].softmax(-1)
-            top = probabilities.topk(top_k, dim=-1)
-            filled.append([
-                [(tokenizer.decode([i]).strip(), p) for i, p in zip(ids.tolist(), ps.tolist())]
-                for ids, ps in zip(top.indices, top.values)
-            ])
-    return filled
-
-
-def class_probabilities(model, tokenizer, texts: list[str], pairs: list[str] | None = None, batch_size: int = 32):
-    """`(texts, classes)` probabilities of a classification checkpoint, the texts (and pairs) encoded as training
-    encodes them (truncated to the same length, a pair from its longer side first)."""
-    import torch
-
-    from .classification_data import MAX_TOKENS
-
-    rows = []
-    for start in range(0, len(texts), batch_size):
-        chunk = slice(start, start + batch_size)
-        inputs = tokenizer(texts[chunk], pairs[chunk] if pairs is not None else None, truncation="longest_first",
-                           max_length=MAX_TOKENS, padding=True, return_tensors="pt")
-        with torch.no_grad():
-            rows.append(torch.softmax(model(**inputs).logits.float(), dim=-1))
-    return torch.cat(rows)
-
-
-def classify(model, tokenizer, texts: list[str]) -> list[dict[str, float]]:
-    """Class probabilities of each text, most likely first; a text holding the tokenizer's separator token
-    (`first [SEP] second`) is a sentence pair."""
-    separator = f" {tokenizer.sep_token} " if tokenizer.sep_token else None
-    split = [text.split(separator, 1) if separator and separator in text else [text, ""] for text in texts]
-    pairs = [second for _, second in split] if any(second for _, second in split) else None
-    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    probabilities = class_probabilities(model, tokenizer, [first for first, _ in split], pairs)
-    return [dict(sorted(zip(names, row), key=lambda item: -item[1])) for row in probabilities.tolist()]
-
-
-def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, split: str) -> dict:
+def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, split: str,
+                        batch_size: int = BATCH_SIZE) -> dict:
     """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset whose labels
     include the checkpoint's; rows of a label the checkpoint lacks are warned about and scored as errors."""
     from .classification_data import load_classification_dataset, warn_about_unseen_labels
     from .metrics import classification_scores
+    from .prediction import class_probabilities
 
     data = load_classification_dataset(dataset, data_dir)
     if split not in data:
@@ -217,22 +131,66 @@ def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, sp
     unseen = warn_about_unseen_labels(model_ids, {split: rows}, "the checkpoint's classes")
     position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
     pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
-    predicted = class_probabilities(model, tokenizer, rows["text"], pairs).argmax(-1).tolist()
+    predicted = class_probabilities(model, tokenizer, rows["text"], pairs, batch_size).argmax(-1).tolist()
     labels = [position.get(label, -100) for label in rows["label"]]
     counts = {label: entry["rows"][split] for label, entry in unseen.items()}
     return {"examples": len(rows), **classification_scores(predicted, labels, names, counts)}
 
 
-def _read_lines(source: str) -> list[str]:
-    """Lines of a UTF-8 file, or of stdin for `-`; a leading byte-order mark is read as nothing."""
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    return text.removeprefix("\ufeff").splitlines()
+class InputLines:
+    """The non-empty lines `dwatt predict` reads, in order: sentences given as arguments, then a file (`--file`),
+    then `--jsonl`'s file or stdin (`-`), each read as it is consumed so that output can stream; a leading
+    byte-order mark is read as nothing. Counts the empty lines it skips, and knows how many lines files hold."""
+
+    def __init__(self, sentences: list[str], sources: list[str]):
+        self.sentences, self.sources, self.skipped, self.read = sentences, sources, 0, 0
+
+    def total(self) -> int | None:
+        """How many lines there are to read, where they come from arguments and files (None for stdin)."""
+        if "-" in self.sources:
+            return None
+        counted = len(self.sentences)
+        for source in self.sources:
+            with open(source, encoding="utf-8") as handle:
+                counted += sum(1 for _ in handle)
+        return counted
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._all():
+            if line.strip():
+                self.read += 1
+                yield line
+            else:
+                self.skipped += 1
+
+    def _all(self) -> Iterator[str]:
+        yield from self.sentences
+        for source in self.sources:
+            handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
+            try:
+                for number, line in enumerate(handle):
+                    line = line.rstrip("\r\n")
+                    yield line.removeprefix("\ufeff") if number == 0 else line
+            finally:
+                if handle is not sys.stdin:
+                    handle.close()
 
 
-def _predict_heads(args: argparse.Namespace, texts: list[str]) -> int:
-    """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per window."""
+def _with_progress(lines: InputLines, quiet: bool) -> Iterable[str]:
+    """A bar on stderr for inputs of more than `PROGRESS_FROM` lines from files; stdout stays clean."""
+    total = None if quiet else lines.total()
+    if total is None or total <= PROGRESS_FROM:
+        return lines
+    from tqdm.auto import tqdm
+
+    return tqdm(lines, total=total, desc="predicting", unit="line", file=sys.stderr, leave=False)
+
+
+def _predict_heads(args: argparse.Namespace, lines: Iterable[str]) -> None:
+    """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
     from .data import load_tokenizer
     from .heads import SharedBackboneHeads
+    from .prediction import tag
 
     paths = [path for path in args.heads.split(",") if path]
     heads = SharedBackboneHeads.from_pretrained(paths)
@@ -240,61 +198,70 @@ def _predict_heads(args: argparse.Namespace, texts: list[str]) -> int:
     if not taggers:
         raise ValueError("--heads: none of the checkpoints is a token-classification head")
     tokenizer = load_tokenizer(args.tokenizer or paths[0])
-    sentences = [text.split() for text in texts]
+    id2labels = {name: head.config.id2label for name, head in taggers.items()}
 
-    def run_logits(inputs):
-        return {name: output.logits for name, output in heads(**inputs).items() if name in taggers}
+    def run_logits(batch):
+        return {name: output.logits for name, output in heads(**batch).items() if name in taggers}
 
-    tags = tag_with(run_logits, {name: head.config.id2label for name, head in taggers.items()}, tokenizer, sentences)
-    for index, (text, words) in enumerate(zip(texts, sentences)):
-        per_head = {name: tags[name][index] for name in taggers}
-        if args.jsonl is not None:
-            print(json.dumps({"text": text, "words": words, "tags": per_head}, ensure_ascii=False))
-            continue
-        print("word " + " ".join(taggers))
-        print("\n".join(" ".join([word, *(per_head[name][i] for name in taggers)]) for i, word in enumerate(words)) + "\n")
-    return 0
+    for chunk in chunks(lines, args.batch_size * CHUNK_BATCHES):
+        sentences = [text.split() for text in chunk]
+        tags = tag(run_logits, id2labels, tokenizer, sentences, args.batch_size)
+        for index, (text, words) in enumerate(zip(chunk, sentences)):
+            per_head = {name: tags[name][index] for name in taggers}
+            if args.jsonl is not None:
+                print(json.dumps({"text": text, "words": words, "tags": per_head}, ensure_ascii=False))
+                continue
+            print("word " + " ".join(taggers))
+            print("\n".join(" ".join([word, *(per_head[name][i] for name in taggers)]) for i, word in enumerate(words)) + "\n")
+        sys.stdout.flush()
 
 
 def _predict(args: argparse.Namespace) -> int:
-    lines = list(args.sentences)
+    """Tags, labels or mask fills of every input line, in input order, written as each chunk of batches finishes."""
+    from .prediction import classify, fill_masks, predict_tags
+
+    sentences = list(args.sentences)
     if args.heads and args.checkpoint is not None:  # no checkpoint argument with --heads: it is the first sentence
-        lines.insert(0, args.checkpoint)
-    if args.file:
-        lines += _read_lines(args.file)
-    if args.jsonl is not None:
-        lines += _read_lines(args.jsonl)
-    texts = [line for line in lines if line.strip()]
-    if len(texts) < len(lines):
-        print(f"dwatt predict: skipped {len(lines) - len(texts)} empty lines", file=sys.stderr)
-    if not texts:
+        sentences.insert(0, args.checkpoint)
+    lines = InputLines(sentences, [source for source in (args.file, args.jsonl) if source is not None])
+    if not sentences and not lines.sources:
         raise ValueError("give sentences as arguments, with --file, or with --jsonl")
     if args.heads:
-        return _predict_heads(args, texts)
+        _predict_heads(args, _with_progress(lines, args.quiet))
+        return _finish_predict(lines)
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
     model, tokenizer, task = load_checkpoint(args.checkpoint)
-    if task == "cls":
-        for text, probabilities in zip(texts, classify(model, tokenizer, texts)):
-            label, probability = next(iter(probabilities.items()))
-            if args.jsonl is not None:
-                print(json.dumps({"text": text, "label": label, "scores": probabilities}, ensure_ascii=False))
-            else:
-                print(f"{label}\t{probability:.3f}\t{text}")
-        return 0
-    if task == "mlm":
-        for text, masks in zip(texts, fill_masks(model, tokenizer, texts)):
-            print(text)
-            for number, candidates in enumerate(masks, start=1):
-                print(f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates))
-            print()
-        return 0
-    sentences = [text.split() for text in texts]
-    for text, words, tags in zip(texts, sentences, predict_tags(model, tokenizer, sentences)):
-        if args.jsonl is not None:
-            print(json.dumps({"text": text, "words": words, "tags": tags}, ensure_ascii=False))
+    for chunk in chunks(_with_progress(lines, args.quiet), args.batch_size * CHUNK_BATCHES):
+        if task == "cls":
+            for text, probabilities in zip(chunk, classify(model, tokenizer, chunk, args.batch_size)):
+                label, probability = next(iter(probabilities.items()))
+                if args.jsonl is not None:
+                    print(json.dumps({"text": text, "label": label, "scores": probabilities}, ensure_ascii=False))
+                else:
+                    print(f"{label}\t{probability:.3f}\t{text}")
+        elif task == "mlm":
+            for text, masks in zip(chunk, fill_masks(model, tokenizer, chunk, batch_size=args.batch_size)):
+                print(text)
+                for number, candidates in enumerate(masks, start=1):
+                    print(f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates))
+                print()
         else:
-            print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
+            sentences = [text.split() for text in chunk]
+            for text, words, tags in zip(chunk, sentences, predict_tags(model, tokenizer, sentences, args.batch_size)):
+                if args.jsonl is not None:
+                    print(json.dumps({"text": text, "words": words, "tags": tags}, ensure_ascii=False))
+                else:
+                    print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
+        sys.stdout.flush()
+    return _finish_predict(lines)
+
+
+def _finish_predict(lines: InputLines) -> int:
+    if lines.skipped:
+        print(f"dwatt predict: skipped {lines.skipped} empty lines", file=sys.stderr)
+    if not lines.read:
+        raise ValueError("nothing to predict: give sentences as arguments, with --file, or with --jsonl")
     return 0
 
 
@@ -370,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--split", default="validation")
     evaluate.add_argument("--block-size", type=int, default=128, help="mlm: tokens per block, as in training")
     evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
+    evaluate.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per batch, sorted by length")
     evaluate.set_defaults(handler=_evaluate)
     predict = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
     predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
@@ -380,6 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--tokenizer", default=None, help="--heads: where the tokenizer is (default: the first head)")
     predict.add_argument("--jsonl", nargs="?", const="-", default=None, metavar="FILE",
                          help="read one sentence per line from FILE (default: stdin) and write one JSON object per line")
+    predict.add_argument("--batch-size", type=int, default=BATCH_SIZE,
+                         help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)")
+    predict.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     predict.set_defaults(handler=_predict)
     push = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
     push.add_argument("run_dir")

@@ -4,7 +4,6 @@ holds for encoders (CLI runs, shared heads, pipelines without dwatt, data parall
 
 import json
 import logging
-from pathlib import Path
 
 import pytest
 import torch

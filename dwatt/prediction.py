@@ -1,0 +1,145 @@
+"""Prediction with trained checkpoints at the model's speed: inputs in length-sorted batches, results in input order.
+
+Each task encodes its inputs as training encodes them: pre-split words in overlapping windows for the tagger (no word
+lost), texts or text pairs truncated to `MAX_TOKENS` for the classifier, texts as they are for the masked LM. The
+encoded rows of a chunk of inputs are sorted by token count and cut into batches of `batch_size` rows, each padded to
+its own longest row, so that padding costs little; the model skips what padding is left (its per-token work runs on
+the real tokens only). Results come back chunk by chunk in input order, so a large file streams. A sentence's result
+is the same as when it is run alone (tests/test_prediction.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+
+import torch
+
+from .data import encode_words
+
+# Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
+# (benchmarks/results/predict_speed_cpu.md, batch-size sweep).
+BATCH_SIZE = 32
+# Inputs per chunk, in batches: sorted within a chunk, written when the whole chunk is done.
+CHUNK_BATCHES = 16
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Row indices shortest first (ties in input order), cut into batches of `batch_size`."""
+    if batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def padded(rows: dict[str, list], indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """The model inputs of `rows[...][i]` for `i` in `indices`, padded on the right to the longest of them (the
+    model handles either side; the right keeps each row's positions where the tokenizer put them)."""
+    longest = max(len(rows["input_ids"][i]) for i in indices)
+    batch = {}
+    for column in (c for c in MODEL_INPUTS if c in rows):
+        fill = pad_id if column == "input_ids" else 0
+        batch[column] = torch.tensor([rows[column][i] + [fill] * (longest - len(rows[column][i])) for i in indices])
+    return batch
+
+
+def chunks(items: Iterable, size: int) -> Iterator[list]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+def pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+
+def tag(run_logits: Callable[[dict], dict[str, torch.Tensor]], id2labels: dict[str, dict], tokenizer,
+        sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> dict[str, list[list[str]]]:
+    """One tag per word of each pre-split sentence, for each head: `run_logits(batch)` returns `{head: logits}`. Long
+    sentences go through overlapping windows (`data.encode_words`), each word tagged by the window that scores it."""
+    limit = min(tokenizer.model_max_length, 512)
+    sentences = [list(words) for words in sentences]  # a dataset's column, too
+    rows, _ = encode_words(tokenizer, sentences, limit, stride)
+    tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
+    with torch.inference_mode():
+        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+            logits = run_logits(padded(rows, indices, pad_id(tokenizer)))
+            for name, scores in logits.items():
+                predicted = scores.argmax(-1).tolist()
+                for place, row in enumerate(indices):
+                    for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
+                        if scored:
+                            tags[name][rows["sentence"][row]][word] = id2labels[name][predicted[place][position]]
+    return tags
+
+
+def predict_tags(model, tokenizer, sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> list[list[str]]:
+    """One tag per word for pre-split sentences with a token-classification checkpoint."""
+    return tag(lambda batch: {"": model(**batch).logits}, {"": model.config.id2label}, tokenizer, sentences,
+               batch_size, stride)[""]
+
+
+def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
+    """Texts (and pairs) encoded as classification training encodes them: truncated to `MAX_TOKENS`, a pair from its
+    longer side first."""
+    from .classification_data import MAX_TOKENS
+
+    pairs = list(pairs) if pairs is not None else None
+    return dict(tokenizer(list(texts), pairs, truncation="longest_first", max_length=MAX_TOKENS))
+
+
+def class_probabilities(model, tokenizer, texts: list[str], pairs: list[str] | None = None,
+                        batch_size: int = BATCH_SIZE) -> torch.Tensor:
+    """`(texts, classes)` probabilities of a classification checkpoint, in input order."""
+    rows = encode_texts(tokenizer, texts, pairs)
+    probabilities = torch.empty(len(texts), model.config.num_labels)
+    with torch.inference_mode():
+        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+            logits = model(**padded(rows, indices, pad_id(tokenizer))).logits
+            probabilities[indices] = torch.softmax(logits.float(), dim=-1)
+    return probabilities
+
+
+def split_pairs(tokenizer, texts: list[str]) -> tuple[list[str], list[str] | None]:
+    """Texts as `dwatt predict` reads them: one holding the tokenizer's separator token (`first [SEP] second`) is a
+    sentence pair."""
+    separator = f" {tokenizer.sep_token} " if tokenizer.sep_token else None
+    split = [text.split(separator, 1) if separator and separator in text else [text, ""] for text in texts]
+    pairs = [second for _, second in split] if any(second for _, second in split) else None
+    return [first for first, _ in split], pairs
+
+
+def classify(model, tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[dict[str, float]]:
+    """Class probabilities of each text, most likely first."""
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    firsts, pairs = split_pairs(tokenizer, texts)
+    probabilities = class_probabilities(model, tokenizer, firsts, pairs, batch_size)
+    return [dict(sorted(zip(names, row), key=lambda item: -item[1])) for row in probabilities.tolist()]
+
+
+def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
+               batch_size: int = BATCH_SIZE) -> list[list[list[tuple[str, float]]]]:
+    """For each text, for each mask token in it, the `top_k` most likely tokens with their probabilities."""
+    mask = tokenizer.mask_token
+    missing = [text for text in texts if mask not in text]
+    if missing:
+        raise ValueError(f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})")
+    rows = dict(tokenizer(texts, truncation=True))
+    filled: list = [None] * len(texts)
+    with torch.inference_mode():
+        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+            batch = padded(rows, indices, pad_id(tokenizer))
+            logits = model(**batch).logits
+            for place, row in enumerate(indices):
+                positions = (batch["input_ids"][place] == tokenizer.mask_token_id).nonzero().flatten()
+                top = logits[place, positions].float().softmax(-1).topk(top_k, dim=-1)
+                filled[row] = [[(tokenizer.decode([i]).strip(), p) for i, p in zip(ids.tolist(), ps.tolist())]
+                               for ids, ps in zip(top.indices, top.values)]
+    return filled
+
+
+__all__ = [
+    "BATCH_SIZE", "CHUNK_BATCHES", "chunks", "class_probabilities", "classify", "fill_masks", "length_sorted_batches",
+    "predict_tags", "split_pairs", "tag",
+]

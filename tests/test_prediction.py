@@ -1,0 +1,150 @@
+"""Batched, length-sorted prediction: every output equals the sentence run alone (tags, labels, scores, mask fills,
+long sentences in windows), outputs come in input order and stream chunk by chunk, a bar on stderr for long files."""
+
+import io
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from configuration_dwatt import FUSIONS
+from dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.data import load_tokenizer
+from dwatt.prediction import classify, fill_masks, length_sorted_batches, predict_tags
+
+from .conftest import DECODER_CORPUS, WORDS, save_tiny_backbone
+
+SENTENCES = [
+    ["peter", "blackburn"],
+    ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb"],
+    ["brussels"],
+    (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[:37],  # windows
+    ["lamb", "to", "brussels", "peter"],
+]
+
+
+def trained_like(model):
+    """Random non-zero heads, so that wrong positions or padding would show in the outputs."""
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not name.startswith("dwatt.backbone."):
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model.eval()
+
+
+def short_tokenizer(folder):
+    tokenizer = load_tokenizer(folder)
+    tokenizer.model_max_length = 16  # the long sentence needs three windows
+    return tokenizer
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_batched_tags_equal_each_sentence_alone_windows_included(fusion, tiny_backbone):
+    torch.manual_seed(0)
+    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=7))
+    tokenizer = short_tokenizer(tiny_backbone)
+    alone = [predict_tags(model, tokenizer, [words], batch_size=1)[0] for words in SENTENCES]
+    for batch_size in (2, 3, 32):
+        assert predict_tags(model, tokenizer, SENTENCES, batch_size=batch_size) == alone
+    assert len(alone[3]) == 37 and len(set(map(tuple, alone))) > 1
+
+
+def test_batched_tags_on_a_decoder_equal_each_sentence_alone(tiny_decoder):
+    torch.manual_seed(0)
+    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=7))
+    tokenizer = load_tokenizer(tiny_decoder)
+    sentences = [line.split() for line in DECODER_CORPUS]
+    alone = [predict_tags(model, tokenizer, [words], batch_size=1)[0] for words in sentences]
+    assert predict_tags(model, tokenizer, sentences, batch_size=4) == alone
+
+
+@pytest.mark.parametrize("backbone", ["tiny_backbone", "tiny_decoder"])
+def test_batched_class_probabilities_equal_each_text_alone(backbone, request):
+    folder = request.getfixturevalue(backbone)
+    torch.manual_seed(0)
+    model = trained_like(DWAttForSequenceClassification.from_backbone(str(folder), num_labels=4))
+    tokenizer = load_tokenizer(folder)
+    texts = [" ".join(words) for words in SENTENCES] + DECODER_CORPUS
+    alone = [classify(model, tokenizer, [text], batch_size=1)[0] for text in texts]
+    together = classify(model, tokenizer, texts, batch_size=3)
+    for one, many in zip(alone, together):
+        assert list(one) == list(many)  # the same labels in the same order
+        assert list(one.values()) == pytest.approx(list(many.values()), abs=1e-5)
+
+
+def test_batched_mask_fills_equal_each_text_alone(tmp_path, tiny_backbone):
+    folder = save_tiny_backbone(tmp_path / "mlm", "bert", vocab_size=16)
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
+    torch.manual_seed(0)
+    model = trained_like(DWAttForMaskedLM.from_backbone(str(folder)))
+    tokenizer = load_tokenizer(folder)
+    texts = ["peter [MASK]", "eu rejects [MASK] call to boycott british [MASK] lamb", "[MASK]"]
+    alone = [fill_masks(model, tokenizer, [text], batch_size=1)[0] for text in texts]
+    together = fill_masks(model, tokenizer, texts, batch_size=2)
+    assert [[[token for token, _ in mask] for mask in text] for text in together] == \
+        [[[token for token, _ in mask] for mask in text] for text in alone]
+    flat = [p for text in together for mask in text for _, p in mask]
+    assert flat == pytest.approx([p for text in alone for mask in text for _, p in mask], abs=1e-5)
+
+
+def test_batches_are_sorted_by_length_and_cut_to_size():
+    assert length_sorted_batches([5, 1, 3, 1, 9], 2) == [[1, 3], [2, 0], [4]]
+    with pytest.raises(ValueError, match="--batch-size must be >= 1"):
+        length_sorted_batches([1], 0)
+
+
+@pytest.fixture
+def tagger(tiny_backbone, tmp_path):
+    torch.manual_seed(0)
+    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=7))
+    model.save_pretrained(tmp_path / "model")
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+def test_cli_predict_writes_in_input_order_streaming_chunk_by_chunk(tagger, tmp_path, monkeypatch, capsys):
+    import dwatt.prediction
+
+    lines = [" ".join(SENTENCES[i % len(SENTENCES)][: 1 + i % 7]) for i in range(40)]
+    (tmp_path / "in.txt").write_text("\n".join(lines[:20]) + "\n\n" + "\n".join(lines[20:]) + "\n")
+    monkeypatch.setattr("dwatt.cli.CHUNK_BATCHES", 2)  # chunks of 2 batches of 4 lines
+    calls, written_after = [], []
+    original = dwatt.prediction.predict_tags
+
+    def counting(*args, **kwargs):
+        calls.append(len(args[2]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr("dwatt.prediction.predict_tags", counting)
+
+    class Recording(io.StringIO):
+        def write(self, text):
+            written_after.append(len(calls))
+            return super().write(text)
+
+    out = Recording()
+    monkeypatch.setattr("sys.stdout", out)
+    assert main(["predict", str(tagger), "--jsonl", str(tmp_path / "in.txt"), "--batch-size", "4", "--quiet"]) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [row["text"] for row in rows] == lines  # input order, the empty line skipped
+    assert calls == [8] * 5 and written_after[0] == 1  # the first chunk is written before the second is tagged
+    assert "skipped 1 empty lines" in capsys.readouterr().err
+    # The same tags as each sentence alone through the command.
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert main(["predict", str(tagger), lines[3], "--jsonl", "/dev/null"]) == 0
+    assert json.loads(__import__("sys").stdout.getvalue().splitlines()[0])["tags"] == rows[3]["tags"]
+
+
+def test_cli_predict_shows_a_bar_on_stderr_for_long_files_unless_quiet(tagger, tmp_path, capsys):
+    (tmp_path / "long.txt").write_text("\n".join(" ".join(WORDS[: 1 + i % 5]) for i in range(301)) + "\n")
+    assert main(["predict", str(tagger), "--file", str(tmp_path / "long.txt"), "--jsonl", "/dev/null"]) == 0
+    out, err = capsys.readouterr()
+    assert "predicting" in err and len(out.splitlines()) == 301 and all(json.loads(line) for line in out.splitlines())
+    assert main(["predict", str(tagger), "--file", str(tmp_path / "long.txt"), "--quiet"]) == 0
+    assert "predicting" not in capsys.readouterr().err
+    (tmp_path / "blank.txt").write_text("\n\n")
+    assert main(["predict", str(tagger), "--file", str(tmp_path / "blank.txt")]) == 2
+    assert "nothing to predict" in capsys.readouterr().err
