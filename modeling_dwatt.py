@@ -880,13 +880,15 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         model defines its own."""
         raise NotImplementedError
 
-    def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor | None:
+    def fused_positions(self, labels, attention_mask, shape: torch.Size, device, logits_mask=None) -> torch.Tensor | None:
         """The positions the per-token work (a per-token fusion, the head) runs on (`None`: all): with
-        `fuse_labelled_positions_only` and labels, the labelled ones, as the loss reads nothing else; otherwise, in
-        a batch with padding, the non-padding ones, so that the work follows the real token count. The outputs at
-        the other positions are zero."""
+        `fuse_labelled_positions_only` and labels, the labelled ones, as the loss reads nothing else; else those of
+        `logits_mask`; otherwise, in a batch with padding, the non-padding ones, so that the work follows the real
+        token count. The outputs at the other positions are zero."""
         if labels is not None and self.fuse_labelled_positions_only:
             return labels != -100
+        if logits_mask is not None:
+            return logits_mask.to(device).bool()
         if attention_mask is not None and attention_mask.shape == shape and not bool(attention_mask.all()):
             return attention_mask.to(device).bool()
         return None
@@ -918,6 +920,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         output_layer_weights: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        logits_mask: torch.BoolTensor | None = None,
         **kwargs,
     ):
         r"""
@@ -925,6 +928,9 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             Targets per position (`(batch_size, sequence_length)`: tag ids for token classification, token ids at
             masked positions for masked LM; -100 marks positions without a target: padding, later sub-words,
             unmasked tokens), or per sequence for sequence classification (see its class).
+        logits_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Token classification and masked LM: the positions whose logits are wanted (a tagger's first sub-token of
+            each word, a masked LM's masks); the per-token work runs there only, and the logits elsewhere are zero.
         backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
         """
         # Under data parallelism, the labelled items of the global batch: the loss is a mean over all of them.
@@ -933,7 +939,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             reference = backbone_hidden_states[0] if isinstance(backbone_hidden_states, (tuple, list)) else backbone_hidden_states[:, 0]
         else:
             reference = input_ids if input_ids is not None else inputs_embeds
-        positions = None if reference is None else self.fused_positions(labels, attention_mask, reference.shape[:2], reference.device)
+        positions = None if reference is None else self.fused_positions(labels, attention_mask, reference.shape[:2],
+                                                                        reference.device, logits_mask)
         fused = self.dwatt(
             token_mask=positions if self.dwatt.fusion_is_per_token else None,
             input_ids=input_ids,
@@ -1249,9 +1256,9 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
         self.out_proj = nn.Linear(hidden, config.num_labels)
         self.post_init()
 
-    def fused_positions(self, labels, attention_mask, shape: torch.Size, device) -> torch.Tensor:
+    def fused_positions(self, labels, attention_mask, shape: torch.Size, device, logits_mask=None) -> torch.Tensor:
         """The positions the pooling reads, which are all a per-token fusion needs: the first, the last non-padding
-        one (on either padding side), or every non-padding one."""
+        one (on either padding side), or every non-padding one (`logits_mask` has no use here)."""
         if self.config.pooling in ("first", "last"):
             if self.config.pooling == "first" or attention_mask is None:
                 index = torch.full(shape[:1], 0 if self.config.pooling == "first" else shape[1] - 1, device=device)

@@ -29,7 +29,7 @@ def load_checkpoint(path: str | Path):
         AutoModelForTokenClassification,
     )
 
-    from .data import load_tokenizer
+    from .tokenization import load_tokenizer
 
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)

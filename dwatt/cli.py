@@ -16,7 +16,7 @@ from configuration_dwatt import FUSIONS, POOLINGS
 
 from .checkpoints import load_checkpoint
 from .prediction import BATCH_SIZE, CHUNK_BATCHES, chunks
-from .training import SAMPLINGS, RunConfig
+from .run_config import SAMPLINGS, RunConfig
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
@@ -188,7 +188,7 @@ def _with_progress(lines: InputLines, quiet: bool) -> Iterable[str]:
 
 def _predict_heads(args: argparse.Namespace, lines: Iterable[str]) -> None:
     """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
-    from .data import load_tokenizer
+    from .tokenization import load_tokenizer
     from .heads import SharedBackboneHeads
     from .prediction import tag
 
@@ -394,8 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .hub import HubError
-    from .sweep import SweepBusyError
+    from .errors import HubError, SweepBusyError
 
     from .console import quiet_libraries
 
@@ -411,5 +410,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def entry() -> None:
+    """The `dwatt` console script: `main`, and for the commands that only read (predict, evaluate) an exit that skips
+    the interpreter's teardown of torch and transformers, about a second of a short command, once the output is
+    flushed (training commands exit the usual way, closing what they opened)."""
+    import os
+
+    code = main()
+    if len(sys.argv) > 1 and sys.argv[1] in ("predict", "evaluate"):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,4 +1,5 @@
-"""What `dwatt train` shows a person: one progress bar for the run, and a short summary at its end.
+"""What `dwatt train` shows a person: a short summary at the end of a run (the run's progress bar is the
+`training.callbacks.RunProgress` callback).
 
 Three levels, chosen on the command line: the default (one bar over the epochs with the last loss, the dev score
 and the best so far, then the summary), `--quiet` (the summary's last line only) and `--verbose` (the `Trainer`'s
@@ -7,63 +8,25 @@ own bars and log dictionaries, as transformers prints them, then the summary).
 
 from __future__ import annotations
 
-import math
 import shlex
-from collections.abc import Callable
 from pathlib import Path
-
-from tqdm.auto import tqdm
-from transformers import TrainerCallback
 
 VERBOSITIES = ("quiet", "normal", "verbose")
 
 
-class RunProgress(TrainerCallback):
-    """
-    One bar over the epochs of a `Trainer` run, updated after each dev evaluation with the epoch's training loss,
-    the dev score and the best dev score so far. A resumed run starts the bar at the epoch it resumes from.
-    """
-
-    def __init__(self, metric: str = "eval_f1", label: str = "dev F1", show: Callable[[float], str] | None = None,
-                 greater_is_better: bool = True):
-        self.metric, self.label, self.greater_is_better = metric, label, greater_is_better
-        self.show = show or (lambda value: f"{100 * value:.2f}")
-        self.bar: tqdm | None = None
-        self.loss: float | None = None
-        self.best: float | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = tqdm(total=int(math.ceil(args.num_train_epochs)), initial=int(state.epoch or 0), unit="epoch",
-                        desc="training", dynamic_ncols=True)
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs and "loss" in logs:
-            self.loss = float(logs["loss"])
-
-    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        if self.bar is None or not metrics or self.metric not in metrics:  # another split (e.g. test)
-            return
-        value = float(metrics[self.metric])
-        if self.best is None or (value > self.best if self.greater_is_better else value < self.best):
-            self.best = value
-        postfix = {"loss": f"{self.loss:.4f}"} if self.loss is not None else {}
-        postfix |= {self.label: self.show(value), "best": self.show(self.best)}
-        self.bar.set_postfix(postfix, refresh=False)
-        self.bar.update(int(round(state.epoch or 0)) - self.bar.n)
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-
 def quiet_libraries() -> None:
     """Turn off the progress bars and notices of datasets and transformers (map, weight loading, shard writing):
-    the run's own bar and summary say what matters."""
-    import datasets
+    the run's own bar and summary say what matters. datasets is told through its environment variable when it is not
+    imported yet, so that a command that never reads a dataset (`dwatt predict`) does not pay for importing it."""
+    import os
+    import sys
+
     import transformers
 
-    datasets.disable_progress_bars()
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
+    else:
+        os.environ["HF_DATASETS_DISABLE_PROGRESS_BARS"] = "1"
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
 
@@ -171,4 +134,4 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     return lines
 
 
-__all__ = ["VERBOSITIES", "RunProgress", "example_input", "headline", "quiet_libraries", "scores_table", "summary"]
+__all__ = ["VERBOSITIES", "example_input", "headline", "quiet_libraries", "scores_table", "summary"]

@@ -213,8 +213,10 @@ class SharedBackboneHeads(nn.Module):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.Tensor | None = None,
         output_layer_weights: bool = False,
+        logits_mask: torch.Tensor | None = None,
     ) -> dict[str, object]:
-        """One backbone pass, then every head on the layers it reads: `{name: model output}`."""
+        """One backbone pass, then every head on the layers it reads: `{name: model output}` (`logits_mask`: see
+        the task models' `forward`)."""
         hidden = self.runner.run_backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         stacked: dict[tuple, torch.Tensor] = {}
         outputs = {}
@@ -226,6 +228,7 @@ class SharedBackboneHeads(nn.Module):
                 backbone_hidden_states=stacked[layout],
                 attention_mask=attention_mask,
                 output_layer_weights=output_layer_weights,
+                logits_mask=logits_mask,
             )
         return outputs
 

@@ -14,6 +14,7 @@ import yaml
 from huggingface_hub import HfApi
 
 from .data import is_local_path
+from .errors import HubError
 from .defaults import known_hub_id
 
 TAGS = ["dwatt", "layer-fusion"]
@@ -120,10 +121,6 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "",
     ]
     return "\n".join(lines)
-
-
-class HubError(RuntimeError):
-    """A Hub request that failed, said in one line: what happened and what to do."""
 
 
 def explain_hub_error(error: BaseException, repo_id: str) -> str | None:

@@ -15,13 +15,14 @@ from itertools import islice
 
 import torch
 
-from .data import encode_words
+from .tokenization import encode_words
 
 # Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
 # (benchmarks/results/predict_speed_cpu.md, batch-size sweep).
 BATCH_SIZE = 32
-# Inputs per chunk, in batches: sorted within a chunk, written when the whole chunk is done.
-CHUNK_BATCHES = 16
+# Inputs per chunk, in batches: sorted within a chunk, written when the whole chunk is done. 64 batches of 32 CoNLL
+# sentences pad 5% of their tokens, 16 pad 18%.
+CHUNK_BATCHES = 64
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -64,7 +65,9 @@ def tag(run_logits: Callable[[dict], dict[str, torch.Tensor]], id2labels: dict[s
     tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
     with torch.inference_mode():
         for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-            logits = run_logits(padded(rows, indices, pad_id(tokenizer)))
+            batch = padded(rows, indices, pad_id(tokenizer))
+            batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].bool()  # words' first pieces
+            logits = run_logits(batch)
             for name, scores in logits.items():
                 predicted = scores.argmax(-1).tolist()
                 for place, row in enumerate(indices):
@@ -130,7 +133,7 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
     with torch.inference_mode():
         for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
             batch = padded(rows, indices, pad_id(tokenizer))
-            logits = model(**batch).logits
+            logits = model(**batch, logits_mask=batch["input_ids"] == tokenizer.mask_token_id).logits  # the masks only
             for place, row in enumerate(indices):
                 positions = (batch["input_ids"][place] == tokenizer.mask_token_id).nonzero().flatten()
                 top = logits[place, positions].float().softmax(-1).topk(top_k, dim=-1)

@@ -25,17 +25,13 @@ from tqdm.auto import tqdm
 
 from .atomic import write_text_atomically
 from .distributed import launched_processes
+from .errors import SweepBusyError
 from .portable import portable_results
-from .summaries import TIMING_FIELDS, comparable  # noqa: F401  (part of this module's API: what reruns agree on)
-from .training import RunConfig, run, run_ner_budgets
+from .run_config import RunConfig
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
 ENGINES = ("auto", "trainer", "budgets")
-
-
-class SweepBusyError(RuntimeError):
-    """Another sweep holds the results file."""
 
 
 @dataclass(frozen=True)
@@ -214,10 +210,10 @@ def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
     output_root: str | Path | None = None,
-    runner: Callable[[RunConfig], dict] = run,
+    runner: Callable[[RunConfig], dict] | None = None,
     progress: bool = True,
     engine: str = "auto",
-    budgets_runner: Callable[[list[RunConfig]], list[dict]] = run_ner_budgets,
+    budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
     **run_overrides,
 ) -> list[dict]:
     """
@@ -226,6 +222,9 @@ def run_sweep(
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
+    from .training import run, run_ner_budgets  # here, so that reading a sweep's options imports no training
+
+    runner, budgets_runner = runner or run, budgets_runner or run_ner_budgets
     if launched_processes() > 1:
         raise ValueError(
             "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
@@ -326,6 +325,6 @@ PRESETS = {
 
 __all__ = [
     "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError",
-    "batches_of_runs", "comparable", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
+    "batches_of_runs", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
     "work_unit",
 ]

@@ -40,10 +40,10 @@ def test_pre_split_words_reach_a_byte_level_bpe_tokenizer_as_in_running_text(tin
 
 
 def test_a_tokenizer_without_padding_pads_with_end_of_sequence_and_says_so_once(tiny_decoder, caplog):
-    import dwatt.data
+    import dwatt.tokenization
 
-    dwatt.data._TOLD_ABOUT_PADDING.discard(str(tiny_decoder))
-    with caplog.at_level(logging.WARNING, logger="dwatt.data"):
+    dwatt.tokenization._TOLD_ABOUT_PADDING.discard(str(tiny_decoder))
+    with caplog.at_level(logging.WARNING, logger="dwatt.tokenization"):
         first, second = load_tokenizer(tiny_decoder), load_tokenizer(tiny_decoder)
     assert first.pad_token == second.pad_token == "<|endoftext|>"
     said = [r.getMessage() for r in caplog.records if "no padding token" in r.getMessage()]

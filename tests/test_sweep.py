@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, comparable, grid, run_sweep
+from dwatt.summaries import comparable
+from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, grid, run_sweep
 from dwatt.training import RunConfig, run_ner
 
 

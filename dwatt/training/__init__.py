@@ -16,7 +16,8 @@ from ..data import CONLL_LABELS
 from modeling_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
-from .callbacks import MODES, BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
+from ..run_config import MODES
+from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
 from .cls import run_classification
 from .common import (
     DEV_SAMPLE_SEED,

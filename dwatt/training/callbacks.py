@@ -1,12 +1,16 @@
-"""`Trainer` callbacks of every run: the FE/FT freezing, best-dev tracking, and exact losses under data parallelism."""
+"""`Trainer` callbacks of every run: the FE/FT freezing, best-dev tracking, exact losses under data parallelism, and
+the run's one progress bar."""
 
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
 from transformers import (
     TrainerCallback,
 )
@@ -14,8 +18,7 @@ from transformers import (
 from modeling_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
-
-MODES = ("fe", "ft")
+from ..run_config import MODES
 # What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
 BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
 
@@ -118,3 +121,42 @@ class DataParallelLossCallback(TrainerCallback):
         args.average_tokens_across_devices = False
 
     on_train_end = on_epoch_end
+
+
+class RunProgress(TrainerCallback):
+    """
+    One bar over the epochs of a `Trainer` run, updated after each dev evaluation with the epoch's training loss,
+    the dev score and the best dev score so far. A resumed run starts the bar at the epoch it resumes from.
+    """
+
+    def __init__(self, metric: str = "eval_f1", label: str = "dev F1", show: Callable[[float], str] | None = None,
+                 greater_is_better: bool = True):
+        self.metric, self.label, self.greater_is_better = metric, label, greater_is_better
+        self.show = show or (lambda value: f"{100 * value:.2f}")
+        self.bar: tqdm | None = None
+        self.loss: float | None = None
+        self.best: float | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.bar = tqdm(total=int(math.ceil(args.num_train_epochs)), initial=int(state.epoch or 0), unit="epoch",
+                        desc="training", dynamic_ncols=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        if self.bar is None or not metrics or self.metric not in metrics:  # another split (e.g. test)
+            return
+        value = float(metrics[self.metric])
+        if self.best is None or (value > self.best if self.greater_is_better else value < self.best):
+            self.best = value
+        postfix = {"loss": f"{self.loss:.4f}"} if self.loss is not None else {}
+        postfix |= {self.label: self.show(value), "best": self.show(self.best)}
+        self.bar.set_postfix(postfix, refresh=False)
+        self.bar.update(int(round(state.epoch or 0)) - self.bar.n)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

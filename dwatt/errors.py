@@ -1,0 +1,13 @@
+"""The errors a `dwatt` command reports in one line (besides `ValueError` and `OSError`): defined apart from the
+modules that raise them, so that the command line can catch them without importing those modules."""
+
+
+class HubError(RuntimeError):
+    """A Hub request that failed, said in one line: what happened and what to do."""
+
+
+class SweepBusyError(RuntimeError):
+    """Another sweep holds the results file."""
+
+
+__all__ = ["HubError", "SweepBusyError"]

