@@ -127,6 +127,12 @@ class DWAttConfig(PretrainedConfig):
             `from_backbone` so that a checkpoint says what it was trained on.
         backbone_revision (`str`, *optional*):
             The backbone's revision (branch, tag or commit hash), when known.
+        lora (`dict`, *optional*):
+            Set when the backbone was adapted with low-rank updates (LoRA) rather than frozen or fine-tuned: `rank`,
+            `alpha` (the update is `(alpha / rank) * B @ A`), `targets` (the names of the backbone's linear layers
+            that carry one) and `dropout`; `merged` says whether the backbone weights of this checkpoint already
+            include the updates (a full save) or the updates travel beside the head (a head-only save, merged into
+            the backbone when loaded).
         heads_only (`bool`, *optional*, defaults to `False`):
             Set in the config of a head-only checkpoint, whose weights file holds no backbone tensor: loading it
             fetches the backbone from `backbone_name_or_path`.
@@ -159,6 +165,7 @@ class DWAttConfig(PretrainedConfig):
         fused_layers: str | list[int] = "all",
         backbone_name_or_path: str | None = None,
         backbone_revision: str | None = None,
+        lora: dict | None = None,
         heads_only: bool = False,
         **kwargs,
     ):
@@ -176,6 +183,7 @@ class DWAttConfig(PretrainedConfig):
         self.fused_layers = fused_layers
         self.backbone_name_or_path = backbone_name_or_path
         self.backbone_revision = backbone_revision
+        self.lora = dict(lora) if lora else None
         self.heads_only = heads_only
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
@@ -195,6 +203,8 @@ class DWAttConfig(PretrainedConfig):
                 raise ValueError(f"DWAttConfig: `{key}` must be an integer >= {minimum}, got {value!r}")
         if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
             raise ValueError(f"DWAttConfig: `classifier_dropout` must be in [0, 1), got {self.classifier_dropout!r}")
+        if self.lora is not None:
+            self.validate_lora()
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         family = self.encoder_config.model_type
@@ -212,6 +222,20 @@ class DWAttConfig(PretrainedConfig):
                     f"DWAttConfig: the {self.encoder_config.model_type!r} encoder config has no integer `{key}`; "
                     "DWAtt needs an encoder that returns one hidden state per layer"
                 )
+
+    def validate_lora(self) -> None:
+        lora = self.lora
+        for key, valid, what in (
+            ("rank", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
+            ("alpha", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0"),
+            ("targets", lambda v: isinstance(v, (list, tuple)) and v and all(isinstance(t, str) and t for t in v),
+             "a non-empty list of layer names"),
+            ("dropout", lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
+        ):
+            if key not in lora or not valid(lora[key]):
+                raise ValueError(f"DWAttConfig: `lora['{key}']` must be {what}, got {lora.get(key)!r}")
+        lora["targets"] = list(lora["targets"])
+        lora.setdefault("merged", False)
 
     @property
     def fused_layer_numbers(self) -> list[int]:

@@ -140,6 +140,12 @@ class BackboneFamily:
     layer_list = "encoder.layer"
     # Decoder-only: each token sees only what precedes it, and positions count from the first non-padding token.
     causal = False
+    # The linear layers that carry LoRA's low-rank updates by default: the attention's query and value projections.
+    lora_targets: tuple[str, ...] = ("query", "value")
+
+    def __init__(self, lora_targets: tuple[str, ...] | None = None):
+        if lora_targets is not None:
+            self.lora_targets = lora_targets
 
     def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
         layers = _attribute(backbone, self.layer_list)
@@ -169,6 +175,8 @@ class BackboneFamily:
 
 class MPNetFamily(BackboneFamily):
     """Every MPNet layer also takes the encoder's shared relative position bias."""
+
+    lora_targets = ("q", "v")
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
         (mask,), _ = super().layer_inputs(backbone, hidden_states, attention_mask, layers)[0]
@@ -244,6 +252,7 @@ class ElectraFamily(BackboneFamily):
 
 class DistilBertFamily(BackboneFamily):
     layer_list = "transformer.layer"
+    lora_targets = ("q_lin", "v_lin")
 
 
 class AlbertFamily(BackboneFamily):
@@ -299,6 +308,7 @@ class DecoderFamily(BackboneFamily):
     causal = True
     layer_list = "layers"
     layer_lists = ("layers", "h", "blocks", "decoder.layers", "transformer.h", "model.layers")
+    lora_targets = ("q_proj", "v_proj")
 
     def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
         for path in (self.layer_list, *self.layer_lists):
@@ -352,9 +362,17 @@ class DecoderFamily(BackboneFamily):
 FAMILIES: dict[str, BackboneFamily] = {
     "mpnet": MPNetFamily(),
     "roformer": RoFormerFamily(),
-    "deberta": DebertaFamily(),
-    "deberta-v2": DebertaFamily(),
-    "modernbert": ModernBertFamily(),
+    "deberta": DebertaFamily(lora_targets=("in_proj",)),
+    "deberta-v2": DebertaFamily(lora_targets=("query_proj", "value_proj")),
+    "modernbert": ModernBertFamily(lora_targets=("Wqkv",)),
+    # Decoders whose attention projects queries, keys and values in one layer.
+    "gpt2": DecoderFamily(lora_targets=("c_attn",)),
+    "gpt_bigcode": DecoderFamily(lora_targets=("c_attn",)),
+    "gpt_neox": DecoderFamily(lora_targets=("query_key_value",)),
+    "falcon": DecoderFamily(lora_targets=("query_key_value",)),
+    "bloom": DecoderFamily(lora_targets=("query_key_value",)),
+    "phi3": DecoderFamily(lora_targets=("qkv_proj",)),
+    "mpt": DecoderFamily(lora_targets=("Wqkv",)),
     "electra": ElectraFamily(),
     "distilbert": DistilBertFamily(),
     "albert": AlbertFamily(),
@@ -553,6 +571,83 @@ class ExtraLayers(nn.Module):
         return hidden_states
 
 
+def lora_target_layers(backbone: nn.Module, targets) -> dict[str, nn.Module]:
+    """The backbone's layers that LoRA adapts: those named one of `targets` (the last part of their path) that hold a
+    2-D weight (`nn.Linear`, GPT-2's `Conv1D`), by path."""
+    return {
+        path: module
+        for path, module in backbone.named_modules()
+        if path.rsplit(".", 1)[-1] in targets and isinstance(getattr(module, "weight", None), torch.Tensor)
+        and module.weight.dim() == 2
+    }
+
+
+def low_rank_delta(weight: torch.Tensor, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float) -> torch.Tensor:
+    """`scale * B @ A` (A: rank x in, B: out x rank) in the layout of `weight`: `(out, in)` for `nn.Linear`, `(in, out)`
+    for GPT-2's `Conv1D`; computed in float32."""
+    delta = scale * (lora_B.float() @ lora_A.float())
+    return (delta if delta.shape == weight.shape else delta.t()).to(weight.dtype)
+
+
+def _lora_key(path: str) -> str:
+    return path.replace(".", "__")
+
+
+class LowRankUpdate(nn.Module):
+    """One adapted layer's pair: `lora_A` (rank x in) and `lora_B` (out x rank)."""
+
+    def __init__(self, in_features: int, out_features: int, rank: int):
+        super().__init__()
+        self.lora_A = nn.Parameter(torch.zeros(rank, in_features))
+        self.lora_B = nn.Parameter(torch.zeros(out_features, rank))
+
+
+class LoRAUpdates(nn.Module):
+    """
+    The low-rank updates of a head-only LoRA checkpoint, one pair per adapted layer of the backbone (keyed by the
+    layer's path, dots as `__`), held while the checkpoint loads and then merged into the backbone it fetches:
+    `W + (alpha / rank) * B @ A`, in plain torch, so that no LoRA library is needed to load or run the model.
+    """
+
+    def __init__(self, config: DWAttConfig, backbone: nn.Module):
+        super().__init__()
+        lora = config.lora
+        layers = lora_target_layers(backbone, lora["targets"])
+        if not layers:
+            raise ValueError(
+                f"LoRA targets {lora['targets']} name no linear layer of the {config.encoder_config.model_type!r} backbone"
+            )
+        self.scale = lora["alpha"] / lora["rank"]
+        self.updates = nn.ModuleDict({
+            _lora_key(path): LowRankUpdate(*_in_out(module), lora["rank"]) for path, module in layers.items()
+        })
+
+    @torch.no_grad()
+    def merge_into(self, backbone: nn.Module) -> None:
+        for key, update in self.updates.items():
+            layer = backbone.get_submodule(key.replace("__", "."))
+            layer.weight += low_rank_delta(layer.weight, update.lora_A, update.lora_B, self.scale)
+
+
+def _in_out(layer: nn.Module) -> tuple[int, int]:
+    """(in, out) features of a linear layer: `nn.Linear` stores its weight `(out, in)`, `Conv1D` `(in, out)`."""
+    if isinstance(layer, nn.Linear):
+        return layer.in_features, layer.out_features
+    return tuple(layer.weight.shape)
+
+
+def adapted_layers(backbone: nn.Module) -> dict[str, tuple[nn.Module, torch.Tensor, torch.Tensor]]:
+    """The backbone's layers that carry a trainable low-rank adapter (PEFT's LoRA layers, as `dwatt` trains them),
+    by path: `(base layer, A, B)`. Read by attribute, so that this file needs no LoRA library."""
+    found = {}
+    for path, module in backbone.named_modules():
+        lora_A, lora_B = getattr(module, "lora_A", None), getattr(module, "lora_B", None)
+        if isinstance(lora_A, nn.ModuleDict) and isinstance(lora_B, nn.ModuleDict) and len(lora_A) == 1:
+            adapter = next(iter(lora_A))
+            found[path] = (module.base_layer, lora_A[adapter].weight, lora_B[adapter].weight)
+    return found
+
+
 class DWAttLMHead(nn.Module):
     """The backbone's masked-LM head (dense -> activation -> LayerNorm -> vocabulary), applied to the fused h."""
 
@@ -693,6 +788,9 @@ class DWAttModel(DWAttPreTrainedModel):
             self.fusion = ExtraLayers(config, self.backbone)
         else:
             self.fusion = LastLayer()
+        # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
+        if config.lora and not config.lora["merged"] and config.heads_only:
+            self.lora = LoRAUpdates(config, self.backbone)
         self.post_init()
 
     @property
@@ -1041,14 +1139,40 @@ class _DWAttWithHead(DWAttPreTrainedModel):
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """
         What a head-only checkpoint stores: everything but the backbone (fusion module, extra layers, task head);
-        for masked LM the vocabulary head only if it trains (otherwise it is the backbone's pretrained one).
+        for masked LM the vocabulary head only if it trains (otherwise it is the backbone's pretrained one); with
+        LoRA, the low-rank updates of the adapted backbone layers (`dwatt.lora.updates.<path>.lora_A`/`lora_B`).
         """
         lm_head_trains = any(p.requires_grad for p in getattr(self, "lm_head", nn.Module()).parameters())
-        return {
+        state = {
             key: value
             for key, value in self.state_dict().items()
             if not key.startswith(BACKBONE_PREFIX) and (lm_head_trains or not key.startswith("lm_head."))
         }
+        adapted = adapted_layers(self.dwatt.backbone)
+        if self.config.lora and not adapted and getattr(self.dwatt, "lora", None) is None:
+            raise ValueError("this model's LoRA updates are merged into its backbone: save it whole (heads_only=False)")
+        for path, (_, lora_A, lora_B) in adapted.items():
+            state[f"dwatt.lora.updates.{_lora_key(path)}.lora_A"] = lora_A
+            state[f"dwatt.lora.updates.{_lora_key(path)}.lora_B"] = lora_B
+        return state
+
+    def merged_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full state of a model whose backbone carries LoRA adapters, with each adapted layer's update merged into
+        its weight under the layer's own name, as a plain backbone of its family holds it."""
+        adapted = adapted_layers(self.dwatt.backbone)
+        scale = self.config.lora["alpha"] / self.config.lora["rank"]
+        state = {}
+        for key, value in self.state_dict().items():
+            if ".lora_A." in key or ".lora_B." in key:
+                continue
+            if ".base_layer." in key:
+                path = key.removeprefix(BACKBONE_PREFIX).split(".base_layer.")[0]
+                key = key.replace(".base_layer.", ".")
+                if key.endswith(".weight"):
+                    _, lora_A, lora_B = adapted[path]
+                    value = value + low_rank_delta(value, lora_A, lora_B, scale)
+            state[key] = value
+        return state
 
     def save_pretrained(self, save_directory, *args, heads_only: bool = False, **kwargs):
         """
@@ -1057,18 +1181,37 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         [`head_state_dict`]'s tensors, like an adapter. `from_pretrained` on such a folder loads the named backbone
         (or the one passed as `backbone_name_or_path=`) and applies the head.
         """
+        lora = self.config.lora
         if not heads_only:
-            return super().save_pretrained(save_directory, *args, **kwargs)
+            if "state_dict" in kwargs:  # the caller's own tensors (the Trainer's checkpoints, which it resumes from)
+                return super().save_pretrained(save_directory, *args, **kwargs)
+            if adapted_layers(self.dwatt.backbone):  # LoRA in training: the updates merged into the backbone's layers
+                state = self.merged_state_dict()
+            elif getattr(self.dwatt, "lora", None) is not None:  # loaded head-only: the backbone holds them already
+                state = {k: v for k, v in self.state_dict().items() if not k.startswith("dwatt.lora.")}
+            else:
+                return super().save_pretrained(save_directory, *args, **kwargs)
+            merged, lora["merged"] = lora["merged"], True
+            try:
+                return super().save_pretrained(save_directory, *args, state_dict=state, **kwargs)
+            finally:
+                lora["merged"] = merged
         if not self.config.backbone_name_or_path:
             raise ValueError(
                 "heads_only=True needs `config.backbone_name_or_path` (set by `from_backbone`) so that loading can "
                 "find the backbone again"
             )
+        state = self.head_state_dict()
+        merged = lora["merged"] if lora else None
         self.config.heads_only = True
+        if lora:
+            lora["merged"] = False  # the updates travel beside the head, to be merged into the backbone when it loads
         try:
-            return super().save_pretrained(save_directory, *args, state_dict=self.head_state_dict(), **kwargs)
+            return super().save_pretrained(save_directory, *args, state_dict=state, **kwargs)
         finally:
             self.config.heads_only = False
+            if lora:
+                lora["merged"] = merged
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -1116,6 +1259,9 @@ class _DWAttWithHead(DWAttPreTrainedModel):
                 load_kwargs["revision"] = revision
             pretrained = cls._load_pretrained_backbone(source, load_kwargs)
             model._attach_pretrained_backbone(pretrained, source, adopt_head=bool(lm_head_missing))
+            if getattr(model.dwatt, "lora", None) is not None:  # W + (alpha / rank) B A: a plain, merged backbone
+                model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)
+                model.config.lora["merged"] = True
             model.config.heads_only = False
             model.config.backbone_name_or_path, model.config.backbone_revision = str(source), revision
         return (model, info) if output_loading_info else model
@@ -1318,6 +1464,7 @@ RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 RobertaDWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 
 __all__ = [
+    "LoRAUpdates",
     "DWAttForMaskedLM",
     "DWAttForSequenceClassification",
     "DWAttForTokenClassification",

@@ -16,7 +16,7 @@ from configuration_dwatt import FUSIONS, POOLINGS
 
 from .checkpoints import load_checkpoint
 from .prediction import BATCH_SIZE, CHUNK_BATCHES, chunks
-from .run_config import SAMPLINGS, RunConfig
+from .run_config import MODES, SAMPLINGS, RunConfig
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
@@ -27,7 +27,13 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm", "cls"),
                         help="ner; mlm (needs --data-dir of WikiText-2); cls: text classification (default data: AG News)")
     parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
-    parser.add_argument("--mode", default=defaults.mode, choices=("fe", "ft"), help="fe: frozen backbone; ft: all trains")
+    parser.add_argument("--mode", default=defaults.mode, choices=MODES,
+                        help="fe: frozen backbone; ft: all trains; lora: low-rank adapters on the frozen backbone")
+    parser.add_argument("--lora-rank", type=int, default=defaults.lora_rank, help="lora: the adapters' rank")
+    parser.add_argument("--lora-alpha", type=float, default=None, help="lora: the update's scale is alpha / rank (default: 2 x rank)")
+    parser.add_argument("--lora-dropout", type=float, default=defaults.lora_dropout, help="lora: dropout on the adapters' input")
+    parser.add_argument("--lora-targets", type=_csv(str), default=None,
+                        help="lora: the backbone layers to adapt, comma-separated (default: the family's attention projections)")
     parser.add_argument("--dataset", default=None,
                         help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset (name or name:config) or a folder")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (default CoNLL: vendored copy)")
@@ -69,6 +75,7 @@ def _train(args: argparse.Namespace) -> int:
 
     names = {f.name for f in fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    config.lora_targets = list(config.lora_targets) if config.lora_targets else None
     config.progress, config.verbose = args.verbosity != "quiet", args.verbosity == "verbose"
     if config.n_shot == 0 or config.task == "mlm":
         config.n_shot = None

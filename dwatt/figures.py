@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .summaries import FUSION_NAMES, TIERS, conll_fe_grid, headline_budget, summarize, tier_summary  # noqa: E402
+from .summaries import FUSION_NAMES, MODE_NAMES, TIERS, conll_fe_grid, headline_budget, summarize, tier_summary  # noqa: E402
 
 COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
 TIER_ORDER = [name for _, name in TIERS]
@@ -42,14 +42,14 @@ def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot", value: str =
     axis.grid(alpha=0.3)
 
 
-def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str) -> None:
+def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str, names: dict | None = None) -> None:
     fusions = _fusions(summary)
     width = 0.8 / len(fusions)
     for k, fusion in enumerate(fusions):
         rows = summary[summary.fusion == fusion].set_index(group_column).reindex(groups)
         axis.bar(np.arange(len(groups)) + (k - (len(fusions) - 1) / 2) * width, rows["mean"], width,
                  yerr=rows.ci95.fillna(0), capsize=2, color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
-    axis.set_xticks(np.arange(len(groups)), [str(g) for g in groups])
+    axis.set_xticks(np.arange(len(groups)), [(names or {}).get(g, str(g)) for g in groups])
     axis.grid(axis="y", alpha=0.3)
 
 
@@ -140,17 +140,21 @@ def figure_wikiann_english(frame: pd.DataFrame):
 
 
 def figure_fe_vs_ft(frame: pd.DataFrame):
-    """Figure 6: FE against FT, one panel per N."""
+    """Figure 6: FE against FT (and LoRA, between them), one panel per N: the settings run in more than one mode on the
+    same backbone, budget and dev set."""
     runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003")]
     if runs.empty or runs["mode"].nunique() < 2:
         return None
-    both = runs.groupby(["n_shot", "epochs"])["mode"].transform("nunique") == 2
-    runs = runs[both]
+    setting = ["backbone", "n_shot", "epochs", "num_dev_sentences"]
+    runs = runs[runs.groupby(setting, dropna=False)["mode"].transform("nunique") >= 2]
+    if runs.empty:
+        return None
+    modes = [mode for mode in MODE_NAMES if mode in set(runs["mode"])]
     shots = sorted(runs.n_shot.unique())
     figure, axes = plt.subplots(1, len(shots), figsize=(5 * len(shots), 3.8), squeeze=False)
     for axis, n in zip(axes[0], shots):
         summary = summarize(runs[runs.n_shot == n], ["fusion", "mode"], "f1")
-        _bars(axis, summary, ["fe", "ft"], "mode")
+        _bars(axis, summary, modes, "mode", names=MODE_NAMES)
         axis.set(title=f"N={n:g}, {runs.epochs.max()} epochs", ylabel="dev F1")
     axes[0][0].legend()
     return figure
@@ -246,7 +250,7 @@ def figure_classification(frame: pd.DataFrame):
         own = own[own.pooling.fillna("") == own.pooling.fillna("").value_counts().index[0]]  # the grid's pooling
         own = own[own.epochs == own.epochs.max()]
         for axis, (value, label) in zip(row, (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))):
-            _lines(axis, own, f"{dataset} {mode.upper()}, {backbone}, {own.epochs.max()} epochs", value=value,
+            _lines(axis, own, f"{dataset} {MODE_NAMES.get(mode, mode)}, {backbone}, {own.epochs.max()} epochs", value=value,
                    label=f"{label} (evaluation split)", xlabel="N (training examples per class)")
     axes[0][0].legend()
     return figure

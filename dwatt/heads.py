@@ -110,8 +110,8 @@ class SharedBackboneHeads(nn.Module):
     `forward` runs the backbone once and returns each head's output by name (`logits`, and `layer_weights` where the
     fusion has them). Build it with `from_pretrained([...])`; checkpoints must record the same backbone (every
     encoder-config field that can change its forward pass, see `backbone_identity`, and for head-only ones its
-    name and revision), and full checkpoints must carry the very backbone weights the others share (an FT
-    checkpoint, whose backbone changed, cannot share it).
+    name and revision), and full checkpoints must carry the very backbone weights the others share (an FT or a LoRA
+    checkpoint, whose backbone changed, cannot share it; both are refused with the reason).
     """
 
     def __init__(self, heads: dict[str, nn.Module], backbone: nn.Module):
@@ -145,6 +145,13 @@ class SharedBackboneHeads(nn.Module):
         named = dict(checkpoints) if isinstance(checkpoints, dict) else head_names([str(path) for path in checkpoints])
         hub_kwargs = {k: v for k, v in hub_kwargs.items() if k in HUB_KWARGS}
         configs = {name: DWAttConfig.from_pretrained(path, **hub_kwargs) for name, path in named.items()}
+        for name, config in configs.items():
+            if config.lora:
+                raise ValueError(
+                    f"the checkpoint {named[name]!r} adapts its backbone with LoRA (rank {config.lora['rank']} on "
+                    f"{', '.join(config.lora['targets'])}): its backbone is its own and cannot be shared; serve it alone "
+                    "(dwatt predict CHECKPOINT)"
+                )
         first = next(iter(configs))
         mine = backbone_identity(configs[first])
         for name, config in configs.items():  # before any weight is read

@@ -46,7 +46,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "library_name": "transformers",
         "base_model": config.backbone_name_or_path,
         "pipeline_tag": pipeline_tag,
-        "tags": TAGS + [pipeline_tag, f"fusion-{config.fusion}"],
+        "tags": TAGS + [pipeline_tag, f"fusion-{config.fusion}"] + (["lora"] if config.lora else []),
         "license": "apache-2.0",
     }
     if dataset:
@@ -76,6 +76,10 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
     auto_class = AUTO_CLASSES.get(pipeline_tag, "AutoModelForTokenClassification")
     tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
+    if config.lora:
+        lora = config.lora
+        mode = (f"LoRA (low-rank adapters of rank {lora['rank']}, alpha {lora['alpha']:g}, on the backbone's "
+                f"{', '.join(f'`{t}`' for t in lora['targets'])} layers; fusion and head trained)")
     lines = [
         "---",
         yaml.safe_dump(metadata, sort_keys=False).rstrip(),
@@ -90,7 +94,10 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"- Fusion: `{config.fusion}` over {config.num_fused_layers} layers"
         + (f" (d_pos {config.d_pos}, bottlenecks {config.query_bottleneck}/{config.value_bottleneck})" if config.fusion == "dwatt" else ""),
         f"- Training mode: {mode}",
-        f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}",
+        f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
+        + (("; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "
+            "(W + alpha/rank BA, plain torch)") if heads_only and config.lora else
+           "; the backbone's weights include the merged LoRA updates" if config.lora else ""),
     ]
     if results:
         examples = (f"{results.get('num_train_examples')} training examples" if "num_train_examples" in results

@@ -16,6 +16,7 @@ import pandas as pd
 from .figures import draw_all
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     FUSION_NAMES,
+    MODE_NAMES,
     NOT_DEFINING,
     SETTING,
     STORE_FIELDS,
@@ -99,7 +100,7 @@ def paper_comparison(frame: pd.DataFrame) -> str:
         paper = PAPER["wikitext2_perplexity"].get(row.fusion)
         lines.append(
             f"| WikiText-2 test perplexity, {FUSION_NAMES[row.fusion]} | {f'{paper:.2f}' if paper else '—'} | "
-            f"{row.mean_test_ppl:.2f} | {row.backbone}, {row.mode.upper()}, {epochs(row.epochs)} |"
+            f"{row.mean_test_ppl:.2f} | {row.backbone}, {MODE_NAMES.get(row.mode, row.mode)}, {epochs(row.epochs)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -123,7 +124,7 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
         ner = ner.assign(experiment=[d.split(":")[0] for d in ner.dataset])
         for (experiment, backbone, mode), runs in ner.groupby(["experiment", "backbone", "mode"]):
             wikiann = experiment == "wikiann"
-            parts.append(f"## {'WikiAnn per language' if wikiann else experiment}, {backbone}, {mode.upper()}: dev F1\n")
+            parts.append(f"## {'WikiAnn per language' if wikiann else experiment}, {backbone}, {MODE_NAMES.get(mode, mode)}: dev F1\n")
             runs = runs.sort_values(["dataset", "n_shot", "epochs"])
             prefix = [f"{d.split(':')[1]}, " if wikiann else "" for d in runs.dataset]
             unit = "sentences" if wikiann else "N"
@@ -146,7 +147,7 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
                 settings = [f"{s}, {p} pooling" for s, p in zip(settings, runs.pooling)]
             order = list(dict.fromkeys(settings))
             for metric, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
-                title = f"Text classification, {dataset}, {backbone}, {mode.upper()}: {label}"
+                title = f"Text classification, {dataset}, {backbone}, {MODE_NAMES.get(mode, mode)}: {label}"
                 table = runs.rename(columns={f"mean_{metric}": "mean", f"ci95_{metric}": "ci95"})
                 table = table.assign(setting=pd.Categorical(settings, categories=order))
                 trials = sorted({table[f"trials_{metric}"].min(), table[f"trials_{metric}"].max()})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from configuration_dwatt import FUSIONS
 
-MODES = ("fe", "ft")
+MODES = ("fe", "ft", "lora")  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
 TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)
 # The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
 DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
@@ -26,7 +26,9 @@ class RunConfig:
     `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
     `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
     cost cut for large dev splits on a CPU; the same subset for every run). `layers` picks the layers the fusion
-    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list)."""
+    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list). `mode="lora"` trains low-rank adapters of
+    `lora_rank` on the backbone's `lora_targets` (default: its family's attention projections), scaled by
+    `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with `lora_dropout`, beside the fusion and head."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -54,6 +56,10 @@ class RunConfig:
     resume: bool = False
     pooling: str | None = None
     layers: str = "all"
+    lora_rank: int = 8
+    lora_alpha: float | None = None
+    lora_dropout: float = 0.05
+    lora_targets: list[str] | None = None
     text_column: str | None = None
     pair_column: str | None = None
     label_column: str | None = None
@@ -63,6 +69,14 @@ class RunConfig:
         """What the run sets in the model's `DWAttConfig`: the fused layers, and any `extra` option."""
         return {"fused_layers": self.layers} | self.extra
 
+    @property
+    def caches_features(self) -> bool:
+        """Whether the backbone's features are computed once and cached: FE with the cache (LoRA changes them)."""
+        return self.mode == "fe" and self.use_cache
+
+    def lora_options(self) -> dict:
+        return {"rank": self.lora_rank, "alpha": self.lora_alpha, "dropout": self.lora_dropout, "targets": self.lora_targets}
+
     def columns(self) -> dict:
         """The text-classification column names given (the others are detected)."""
         return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
@@ -71,7 +85,9 @@ class RunConfig:
         if self.fusion not in FUSIONS:
             raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
         if self.mode not in MODES:
-            raise ValueError(f"--mode: unknown mode {self.mode!r}; expected fe or ft")
+            raise ValueError(f"--mode: unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.lora_rank < 1 or (self.lora_alpha is not None and self.lora_alpha <= 0) or not 0 <= self.lora_dropout < 1:
+            raise ValueError("--lora-rank must be >= 1, --lora-alpha > 0 and --lora-dropout in [0, 1)")
         if self.epochs <= 0:
             raise ValueError(f"--epochs must be > 0, got {self.epochs}")
         if self.n_shot is not None and self.n_shot <= 0:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {"base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
 # 1k and 100 sentences, a proxy for the size of the language's Wikipedia.

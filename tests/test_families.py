@@ -8,6 +8,7 @@ parameters (`support_table`), so it cannot drift.
 """
 
 import json
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED, is_decoder_only
 from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.lora import add_lora
+from dwatt.training import FreezeBackboneCallback
 
 from .conftest import run_without_dwatt
 
@@ -114,6 +117,9 @@ def tasks(family: str) -> list[str]:
 
 ALL_FAMILIES = {**FAMILIES, **DECODERS}
 CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in FUSIONS for task in tasks(family) if works(family, fusion)]
+# LoRA on every family: its default targets (the family table's attention projections) adapted, trained a step, saved
+# full (merged) and head-only (the updates beside the head), reloaded without dwatt and without peft.
+LORA_CELLS = [(family, "dwatt", "token-lora") for family in ALL_FAMILIES]
 
 
 def encoder_config(family: str):
@@ -139,19 +145,23 @@ def saved(tmp_path_factory) -> dict:
         torch.manual_seed(1)
         builder = AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else None
         (builder or __import__("transformers").AutoModel).from_config(encoder_config(family)).save_pretrained(backbone)
-    for family, fusion, task in CELLS:
+    for family, fusion, task in CELLS + LORA_CELLS:
         if not installed(family):
             continue
         torch.manual_seed(2)
-        model = TASKS[task].from_backbone(str(root / "backbones" / family), fusion=fusion, num_labels=5)
+        model = TASKS[task.removesuffix("-lora")].from_backbone(str(root / "backbones" / family), fusion=fusion, num_labels=5)
+        if task.endswith("-lora"):  # the family's default LoRA targets exist and adapt
+            add_lora(model, rank=2)
+            FreezeBackboneCallback("lora").apply(model)
         labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100) if task != "cls" else torch.tensor([0, 3])
         out = model(input_ids=ids, attention_mask=mask, labels=labels)
         out.loss.backward()
-        grads = {name: p.grad for name, p in model.named_parameters() if not name.startswith("dwatt.backbone.")}
-        grads["backbone input embeddings"] = model.dwatt.backbone.get_input_embeddings().weight.grad
+        grads = {name: p.grad for name, p in model.named_parameters() if not name.startswith("dwatt.backbone.") or ".lora_" in name}
+        if not task.endswith("-lora"):
+            grads["backbone input embeddings"] = model.dwatt.backbone.get_input_embeddings().weight.grad
         with torch.no_grad():
             for name, parameter in model.named_parameters():  # as if trained, so a silent re-init would show
-                if not name.startswith("dwatt.backbone."):
+                if not name.startswith("dwatt.backbone.") or ".lora_" in name:
                     parameter.add_(torch.randn_like(parameter) * 0.05)
         model.eval()
         with torch.no_grad():
@@ -160,7 +170,7 @@ def saved(tmp_path_factory) -> dict:
         model.save_pretrained(folder / "full")
         model.save_pretrained(folder / "head", heads_only=True)
         cells[(family, fusion, task)] = dict(model=model, loss=out.loss, grads=grads, logits=logits, folder=folder)
-        loads[str(folder / "full")] = loads[str(folder / "head")] = AUTO[task]
+        loads[str(folder / "full")] = loads[str(folder / "head")] = AUTO[task.removesuffix("-lora")]
     script = f"""
         import json, torch, transformers
         inputs = torch.load({str(root / "inputs.pt")!r})
@@ -171,7 +181,7 @@ def saved(tmp_path_factory) -> dict:
                 out[folder] = model(input_ids=inputs["ids"], attention_mask=inputs["mask"]).logits
         torch.save(out, {str(root / "reloaded.pt")!r})
     """
-    run_without_dwatt(script, root)
+    run_without_dwatt("import sys; sys.modules['peft'] = None  # LoRA checkpoints load without peft\n" + textwrap.dedent(script), root)
     return {"cells": cells, "reloaded": torch.load(root / "reloaded.pt"), "ids": ids, "mask": mask, "root": root}
 
 
@@ -213,6 +223,20 @@ def test_fusion_builds_trains_reloads_as_remote_code_and_caches_exactly(saved, f
             keep = place >= len(pad) if side == "left" else place < len(short)
             out = model(input_ids=padded[None], attention_mask=keep.long()[None]).logits[0]
             torch.testing.assert_close(out if task == "cls" else out[keep], alone, atol=1e-5, rtol=0, msg=side)
+
+
+@pytest.mark.parametrize("family, fusion, task", LORA_CELLS, ids=["-".join(cell) for cell in LORA_CELLS])
+def test_lora_adapts_every_family_and_its_checkpoints_reload_without_dwatt_or_peft(saved, family, fusion, task):
+    if not installed(family):
+        pytest.skip(f"this transformers has no {family!r} model")
+    cell = saved["cells"][(family, fusion, task)]
+    model = cell["model"]
+    assert model.config.lora["targets"] and any(".lora_A." in name for name, _ in model.named_parameters())
+    missing = [name for name, g in cell["grads"].items() if ".lora_" in name and (g is None or not torch.isfinite(g).all())]
+    assert not missing and any(".lora_" in name for name in cell["grads"]), f"no finite gradient for {missing}"
+    real = saved["mask"].bool()
+    for kind in ("full", "head"):
+        torch.testing.assert_close(saved["reloaded"][str(cell["folder"] / kind)][real], cell["logits"][real], atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if has_mlm_head(f)])

@@ -1,5 +1,5 @@
 """Every path a user can take through `dwatt train`, generated: task (NER, masked LM, text classification) x mode
-x cache x --test x --no-save x checkpointing x dataset, each followed by `evaluate`, `predict` (alone and as
+(FE, FT, LoRA) x cache x --test x --no-save x checkpointing x dataset, each followed by `evaluate`, `predict` (alone and as
 `--heads`) and `push` (Hub boundary faked) on what it saved.
 
 Each combination either works end to end or is refused before training with a one-line error; none crashes. The
@@ -19,7 +19,7 @@ from .test_hub import RecordingApi
 
 AXES = {
     "task": ("ner", "mlm", "cls"),
-    "mode": ("fe", "ft"),
+    "mode": ("fe", "ft", "lora"),
     "cache": ("cache", "no-cache"),
     "test": ("test", "no-test"),
     "save": ("save", "no-save"),
@@ -132,7 +132,10 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
         assert label in ("a", "b", "c") and 0 < float(probability) <= 1 and text == sentence
     else:
         assert ("mask 1:" in printed) if cell["task"] == "mlm" else (printed.split()[0::2][:4] == sentence.split())
-    if cell["task"] == "ner":  # the same checkpoint as a head on a shared backbone tags the same way
+    if cell["task"] == "ner" and cell["mode"] == "lora":  # its backbone is its own: not shared, and said so
+        assert main(["predict", "--heads", str(model), sentence]) == 2
+        assert "adapts its backbone with LoRA" in capsys.readouterr().err
+    elif cell["task"] == "ner":  # the same checkpoint as a head on a shared backbone tags the same way
         assert main(["predict", "--heads", str(model), sentence]) == 0, capsys.readouterr().err[-2000:]
         rows = capsys.readouterr().out.strip().splitlines()[1:]
         assert [line.split() for line in rows] == [pair.split() for pair in printed.strip().splitlines()]
@@ -147,4 +150,4 @@ def test_every_path_works_or_is_refused_before_training(cell, tiny_backbone, dat
 def test_the_generated_paths_cover_every_value_of_every_axis():
     for axis, values in AXES.items():
         assert {cell[axis] for cell in CELLS} == set(values), axis
-    assert len(CELLS) == 2 * 2 * 2 * 2 * 3 * 4  # ner: 2 datasets, mlm: 1, cls: 1
+    assert len(CELLS) == 3 * 2 * 2 * 2 * 3 * 4  # ner: 2 datasets, mlm: 1, cls: 1

@@ -18,6 +18,7 @@ from transformers import (
 from modeling_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
+from ..lora import is_lora_parameter
 from ..run_config import MODES
 # What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
 BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
@@ -29,9 +30,11 @@ def trainable_parameter_names(model: torch.nn.Module) -> list[str]:
 
 class FreezeBackboneCallback(TrainerCallback):
     """
-    The paper's training modes. `"fe"` (feature extraction): the backbone is frozen and kept in eval mode (no
-    dropout) from the moment the `Trainer` is built, so the optimizer only ever sees fusion and head parameters;
-    at train start the callback checks that exactly those are trainable. `"ft"`: everything trains.
+    The paper's training modes, and LoRA. `"fe"` (feature extraction): the backbone is frozen and kept in eval mode
+    (no dropout) from the moment the `Trainer` is built, so the optimizer only ever sees fusion and head parameters;
+    at train start the callback checks that exactly those are trainable. `"ft"`: everything trains. `"lora"`: the
+    backbone's own weights are frozen and its low-rank adapters (`dwatt.lora.add_lora`) train with the fusion and
+    head, the backbone in train mode (its dropout and the adapters' on), as PEFT trains them.
     """
 
     def __init__(self, mode: str = "fe"):
@@ -41,6 +44,9 @@ class FreezeBackboneCallback(TrainerCallback):
 
     def apply(self, model) -> None:
         model.freeze_backbone(self.mode == "fe")
+        if self.mode == "lora":
+            for name, parameter in model.dwatt.backbone.named_parameters():
+                parameter.requires_grad_(is_lora_parameter(name))
 
     def on_init_end(self, args, state, control, model=None, **kwargs):
         self.apply(model)
@@ -56,6 +62,10 @@ class FreezeBackboneCallback(TrainerCallback):
             raise RuntimeError(f"FE mode, yet backbone parameters train: {in_backbone[:5]}")
         if self.mode == "ft" and len(in_backbone) != len(list(model.dwatt.backbone.parameters())):
             raise RuntimeError("FT mode, yet some backbone parameters are frozen")
+        if self.mode == "lora":
+            adapters = [name for name, _ in model.named_parameters() if is_lora_parameter(name)]
+            if not adapters or sorted(in_backbone) != sorted(adapters):
+                raise RuntimeError(f"LoRA mode, yet the trainable backbone parameters are not its adapters: {in_backbone[:5]}")
 
 
 class BestDevCallback(TrainerCallback):

@@ -23,13 +23,14 @@ from .common import (
     INITIAL_MODELS,
     RunConfig,
     by_length,
+    cache_facts,
     dev_subset,
     ensure_writable,
-    cache_facts,
     feature_caches,
     finish_run,
     run_facts,
     scores_only,
+    set_training_mode,
     train_run,
 )
 
@@ -121,11 +122,10 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
     )
-    freeze = FreezeBackboneCallback(config.mode)
-    freeze.apply(model)
+    freeze = set_training_mode(model, config)
     cached: str | bool = False
     cache_seconds = 0.0
-    if config.mode == "fe" and config.use_cache:
+    if config.caches_features:
         start = time.perf_counter()
         pooled = cache_pooling(config.fusion, model.config.pooling)
         train_set, dev_set = feature_caches(model, backbone, config, (train_tokens, {"pooled": pooled}), (dev_tokens, {"pooled": pooled}))

@@ -36,7 +36,7 @@ from ..features import (
 from ..portable import portable_results
 from ..run_config import DEFAULT_DATASETS, MODES, SAMPLINGS, TASKS, RunConfig  # noqa: F401  (re-exported)
 from ..sampling import sample_sentences
-from .callbacks import BestDevCallback, DataParallelLossCallback, RunProgress
+from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, RunProgress
 
 DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
 
@@ -195,6 +195,7 @@ def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
         "train_seconds": round(train_metrics["train_runtime"], 3),
         "train_examples_per_second": train_metrics["train_samples_per_second"],
         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "lora": model.config.lora,
         "environment": {
             "python": platform.python_version(),
             "torch": torch.__version__,
@@ -213,11 +214,27 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: floa
     results["wall_seconds"] = round(time.perf_counter() - started, 3)
     if not is_main_process():
         return results
-    if config.save_model:
-        model.save_pretrained(output_dir / "model")
+    if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are
+        model.save_pretrained(output_dir / "model", heads_only=config.mode == "lora")
         tokenizer.save_pretrained(output_dir / "model")
     write_json_atomically(output_dir / "results.json", portable_results(results))
     return results
+
+
+def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
+    """The run's mode applied to `model`: for LoRA, the adapters put into its backbone first (`dwatt.lora.add_lora`),
+    with a note, where the run would otherwise cache features, that it cannot (the adapters change them). Returns
+    the callback that keeps the mode through training."""
+    if config.mode == "lora":
+        from ..lora import add_lora
+
+        add_lora(model, **config.lora_options())
+        if config.use_cache and config.progress and is_main_process():
+            print("--mode lora: the backbone's adapters train, so its features change every step: no feature cache",
+                  file=sys.stderr)
+    freeze = FreezeBackboneCallback(config.mode)
+    freeze.apply(model)
+    return freeze
 
 
 def dev_subset(dev, config: RunConfig):

@@ -23,12 +23,13 @@ from ..data import (
     mlm_collator,
 )
 from ..portable import backbone_folder
-from .callbacks import BestDevCallback, FreezeBackboneCallback
+from .callbacks import BestDevCallback
 from .common import (
     RunConfig,
     ensure_writable,
     finish_run,
     run_facts,
+    set_training_mode,
     train_run,
 )
 
@@ -100,8 +101,7 @@ def run_mlm(config: RunConfig) -> dict:
     set_seed(config.seed)
     model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.model_options())
     model.fuse_labelled_positions_only = True  # the loss reads masked positions only
-    freeze = FreezeBackboneCallback(config.mode)
-    freeze.apply(model)
+    freeze = set_training_mode(model, config)
     best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")
     trainer, train_output, last_checkpoint = train_run(
         config, model, freeze, best, blocks["train"],

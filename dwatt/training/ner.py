@@ -36,13 +36,14 @@ from .common import (
     INITIAL_MODELS,
     RunConfig,
     by_length,
+    cache_facts,
     dev_subset,
     ensure_writable,
-    cache_facts,
     feature_caches,
     finish_run,
     run_facts,
     scores_only,
+    set_training_mode,
     train_run,
 )
 
@@ -106,9 +107,8 @@ def prepare_ner(config: RunConfig) -> NERSetup:
         **config.model_options(),
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
-    freeze = FreezeBackboneCallback(config.mode)
-    freeze.apply(model)
-    cached = config.mode == "fe" and config.use_cache
+    freeze = set_training_mode(model, config)
+    cached = config.caches_features
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
