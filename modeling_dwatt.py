@@ -1115,8 +1115,9 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
 
     def _attach_pretrained_backbone(self, pretrained: PreTrainedModel, name_or_path: str, adopt_head: bool) -> None:
-        """Copy a loaded pretrained encoder's weights into `self.dwatt.backbone`, after checking it is the same
-        architecture and shape as the one this model was built (or trained) for."""
+        """Make a loaded pretrained backbone `self.dwatt.backbone` (in the place of the one this model was built
+        with, in its dtype, device and attention implementation), after checking it is the same architecture and
+        shape as the one this model was built (or trained) for."""
         ours, theirs = self.config.encoder_config, pretrained.base_model.config
         differences = [
             f"{key} {getattr(theirs, key, None)!r} instead of {getattr(ours, key, None)!r}"
@@ -1127,14 +1128,36 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             raise ValueError(
                 f"the backbone {name_or_path!r} is not the one this model was built for: " + "; ".join(differences)
             )
-        missing, unexpected = self.dwatt.backbone.load_state_dict(pretrained.base_model.state_dict(), strict=False)
-        if missing or unexpected:
+        built, loaded = self.dwatt.backbone, pretrained.base_model
+        expected = {key: tuple(value.shape) for key, value in built.state_dict().items()}
+        found = {key: tuple(value.shape) for key, value in loaded.state_dict().items()}
+        if expected != found:
+            missing, unexpected = sorted(set(expected) - set(found)), sorted(set(found) - set(expected))
+            reshaped = sorted(key for key in set(expected) & set(found) if expected[key] != found[key])
             raise ValueError(
                 f"the backbone weights of {name_or_path!r} do not fit the model built from its own config: "
-                f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+                f"missing {missing[:5]}, unexpected {unexpected[:5]}, other shapes {reshaped[:5]}"
             )
+        reference = next(built.parameters())
+        loaded.to(dtype=reference.dtype, device=None if reference.is_meta else reference.device)
+        wanted = getattr(built.config, "_attn_implementation", None)
+        if wanted and wanted != getattr(loaded.config, "_attn_implementation", None) and hasattr(loaded, "set_attn_implementation"):
+            loaded.set_attn_implementation(wanted)
+        self.dwatt.backbone = loaded.train(built.training)
         if adopt_head:
             self._adopt_pretrained_head(pretrained)
+
+    def _initialize_missing_keys(self, *args, **kwargs) -> None:
+        """transformers' initialisation of the weights a checkpoint lacks, without the backbone of a head-only
+        checkpoint: the pretrained one takes its place right after (`_attach_pretrained_backbone`), so drawing random
+        weights for it would only cost time."""
+        if getattr(self.config, "heads_only", False):
+            backbone = self.backbone if isinstance(self, DWAttModel) else self.dwatt.backbone
+            for part in backbone.modules():
+                part._is_hf_initialized = True
+            for tensor in (*backbone.parameters(), *backbone.buffers()):
+                tensor._is_hf_initialized = True
+        super()._initialize_missing_keys(*args, **kwargs)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """

@@ -16,7 +16,18 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .summaries import FUSION_NAMES, MODE_NAMES, TIERS, conll_fe_grid, headline_budget, summarize, tier_summary  # noqa: E402
+from .summaries import (  # noqa: E402
+    DEPTH_EPOCHS,
+    FUSION_NAMES,
+    MODE_NAMES,
+    TIERS,
+    backbone_layers,
+    conll_fe_grid,
+    depth_grid,
+    headline_budget,
+    summarize,
+    tier_summary,
+)
 
 COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
 TIER_ORDER = [name for _, name in TIERS]
@@ -238,6 +249,31 @@ def figure_layer_weights(frame: pd.DataFrame):
     return figure
 
 
+def figure_layer_weights_by_depth(frame: pd.DataFrame):
+    """New: where DWAtt looks on backbones of different depths (the depth grid, CoNLL-03 FE): its mean weight on each
+    layer per gold entity type at the largest N, one panel per backbone (a 30-layer decoder LLM beside encoders)."""
+    runs = depth_grid(frame)
+    runs = runs[(runs.fusion == "dwatt") & runs.layer_weights.notna()]
+    if runs.empty:
+        return None
+    backbones = sorted(set(runs.backbone), key=lambda b: -backbone_layers(runs).get(b, 0))
+    figure, axes = plt.subplots(len(backbones), 1, figsize=(10, 2.6 * len(backbones)), squeeze=False)
+    for axis, backbone in zip(axes[:, 0], backbones):
+        own = runs[runs.backbone == backbone]
+        own = own[own.n_shot == own.n_shot.max()]
+        types = sorted(own.layer_weights.iloc[0]["by_type"], key=lambda t: (t == "O", t))
+        layers = own.layer_weights.iloc[0]["layers"]
+        weights = np.array([[np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
+                             for k in range(len(layers))] for t in types])
+        image = axis.imshow(weights, aspect="auto", cmap="viridis")
+        axis.set_yticks(range(len(types)), types)
+        axis.set_xticks(range(len(layers)), [str(k) for k in layers], fontsize=7)
+        axis.set(xlabel="layer", title=f"{backbone} ({len(layers)} layers), N={own.n_shot.max():g}, {len(own)} trials")
+        figure.colorbar(image, ax=axis, label="mean weight")
+    figure.suptitle(f"DWAtt layer weights by depth (CoNLL-03 dev tokens, {DEPTH_EPOCHS} epochs)")
+    return figure
+
+
 def figure_classification(frame: pd.DataFrame):
     """New: few-shot text classification, accuracy and macro-F1 against N (examples per class) per fusion, at the
     largest epoch budget, one row per dataset, backbone and mode."""
@@ -266,6 +302,7 @@ FIGURES = {
     "fig8_wikiann_languages": figure_wikiann_languages,
     "fig9_wikiann_tiers": figure_wikiann_tiers,
     "layer_weights": figure_layer_weights,
+    "layer_weights_by_depth": figure_layer_weights_by_depth,
     "text_classification": figure_classification,
 }
 

@@ -15,6 +15,11 @@ import pandas as pd
 
 from .figures import draw_all
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
+    DEPTH_DEV_SENTENCES,
+    DEPTH_EPOCHS,
+    backbone_layers,
+    depth_grid,
+    paired_gain,
     FUSION_NAMES,
     MODE_NAMES,
     NOT_DEFINING,
@@ -105,6 +110,37 @@ def paper_comparison(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def fusion_gains(frame: pd.DataFrame) -> str:
+    """How much layer fusion adds over the last layer, per backbone (deepest first): CoNLL-03 dev F1 of the depth
+    grid and AG News accuracy at its grid's pooling, each fusion's mean, and DWAtt's paired gain over Base and over
+    Concat. Bold titles, so that the README can hold it inside a section of its own."""
+    grid = depth_grid(frame)
+    news = frame[(frame.task == "cls") & (frame.dataset == "ag_news") & (frame["mode"] == "fe")]
+    depths = backbone_layers(frame)
+    backbones = sorted(set(grid.backbone), key=lambda b: (-depths.get(b, 0), b))
+    fusions = [f for f in FUSION_NAMES if f in set(grid.fusion) | set(news.fusion)]
+    header = ["backbone (layers)", "task, N", *(FUSION_NAMES[f] for f in fusions), "DWAtt − Base", "DWAtt − Concat"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for backbone in backbones:
+        blocks = [("CoNLL-03 F1", grid[grid.backbone == backbone], "f1")]
+        own_news = news[news.backbone == backbone]
+        if not own_news.empty:  # the grid's own pooling (the one most of its runs used), at its budget
+            own_news = own_news[own_news.pooling == own_news.pooling.value_counts().index[0]]
+            own_news = own_news[own_news.epochs == own_news.epochs.max()]
+            blocks.append((f"AG News acc. ({own_news.pooling.iloc[0]})", own_news, "accuracy"))
+        for label, runs, value in blocks:
+            for n in sorted(runs.n_shot.unique()):
+                at_n = runs[runs.n_shot == n]
+                means = at_n.groupby("fusion")[value].mean()
+                cells = [f"{means[f]:.2f}" if f in means else "" for f in fusions]
+                gains = [with_interval(*paired_gain(at_n, value, "dwatt", other)[:2], sign=True) if
+                         paired_gain(at_n, value, "dwatt", other)[2] else "" for other in ("base", "concat")]
+                trials = at_n.groupby("fusion").size().max()
+                lines.append(f"| {backbone} ({depths.get(backbone, '?')}) | {label}, N={n:g} ({trials} trials) | "
+                             + " | ".join(cells + gains) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_report(paths: list[str | Path], output: str | Path, title: str = "Results") -> Path:
     """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain."""
     output = Path(output)
@@ -160,6 +196,12 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
         parts.append("## WikiText-2 masked LM: perplexity (Table 3)\n")
         table = mlm.assign(**{"test perplexity": mlm.mean_test_ppl.round(2), "dev perplexity": mlm.mean_dev_ppl.round(2)})
         parts.append(markdown(table, ["backbone", "mode", "fusion", "epochs", "test perplexity", "dev perplexity"]))
+    if not depth_grid(frame).empty:
+        gains = fusion_gains(frame)
+        parts.append(f"## Layer fusion against the last layer, by depth (CoNLL-03 FE, {DEPTH_DEV_SENTENCES} fixed dev "
+                     f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n")
+        parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
+        (output / "tables" / "fusion_gains.md").write_text(gains)
     parts.append("## Against the paper\n")
     parts.append(paper_comparison(frame))
     (output / "tables" / "paper_comparison.md").write_text(paper_comparison(frame))

@@ -214,3 +214,32 @@ def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
     table = summarize(per_language, ["backbone", "mode", "fusion", "epochs", "tier"], "f1").rename(columns={"trials": "languages"})
     names = per_language.groupby(["backbone", "mode", "fusion", "epochs", "tier"])["language"].agg(lambda s: " ".join(sorted(s)))
     return table.merge(names.reset_index(), on=["backbone", "mode", "fusion", "epochs", "tier"])
+
+
+# The depth comparison (the `conll-depth` sweep preset): one CoNLL-03 FE grid on backbones of different depths,
+# scored on the same fixed dev sentences.
+DEPTH_DEV_SENTENCES, DEPTH_EPOCHS = 1000, 25
+
+
+def depth_grid(frame: pd.DataFrame) -> pd.DataFrame:
+    """The CoNLL-03 FE runs of the depth comparison: 25 epochs on the fixed 1000 dev sentences, every backbone."""
+    return frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")
+                 & (frame.epochs == DEPTH_EPOCHS) & (frame.num_dev_sentences == DEPTH_DEV_SENTENCES)]
+
+
+def backbone_layers(frame: pd.DataFrame) -> dict[str, int]:
+    """Each backbone's depth, read off the layers that DWAtt's or ScalarMix's recorded weights cover."""
+    depths: dict[str, int] = {}
+    for backbone, weights in zip(frame.backbone, frame.layer_weights):
+        if isinstance(weights, dict) and weights.get("layers"):
+            depths[backbone] = max(depths.get(backbone, 0), max(weights["layers"]))
+    return depths
+
+
+def paired_gain(runs: pd.DataFrame, value: str, better: str, other: str) -> tuple[float, float, int]:
+    """`better` minus `other` on `value`, paired by trial (a trial's fusions share a sample): mean, CI, trials."""
+    by_trial = runs.pivot_table(index="trial", columns="fusion", values=value)
+    if not {better, other} <= set(by_trial.columns):
+        return math.nan, math.nan, 0
+    gains = (by_trial[better] - by_trial[other]).dropna()
+    return (float(gains.mean()) if len(gains) else math.nan), confidence_interval(gains), len(gains)

@@ -46,6 +46,8 @@ def every_experiment() -> list[dict]:
                 rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
     rows += [cls_row(f, n, trial, 0.6 + gain + n / 1000) for trial in range(3) for f, gain in (("base", 0.0), ("dwatt", 0.1))
              for n in (4, 16)]
+    rows += [ner_row(f, n, 25, trial, 0.3 + gain, backbone="/m/deep") | {"num_dev_sentences": 1000}  # the depth grid
+             for trial in range(2) for f, gain in (("base", 0.0), ("dwatt", 0.2)) for n in (8, 32)]
     return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
 
 
@@ -148,3 +150,29 @@ def test_bad_results_rows_are_named_by_file_and_line(tmp_path):
     with pytest.raises(ValueError, match=r"results\.jsonl:1: a results row needs a 'config'"):
         load_rows([store])
     assert runs_frame([]).empty
+
+
+def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_backbone_and_draws_where_dwatt_looks(tmp_path):
+    rows = []
+    for trial in range(3):
+        for backbone, depth, lift in (("/m/deep-llm", 5, 0.3), ("/m/shallow", 3, 0.1)):
+            weights = {"layers": list(range(1, depth + 1)), "by_type": {"PER": [1 / depth] * depth, "O": [1 / depth] * depth},
+                       "positions": {"PER": 3, "O": 9}}
+            for fusion, gain in (("base", 0.0), ("concat", lift / 2), ("dwatt", lift)):
+                for n in (8, 32):
+                    row = ner_row(fusion, n, 25, trial, 0.2 + gain + 0.01 * trial, backbone=backbone) | {"num_dev_sentences": 1000}
+                    if fusion == "dwatt":
+                        row["dev_layer_weights"] = weights
+                    rows.append(row)
+            rows += [cls_row(f, 4, trial, 0.5 + g + 0.02 * trial) | {"config": cls_row(f, 4, trial, 0)["config"] | {"backbone": backbone}}
+                     for f, g in (("base", 0.0), ("dwatt", lift))]
+    path = tmp_path / "depth.jsonl"
+    path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
+    report = write_report([path], tmp_path / "report")
+    table = (tmp_path / "report" / "tables" / "fusion_gains.md").read_text().splitlines()
+    assert table[0] == "| backbone (layers) | task, N | Base | Concat | DWAtt | DWAtt − Base | DWAtt − Concat |"
+    deep = [line for line in table if line.startswith("| deep-llm (5)")]
+    assert len(deep) == 3 and deep[0].startswith("| deep-llm (5) | CoNLL-03 F1, N=8 (3 trials) | 21.00 | 36.00 | 51.00 | +30.00 ± 0.00 | +15.00 ± 0.00 |")
+    assert "AG News acc. (mean), N=4 (3 trials)" in deep[2] and "+30.00 ± 0.00" in deep[2]
+    assert table.index(deep[0]) < min(table.index(line) for line in table if line.startswith("| shallow (3)"))  # deepest first
+    assert "layer_weights_by_depth" in report.read_text() and (tmp_path / "report" / "figures" / "layer_weights_by_depth.png").exists()

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Figure 6 on the 2-core CPU: FE against FT on CoNLL-03, the four paper models, N in {8, 128}, 50 epochs, one trial
-# (seed 0), MiniLM-L6 (6 x 384). Dev: a fixed random 500 sentences of the dev split, scored after every epoch (an FT
-# epoch re-runs the whole backbone on them). FT at N=128 takes 15-30 minutes a run on this machine, so one session
-# held one trial; more trials: raise --trials (finished runs are skipped). results.jsonl also holds 12 of trial 1's
-# 16 runs (all but FT at N=128), from --trials 2 launches stopped for lack of session time.
+# Figure 6 on the 2-core CPU: FE, LoRA and FT on CoNLL-03 at N in {8, 32, 128}, 50 epochs, MiniLM-L6 (6 x 384). Dev: a
+# fixed random 500 sentences of the dev split, scored after every epoch (an FT or LoRA epoch re-runs the whole
+# backbone on them). results.jsonl: FE and FT (the four paper models at N = 8 and 128 in trials 0 and 1, as first
+# run; then Base, Concat and DWAtt at N = 32 and trial 2, as far as session time allowed: FT at N = 128 takes
+# 15-30 minutes a run here). results.lora.jsonl: LoRA (rank 8, alpha 16, dropout 0.05 on query and value; the
+# same LR 5e-5, samples and dev subset). Finished runs are skipped when a command is run again.
 # Run from the repository root.
 set -euo pipefail
 ../shared/models/fetch.sh minilm models
+here=docs/results/conll-fe-vs-ft-cpu
 dwatt sweep --preset conll-fe-vs-ft --backbones models/all-MiniLM-L6-v2 --dev-sentences 500 --threads 2 --trials 1 \
-  --results docs/results/conll-fe-vs-ft-cpu/results.jsonl --output-root runs/fe-vs-ft
+  --results "$here/results.jsonl" --output-root runs/fe-vs-ft
+dwatt sweep --preset conll-fe-vs-ft --fusions base,concat,dwatt --n-shots 8,32,128 --trials 3 \
+  --backbones models/all-MiniLM-L6-v2 --dev-sentences 500 --threads 1 --results "$here/results.jsonl" --output-root runs/fe-vs-ft
+dwatt sweep --preset conll-fe-vs-ft --modes lora --fusions base,concat,dwatt --n-shots 8,32,128 --trials 3 \
+  --backbones models/all-MiniLM-L6-v2 --dev-sentences 500 --threads 1 --results "$here/results.lora.jsonl" \
+  --output-root runs/fe-vs-ft
