@@ -14,8 +14,8 @@ SIBLINGS = {"modeling_dwatt", "configuration_dwatt"}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
 # The encoder-family table (issue: every encoder) took the model file past 850 lines; decoder LLMs (their family,
-# `last` pooling, chosen layers) and padding-aware heads past 1300.
-LINE_BUDGET = {"modeling_dwatt.py": 1450, "configuration_dwatt.py": 300}
+# `last` pooling, chosen layers) and padding-aware heads past 1300; merging LoRA adapters in plain torch past 1500.
+LINE_BUDGET = {"modeling_dwatt.py": 1550, "configuration_dwatt.py": 300}
 
 
 def tree(name: str) -> ast.Module:
