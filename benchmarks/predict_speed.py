@@ -16,7 +16,10 @@ DWAtt heads are random (speed does not depend on their values). The batched comm
 the one-at-a-time command's (tags and labels exactly, probabilities to 1e-4). A sweep of batch sizes for the default:
 `--batch-sizes 8,16,32,64,128` (in process).
 
-    python benchmarks/predict_speed.py --backbones sentence-transformers/all-MiniLM-L6-v2,models/all-mpnet-base-v2
+    python benchmarks/predict_speed.py --backbones sentence-transformers/all-MiniLM-L6-v2,models/all-mpnet-base-v2 \
+        --rounds 3,1 --batch-sizes 8,16,32,64,128
+
+(MPNet's round takes about 25 minutes on the 2-core CPU: one round there.)
 
 Writes `results/predict_speed_cpu.json` and `.md` next to this file (or into --output).
 """
@@ -178,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbones", default=DEFAULT_BACKBONE_HUB_ID, help="comma-separated Hub ids or folders")
     parser.add_argument("--items", type=int, default=2000, help="sentences and texts per input")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", default="3", help="rounds per backbone, comma-separated (the last repeats)")
     parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
     parser.add_argument("--batch-sizes", default=None, help="also time in-process tagging at these batch sizes (MiniLM)")
     parser.add_argument("--work", default="runs/bench-predict")
@@ -188,19 +191,22 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     texts = inputs(args.items)
     rows, checks = [], []
-    for backbone in args.backbones.split(","):
-        got, checked = measure(backbone, texts, work, args.rounds, args.batch_size)
+    backbones, rounds = args.backbones.split(","), [int(r) for r in args.rounds.split(",")]
+    rounds += rounds[-1:] * (len(backbones) - len(rounds))
+    for backbone, backbone_rounds in zip(backbones, rounds):
+        got, checked = measure(backbone, texts, work, backbone_rounds, args.batch_size)
         rows += got
         checks += checked
     sweep = batch_size_sweep(args.backbones.split(",")[0], texts["conll"], [int(s) for s in args.batch_sizes.split(",")],
                              work) if args.batch_sizes else []
-    result = {"settings": {"rounds": args.rounds, "batch_size": args.batch_size, "items": args.items,
+    result = {"settings": {"rounds": dict(zip(map(portable_path, backbones), rounds)), "batch_size": args.batch_size, "items": args.items,
                            "threads": torch.get_num_threads()},
               "rows": rows, "equality": checks, "batch_size_sweep": sweep,
               "environment": results_files.environment(torch.device("cpu")),
               "command": results_files.command("predict_speed.py", argv)}
+    counts = ", ".join(f"{count} on {name.split('/')[-1]}" for name, count in result["settings"]["rounds"].items())
     lines = [f"# Bulk prediction speed on the CPU ({result['environment']['device_name']})\n",
-             f"Median of {args.rounds} interleaved rounds, the order rotated from round to round; each ratio is the median "
+             f"Median of interleaved rounds ({counts}), the order rotated from round to round; each ratio is the median "
              "over rounds of a measurement's time over the pipeline's at batch 32 in the same round (its second run is "
              "the noise control). `dwatt predict` times the whole command: process start, model load, prediction, "
              f"output. Batched outputs equal the one-at-a-time ones (asserted). Command: `{result['command']}`\n",
