@@ -233,6 +233,8 @@ def figure_layer_weights(frame: pd.DataFrame):
     figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.4), squeeze=False)
     for axis, dataset in zip(axes[0], datasets):
         own = runs[runs.dataset == dataset]
+        if dataset == "conll2003":  # the paper-protocol grid, not side experiments on other dev sets
+            own = conll_fe_grid(own) if not conll_fe_grid(own).empty else own
         own = own[own.backbone == own.backbone.value_counts().index[0]]
         own = own[own.epochs == headline_budget(own)]
         own = own[own.n_shot == own.n_shot.max()]
@@ -268,7 +270,7 @@ def figure_layer_weights_by_depth(frame: pd.DataFrame):
         image = axis.imshow(weights, aspect="auto", cmap="viridis")
         axis.set_yticks(range(len(types)), types)
         axis.set_xticks(range(len(layers)), [str(k) for k in layers], fontsize=7)
-        axis.set(xlabel="layer", title=f"{backbone} ({len(layers)} layers), N={own.n_shot.max():g}, {len(own)} trials")
+        axis.set(xlabel="layer", title=f"{backbone} ({len(layers)} layers), N={own.n_shot.max():g}, {len(own)} trial{'s' * (len(own) > 1)}")
         figure.colorbar(image, ax=axis, label="mean weight")
     figure.suptitle(f"DWAtt layer weights by depth (CoNLL-03 dev tokens, {DEPTH_EPOCHS} epochs)")
     return figure
@@ -314,8 +316,10 @@ def draw_all(frame: pd.DataFrame, folder: str | Path) -> tuple[list[str], list[s
     drawn, skipped = [], []
     for name, draw in FIGURES.items():
         figure = draw(frame) if not frame.empty else None
-        if figure is None:
+        if figure is None:  # and a figure drawn from earlier results does not linger beside the new ones
             skipped.append(name)
+            for suffix in ("png", "svg"):
+                (folder / f"{name}.{suffix}").unlink(missing_ok=True)
             continue
         figure.tight_layout()
         for suffix in ("png", "svg"):

@@ -135,8 +135,8 @@ def fusion_gains(frame: pd.DataFrame) -> str:
                 cells = [f"{means[f]:.2f}" if f in means else "" for f in fusions]
                 gains = [with_interval(*paired_gain(at_n, value, "dwatt", other)[:2], sign=True) if
                          paired_gain(at_n, value, "dwatt", other)[2] else "" for other in ("base", "concat")]
-                trials = at_n.groupby("fusion").size().max()
-                lines.append(f"| {backbone} ({depths.get(backbone, '?')}) | {label}, N={n:g} ({trials} trials) | "
+                trials = int(at_n.groupby("fusion").size().max())
+                lines.append(f"| {backbone} ({depths.get(backbone, '?')}) | {label}, N={n:g} ({trials} trial{'s' * (trials > 1)}) | "
                              + " | ".join(cells + gains) + " |")
     return "\n".join(lines) + "\n"
 

@@ -149,9 +149,11 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
 def conll_fe_grid(frame: pd.DataFrame) -> pd.DataFrame:
     """
     The CoNLL-03 FE grid of each backbone (Figures 2-4 and 7, the paper comparison): its FE runs on the dev set
-    that most of them were scored on, so that a side experiment on a dev subset (FE vs FT) stays out of it.
+    that most of them were scored on, so that a side experiment on a dev subset (FE vs FT) stays out of it. The
+    depth grid (`depth_grid`) has a table of its own: a backbone run only there has no paper-protocol grid.
     """
     runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")]
+    runs = runs.drop(depth_grid(runs).index)
     if runs.empty:
         return runs
     dev = runs.num_dev_sentences.fillna(-1)

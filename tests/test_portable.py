@@ -17,8 +17,11 @@ ABSOLUTE = re.compile(r"(?<![\w.:/~-])(/[\w.+@-]+){2,}|\b[A-Za-z]:\\\\?[\w.-]+")
 COMMITTED = ("benchmarks/results", "docs/results")
 
 
+BASE64_DATA = re.compile(r"data:[\w/+.-]+;base64,[A-Za-z0-9+/=\s]+")  # an image inside an SVG: its slashes are no path
+
+
 def absolute_paths(text: str) -> list[str]:
-    lines = [line for line in text.splitlines() if not line.startswith("#!")]
+    lines = [line for line in BASE64_DATA.sub("", text).splitlines() if not line.startswith("#!")]
     return [match.group(0) for line in lines for match in ABSOLUTE.finditer(line)]
 
 
@@ -28,6 +31,8 @@ def test_the_scan_finds_what_it_looks_for():
     assert absolute_paths(r'"C:\\Users\\me\\run"') and absolute_paths("cd ~/x && ls /home/me/models")
     assert not absolute_paths("#!/usr/bin/env bash\nsee https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2 "
                               "and docs/results/report, 1/3 of runs, 3.2 sentences/s, ../shared/models/fetch.sh")
+    assert not absolute_paths('<image xlink:href="data:image/png;base64,\n  iVBOR/vtm1VVy6dP+xeJtPG/Zvvm6/vCj9s=" />')
+    assert absolute_paths('<image xlink:href="data:image/png;base64,iVBOR=" /> <!-- /home/me/x.png -->')
 
 
 @pytest.mark.parametrize("folder", COMMITTED)

@@ -6,7 +6,7 @@ import math
 import pandas as pd
 import pytest
 
-from dwatt.figures import FIGURES
+from dwatt.figures import FIGURES, draw_all
 from dwatt.report import confidence_interval, load_rows, runs_frame, tier, write_report
 
 T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of freedom (from tables)
@@ -176,3 +176,21 @@ def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_back
     assert "AG News acc. (mean), N=4 (3 trials)" in deep[2] and "+30.00 ± 0.00" in deep[2]
     assert table.index(deep[0]) < min(table.index(line) for line in table if line.startswith("| shallow (3)"))  # deepest first
     assert "layer_weights_by_depth" in report.read_text() and (tmp_path / "report" / "figures" / "layer_weights_by_depth.png").exists()
+
+
+def test_a_backbone_run_only_in_the_depth_grid_stays_out_of_the_paper_s_figures_and_comparison(tmp_path):
+    grid = [ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt")) for f in ("concat", "dwatt") for n in (8, 128) for t in range(2)]
+    depth = [ner_row(f, n, 25, 0, 0.3 + 0.1 * (f == "dwatt"), backbone="/m/llm") | {"num_dev_sentences": 1000}
+             for f in ("concat", "dwatt") for n in (8, 128)]
+    frame = runs_frame(grid + depth)
+    from dwatt.report import conll_fe_grid, fusion_gains, paper_comparison
+
+    assert set(conll_fe_grid(frame).backbone) == {"small"}
+    assert "llm" not in paper_comparison(frame)
+    assert FIGURES["fig7_base_vs_large"](frame) is None  # one paper-protocol grid: nothing to set beside it
+    assert "| llm (3) | CoNLL-03 F1, N=128 (1 trial) |" in fusion_gains(frame)
+    stale = tmp_path / "figures" / "fig7_base_vs_large.png"  # drawn from earlier results
+    stale.parent.mkdir()
+    stale.write_bytes(b"old")
+    drawn, skipped = draw_all(frame, tmp_path / "figures")
+    assert "fig7_base_vs_large" in skipped and not stale.exists() and (tmp_path / "figures" / "fig2_f1_vs_n.png").exists()
