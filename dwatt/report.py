@@ -141,6 +141,35 @@ def fusion_gains(frame: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def mode_comparison(frame: pd.DataFrame) -> str:
+    """FE, LoRA and FT side by side: CoNLL-03 dev F1 of each fusion and N wherever one setting (backbone, budget, dev
+    set) was trained in more than one mode, over the trials (samples) that every mode of the row has, mean ± 95% CI
+    with their number. While LoRA runs are incomplete, only the cells LoRA has reached. Bold titles, as for the
+    README."""
+    runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003")]
+    runs = runs.assign(dev=runs.num_dev_sentences.fillna(-1))
+    parts = []
+    for (backbone, epochs_, dev), setting in runs.groupby(["backbone", "epochs", "dev"]):
+        modes = [m for m in MODE_NAMES if m in set(setting["mode"])]
+        if len(modes) < 2:
+            continue
+        dev_note = f", dev {dev:g} sentences" if dev > 0 else ""
+        lines = [f"**CoNLL-03 dev F1 by training mode, {backbone}, {epochs(epochs_)}{dev_note}**\n",
+                 "| N | fusion | " + " | ".join(MODE_NAMES[m] for m in modes) + " |", "|---|---|" + "---|" * len(modes)]
+        for (n, fusion), cell in setting.groupby(["n_shot", "fusion"]):
+            if "lora" in modes and "lora" not in set(cell["mode"]):
+                continue  # the rows LoRA has reached; the others are in the per-mode tables
+            shared = set.intersection(*(set(cell[cell["mode"] == m].trial) for m in modes if m in set(cell["mode"])))
+            cell = cell[cell.trial.isin(shared)]  # the same samples in every mode: paired by trial
+            if cell.empty:
+                continue
+            values = [cell[cell["mode"] == m].f1 for m in modes]
+            cells = [f"{with_interval(v.mean(), confidence_interval(v))} ({len(v)})" if len(v) else "" for v in values]
+            lines.append(f"| {n:g} | {FUSION_NAMES.get(fusion, fusion)} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines) + "\n\nIn brackets: trials, the same samples in every mode of a row.\n")
+    return "\n".join(parts)
+
+
 def write_report(paths: list[str | Path], output: str | Path, title: str = "Results") -> Path:
     """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain."""
     output = Path(output)
@@ -202,6 +231,10 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
                      f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n")
         parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
         (output / "tables" / "fusion_gains.md").write_text(gains)
+    modes = mode_comparison(frame)
+    if modes:
+        parts += ["## Training modes side by side\n", modes]
+        (output / "tables" / "training_modes.md").write_text(modes)
     parts.append("## Against the paper\n")
     parts.append(paper_comparison(frame))
     (output / "tables" / "paper_comparison.md").write_text(paper_comparison(frame))

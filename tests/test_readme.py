@@ -48,27 +48,37 @@ def test_readme_parameter_table_matches_the_models():
         assert ours == expected, f"README says {ours} for {fusion}; the model has {expected}"
 
 
-def test_committed_report_and_readme_comparison_are_generated_from_the_committed_results(tmp_path):
+REPORT_TABLES = README.parent / "docs" / "results" / "report" / "tables"
+
+
+def readme_blocks() -> dict[str, str]:
+    """The README's generated blocks (`<!-- what: source -->` ... `<!-- end of what -->`), by source."""
+    found = re.findall(r"<!-- ([^:\n]+): (\S+) -->\n(.*?)<!-- end of \1 -->", README.read_text(), re.S)
+    return {source: body for _, source, body in found}
+
+
+def test_committed_report_and_readme_tables_are_generated_from_the_committed_results(tmp_path):
     import pandas as pd
 
     from dwatt.report import write_report
 
-    results = README.parent / "docs" / "results"
-    committed = results / "report" / "tables"
-    write_report(sorted(results.glob("*/results*.jsonl")), tmp_path, title="check")
-    for table in sorted(committed.glob("*.csv")):  # numbers to rounding: another scipy may differ in the last digit
+    write_report(sorted((README.parent / "docs" / "results").glob("*/results*.jsonl")), tmp_path, title="check")
+    for table in sorted(REPORT_TABLES.glob("*.csv")):  # numbers to rounding: another scipy may differ in the last digit
         pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "tables" / table.name), pd.read_csv(table), rtol=1e-9,
                                       obj=f"{table} (stale? run docs/results/report.sh)")
-    assert (tmp_path / "tables" / "paper_comparison.md").read_text() == (committed / "paper_comparison.md").read_text()
-    block = README.read_text().split("<!-- paper comparison: docs/results/report/tables/paper_comparison.md -->\n", 1)[1]
-    assert block.split("<!-- end of paper comparison -->", 1)[0] == (committed / "paper_comparison.md").read_text()
+    for table in sorted(REPORT_TABLES.glob("*.md")):
+        assert (tmp_path / "tables" / table.name).read_text() == table.read_text(), f"{table}: stale, run docs/results/report.sh"
+    assert {path.name for path in (tmp_path / "tables").iterdir()} == {path.name for path in REPORT_TABLES.iterdir()}
 
 
-def test_readme_text_classification_results_are_the_committed_report_s():
-    committed = (README.parent / "docs" / "results" / "report" / "tables" / "text_classification.md").read_text()
-    block = README.read_text().split("<!-- text classification: docs/results/report/tables/text_classification.md -->\n", 1)[1]
-    assert block.split("<!-- end of text classification -->", 1)[0] == committed
-    assert "**Text classification, ag_news, all-MiniLM-L6-v2, FE: accuracy**" in committed
+def test_readme_blocks_quote_the_committed_report_tables():
+    blocks = {source: body for source, body in readme_blocks().items() if source.startswith("docs/results/report/")}
+    assert {"docs/results/report/tables/paper_comparison.md", "docs/results/report/tables/text_classification.md",
+            "docs/results/report/tables/fusion_gains.md", "docs/results/report/tables/training_modes.md"} <= set(blocks)
+    for source, body in blocks.items():
+        assert body == (README.parent / source).read_text(), f"README.md: the block from {source} is stale"
+    assert "**Text classification, ag_news, all-MiniLM-L6-v2, FE: accuracy**" in blocks[
+        "docs/results/report/tables/text_classification.md"]
 
 
 def test_generated_blocks_in_the_readme_keep_its_outline():
@@ -89,21 +99,32 @@ def test_generated_blocks_in_the_readme_keep_its_outline():
     assert not offenders, "\n".join(offenders)
 
 
-def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
+def benchmark_module(name: str):
     import importlib.util
     import sys
 
     benchmarks = README.parent / "benchmarks"
     sys.path.insert(0, str(benchmarks))
     try:
-        spec = importlib.util.spec_from_file_location("fusion_speed", benchmarks / "fusion_speed.py")
-        fusion_speed = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(fusion_speed)
+        spec = importlib.util.spec_from_file_location(name, benchmarks / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(benchmarks))
-    rows = json.loads((benchmarks / "results" / "fusion_speed_cpu.json").read_text())["rows"]
+    return module
+
+
+def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
+    rows = json.loads((README.parent / "benchmarks" / "results" / "fusion_speed_cpu.json").read_text())["rows"]
     block = README.read_text().split("<!-- serving cost: benchmarks/results/fusion_speed_cpu.json -->\n", 1)[1]
-    assert block.split("<!-- end of serving cost -->", 1)[0] == fusion_speed.ratio_table(rows)
+    assert block.split("<!-- end of serving cost -->", 1)[0] == benchmark_module("fusion_speed").ratio_table(rows)
+
+
+def test_readme_bulk_prediction_table_is_the_committed_benchmark_s():
+    result = json.loads((README.parent / "benchmarks" / "results" / "predict_speed_cpu.json").read_text())
+    block = README.read_text().split("<!-- bulk prediction: benchmarks/results/predict_speed_cpu.json -->\n", 1)[1]
+    assert block.split("<!-- end of bulk prediction -->", 1)[0] == benchmark_module("predict_speed").table(result["rows"])
+    assert all(check.get("differing", check.get("differing_labels")) == 0 for check in result["equality"])
 
 
 def test_readme_shows_what_dwatt_train_prints_for_the_committed_default_run():

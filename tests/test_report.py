@@ -194,3 +194,23 @@ def test_a_backbone_run_only_in_the_depth_grid_stays_out_of_the_paper_s_figures_
     stale.write_bytes(b"old")
     drawn, skipped = draw_all(frame, tmp_path / "figures")
     assert "fig7_base_vs_large" in skipped and not stale.exists() and (tmp_path / "figures" / "fig2_f1_vs_n.png").exists()
+
+
+def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
+    f1 = {"fe": 0.3, "lora": 0.4, "ft": 0.6}
+    rows = [ner_row("dwatt", 8, 50, t, f1[m] + 0.1 * t, mode=m) | {"num_dev_sentences": 500}
+            for m, trials in (("fe", 3), ("lora", 1), ("ft", 2)) for t in range(trials)]
+    rows += [ner_row("base", 8, 50, t, 0.1, mode=m) | {"num_dev_sentences": 500} for m in ("fe", "ft") for t in range(2)]
+    rows += [ner_row("dwatt", 8, 25, 0, 0.5)]  # FE alone at another budget: nothing to compare
+    from dwatt.report import mode_comparison
+
+    table = mode_comparison(runs_frame(rows)).splitlines()
+    assert table[0] == "**CoNLL-03 dev F1 by training mode, small, 50 epochs, dev 500 sentences**"
+    assert "| N | fusion | FE | LoRA | FT |" in table
+    assert "| 8 | DWAtt | 30.00 (1) | 40.00 (1) | 60.00 (1) |" in table  # trial 0 alone: the one LoRA has
+    assert not any(line.startswith("| 8 | Base") for line in table)  # LoRA has not reached it yet
+    assert len([line for line in table if line.startswith("**")]) == 1
+    store = tmp_path / "results.jsonl"
+    store.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_report([store], tmp_path / "out")
+    assert (tmp_path / "out" / "tables" / "training_modes.md").read_text() == mode_comparison(runs_frame(rows))
