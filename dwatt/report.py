@@ -231,10 +231,14 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
                      f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n")
         parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
         (output / "tables" / "fusion_gains.md").write_text(gains)
+    else:  # a table from earlier results does not linger
+        (output / "tables" / "fusion_gains.md").unlink(missing_ok=True)
     modes = mode_comparison(frame)
     if modes:
         parts += ["## Training modes side by side\n", modes]
         (output / "tables" / "training_modes.md").write_text(modes)
+    else:
+        (output / "tables" / "training_modes.md").unlink(missing_ok=True)
     parts.append("## Against the paper\n")
     parts.append(paper_comparison(frame))
     (output / "tables" / "paper_comparison.md").write_text(paper_comparison(frame))

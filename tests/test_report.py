@@ -214,3 +214,6 @@ def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
     store.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     write_report([store], tmp_path / "out")
     assert (tmp_path / "out" / "tables" / "training_modes.md").read_text() == mode_comparison(runs_frame(rows))
+    store.write_text(json.dumps(rows[-1]) + "\n")  # results without a second mode: no stale table left behind
+    write_report([store], tmp_path / "out")
+    assert not (tmp_path / "out" / "tables" / "training_modes.md").exists()
