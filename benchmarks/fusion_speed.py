@@ -72,16 +72,13 @@ def inference(models, batch, device, rounds: int, warmup: int) -> list[dict]:
     backbone's time in the same round, so slow drift of the machine cancels."""
     measure = timer(device)
     steps = {name: (lambda m=model: m(**batch)) for name, model in models.items()}
-    names = list(steps)
     times = {name: [] for name in steps}
     with torch.inference_mode():
         for _ in range(warmup):
             for step in steps.values():
                 step()
-        for round_index in range(rounds):
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                times[name].append(measure(steps[name]))
+        for _, name in results_files.rotated_rounds(steps, rounds):
+            times[name].append(measure(steps[name]))
         memory = {name: peak_memory(device, step) for name, step in steps.items()}
     tokens = batch["input_ids"].numel()
     return [

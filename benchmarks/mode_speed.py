@@ -81,13 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.warmup):
             step()
     times = {mode: [] for mode in steps}
-    order = list(steps)
-    for round_index in range(args.rounds):
-        shift = round_index % len(order)
-        for mode in order[shift:] + order[:shift]:
-            started = time.perf_counter()
-            steps[mode]()
-            times[mode].append(time.perf_counter() - started)
+    for _, mode in results_files.rotated_rounds(steps, args.rounds):
+        started = time.perf_counter()
+        steps[mode]()
+        times[mode].append(time.perf_counter() - started)
     rows = [{"mode": mode, "trainable_parameters": trainable[mode], "step_ms": round(1000 * statistics.median(t), 2),
              "ratio_to_ft": round(statistics.median(v / f for v, f in zip(t, times["ft"])), 4)} for mode, t in times.items()]
     result = {"settings": {"backbone": portable_path(args.backbone), "batch": args.batch,

@@ -127,15 +127,12 @@ def measure(backbone: str, texts: dict[str, list[str]], work: Path, rounds: int,
             CONTROL: lambda: timed(lambda: plain(texts[task], batch_size=32)),
         }
         times = {label: [] for label in steps}
-        labels = list(steps)
         with torch.inference_mode():
             timed(lambda: plain(texts[task][:64], batch_size=32))  # warm-up
             in_process()
-            for round_index in range(rounds):
-                shift = round_index % len(labels)
-                for label in labels[shift:] + labels[:shift]:
-                    times[label].append(steps[label]())
-                    print(f"  {name} {task} round {round_index}: {label} {times[label][-1]:.1f} s", file=sys.stderr)
+            for round_index, label in results_files.rotated_rounds(steps, rounds):
+                times[label].append(steps[label]())
+                print(f"  {name} {task} round {round_index}: {label} {times[label][-1]:.1f} s", file=sys.stderr)
         checks.append({"backbone": name, "input": task} | same_outputs(task, work / "batched.jsonl", work / "alone.jsonl"))
         for label, values in times.items():
             rows.append({"backbone": name, "input": task, "items": len(texts[task]), "measure": label,
@@ -159,9 +156,8 @@ def batch_size_sweep(backbone: str, texts: list[str], sizes: list[int], work: Pa
     words = [text.split() for text in texts]
     predict_tags(model, tokenizer, words[:64], 32)
     times = {size: [] for size in sizes}
-    for round_index in range(3):
-        for size in sizes[round_index % len(sizes):] + sizes[: round_index % len(sizes)]:
-            times[size].append(timed(lambda: predict_tags(model, tokenizer, words, size)))
+    for _, size in results_files.rotated_rounds(sizes, 3):
+        times[size].append(timed(lambda: predict_tags(model, tokenizer, words, size)))
     return [{"backbone": portable_path(backbone), "batch_size": size, "seconds": round(statistics.median(t), 3)}
             for size, t in times.items()]
 
@@ -197,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         got, checked = measure(backbone, texts, work, backbone_rounds, args.batch_size)
         rows += got
         checks += checked
-    sweep = batch_size_sweep(args.backbones.split(",")[0], texts["conll"], [int(s) for s in args.batch_sizes.split(",")],
+    sweep = batch_size_sweep(backbones[0], texts["conll"], [int(s) for s in args.batch_sizes.split(",")],
                              work) if args.batch_sizes else []
     result = {"settings": {"rounds": dict(zip(map(portable_path, backbones), rounds)), "batch_size": args.batch_size, "items": args.items,
                            "threads": torch.get_num_threads()},

@@ -27,6 +27,16 @@ def command(script: str, argv: list[str] | None) -> str:
     return " ".join([f"python benchmarks/{script}", *portable_command(sys.argv[1:] if argv is None else argv)])
 
 
+def rotated_rounds(names, rounds: int):
+    """`(round, name)` for every name once a round, the order rotated from round to round, so that no name always
+    runs first or right after the same other and slow drift of the machine falls on every name alike."""
+    names = list(names)
+    for round_index in range(rounds):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            yield round_index, name
+
+
 def write(output: str | Path, stem: str, result: dict, markdown: str) -> None:
     """`<stem>.json` and `<stem>.md` in `output`, and the Markdown on stdout."""
     output = Path(output)

@@ -233,8 +233,8 @@ def figure_layer_weights(frame: pd.DataFrame):
     figure, axes = plt.subplots(1, len(datasets), figsize=(6 * len(datasets), 3.4), squeeze=False)
     for axis, dataset in zip(axes[0], datasets):
         own = runs[runs.dataset == dataset]
-        if dataset == "conll2003":  # the paper-protocol grid, not side experiments on other dev sets
-            own = conll_fe_grid(own) if not conll_fe_grid(own).empty else own
+        if dataset == "conll2003" and not (grid := conll_fe_grid(own)).empty:  # the paper's protocol, no side runs
+            own = grid
         own = own[own.backbone == own.backbone.value_counts().index[0]]
         own = own[own.epochs == headline_budget(own)]
         own = own[own.n_shot == own.n_shot.max()]

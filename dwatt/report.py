@@ -157,9 +157,10 @@ def mode_comparison(frame: pd.DataFrame) -> str:
         lines = [f"**CoNLL-03 dev F1 by training mode, {backbone}, {epochs(epochs_)}{dev_note}**\n",
                  "| N | fusion | " + " | ".join(MODE_NAMES[m] for m in modes) + " |", "|---|---|" + "---|" * len(modes)]
         for (n, fusion), cell in setting.groupby(["n_shot", "fusion"]):
-            if "lora" in modes and "lora" not in set(cell["mode"]):
+            present = set(cell["mode"])
+            if "lora" in modes and "lora" not in present:
                 continue  # the rows LoRA has reached; the others are in the per-mode tables
-            shared = set.intersection(*(set(cell[cell["mode"] == m].trial) for m in modes if m in set(cell["mode"])))
+            shared = set.intersection(*(set(cell[cell["mode"] == m].trial) for m in present))
             cell = cell[cell.trial.isin(shared)]  # the same samples in every mode: paired by trial
             if cell.empty:
                 continue
@@ -174,6 +175,9 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
     """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain."""
     output = Path(output)
     (output / "tables").mkdir(parents=True, exist_ok=True)
+    for stale in (output / "tables").iterdir():  # a table from earlier results does not linger beside the new ones
+        if stale.suffix in (".md", ".csv"):
+            stale.unlink()
     rows = load_rows(paths)
     frame = runs_frame(rows)
     sources = ", ".join(sorted({str(Path(r["_path"])) for r in rows}))
@@ -231,17 +235,14 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
                      f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n")
         parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
         (output / "tables" / "fusion_gains.md").write_text(gains)
-    else:  # a table from earlier results does not linger
-        (output / "tables" / "fusion_gains.md").unlink(missing_ok=True)
     modes = mode_comparison(frame)
     if modes:
         parts += ["## Training modes side by side\n", modes]
         (output / "tables" / "training_modes.md").write_text(modes)
-    else:
-        (output / "tables" / "training_modes.md").unlink(missing_ok=True)
     parts.append("## Against the paper\n")
-    parts.append(paper_comparison(frame))
-    (output / "tables" / "paper_comparison.md").write_text(paper_comparison(frame))
+    comparison = paper_comparison(frame)
+    parts.append(comparison)
+    (output / "tables" / "paper_comparison.md").write_text(comparison)
     drawn, skipped = draw_all(frame, output / "figures")
     parts.append("## Figures\n")
     parts += [f"![{name}](figures/{name}.png)\n" for name in drawn]

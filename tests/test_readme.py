@@ -116,14 +116,12 @@ def benchmark_module(name: str):
 
 def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
     rows = json.loads((README.parent / "benchmarks" / "results" / "fusion_speed_cpu.json").read_text())["rows"]
-    block = README.read_text().split("<!-- serving cost: benchmarks/results/fusion_speed_cpu.json -->\n", 1)[1]
-    assert block.split("<!-- end of serving cost -->", 1)[0] == benchmark_module("fusion_speed").ratio_table(rows)
+    assert readme_blocks()["benchmarks/results/fusion_speed_cpu.json"] == benchmark_module("fusion_speed").ratio_table(rows)
 
 
 def test_readme_bulk_prediction_table_is_the_committed_benchmark_s():
     result = json.loads((README.parent / "benchmarks" / "results" / "predict_speed_cpu.json").read_text())
-    block = README.read_text().split("<!-- bulk prediction: benchmarks/results/predict_speed_cpu.json -->\n", 1)[1]
-    assert block.split("<!-- end of bulk prediction -->", 1)[0] == benchmark_module("predict_speed").table(result["rows"])
+    assert readme_blocks()["benchmarks/results/predict_speed_cpu.json"] == benchmark_module("predict_speed").table(result["rows"])
     assert all(check.get("differing", check.get("differing_labels")) == 0 for check in result["equality"])
 
 
