@@ -38,7 +38,7 @@ def backbone_label(backbone: str | None) -> str:
 
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
-TIMING_FIELDS = ("wall_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
 # Settings of a run that do not change its results (where it writes, what it prints); kept out of its identity.
 NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.

@@ -1,6 +1,7 @@
 """Training pipeline: freezing, the feature cache, seqeval metrics, and the CLI end to end on a tiny backbone."""
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -116,6 +117,15 @@ def test_cached_and_uncached_runs_reach_the_same_dev_scores(tiny_backbone, tiny_
         assert abs(mine["f1"] - theirs["f1"]) <= 0.001
 
 
+def test_a_run_records_its_cpu_time_beside_its_wall_time_so_that_waiting_for_a_core_shows():
+    from dwatt.training.common import RunClock
+
+    clock = RunClock()
+    time.sleep(0.3)  # waiting, as a run does for a core on a shared machine: wall time, no CPU time
+    elapsed = clock.elapsed()
+    assert elapsed["wall_seconds"] >= 0.3 and elapsed["cpu_seconds"] < 0.15
+
+
 def test_cli_train_evaluate_predict_end_to_end(tiny_backbone, tiny_conll, tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2",
@@ -124,7 +134,7 @@ def test_cli_train_evaluate_predict_end_to_end(tiny_backbone, tiny_conll, tmp_pa
     assert "best dev F1" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     for key in ("best_dev_f1", "best_epoch", "final_dev_f1", "best_dev_scores", "wall_seconds",
-                "train_examples_per_second", "sampled_sentence_ids", "dev_curve", "test_scores", "seed"):
+                "cpu_seconds", "train_examples_per_second", "sampled_sentence_ids", "dev_curve", "test_scores", "seed"):
         assert key in results, key
     assert len(results["sampled_sentence_ids"]) == 8 and len(results["dev_curve"]) == 2
     assert results["config"]["fusion"] == "dwatt" and "PER_f1" in results["best_dev_scores"]

@@ -21,6 +21,7 @@ from ..sampling import sample_examples_per_class
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
+    RunClock,
     RunConfig,
     by_length,
     cache_facts,
@@ -145,7 +146,7 @@ def run_classification(config: RunConfig) -> dict:
     the `Trainer` (FE with the sentence feature cache, or FT), the evaluation split scored after every epoch,
     ending with the best epoch's model (by accuracy). Writes `results.json` and the checkpoint like NER runs.
     """
-    started = time.perf_counter()
+    started = RunClock()
     setup = prepare_classification(config)
     model = setup.model
     best = BestDevCallback(metric="eval_accuracy", key="accuracy")

@@ -10,6 +10,7 @@ import platform
 import sys
 import time
 from collections import OrderedDict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -206,12 +207,25 @@ def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
     }
 
 
-def finish_run(config: RunConfig, model, tokenizer, results: dict, started: float) -> dict:
+@dataclass(frozen=True)
+class RunClock:
+    """When a run started, by the wall clock and by this process's CPU time (every thread's): on a shared machine
+    the wall clock also counts the time spent waiting for a core, so a run records both."""
+
+    wall: float = field(default_factory=time.perf_counter)
+    cpu: float = field(default_factory=time.process_time)
+
+    def elapsed(self) -> dict[str, float]:
+        return {"wall_seconds": round(time.perf_counter() - self.wall, 3),
+                "cpu_seconds": round(time.process_time() - self.cpu, 3)}
+
+
+def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunClock) -> dict:
     """Save the checkpoint (unless told not to) and write results.json atomically, its paths portable
     (`portable_results`; the returned results keep this machine's): the main process only, when a launcher
     started several (they hold the same weights and the same gathered scores)."""
     output_dir = Path(config.output_dir)
-    results["wall_seconds"] = round(time.perf_counter() - started, 3)
+    results |= started.elapsed()
     if not is_main_process():
         return results
     if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from ..data import (
 from ..portable import backbone_folder
 from .callbacks import BestDevCallback
 from .common import (
+    RunClock,
     RunConfig,
     ensure_writable,
     finish_run,
@@ -91,7 +91,7 @@ def run_mlm(config: RunConfig) -> dict:
     FE trains the fusion module and the LM head; the feature cache does not apply (masks change every epoch).
     """
     config.validate()
-    started = time.perf_counter()
+    started = RunClock()
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
     data, train_source = load_mlm_splits(config.data_dir)

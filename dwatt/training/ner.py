@@ -34,6 +34,7 @@ from ..sampling import few_shot_split
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
+    RunClock,
     RunConfig,
     by_length,
     cache_facts,
@@ -169,7 +170,7 @@ def run_ner(config: RunConfig) -> dict:
     backbone, train with `Trainer` (FE with the feature cache, or FT), score the dev split after every epoch,
     and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
     """
-    started = time.perf_counter()
+    started = RunClock()
     setup = prepare_ner(config)
     model = setup.model
     best = BestDevCallback()
@@ -194,7 +195,7 @@ def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> 
     """
     from ..budgets import train_budgets
 
-    started = time.perf_counter()
+    started = RunClock()
     first = configs[0]
     shared = {k: v for k, v in asdict(first).items() if k not in ("epochs", "output_dir")}
     for config in configs[1:]:
