@@ -285,10 +285,11 @@ def figure_classification(frame: pd.DataFrame):
     groups = list(runs.groupby(["dataset", "backbone", "mode"]))
     figure, axes = plt.subplots(len(groups), 2, figsize=(11, 4 * len(groups)), squeeze=False)
     for row, ((dataset, backbone, mode), own) in zip(axes, groups):
-        own = own[own.pooling.fillna("") == own.pooling.fillna("").value_counts().index[0]]  # the grid's pooling
-        own = own[own.epochs == own.epochs.max()]
+        pooling = own.pooling.fillna("").value_counts().index[0]  # the grid's pooling (the one most runs used)
+        own = own[(own.pooling.fillna("") == pooling) & (own.epochs == own.epochs.max())]
+        title = f"{dataset} {MODE_NAMES.get(mode, mode)}, {backbone}, {own.epochs.max()} epochs" + (f", {pooling} pooling" if pooling else "")
         for axis, (value, label) in zip(row, (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))):
-            _lines(axis, own, f"{dataset} {MODE_NAMES.get(mode, mode)}, {backbone}, {own.epochs.max()} epochs", value=value,
+            _lines(axis, own, title, value=value,
                    label=f"{label} (evaluation split)", xlabel="N (training examples per class)")
     axes[0][0].legend()
     return figure
