@@ -23,7 +23,7 @@ PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than 
 
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RunConfig()
-    parser.add_argument("--backbone", default=None, help="Hub id or folder of the encoder (default: MiniLM from PyPI)")
+    parser.add_argument("--backbone", default=None, help="Hub id or folder of the backbone, an encoder or a decoder LLM (default: MiniLM from PyPI)")
     parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm", "cls"),
                         help="ner; mlm (needs --data-dir of WikiText-2); cls: text classification (default data: AG News)")
     parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)

@@ -217,6 +217,21 @@ def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_wi
     )
 
 
+@pytest.mark.parametrize("vendored", [False, True], ids=["folder", "vendored-ag-news"])
+def test_test_on_data_without_a_test_split_is_refused_before_training(vendored, tiny_backbone, tiny_topics, tmp_path, capsys):
+    from dwatt.cli import main
+
+    out = tmp_path / "run"
+    data = [] if vendored else ["--data-dir", str(tiny_topics)]
+    code = main(["train", "--task", "cls", "--backbone", str(tiny_backbone), *data, "--n-shot", "3", "--epochs", "1",
+                 "--output-dir", str(out), "--test"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "--test" in err and "no test split, only train and validation" in err
+    assert ("ag_news" in err and "vendored" in err) if vendored else str(tiny_topics) in err
+    assert not (out / "results.json").exists()
+
+
 @pytest.mark.parametrize("fusion", ["dwatt", "concat"])
 def test_head_only_classification_checkpoints_reload_through_remote_code(fusion, tiny_backbone, tmp_path):
     model = RobertaDWAttForSequenceClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=3).eval()

@@ -99,6 +99,12 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
     data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
+    if config.evaluate_test and "test" not in data:
+        where = config.data_dir or config.dataset
+        why = (" (offline, AG News's own test split is where both of the vendored splits come from)"
+               if config.dataset == "ag_news" and config.data_dir is None else "")
+        raise ValueError(f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, or point "
+                         "--data-dir at a folder with a test file")
     label_names = list(data["train"].features["label"].names)
     train, sampled_ids = data["train"], list(range(len(data["train"])))
     if config.n_shot is not None:
