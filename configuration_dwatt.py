@@ -209,7 +209,13 @@ class DWAttConfig(PretrainedConfig):
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         family = self.encoder_config.model_type
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
-            parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
+            depth = self.encoder_config.num_hidden_layers
+            chosen = parse_fused_layers(self.fused_layers, depth)  # raises on a bad spec
+            if self.fusion in ("base", "base_plus_n") and chosen != list(range(1, depth + 1)):
+                raise ValueError(
+                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} chooses layers to mix, but the {self.fusion!r} "
+                    "fusion reads the last layer only; leave it 'all', or mix with dwatt, concat or scalar_mix"
+                )
         if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
             working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
             raise ValueError(

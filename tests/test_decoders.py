@@ -123,6 +123,10 @@ def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder,
     assert results["cache_bytes"] * 3 == full["cache_bytes"] * 2  # the cache holds two of the three layers
     with pytest.raises(ValueError, match="`fused_layers` '9' names layers"):
         DWAttConfig(encoder_config=model.config.encoder_config, fused_layers="9")
+    for fusion in ("base", "base_plus_n"):  # they read z_L only: a choice of layers would be silently ignored
+        with pytest.raises(ValueError, match=f"`fused_layers` '2' chooses layers to mix, but the '{fusion}' fusion"):
+            DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="2")
+        assert DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="1-3").fusion == fusion
 
 
 def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_results(tiny_decoder, tiny_conll, tmp_path,
