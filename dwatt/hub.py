@@ -13,6 +13,8 @@ from pathlib import Path
 import yaml
 from huggingface_hub import HfApi
 
+from configuration_dwatt import is_decoder_only
+
 from .data import is_local_path
 from .errors import HubError
 from .defaults import known_hub_id
@@ -28,6 +30,19 @@ def _dataset_id(name: str | None) -> str | None:
     if not name:
         return None
     return DATASET_IDS.get(name.split(":", 1)[0], name)
+
+
+def fusion_reads(config) -> str:
+    """What the fusion reads, for the model card: the last layer (and its extra layers) or the layers it mixes."""
+    depth = config.encoder_config.num_hidden_layers
+    if config.fusion == "base":
+        return f"(the last of the backbone's {depth} layers)"
+    if config.fusion == "base_plus_n":
+        extra = config.num_extra_layers
+        return f"({extra} extra layer{'s' if extra != 1 else ''} over the last of the backbone's {depth})"
+    count = len(config.fused_layer_numbers)
+    chosen = "all" if count == depth else f"{count} (`{config.fused_layers}`)"
+    return f"over {chosen} of the backbone's {depth} layers" + (" and its embedding output" if config.include_embeddings else "")
 
 
 def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True,
@@ -87,11 +102,12 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "",
         f"# {repo_id or 'DWAtt checkpoint'}",
         "",
-        f"A `{config.fusion}` layer-fusion model ({architecture}) over the encoder `{config.backbone_name_or_path}`"
+        f"A `{config.fusion}` layer-fusion model ({architecture}) over the "
+        f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{config.backbone_name_or_path}`"
         + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
-        f"- Fusion: `{config.fusion}` over {config.num_fused_layers} layers"
+        f"- Fusion: `{config.fusion}` {fusion_reads(config)}"
         + (f" (d_pos {config.d_pos}, bottlenecks {config.query_bottleneck}/{config.value_bottleneck})" if config.fusion == "dwatt" else ""),
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
