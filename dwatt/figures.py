@@ -166,7 +166,8 @@ def figure_fe_vs_ft(frame: pd.DataFrame):
     for axis, n in zip(axes[0], shots):
         summary = summarize(runs[runs.n_shot == n], ["fusion", "mode"], "f1")
         _bars(axis, summary, modes, "mode", names=MODE_NAMES)
-        axis.set(title=f"N={n:g}, {runs.epochs.max()} epochs", ylabel="dev F1")
+        # F1's own range: a t-interval over two trials can reach past it, and is cut at its edges
+        axis.set(title=f"N={n:g}, {runs.epochs.max()} epochs", ylabel="dev F1", ylim=(0, 100))
     axes[0][0].legend()
     return figure
 
