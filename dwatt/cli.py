@@ -318,7 +318,9 @@ def _sweep(args: argparse.Namespace) -> int:
     rows = run_sweep(
         specs, results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype
     )
-    print(f"{len(rows)} of {len(specs)} runs in {results}")
+    ids = {spec.run_id for spec in specs}
+    finished = sum(row.get("run_id") in ids for row in rows)
+    print(f"{finished} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
     return 0
 
 

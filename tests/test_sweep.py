@@ -177,6 +177,10 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     assert [len(r) for r in rows] == [4, 4] and {r["spec"]["trial"] for r in rows[0]} == {0}
     whole = tmp_path / "whole.jsonl"
     whole.write_text("".join(path.read_text() for path in reversed(shards)))
+    # A smaller grid on a store that holds more: its own count, then the store's (nothing reruns)
+    smaller = [("base" if arg == "base,dwatt" else str(whole) if arg.endswith("results.jsonl") else arg) for arg in command]
+    assert main(smaller) == 0
+    assert f"4 of the grid's 4 runs done; 8 rows in {whole}" in capsys.readouterr().out
 
     def report_of(paths, folder):
         report = write_report(paths, tmp_path / folder)
