@@ -2,8 +2,8 @@
 # Figure 6 on the 2-core CPU: FE, LoRA and FT on CoNLL-03 at N in {8, 32, 128}, 50 epochs, MiniLM-L6 (6 x 384). Dev: a
 # fixed random 500 sentences of the dev split, scored after every epoch (an FT or LoRA epoch re-runs the whole
 # backbone on them). results.jsonl: FE and FT (the four paper models at N = 8 and 128 in trials 0 and 1, as first
-# run; then Base, Concat and DWAtt at N = 32 and trial 2, as far as session time allowed: FT at N = 128 takes
-# 15-30 minutes a run here). results.lora.jsonl: LoRA (rank 8, alpha 16, dropout 0.05 on query and value; the
+# run; then Base, Concat and DWAtt by the second command, as far as session time allowed: N = 32 in trials 0 and 1,
+# FT at N = 128 in trial 1, N = 8 in trial 2; FT at N = 128 takes 15-30 minutes a run here). results.lora.jsonl: LoRA (rank 8, alpha 16, dropout 0.05 on query and value; the
 # same LR 5e-5, samples and dev subset). Finished runs are skipped when a command is run again.
 # Run from the repository root.
 set -euo pipefail
