@@ -1331,14 +1331,19 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
-        if is_decoder_only(config.encoder_config):
-            raise ValueError(
-                f"masked LM needs an encoder: the {config.encoder_config.model_type!r} backbone is a causal language "
-                "model with no masked-LM head (token and sequence classification work on it)"
-            )
+        self.check_backbone(config.encoder_config)
         self.dwatt = DWAttModel(config)
         self.lm_head = DWAttLMHead(config)
         self.post_init()
+
+    @staticmethod
+    def check_backbone(encoder_config) -> None:
+        """Refuse a backbone without a masked-LM head (a decoder-only LLM); callable before any weights are read."""
+        if is_decoder_only(encoder_config):
+            raise ValueError(
+                f"masked LM needs an encoder: the {encoder_config.model_type!r} backbone is a causal language "
+                "model with no masked-LM head (token and sequence classification work on it)"
+            )
 
     def head(self, fused: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
         return self.per_position(self.lm_head, fused, positions)  # the vocabulary projection where it is read

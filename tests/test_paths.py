@@ -1,6 +1,6 @@
 """Every path a user can take through `dwatt train`, generated: task (NER, masked LM, text classification) x mode
-(FE, FT, LoRA) x cache x --test x --no-save x checkpointing x dataset x backbone (an encoder, a decoder LLM), each followed by `evaluate`, `predict` (alone and as
-`--heads`) and `push` (Hub boundary faked) on what it saved.
+(FE, FT, LoRA) x cache x --test x --no-save x checkpointing x dataset x backbone (an encoder, a decoder LLM), each
+followed by `evaluate`, `predict` (alone and as `--heads`) and `push` (Hub boundary faked) on what it saved.
 
 Each combination either works end to end or is refused before training with a one-line error; none crashes. The
 cells are generated from the axes below, so a new option is one more axis, not a new hand-written test.

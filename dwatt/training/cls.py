@@ -111,7 +111,7 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
         sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
         train = train.select(sampled_ids)
     dev = dev_subset(data["validation"], config)
-    scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test and "test" in data else {})
+    scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test else {})
     sample = "the training split" if config.n_shot is None else f"the training sample ({config.n_shot} per class, seed {config.seed})"
     unseen = warn_about_unseen_labels(train["label"], scored, sample)
     model_ids = sorted(set(train["label"]))
@@ -183,7 +183,7 @@ def run_classification(config: RunConfig) -> dict:
         "cached_features": setup.cached,
         "cache_seconds": round(setup.cache_seconds, 3),
     } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | run_facts(model, train_output.metrics, last_checkpoint)
-    if config.evaluate_test and "test" in setup.data:
+    if config.evaluate_test:
         tokens = setup.tokens(setup.data["test"])
         if setup.cached:
             [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}))

@@ -13,7 +13,6 @@ from transformers import (
     set_seed,
 )
 
-from configuration_dwatt import is_decoder_only
 from modeling_dwatt import RobertaDWAttForMaskedLM
 
 from ..console import example_input
@@ -96,10 +95,8 @@ def run_mlm(config: RunConfig) -> dict:
     started = RunClock()
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
-    family = AutoConfig.from_pretrained(backbone)
-    if is_decoder_only(family):  # before the data: the collator would otherwise complain of a missing mask token
-        raise ValueError(f"--task mlm: masked LM needs an encoder; the {family.model_type!r} backbone {config.backbone or backbone} is "
-                         "a causal language model with no masked-LM head (--task ner and --task cls work on it)")
+    # before the data: the collator would otherwise complain of a missing mask token
+    RobertaDWAttForMaskedLM.check_backbone(AutoConfig.from_pretrained(backbone))
     data, train_source = load_mlm_splits(config.data_dir)
     tokenizer = load_tokenizer(backbone)
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
