@@ -17,6 +17,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.masking_utils import create_bidirectional_mask
+from transformers.pytorch_utils import Conv1D
 from transformers.modeling_outputs import (
     BaseModelOutput,
     MaskedLMOutput,
@@ -265,19 +266,31 @@ class _EndOfDryRun(Exception):
     """Raised by the last `_LayerInputsRecorder` of a dry run: the backbone has handed every layer its inputs."""
 
 
-class _LayerInputsRecorder(nn.Module):
-    """Stands in for one of the backbone's layers during a dry run: keeps the arguments the backbone hands the layer
-    and passes the hidden states through without the layer's work."""
+class _LayerInputsRecorder:
+    """Stands in for the `forward` of one of the backbone's layers during a dry run: keeps the arguments the backbone
+    hands the layer and passes the hidden states through without the layer's work. It replaces the method on the
+    layer object, not the layer in its list, so that the module tree stays the same (as `torch.export` requires)."""
 
     def __init__(self, index: int, store: dict, last: bool):
-        super().__init__()
         self.index, self.store, self.last = index, store, last
 
-    def forward(self, hidden_states, *args, **kwargs):
+    def __call__(self, hidden_states, *args, **kwargs):
         self.store[self.index] = (args, kwargs)
         if self.last:
             raise _EndOfDryRun
         return hidden_states
+
+
+def traced() -> bool:
+    """Whether the forward pass is being captured as a graph (`torch.compile`, `torch.export`, the ONNX exporter):
+    the per-position work then runs on every position and zeroes the others (`only_at`), as boolean selection
+    would give the graph a shape that depends on the mask's values. Eager runs select, which skips the padding."""
+    return torch.compiler.is_compiling()
+
+
+def only_at(positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """`values` `(batch, seq, ...)` at `positions` `(batch, seq)`, zero elsewhere."""
+    return torch.where(positions[..., None], values, values.new_zeros(()))
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -343,20 +356,48 @@ class DecoderFamily(BackboneFamily):
         inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask, "use_cache": False}
         if attention_mask is not None and "position_ids" in accepted:
             inputs["position_ids"] = positions_from_mask(attention_mask)
-        for index in range(len(own)):
-            own[index] = _LayerInputsRecorder(index, recorded, last=index == len(own) - 1)
+        for index, layer in enumerate(own):
+            layer.forward = _LayerInputsRecorder(index, recorded, last=index == len(own) - 1)
         try:
             backbone(**{k: v for k, v in inputs.items() if k in accepted or k == "inputs_embeds"})
         except _EndOfDryRun:
             pass
         finally:
-            for index, layer in enumerate(originals):
-                own[index] = layer
-        depth = len(originals)
+            for layer in originals:
+                del layer.forward  # the class's own again
+        return self.recorded_layer_inputs(backbone, recorded, layers)
+
+    def recorded_layer_inputs(self, backbone, recorded: dict[int, tuple], layers) -> list[tuple[tuple, dict]]:
+        """`layer_inputs` from what the backbone handed each of its own layers (`recorded`, by index): an extra layer
+        gets what the backbone's last layer of the same kind got."""
+        depth = backbone.config.num_hidden_layers
         kinds = self.kinds(backbone.config, depth + len(layers))
         same_kind = [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1)
                      for i in range(len(layers))]
         return [recorded[j] for j in same_kind]
+
+
+@contextmanager
+def recording_layer_inputs(layers, recorded: dict[int, tuple] | None):
+    """While the backbone runs, keep the arguments it hands each of `layers` (after the hidden states) in `recorded`,
+    by index (nothing when `recorded` is None): Base+n on a decoder then needs no dry run, and the forward pass stays
+    one graph for `torch.export`."""
+    if recorded is None:
+        yield
+        return
+
+    def keeper(index: int):
+        def keep(module, args, kwargs):
+            recorded[index] = (args[1:], dict(kwargs))
+
+        return keep
+
+    handles = [layer.register_forward_pre_hook(keeper(index), with_kwargs=True) for index, layer in enumerate(layers)]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 FAMILIES: dict[str, BackboneFamily] = {
@@ -485,7 +526,7 @@ class DepthWiseAttention(nn.Module):
             raise ValueError(f"DepthWiseAttention was built for {self.layer_positions.shape[0]} layers, got {shape}")
         flat_last = last_layer.reshape(-1, hidden)
         query = 1 + F.elu(flat_last + self.query(flat_last))
-        keys = self.key(self.layer_positions.to(self.key.weight.dtype))
+        keys = self.key(self.layer_positions)  # the buffer follows the model's dtype; a quantized `key` takes it as is
         weights = torch.softmax(query @ keys.t(), dim=-1)
         if self.reads_layer_by_layer(last_layer.device):
             mixed = self.mix_layer_by_layer(layers if as_list else layers.unbind(1), flat_last, weights)
@@ -572,21 +613,27 @@ class ExtraLayers(nn.Module):
 
 
 def lora_target_layers(backbone: nn.Module, targets) -> dict[str, nn.Module]:
-    """The backbone's layers that LoRA adapts: those named one of `targets` (the last part of their path) that hold a
-    2-D weight (`nn.Linear`, GPT-2's `Conv1D`), by path."""
+    """The backbone's layers that LoRA adapts: the linear maps (`nn.Linear`, GPT-2's `Conv1D`) named one of `targets`
+    (the last part of their path), by path."""
     return {
         path: module
         for path, module in backbone.named_modules()
-        if path.rsplit(".", 1)[-1] in targets and isinstance(getattr(module, "weight", None), torch.Tensor)
-        and module.weight.dim() == 2
+        if path.rsplit(".", 1)[-1] in targets and isinstance(module, (nn.Linear, Conv1D))
     }
 
 
-def low_rank_delta(weight: torch.Tensor, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float) -> torch.Tensor:
-    """`scale * B @ A` (A: rank x in, B: out x rank) in the layout of `weight`: `(out, in)` for `nn.Linear`, `(in, out)`
-    for GPT-2's `Conv1D`; computed in float32."""
+def stores_weight_transposed(layer: nn.Module) -> bool:
+    """Whether `layer` keeps its weight `(in, out)`: GPT-2's `Conv1D` does, `nn.Linear` keeps `(out, in)`. Read from
+    the layer's class, never guessed from the shape, which cannot tell for a square layer (as PEFT's
+    `fan_in_fan_out` is set from the class)."""
+    return isinstance(layer, Conv1D)
+
+
+def low_rank_delta(layer: nn.Module, lora_A: torch.Tensor, lora_B: torch.Tensor, scale: float) -> torch.Tensor:
+    """`scale * B @ A` (A: rank x in, B: out x rank) in the layout of `layer.weight`: `(out, in)` for `nn.Linear`,
+    `(in, out)` for GPT-2's `Conv1D`; computed in float32."""
     delta = scale * (lora_B.float() @ lora_A.float())
-    return (delta if delta.shape == weight.shape else delta.t()).to(weight.dtype)
+    return (delta.t() if stores_weight_transposed(layer) else delta).to(layer.weight.dtype)
 
 
 def _lora_key(path: str) -> str:
@@ -626,7 +673,7 @@ class LoRAUpdates(nn.Module):
     def merge_into(self, backbone: nn.Module) -> None:
         for key, update in self.updates.items():
             layer = backbone.get_submodule(key.replace("__", "."))
-            layer.weight += low_rank_delta(layer.weight, update.lora_A, update.lora_B, self.scale)
+            layer.weight += low_rank_delta(layer, update.lora_A, update.lora_B, self.scale)
 
 
 def _in_out(layer: nn.Module) -> tuple[int, int]:
@@ -776,6 +823,7 @@ class DWAttModel(DWAttPreTrainedModel):
         self.backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
         accepted = inspect.signature(self.backbone.forward).parameters
         self._takes_token_types = "token_type_ids" in accepted
+        self._takes_use_cache = "use_cache" in accepted  # a decoder's key/value cache: never read here
         self._counts_positions_from_mask = backbone_family(config.encoder_config).causal and "position_ids" in accepted
         fusion = config.fusion
         if fusion == "dwatt":
@@ -868,17 +916,29 @@ class DWAttModel(DWAttPreTrainedModel):
         """
         The backbone's hidden states for `inputs` (embedding output first, then each layer). The last is the
         encoder's output (`last_hidden_state`): for families with a final norm after the last layer (ModernBERT, the
-        decoder LLMs) that is what a plain head would read. Inputs the family has no use for (token types) are left
-        out. A decoder-only backbone counts positions from each row's first non-padding token, so that padding on
-        either side changes nothing (transformers' own default counts from the first position, padding included).
+        decoder LLMs) that is what a plain head would read. See `backbone_outputs` for the inputs.
+        """
+        return self.backbone_outputs(**inputs)[0]
+
+    def backbone_outputs(self, output_attentions: bool = False, **inputs) -> tuple[tuple[torch.Tensor, ...], tuple | None]:
+        """
+        `run_backbone`'s hidden states, and the backbone's attention maps when `output_attentions` (else None).
+        Inputs the family has no use for (token types) are left out. A decoder-only backbone counts positions from
+        each row's first non-padding token, so that padding on either side changes nothing (transformers' own
+        default counts from the first position, padding included).
         """
         if not self._takes_token_types:
             inputs.pop("token_type_ids", None)
         mask = inputs.get("attention_mask")
         if self._counts_positions_from_mask and mask is not None and inputs.get("position_ids") is None:
             inputs["position_ids"] = positions_from_mask(mask)
+        if output_attentions:
+            inputs["output_attentions"] = True
+        if self._takes_use_cache:
+            inputs["use_cache"] = False
         outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True, return_dict=True)
-        return (*outputs.hidden_states[:-1], outputs.last_hidden_state)
+        attentions = outputs.attentions if output_attentions else None
+        return (*outputs.hidden_states[:-1], outputs.last_hidden_state), attentions
 
     def _fuse_positions(self, layers, last_layer: torch.Tensor, token_mask: torch.Tensor) -> tuple:
         """Run a per-token fusion on the positions of `token_mask` only; the other positions stay zero. `layers` is
@@ -904,49 +964,75 @@ class DWAttModel(DWAttPreTrainedModel):
         position_ids: torch.Tensor | None = None,
         inputs_embeds: torch.Tensor | None = None,
         backbone_hidden_states: torch.Tensor | tuple[torch.Tensor, ...] | None = None,
-        output_layer_weights: bool = False,
-        output_hidden_states: bool = False,
+        output_layer_weights: bool | None = None,
+        output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
+        return_dict: bool | None = None,
         token_mask: torch.Tensor | None = None,
         **kwargs,
-    ) -> DWAttModelOutput:
+    ) -> DWAttModelOutput | tuple:
         r"""
         backbone_hidden_states (`torch.Tensor` or `tuple(torch.Tensor)`, *optional*):
             Precomputed hidden states of the backbone, used instead of running it (see the class docstring).
         output_layer_weights (`bool`, *optional*, defaults to `False`):
             Return the per-token, per-layer fusion weights (DWAtt and ScalarMix).
+        output_hidden_states, output_attentions (`bool`, *optional*):
+            Return the backbone's hidden states, or its attention maps (not available from
+            `backbone_hidden_states`); default: the config's, as for every transformers model.
+        return_dict (`bool`, *optional*):
+            `False` returns a plain tuple instead of a [`DWAttModelOutput`].
         token_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
             Fuse only these positions (per-token fusions); the fused representation is zero elsewhere.
         """
-        all_hidden_states = None
+        output_hidden_states = _flag(output_hidden_states, self.config.output_hidden_states)
+        output_attentions = _flag(output_attentions, self.config.output_attentions)
+        all_hidden_states = attentions = recorded = None
+        family = backbone_family(self.config.encoder_config)
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
-            all_hidden_states = self.run_backbone(
+            if isinstance(self.fusion, ExtraLayers) and isinstance(family, DecoderFamily):
+                recorded = {}  # what the backbone hands its layers, which Base+n's layers take too
+            with recording_layer_inputs(family.layers(self.backbone) if recorded is not None else (), recorded):
+                all_hidden_states, attentions = self.backbone_outputs(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                inputs_embeds=inputs_embeds,
-                token_type_ids=token_type_ids,
-                position_ids=position_ids,
-                **kwargs,
-            )
+                    inputs_embeds=inputs_embeds,
+                    token_type_ids=token_type_ids,
+                    position_ids=position_ids,
+                    output_attentions=output_attentions,
+                    **kwargs,
+                )
             layers = self._stack(all_hidden_states)
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
-        if isinstance(self.fusion, ExtraLayers):
-            layer_inputs = backbone_family(self.config.encoder_config).layer_inputs(
-                self.backbone, last_layer, attention_mask, self.fusion.layer
-            )
+        if isinstance(self.fusion, ExtraLayers) and recorded:
+            layer_inputs = family.recorded_layer_inputs(self.backbone, recorded, self.fusion.layer)
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
+        elif isinstance(self.fusion, ExtraLayers):
+            layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
+            fused, layer_weights = self.fusion(last_layer, layer_inputs), None
+        elif token_mask is not None and traced():  # one graph: every position fused, the others zeroed
+            fused, layer_weights = self.fusion(layers, last_layer)
+            fused = only_at(token_mask.bool(), fused)
+            layer_weights = None if layer_weights is None else only_at(token_mask.bool(), layer_weights)
         elif token_mask is not None:
             fused, layer_weights = self._fuse_positions(layers, last_layer, token_mask.bool())
         else:
             fused, layer_weights = self.fusion(layers, last_layer)
-        return DWAttModelOutput(
+        output = DWAttModelOutput(
             last_hidden_state=fused,
             hidden_states=all_hidden_states if output_hidden_states else None,
+            attentions=attentions,
             layer_weights=layer_weights if output_layer_weights else None,
         )
+        return output if return_dict is not False else output.to_tuple()
+
+
+def _flag(value: bool | None, default: bool) -> bool:
+    """A model's `output_*` argument: the caller's choice, else the config's."""
+    return bool(default) if value is None else bool(value)
 
 
 class _DWAttWithHead(DWAttPreTrainedModel):
@@ -981,13 +1067,13 @@ class _DWAttWithHead(DWAttPreTrainedModel):
     def fused_positions(self, labels, attention_mask, shape: torch.Size, device, logits_mask=None) -> torch.Tensor | None:
         """The positions the per-token work (a per-token fusion, the head) runs on (`None`: all): with
         `fuse_labelled_positions_only` and labels, the labelled ones, as the loss reads nothing else; else those of
-        `logits_mask`; otherwise, in a batch with padding, the non-padding ones, so that the work follows the real
-        token count. The outputs at the other positions are zero."""
+        `logits_mask`; otherwise the non-padding ones, so that the work follows the real token count. The outputs at
+        the other positions are zero. No branch reads the mask's values, so that the model exports as one graph."""
         if labels is not None and self.fuse_labelled_positions_only:
             return labels != -100
         if logits_mask is not None:
             return logits_mask.to(device).bool()
-        if attention_mask is not None and attention_mask.shape == shape and not bool(attention_mask.all()):
+        if attention_mask is not None and attention_mask.shape == shape:
             return attention_mask.to(device).bool()
         return None
 
@@ -997,6 +1083,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         positions when `positions` is None). Out of place, so that it also runs under `torch.func.vmap`."""
         if positions is None:
             return function(fused)
+        if traced():  # one graph: every position computed, the others zeroed
+            return only_at(positions, function(fused))
         selected = function(fused[positions])
         return selected.new_zeros(*positions.shape, selected.shape[-1]).index_put((positions,), selected)
 
@@ -1017,6 +1105,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_layer_weights: bool | None = None,
         output_hidden_states: bool | None = None,
+        output_attentions: bool | None = None,
         return_dict: bool | None = None,
         logits_mask: torch.BoolTensor | None = None,
         **kwargs,
@@ -1029,7 +1118,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         logits_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Token classification and masked LM: the positions whose logits are wanted (a tagger's first sub-token of
             each word, a masked LM's masks); the per-token work runs there only, and the logits elsewhere are zero.
-        backbone_hidden_states, output_layer_weights: see [`DWAttModel.forward`].
+        backbone_hidden_states, output_layer_weights, output_hidden_states, output_attentions, return_dict: see
+            [`DWAttModel.forward`].
         """
         # Under data parallelism, the labelled items of the global batch: the loss is a mean over all of them.
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
@@ -1048,13 +1138,16 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             inputs_embeds=inputs_embeds,
             backbone_hidden_states=backbone_hidden_states,
             output_layer_weights=bool(output_layer_weights),
-            output_hidden_states=bool(output_hidden_states),
+            output_hidden_states=output_hidden_states,
+            output_attentions=output_attentions,
+            return_dict=True,
             **kwargs,
         )
         logits = self.head(fused.last_hidden_state, positions)
         loss = None if labels is None else self.task_loss(logits, labels.to(logits.device), num_items_in_batch)
         output = self.output_class(
-            loss=loss, logits=logits, hidden_states=fused.hidden_states, layer_weights=fused.layer_weights
+            loss=loss, logits=logits, hidden_states=fused.hidden_states, attentions=fused.attentions,
+            layer_weights=fused.layer_weights,
         )
         return output if return_dict is not False else output.to_tuple()
 
@@ -1192,8 +1285,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
                 path = key.removeprefix(BACKBONE_PREFIX).split(".base_layer.")[0]
                 key = key.replace(".base_layer.", ".")
                 if key.endswith(".weight"):
-                    _, lora_A, lora_B = adapted[path]
-                    value = value + low_rank_delta(value, lora_A, lora_B, scale)
+                    layer, lora_A, lora_B = adapted[path]
+                    value = value + low_rank_delta(layer, lora_A, lora_B, scale)
             state[key] = value
         return state
 
@@ -1434,12 +1527,12 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
         """The positions the pooling reads, which are all a per-token fusion needs: the first, the last non-padding
         one (on either padding side), or every non-padding one (`logits_mask` has no use here)."""
         if self.config.pooling in ("first", "last"):
+            order = torch.arange(shape[1], device=device)
             if self.config.pooling == "first" or attention_mask is None:
                 index = torch.full(shape[:1], 0 if self.config.pooling == "first" else shape[1] - 1, device=device)
             else:  # the last position whose mask is 1
-                order = torch.arange(shape[1], device=device)
                 index = (attention_mask.to(device).bool() * (order + 1)).argmax(-1)
-            return torch.nn.functional.one_hot(index, shape[1]).bool()
+            return order[None, :] == index[:, None]  # one-hot, without fixing the sequence length in an exported graph
         if attention_mask is None:
             return torch.ones(shape, dtype=torch.bool, device=device)
         return attention_mask.bool()

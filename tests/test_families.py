@@ -18,9 +18,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED, is_decoder_only
+from modeling_dwatt import lora_target_layers
 from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.features import FeatureCollator, build_feature_cache
-from dwatt.lora import add_lora
+from dwatt.lora import add_lora, default_targets
 from dwatt.training import FreezeBackboneCallback
 
 from .conftest import run_without_dwatt
@@ -117,9 +118,20 @@ def tasks(family: str) -> list[str]:
 
 ALL_FAMILIES = {**FAMILIES, **DECODERS}
 CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in FUSIONS for task in tasks(family) if works(family, fusion)]
-# LoRA on every family: its default targets (the family table's attention projections) adapted, trained a step, saved
-# full (merged) and head-only (the updates beside the head), reloaded without dwatt and without peft.
+# LoRA on every family: every linear projection of the backbone adapted (its default targets, the family table's
+# attention projections, among them), trained a step, saved full (merged) and head-only (the updates beside the
+# head), reloaded without dwatt and without peft.
 LORA_CELLS = [(family, "dwatt", "token-lora") for family in ALL_FAMILIES]
+
+
+def projection_names(backbone) -> list[str]:
+    """Every name LoRA can target in `backbone`: the last part of the path of each of its linear maps."""
+    return sorted({path.rsplit(".", 1)[-1] for path in lora_target_layers(backbone, AnyName())})
+
+
+class AnyName:
+    def __contains__(self, name) -> bool:
+        return True
 
 
 def encoder_config(family: str):
@@ -150,8 +162,9 @@ def saved(tmp_path_factory) -> dict:
             continue
         torch.manual_seed(2)
         model = TASKS[task.removesuffix("-lora")].from_backbone(str(root / "backbones" / family), fusion=fusion, num_labels=5)
-        if task.endswith("-lora"):  # the family's default LoRA targets exist and adapt
-            add_lora(model, rank=2)
+        if task.endswith("-lora"):  # every linear projection adapts (square GPT-2 `Conv1D`s included)
+            assert set(default_targets(model)) <= set(projection_names(model.dwatt.backbone))  # the defaults exist
+            add_lora(model, rank=2, targets=projection_names(model.dwatt.backbone))
             FreezeBackboneCallback("lora").apply(model)
         labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100) if task != "cls" else torch.tensor([0, 3])
         out = model(input_ids=ids, attention_mask=mask, labels=labels)

@@ -27,9 +27,9 @@ def inputs():
     return ids, mask
 
 
-def adapted(model, rank: int = 4):
+def adapted(model, rank: int = 4, targets: list[str] | None = None):
     """`model` with LoRA adapters, trained a little: random non-zero updates (B starts at zero) and head."""
-    add_lora(model, rank=rank, alpha=8, dropout=0.1)
+    add_lora(model, rank=rank, alpha=8, dropout=0.1, targets=targets)
     FreezeBackboneCallback("lora").apply(model)
     torch.manual_seed(3)
     with torch.no_grad():
@@ -114,6 +114,28 @@ def test_lora_checkpoints_load_where_neither_dwatt_nor_peft_can_be_imported(back
     done = subprocess.run([sys.executable, "-c", BLOCKED_PEFT + textwrap.dedent(script)], cwd=tmp_path, env=environment,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_square_conv1d_projections_of_gpt2_merge_in_their_own_layout(tmp_path):
+    """GPT-2's `Conv1D` keeps its weight (in, out): the update of a square projection (`attn.c_proj`) is transposed
+    by the layer's class, which its shape cannot tell."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
+
+    config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64, pad_token_id=0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "gpt2")
+    torch.manual_seed(0)
+    model = adapted(DWAttForTokenClassification.from_backbone(str(tmp_path / "gpt2"), num_labels=3), targets=["c_attn", "c_proj"])
+    square = model.dwatt.backbone.h[0].attn.c_proj
+    assert square.base_layer.weight.shape == (32, 32) and type(square.base_layer).__name__ == "Conv1D"
+    ids = torch.randint(3, 99, (2, 6))
+    with torch.no_grad():
+        trained = model(input_ids=ids).logits
+    model.save_pretrained(tmp_path / "head", heads_only=True)
+    model.save_pretrained(tmp_path / "full")
+    for kind in ("head", "full"):
+        reloaded = AutoModelForTokenClassification.from_pretrained(tmp_path / kind, trust_remote_code=True).eval()
+        with torch.no_grad():
+            torch.testing.assert_close(reloaded(input_ids=ids).logits, trained, atol=1e-5, rtol=0, msg=kind)
 
 
 def test_lora_refusals_name_the_reason(backbone, tmp_path):

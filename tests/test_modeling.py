@@ -360,3 +360,36 @@ def test_cpu_inference_fuses_the_backbones_layers_without_stacking_them_and_equa
     assert model.config.encoder_config.num_hidden_layers not in stacked  # the fused layers were never stacked
     torch.testing.assert_close(served.logits, expected.logits.detach(), atol=1e-5, rtol=0)
     torch.testing.assert_close(served.layer_weights, expected.layer_weights.detach(), atol=1e-6, rtol=0)
+
+
+STANDARD_FORWARD_ARGUMENTS = ("return_dict", "output_hidden_states", "output_attentions")
+
+
+def test_the_base_model_takes_every_argument_the_task_models_take_as_transformers_models_do():
+    import inspect
+
+    from modeling_dwatt import DWAttModel, RobertaDWAttForSequenceClassification
+
+    base = set(inspect.signature(DWAttModel.forward).parameters)
+    for cls in (RobertaDWAttForTokenClassification, RobertaDWAttForMaskedLM, RobertaDWAttForSequenceClassification):
+        task = set(inspect.signature(cls.forward).parameters) - {"labels", "logits_mask"}
+        assert task <= base, f"{cls.__name__} takes {sorted(task - base)}, DWAttModel does not"
+    assert set(STANDARD_FORWARD_ARGUMENTS) <= base
+    config = tiny_config("bert", "dwatt")
+    config.encoder_config._attn_implementation = "eager"  # attention maps come from eager attention only
+    model = DWAttModel(config).eval()
+    ids = torch.randint(3, 99, (2, 6))
+    with torch.no_grad():
+        out = model(input_ids=ids, return_dict=True, output_hidden_states=True, output_attentions=True)
+        as_tuple = model(input_ids=ids, return_dict=False, output_hidden_states=True)
+        plain = model(input_ids=ids)
+    assert len(out.hidden_states) == 4 and len(out.attentions) == 3 and out.attentions[0].shape == (2, 4, 6, 6)
+    assert isinstance(as_tuple, tuple) and torch.equal(as_tuple[0], out.last_hidden_state) and len(as_tuple[1]) == 4
+    assert plain.hidden_states is None and plain.attentions is None
+    model.config.output_hidden_states = True  # the config's default, as for every transformers model
+    with torch.no_grad():
+        assert len(model(input_ids=ids).hidden_states) == 4
+    task = RobertaDWAttForTokenClassification(config).eval()
+    with torch.no_grad():
+        tagged = task(input_ids=ids, output_attentions=True, return_dict=True)
+    assert len(tagged.attentions) == 3

@@ -1,6 +1,7 @@
 """The two files that `trust_remote_code=True` runs: what they may import and call, checked on their syntax tree."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ SIBLINGS = {"modeling_dwatt", "configuration_dwatt"}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
 # The encoder-family table (issue: every encoder) took the model file past 850 lines; decoder LLMs (their family,
-# `last` pooling, chosen layers) and padding-aware heads past 1300; merging LoRA adapters in plain torch past 1500.
-LINE_BUDGET = {"modeling_dwatt.py": 1550, "configuration_dwatt.py": 300}
+# `last` pooling, chosen layers) and padding-aware heads past 1300; merging LoRA adapters in plain torch past 1500; one
+# graph for export (no branch on tensor values, Base+n's layer inputs recorded in the pass) and the base model's
+# standard arguments past 1600.
+LINE_BUDGET = {"modeling_dwatt.py": 1650, "configuration_dwatt.py": 300}
 
 
 def tree(name: str) -> ast.Module:
@@ -73,8 +76,8 @@ def test_security_note_states_the_true_line_counts():
         assert f"| `{name}` | {lines} |" in note, f"SECURITY.md: update the line count of {name} to {lines}"
 
 
-def test_readme_security_note_states_the_true_line_counts():
+def test_the_readme_leaves_the_line_counts_to_the_security_note():
+    """One place for each fact: SECURITY.md states the counts (checked above); the README links to it."""
     readme = (ROOT / "README.md").read_text()
-    for name in REMOTE_CODE:
-        lines = len((ROOT / name).read_text().splitlines())
-        assert f"`{name}` ({lines} lines)" in readme, f"README.md: update the line count of {name} to {lines}"
+    assert "[SECURITY.md](SECURITY.md)" in readme
+    assert not re.search(r"`(modeling|configuration)_dwatt\.py` \(\d+ lines\)", readme)
