@@ -17,7 +17,7 @@ from transformers import (
 
 from modeling_dwatt import BACKBONE_PREFIX
 
-from ..atomic import write_json_atomically
+from ..atomic import give_usual_modes, write_json_atomically
 from ..lora import is_lora_parameter
 from ..run_config import MODES
 # What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
@@ -104,6 +104,8 @@ class BestDevCallback(TrainerCallback):
         if state.is_world_process_zero and folder.is_dir() and self.best is not None:
             save_file({k: v.contiguous() for k, v in self._best_state.items()}, str(folder / BEST_WEIGHTS))
             write_json_atomically(folder / BEST_STATE, {"curve": self.curve, "best": self.best})
+        if state.is_world_process_zero and folder.is_dir():
+            give_usual_modes(folder)  # the Trainer's model.safetensors is written 0600
 
     def load(self, checkpoint: str | Path) -> None:
         folder = Path(checkpoint)

@@ -24,7 +24,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_dwatt import BACKBONE_PREFIX, RobertaDWAttForTokenClassification
 
-from ..atomic import write_json_atomically
+from ..atomic import give_usual_modes, write_json_atomically
 from ..distributed import cpu_only, device, is_main_process, launched_processes, per_device_batch_size
 from ..features import (
     FeatureMemo,
@@ -231,6 +231,7 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunC
     if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are
         model.save_pretrained(output_dir / "model", heads_only=config.mode == "lora")
         tokenizer.save_pretrained(output_dir / "model")
+        give_usual_modes(output_dir / "model")
     write_json_atomically(output_dir / "results.json", portable_results(results))
     return results
 
