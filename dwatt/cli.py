@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import fields
 
 from configuration_dwatt import FUSIONS, POOLINGS
 
 from .checkpoints import load_checkpoint
-from .prediction import BATCH_SIZE, CHUNK_BATCHES, chunks
+from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, TagWriter, write_all
+from .prediction import BATCH_SIZE, CHUNK_BATCHES
 from .run_config import MODES, SAMPLINGS, RunConfig
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
@@ -144,46 +145,7 @@ def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, sp
     return {"examples": len(rows), **classification_scores(predicted, labels, names, counts)}
 
 
-class InputLines:
-    """The non-empty lines `dwatt predict` reads, in order: sentences given as arguments, then a file (`--file`),
-    then `--jsonl`'s file or stdin (`-`), each read as it is consumed so that output can stream; a leading
-    byte-order mark is read as nothing. Counts the empty lines it skips, and knows how many lines files hold."""
-
-    def __init__(self, sentences: list[str], sources: list[str]):
-        self.sentences, self.sources, self.skipped, self.read = sentences, sources, 0, 0
-
-    def total(self) -> int | None:
-        """How many lines there are to read, where they come from arguments and files (None for stdin)."""
-        if "-" in self.sources:
-            return None
-        counted = len(self.sentences)
-        for source in self.sources:
-            with open(source, encoding="utf-8") as handle:
-                counted += sum(1 for _ in handle)
-        return counted
-
-    def __iter__(self) -> Iterator[str]:
-        for line in self._all():
-            if line.strip():
-                self.read += 1
-                yield line
-            else:
-                self.skipped += 1
-
-    def _all(self) -> Iterator[str]:
-        yield from self.sentences
-        for source in self.sources:
-            handle = sys.stdin if source == "-" else open(source, encoding="utf-8")
-            try:
-                for number, line in enumerate(handle):
-                    line = line.rstrip("\r\n")
-                    yield line.removeprefix("\ufeff") if number == 0 else line
-            finally:
-                if handle is not sys.stdin:
-                    handle.close()
-
-
-def _with_progress(lines: InputLines, quiet: bool) -> Iterable[str]:
+def _with_progress(lines: InputLines, quiet: bool) -> Iterable[tuple[int, str]]:
     """A bar on stderr for inputs of more than `PROGRESS_FROM` lines from files; stdout stays clean."""
     total = None if quiet else lines.total()
     if total is None or total <= PROGRESS_FROM:
@@ -193,11 +155,16 @@ def _with_progress(lines: InputLines, quiet: bool) -> Iterable[str]:
     return tqdm(lines, total=total, desc="predicting", unit="line", file=sys.stderr, leave=False)
 
 
-def _predict_heads(args: argparse.Namespace, lines: Iterable[str]) -> None:
+def _output_form(args: argparse.Namespace) -> str:
+    """JSON records with `--jsonl`, a line per input line with `--file`, readable blocks for arguments alone."""
+    return "json" if args.jsonl is not None else "line" if args.file is not None else "block"
+
+
+def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -> None:
     """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
-    from .tokenization import load_tokenizer
     from .heads import SharedBackboneHeads
     from .prediction import tag
+    from .tokenization import load_tokenizer
 
     paths = [path for path in args.heads.split(",") if path]
     heads = SharedBackboneHeads.from_pretrained(paths)
@@ -210,21 +177,17 @@ def _predict_heads(args: argparse.Namespace, lines: Iterable[str]) -> None:
     def run_logits(batch):
         return {name: output.logits for name, output in heads(**batch).items() if name in taggers}
 
-    for chunk in chunks(lines, args.batch_size * CHUNK_BATCHES):
-        sentences = [text.split() for text in chunk]
+    def predict(texts: list[str]) -> list:
+        sentences = [text.split() for text in texts]
         tags = tag(run_logits, id2labels, tokenizer, sentences, args.batch_size)
-        for index, (text, words) in enumerate(zip(chunk, sentences)):
-            per_head = {name: tags[name][index] for name in taggers}
-            if args.jsonl is not None:
-                print(json.dumps({"text": text, "words": words, "tags": per_head}, ensure_ascii=False))
-                continue
-            print("word " + " ".join(taggers))
-            print("\n".join(" ".join([word, *(per_head[name][i] for name in taggers)]) for i, word in enumerate(words)) + "\n")
-        sys.stdout.flush()
+        return [(words, {name: tags[name][index] for name in taggers}) for index, words in enumerate(sentences)]
+
+    write_all(lines, args.batch_size * CHUNK_BATCHES, predict, HeadsWriter(_output_form(args), list(taggers)))
 
 
 def _predict(args: argparse.Namespace) -> int:
-    """Tags, labels or mask fills of every input line, in input order, written as each chunk of batches finishes."""
+    """Tags, labels or mask fills of every input line, one record per line in input order, written as each chunk of
+    batches finishes (`dwatt.predict_lines`)."""
     from .prediction import classify, fill_masks, predict_tags
 
     sentences = list(args.sentences)
@@ -239,36 +202,26 @@ def _predict(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
     model, tokenizer, task = load_checkpoint(args.checkpoint)
-    for chunk in chunks(_with_progress(lines, args.quiet), args.batch_size * CHUNK_BATCHES):
-        if task == "cls":
-            for text, probabilities in zip(chunk, classify(model, tokenizer, chunk, args.batch_size)):
-                label, probability = next(iter(probabilities.items()))
-                if args.jsonl is not None:
-                    print(json.dumps({"text": text, "label": label, "scores": probabilities}, ensure_ascii=False))
-                else:
-                    print(f"{label}\t{probability:.3f}\t{text}")
-        elif task == "mlm":
-            for text, masks in zip(chunk, fill_masks(model, tokenizer, chunk, batch_size=args.batch_size)):
-                print(text)
-                for number, candidates in enumerate(masks, start=1):
-                    print(f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates))
-                print()
-        else:
-            sentences = [text.split() for text in chunk]
-            for text, words, tags in zip(chunk, sentences, predict_tags(model, tokenizer, sentences, args.batch_size)):
-                if args.jsonl is not None:
-                    print(json.dumps({"text": text, "words": words, "tags": tags}, ensure_ascii=False))
-                else:
-                    print("\n".join(f"{word} {tag}" for word, tag in zip(words, tags)) + "\n")
-        sys.stdout.flush()
+    form = _output_form(args)
+    if task == "cls":
+        predict, writer = (lambda texts: classify(model, tokenizer, texts, args.batch_size)), LabelWriter(form)
+    elif task == "mlm":
+        predict, writer = (lambda texts: fill_masks(model, tokenizer, texts, batch_size=args.batch_size)), MaskWriter(form)
+    else:
+        def predict(texts: list[str]) -> list:
+            sentences = [text.split() for text in texts]
+            return list(zip(sentences, predict_tags(model, tokenizer, sentences, args.batch_size)))
+
+        writer = TagWriter(form)
+    write_all(_with_progress(lines, args.quiet), args.batch_size * CHUNK_BATCHES, predict, writer)
     return _finish_predict(lines)
 
 
 def _finish_predict(lines: InputLines) -> int:
-    if lines.skipped:
-        print(f"dwatt predict: skipped {lines.skipped} empty lines", file=sys.stderr)
     if not lines.read:
         raise ValueError("nothing to predict: give sentences as arguments, with --file, or with --jsonl")
+    if lines.blank:
+        print(f"dwatt predict: {lines.blank} blank lines, each given an empty record", file=sys.stderr)
     return 0
 
 
@@ -351,12 +304,13 @@ def build_parser() -> argparse.ArgumentParser:
     predict = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
     predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
     predict.add_argument("sentences", nargs="*")
-    predict.add_argument("--file", help="one sentence per line")
+    predict.add_argument("--file", help="one sentence per line; writes one output line per input line (a blank one: empty)")
     predict.add_argument("--heads", default=None,
                          help="comma-separated checkpoints sharing one backbone: every head's tags from one backbone pass")
     predict.add_argument("--tokenizer", default=None, help="--heads: where the tokenizer is (default: the first head)")
     predict.add_argument("--jsonl", nargs="?", const="-", default=None, metavar="FILE",
-                         help="read one sentence per line from FILE (default: stdin) and write one JSON object per line")
+                         help="read one sentence per line from FILE (default: stdin) and write one JSON object per input line, "
+                              "with its line number (a blank line: a record with empty fields)")
     predict.add_argument("--batch-size", type=int, default=BATCH_SIZE,
                          help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)")
     predict.add_argument("--quiet", action="store_true", help="no progress bar on stderr")

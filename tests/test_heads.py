@@ -118,7 +118,9 @@ def test_cli_predict_with_heads_prints_each_heads_tags_and_writes_jsonl(tiny_bac
     monkeypatch.setattr("sys.stdin", io.StringIO("\ufeffpeter blackburn\n\neu rejects german call\n"))
     assert main(["predict", "--heads", ",".join(paths), "--jsonl"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [row["words"] for row in rows] == [["peter", "blackburn"], ["eu", "rejects", "german", "call"]]
+    assert [row["words"] for row in rows] == [["peter", "blackburn"], [], ["eu", "rejects", "german", "call"]]
+    assert rows[1]["tags"] == {"head0": [], "head1": []}  # the blank line's empty record keeps its place
+    rows = rows[::2]
     assert set(rows[0]["tags"]) == {"head0", "head1"} and len(rows[1]["tags"]["head1"]) == 4
     # The same tags as each head alone through `dwatt predict`.
     for path, name in zip(paths, ("head0", "head1")):

@@ -1,0 +1,183 @@
+"""`dwatt predict`'s lines in and out: every input line gets exactly one output line, in order.
+
+Inputs are the sentences given as arguments, then `--file`, then `--jsonl`'s file or stdin, read as they are
+consumed so that output streams. A line ends at `\\n` alone (a `\\r` before it is dropped, so CRLF files read as their
+LF twins; a lone `\\r` is part of the line), as `wc -l` and `paste` count lines; a leading byte-order mark is read
+as nothing. A blank line (empty or whitespace only) is not run through the model and gets an empty record: an empty
+line in text output, and a record with empty fields in JSONL. JSONL records carry `line`, the input line's number
+(1-based, counted over the arguments first, then the files), so `paste input output` and a join on `line` both work.
+
+Sentences given only as arguments print the readable forms (a tagger's word-per-line blocks, a masked LM's candidates
+per mask); `--file` and `--jsonl` print one line per input line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Iterator
+
+
+class InputLines:
+    """Every line `dwatt predict` reads, blank ones included, as `(number, text)`; counts the blank and the non-blank
+    lines as it goes, and knows how many lines the files hold."""
+
+    def __init__(self, sentences: list[str], sources: list[str]):
+        self.sentences, self.sources, self.blank, self.read = sentences, sources, 0, 0
+
+    def total(self) -> int | None:
+        """How many lines there are to read, where they come from arguments and files (None for stdin)."""
+        if "-" in self.sources:
+            return None
+        counted = len(self.sentences)
+        for source in self.sources:
+            with open(source, encoding="utf-8", newline="\n") as handle:
+                counted += sum(1 for _ in handle)
+        return counted
+
+    def __iter__(self) -> Iterator[tuple[int, str]]:
+        for number, line in enumerate(self._all(), start=1):
+            if line.strip():
+                self.read += 1
+            else:
+                self.blank += 1
+            yield number, line
+
+    def _all(self) -> Iterator[str]:
+        yield from self.sentences
+        for source in self.sources:
+            if source == "-":
+                if hasattr(sys.stdin, "reconfigure"):
+                    sys.stdin.reconfigure(newline="\n")  # lines end at \n only, as in a file
+                handle = sys.stdin
+            else:
+                handle = open(source, encoding="utf-8", newline="\n")
+            try:
+                for number, line in enumerate(handle):
+                    line = line.removesuffix("\n").removesuffix("\r")
+                    yield line.removeprefix("\ufeff") if number == 0 else line
+            finally:
+                if handle is not sys.stdin:
+                    handle.close()
+
+
+def is_blank(text: str) -> bool:
+    return not text.strip()
+
+
+def predicted_in_order(chunk: list[tuple[int, str]], predict: Callable[[list[str]], list]) -> Iterator[tuple[int, str, object]]:
+    """`(number, text, result)` for every line of `chunk`, in order: `predict` runs once on the non-blank texts, and
+    a blank line's result is None."""
+    results = iter(predict([text for _, text in chunk if not is_blank(text)]))
+    for number, text in chunk:
+        yield number, text, None if is_blank(text) else next(results)
+
+
+class Writer:
+    """Writes one task's results in one of three forms: `"json"` (a JSON record per input line), `"line"` (a text
+    line per input line) or `"block"` (the readable multi-line form, for sentences given as arguments)."""
+
+    def __init__(self, form: str, out=None):
+        self.form, self.out = form, out or sys.stdout
+
+    def write(self, number: int, text: str, result) -> None:
+        if self.form == "json":
+            record = {"line": number, "text": text} | self.record(text, result)
+            self.out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        elif self.form == "line":
+            self.out.write(("" if result is None else self.line(text, result)) + "\n")
+        else:
+            self.out.write(self.block(text, result) + "\n")
+
+    def record(self, text: str, result) -> dict:
+        raise NotImplementedError
+
+    def line(self, text: str, result) -> str:
+        raise NotImplementedError
+
+    def block(self, text: str, result) -> str:
+        return "" if result is None else self.line(text, result)
+
+
+class TagWriter(Writer):
+    """A tagger's result: `(words, tags)`. A line: the tags, one per whitespace-separated word."""
+
+    def record(self, text, result):
+        words, tags = result if result is not None else ([], [])
+        return {"words": words, "tags": tags}
+
+    def line(self, text, result):
+        return " ".join(result[1])
+
+    def block(self, text, result):
+        if result is None:
+            return ""
+        return "\n".join(f"{word} {tag}" for word, tag in zip(*result)) + "\n"
+
+
+class HeadsWriter(Writer):
+    """Several taggers' results on one backbone: `(words, {head: tags})`. A line: each head's tags, tab-separated, in
+    the order of `--heads`."""
+
+    def __init__(self, form: str, heads: list[str], out=None):
+        super().__init__(form, out)
+        self.heads = heads
+
+    def record(self, text, result):
+        words, tags = result if result is not None else ([], {name: [] for name in self.heads})
+        return {"words": words, "tags": tags}
+
+    def line(self, text, result):
+        return "\t".join(" ".join(result[1][name]) for name in self.heads)
+
+    def block(self, text, result):
+        if result is None:
+            return ""
+        words, tags = result
+        rows = ["word " + " ".join(self.heads)]
+        rows += [" ".join([word, *(tags[name][i] for name in self.heads)]) for i, word in enumerate(words)]
+        return "\n".join(rows) + "\n"
+
+
+class LabelWriter(Writer):
+    """A classifier's result: `{label: probability}`, most likely first. A line: `label<TAB>probability<TAB>text`."""
+
+    def record(self, text, result):
+        if result is None:
+            return {"label": None, "scores": {}}
+        return {"label": next(iter(result)), "scores": result}
+
+    def line(self, text, result):
+        label, probability = next(iter(result.items()))
+        return f"{label}\t{probability:.3f}\t{text}"
+
+
+class MaskWriter(Writer):
+    """A masked LM's result: per mask, the `(token, probability)` candidates. A line: each mask's candidates,
+    tab-separated, as `token (p), token (p), ...`."""
+
+    def record(self, text, result):
+        return {"masks": [] if result is None else [[[token, p] for token, p in mask] for mask in result]}
+
+    def line(self, text, result):
+        return "\t".join(", ".join(f"{token} ({p:.3f})" for token, p in mask) for mask in result)
+
+    def block(self, text, result):
+        if result is None:
+            return ""
+        lines = [text] + [f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates)
+                          for number, candidates in enumerate(result, start=1)]
+        return "\n".join(lines) + "\n"
+
+
+def write_all(lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callable[[list[str]], list], writer: Writer) -> None:
+    """Every input line's result, chunk by chunk (each chunk predicted in one call, then written and flushed)."""
+    from .prediction import chunks
+
+    for chunk in chunks(lines, chunk_size):
+        for number, text, result in predicted_in_order(chunk, predict):
+            writer.write(number, text, result)
+        writer.out.flush()
+
+
+__all__ = ["HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "predicted_in_order", "write_all"]
