@@ -281,6 +281,15 @@ class _LayerInputsRecorder:
         return hidden_states
 
 
+def _keeper(store: dict, index: int):
+    """A forward pre-hook that keeps a layer's arguments after the hidden states in `store[index]`."""
+
+    def keep(module, args, kwargs):
+        store[index] = (args[1:], dict(kwargs))
+
+    return keep
+
+
 def traced() -> bool:
     """Whether the forward pass is being captured as a graph (`torch.compile`, `torch.export`, the ONNX exporter):
     the per-position work then runs on every position and zeroes the others (`only_at`), as boolean selection
@@ -365,39 +374,14 @@ class DecoderFamily(BackboneFamily):
         finally:
             for layer in originals:
                 del layer.forward  # the class's own again
-        return self.recorded_layer_inputs(backbone, recorded, layers)
+        return [recorded[j] for j in self.source_layers(backbone.config, len(layers))]
 
-    def recorded_layer_inputs(self, backbone, recorded: dict[int, tuple], layers) -> list[tuple[tuple, dict]]:
-        """`layer_inputs` from what the backbone handed each of its own layers (`recorded`, by index): an extra layer
-        gets what the backbone's last layer of the same kind got."""
-        depth = backbone.config.num_hidden_layers
-        kinds = self.kinds(backbone.config, depth + len(layers))
-        same_kind = [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1)
-                     for i in range(len(layers))]
-        return [recorded[j] for j in same_kind]
-
-
-@contextmanager
-def recording_layer_inputs(layers, recorded: dict[int, tuple] | None):
-    """While the backbone runs, keep the arguments it hands each of `layers` (after the hidden states) in `recorded`,
-    by index (nothing when `recorded` is None): Base+n on a decoder then needs no dry run, and the forward pass stays
-    one graph for `torch.export`."""
-    if recorded is None:
-        yield
-        return
-
-    def keeper(index: int):
-        def keep(module, args, kwargs):
-            recorded[index] = (args[1:], dict(kwargs))
-
-        return keep
-
-    handles = [layer.register_forward_pre_hook(keeper(index), with_kwargs=True) for index, layer in enumerate(layers)]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
+    def source_layers(self, config, count: int) -> list[int]:
+        """For each of `count` extra layers, the index of the backbone's layer whose inputs it takes: the last of
+        the same kind (its per-layer settings continued)."""
+        depth = config.num_hidden_layers
+        kinds = self.kinds(config, depth + count)
+        return [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1) for i in range(count)]
 
 
 FAMILIES: dict[str, BackboneFamily] = {
@@ -839,7 +823,20 @@ class DWAttModel(DWAttPreTrainedModel):
         # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
         if config.lora and not config.lora["merged"] and config.heads_only:
             self.lora = LoRAUpdates(config, self.backbone)
+        self.keep_layer_inputs()
         self.post_init()
+
+    def keep_layer_inputs(self) -> None:
+        """Base+n on a decoder: forward pre-hooks on the backbone's own layers keep what the backbone hands each of
+        them after the hidden states (its masks, rotary embeddings, ...) in `self._layer_inputs`, by index, for the
+        extra layers of the same kind. Installed once per backbone (when built, and when a pretrained one is
+        attached), so that the forward pass installs nothing and stays one graph for `torch.compile`."""
+        self._layer_inputs: dict[int, tuple] = {}
+        family = backbone_family(self.config.encoder_config)
+        if isinstance(self.fusion, ExtraLayers) and isinstance(family, DecoderFamily):
+            self._source_layers = family.source_layers(self.backbone.config, len(self.fusion.layer))
+            for index, layer in enumerate(family.layers(self.backbone)):
+                layer.register_forward_pre_hook(_keeper(self._layer_inputs, index), with_kwargs=True)
 
     @property
     def fused_layer_indices(self) -> list[int]:
@@ -936,7 +933,8 @@ class DWAttModel(DWAttPreTrainedModel):
             inputs["output_attentions"] = True
         if self._takes_use_cache:
             inputs["use_cache"] = False
-        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True, return_dict=True)
+        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
+                                return_dict=True)
         attentions = outputs.attentions if output_attentions else None
         return (*outputs.hidden_states[:-1], outputs.last_hidden_state), attentions
 
@@ -991,25 +989,25 @@ class DWAttModel(DWAttPreTrainedModel):
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
-            if isinstance(self.fusion, ExtraLayers) and isinstance(family, DecoderFamily):
-                recorded = {}  # what the backbone hands its layers, which Base+n's layers take too
-            with recording_layer_inputs(family.layers(self.backbone) if recorded is not None else (), recorded):
-                all_hidden_states, attentions = self.backbone_outputs(
+            recorded = self._layer_inputs  # filled by the backbone's run where Base+n on a decoder keeps them
+            recorded.clear()
+            all_hidden_states, attentions = self.backbone_outputs(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                    inputs_embeds=inputs_embeds,
-                    token_type_ids=token_type_ids,
-                    position_ids=position_ids,
-                    output_attentions=output_attentions,
-                    **kwargs,
-                )
+                inputs_embeds=inputs_embeds,
+                token_type_ids=token_type_ids,
+                position_ids=position_ids,
+                output_attentions=output_attentions,
+                **kwargs,
+            )
             layers = self._stack(all_hidden_states)
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         if isinstance(self.fusion, ExtraLayers) and recorded:
-            layer_inputs = family.recorded_layer_inputs(self.backbone, recorded, self.fusion.layer)
+            layer_inputs = [recorded[j] for j in self._source_layers]
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
+            recorded.clear()
         elif isinstance(self.fusion, ExtraLayers):
             layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
@@ -1237,6 +1235,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         if wanted and wanted != getattr(loaded.config, "_attn_implementation", None) and hasattr(loaded, "set_attn_implementation"):
             loaded.set_attn_implementation(wanted)
         self.dwatt.backbone = loaded.train(built.training)
+        self.dwatt.keep_layer_inputs()
         if adopt_head:
             self._adopt_pretrained_head(pretrained)
 

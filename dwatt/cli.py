@@ -17,6 +17,7 @@ from configuration_dwatt import FUSIONS, POOLINGS
 from .checkpoints import load_checkpoint
 from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, TagWriter, write_all
 from .prediction import BATCH_SIZE, CHUNK_BATCHES
+from .quantization import QUANTIZATIONS
 from .run_config import MODES, SAMPLINGS, RunConfig
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
@@ -95,7 +96,9 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .prediction import predict_tags
     from .training import evaluate_mlm, load_ner_dataset
 
-    model, tokenizer, task = load_checkpoint(args.checkpoint)
+    model, tokenizer, task = _inference_model(args)
+    if task == "mlm" and args.runtime == "onnx":
+        raise ValueError("--runtime onnx: a masked-LM export gives logits, not the loss its perplexity needs; score the checkpoint")
     if task == "cls":
         scores = evaluate_classifier(model, tokenizer, args.dataset or "ag_news", args.data_dir, args.split, args.batch_size)
         print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
@@ -155,6 +158,33 @@ def _with_progress(lines: InputLines, quiet: bool) -> Iterable[tuple[int, str]]:
     return tqdm(lines, total=total, desc="predicting", unit="line", file=sys.stderr, leave=False)
 
 
+def _inference_model(args: argparse.Namespace):
+    """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint in PyTorch (int8 with
+    `--quantize int8`), or an ONNX export with `--runtime onnx`."""
+    from .export import is_export, load_export
+
+    if args.runtime == "onnx":
+        if not is_export(args.checkpoint):
+            raise ValueError(f"--runtime onnx: {args.checkpoint} is not an ONNX export; write one with `dwatt export`")
+        return load_export(args.checkpoint, args.quantize)
+    if is_export(args.checkpoint):
+        raise ValueError(f"{args.checkpoint} is an ONNX export: run it with --runtime onnx")
+    from .quantization import quantize
+
+    model, tokenizer, task = load_checkpoint(args.checkpoint)
+    return quantize(model, args.quantize), tokenizer, task
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .export import export_onnx
+
+    config = export_onnx(args.checkpoint, args.output, quantize=args.quantize)
+    graphs = ", ".join(f"{args.output}/{name}" for name in config["graphs"].values())
+    print(f"exported {args.checkpoint} ({config['task']}, {config['fusion']}) to {graphs}; onnxruntime's logits within "
+          f"{config['check']['max_abs_logit_difference']:.1e} of PyTorch's")
+    return 0
+
+
 def _output_form(args: argparse.Namespace) -> str:
     """JSON records with `--jsonl`, a line per input line with `--file`, readable blocks for arguments alone."""
     return "json" if args.jsonl is not None else "line" if args.file is not None else "block"
@@ -197,11 +227,13 @@ def _predict(args: argparse.Namespace) -> int:
     if not sentences and not lines.sources:
         raise ValueError("give sentences as arguments, with --file, or with --jsonl")
     if args.heads:
+        if args.quantize or args.runtime != "torch":
+            raise ValueError("--heads runs the shared backbone in PyTorch fp32: leave out --quantize and --runtime")
         _predict_heads(args, _with_progress(lines, args.quiet))
         return _finish_predict(lines)
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
-    model, tokenizer, task = load_checkpoint(args.checkpoint)
+    model, tokenizer, task = _inference_model(args)
     form = _output_form(args)
     if task == "cls":
         predict, writer = (lambda texts: classify(model, tokenizer, texts, args.batch_size)), LabelWriter(form)
@@ -284,6 +316,14 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
+                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); with --runtime onnx, "
+                             "the export's int8 graph")
+    parser.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
+                        help="onnx: run a `dwatt export` folder with onnxruntime (default: PyTorch)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .sweep import ENGINES, PRESETS
 
@@ -300,6 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--block-size", type=int, default=128, help="mlm: tokens per block, as in training")
     evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
     evaluate.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per batch, sorted by length")
+    _add_inference_arguments(evaluate)
     evaluate.set_defaults(handler=_evaluate)
     predict = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
     predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
@@ -314,7 +355,15 @@ def build_parser() -> argparse.ArgumentParser:
     predict.add_argument("--batch-size", type=int, default=BATCH_SIZE,
                          help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)")
     predict.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    _add_inference_arguments(predict)
     predict.set_defaults(handler=_predict)
+    export = commands.add_parser("export", help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer")
+    export.add_argument("checkpoint")
+    export.add_argument("output", help="the folder to write (model.onnx, the tokenizer, dwatt_export.json)")
+    export.add_argument("--format", choices=("onnx",), default="onnx")
+    export.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
+                        help="also write model_int8.onnx, onnxruntime's dynamic int8 quantization of the graph")
+    export.set_defaults(handler=_export)
     push = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
     push.add_argument("run_dir")
     push.add_argument("repo_id")

@@ -1,0 +1,199 @@
+"""Serving on a CPU: every fusion is one graph (torch.export with dynamic batch and sequence, torch.compile with
+fullgraph=True), exports to ONNX with onnxruntime's logits within 1e-4 of PyTorch's on every family, `dwatt export` and
+`dwatt predict --runtime onnx` give the PyTorch path's tags, and int8 quantization keeps the head in fp32."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from configuration_dwatt import FUSIONS
+from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.quantization import quantize_int8
+
+from .conftest import save_tiny_backbone
+from .test_families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
+from .test_prediction import trained_like
+
+pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")
+pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[export]'")
+
+# transformers' mixture-of-experts layers run a custom operator (`transformers::grouped_mm_fallback`) that the ONNX
+# exporter cannot translate, for transformers' own models as for these: they export with torch.export, not to ONNX.
+NO_ONNX = {"mixtral", "qwen2_moe", "qwen3_moe"}
+# The families whose extra layers (Base+n) take inputs of their own: relative positions, rotary embeddings, local and
+# global attention, sliding windows, another layer list.
+OWN_LAYER_INPUTS = ("mpnet", "roformer", "deberta", "deberta-v2", "modernbert", "distilbert", "albert", "gpt2", "gemma2", "qwen2")
+# Every fusion on one encoder and one decoder; DWAtt (its layer-by-layer CPU path) on every family; Base+n where a
+# family hands its layers inputs of its own. (About 5 s an export: every cell on every family would take 20 minutes.)
+GRAPH_CELLS = [(family, fusion) for family in ALL_FAMILIES for fusion in FUSIONS if works(family, fusion) and (
+    family in ("bert", "llama") or fusion == "dwatt" or (fusion == "base_plus_n" and family in OWN_LAYER_INPUTS))]
+ONNX_CELLS = [cell for cell in GRAPH_CELLS if cell[0] not in NO_ONNX]
+EXPORT_CELLS = [cell for cell in GRAPH_CELLS if cell[0] in NO_ONNX]
+
+
+def family_model(family: str, fusion: str):
+    """A tiny random model of `family` with `fusion`: a tagger on an encoder, a classifier (last-token pooling) on a
+    decoder; trained-like heads, eval mode."""
+    task = DWAttForSequenceClassification if is_decoder(family) else DWAttForTokenClassification
+    torch.manual_seed(0)
+    return trained_like(task(DWAttConfig(encoder_config=encoder_config(family), fusion=fusion, num_labels=5)))
+
+
+def padded_batch(rows: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    ids = torch.randint(5, 99, (rows, length))
+    mask = torch.ones_like(ids)
+    mask[0, length // 2 :] = 0  # padding in the first row
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+@pytest.mark.parametrize("family, fusion", EXPORT_CELLS, ids=["-".join(cell) for cell in EXPORT_CELLS])
+def test_mixture_of_experts_families_trace_with_torch_export_and_dynamic_axes(family, fusion):
+    from torch.export import Dim
+
+    if not installed(family):
+        pytest.skip(f"this transformers has no {family!r} model")
+    model = family_model(family, fusion)
+    axes = {0: Dim("batch", max=64), 1: Dim("sequence", max=60)}
+    exported = torch.export.export(model, (), padded_batch(2, 7, seed=1), strict=False,
+                                   dynamic_shapes={"input_ids": axes, "attention_mask": axes})
+    other = padded_batch(3, 11, seed=2)
+    with torch.no_grad():
+        torch.testing.assert_close(exported.module()(**other).logits, model(**other).logits, atol=1e-5, rtol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family, fusion", ONNX_CELLS, ids=["-".join(cell) for cell in ONNX_CELLS])
+def test_every_fusion_exports_to_onnx_with_dynamic_axes_and_runs_in_onnxruntime(family, fusion, tmp_path):
+    import onnxruntime
+
+    from dwatt.export import graph_inputs, write_onnx
+
+    if not installed(family):
+        pytest.skip(f"this transformers has no {family!r} model")
+    model = family_model(family, fusion)
+    names = graph_inputs(model)
+    batch = padded_batch(2, 7, seed=1)
+    batch |= {"token_type_ids": torch.zeros_like(batch["input_ids"])} if "token_type_ids" in names else {}
+    assert write_onnx(model, batch, tmp_path / "model.onnx") <= 1e-4
+    other = padded_batch(3, 11, seed=2)  # another batch size and length than the graph was traced with
+    other |= {"token_type_ids": torch.zeros_like(other["input_ids"])} if "token_type_ids" in names else {}
+    session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    got = torch.from_numpy(session.run(None, {name: other[name].numpy() for name in names})[0])
+    with torch.no_grad():
+        expected = model(**other).logits
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_every_fusion_compiles_as_one_graph(family, fusion):
+    """`torch.compile(fullgraph=True)` fails on any graph break: a Python branch on tensor values, a data-dependent
+    shape. (The eager backend checks the capture without paying for code generation.)"""
+    torch._dynamo.reset()  # each cell compiles afresh, within dynamo's recompile limit
+    model = family_model(family, fusion)
+    batch = padded_batch(2, 7, seed=1)
+    with torch.no_grad():
+        eager = model(**batch).logits  # (transformers installs its hidden-state hooks on a model's first run)
+        compiled = torch.compile(model, fullgraph=True, backend="eager")
+        torch.testing.assert_close(compiled(**batch).logits, eager, atol=1e-5, rtol=0)
+
+
+def test_eager_and_traced_runs_give_the_same_logits_at_the_positions_read(tiny_backbone):
+    """Eager runs fuse the non-padding positions only; a traced graph fuses every position and zeroes the others:
+    the same logits everywhere."""
+    from torch.export import Dim
+
+    torch.manual_seed(0)
+    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5))
+    batch = padded_batch(2, 7, seed=3)
+    batch["input_ids"] = batch["input_ids"] % 16
+    dims = {"input_ids": {0: Dim("b", max=64), 1: Dim("s", max=60)}, "attention_mask": {0: Dim("b", max=64), 1: Dim("s", max=60)}}
+    dims["attention_mask"] = dims["input_ids"]
+    exported = torch.export.export(model, (), batch, dynamic_shapes=dims, strict=False)
+    with torch.no_grad():
+        eager = model(**batch).logits
+    torch.testing.assert_close(exported.module()(**batch).logits, eager, atol=1e-6, rtol=0)
+    assert (eager[0, 4:] == 0).all()  # padding: zero logits both ways
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_backbone, tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("export-checkpoints")
+    folders = {}
+    mlm_backbone = save_tiny_backbone(root / "mlm-backbone", "bert", vocab_size=16)
+    torch.manual_seed(0)
+    for task, model in (
+        ("ner", DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=7)),
+        ("cls", DWAttForSequenceClassification.from_backbone(str(tiny_backbone), num_labels=3)),
+        ("mlm", DWAttForMaskedLM.from_backbone(str(mlm_backbone))),
+    ):
+        folders[task] = root / task
+        trained_like(model).save_pretrained(folders[task], heads_only=task == "ner")  # head-only exports too
+        AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folders[task])
+    return folders
+
+
+LINES = ["peter blackburn [MASK] brussels", "", "eu rejects german [MASK] to boycott british lamb", "[MASK]"]
+
+
+@pytest.mark.parametrize("task", ["ner", "cls", "mlm"])
+def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_output(task, checkpoints, tmp_path, capsys):
+    exported = tmp_path / "onnx"
+    assert main(["export", str(checkpoints[task]), str(exported), "--format", "onnx", "--quantize", "int8"]) == 0
+    assert "onnxruntime's logits within" in capsys.readouterr().out
+    config = json.loads((exported / "dwatt_export.json").read_text())
+    assert config["task"] == task and config["check"]["max_abs_logit_difference"] <= 1e-4
+    assert {"model.onnx", "model_int8.onnx", "dwatt_export.json", "config.json", "tokenizer.json"} <= {p.name for p in exported.iterdir()}
+    assert all(path.stat().st_mode & 0o077 == 0o044 for path in exported.iterdir())  # readable by others, as usual
+    (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
+    outputs = {}
+    for runtime in ("torch", "onnx"):
+        folder = exported if runtime == "onnx" else checkpoints[task]
+        assert main(["predict", str(folder), "--jsonl", str(tmp_path / "in.txt"), "--runtime", runtime, "--quiet"]) == 0
+        outputs[runtime] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(outputs["onnx"]) == len(LINES) and outputs["onnx"][1]["line"] == 2
+    if task == "ner":
+        assert [row["tags"] for row in outputs["onnx"]] == [row["tags"] for row in outputs["torch"]]
+    elif task == "cls":
+        assert [row["label"] for row in outputs["onnx"]] == [row["label"] for row in outputs["torch"]]
+        for onnx_row, torch_row in zip(outputs["onnx"], outputs["torch"]):
+            assert list(onnx_row["scores"].values()) == pytest.approx(list(torch_row["scores"].values()), abs=1e-5)
+    else:
+        tokens = [[[token for token, _ in mask] for mask in row["masks"]] for row in outputs["onnx"]]
+        assert tokens == [[[token for token, _ in mask] for mask in row["masks"]] for row in outputs["torch"]]
+    assert main(["predict", str(exported), "--jsonl", str(tmp_path / "in.txt"), "--runtime", "onnx", "--quantize", "int8",
+                 "--quiet"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(LINES)  # the int8 graph runs, line for line
+
+
+def test_a_folder_is_run_by_the_runtime_it_was_written_for(checkpoints, tmp_path, capsys):
+    assert main(["export", str(checkpoints["ner"]), str(tmp_path / "onnx")]) == 0
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "onnx"), "peter"]) == 2
+    assert "is an ONNX export: run it with --runtime onnx" in capsys.readouterr().err
+    assert main(["predict", str(checkpoints["ner"]), "peter", "--runtime", "onnx"]) == 2
+    assert "is not an ONNX export" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "onnx"), "peter", "--runtime", "onnx", "--quantize", "int8"]) == 2
+    assert "no int8 graph: export it with `dwatt export ... --quantize int8`" in capsys.readouterr().err
+
+
+def test_int8_quantizes_the_backbone_and_fusion_linear_maps_and_keeps_the_head(tiny_backbone, tmp_path, capsys):
+    torch.manual_seed(0)
+    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="dwatt", num_labels=5))
+    batch = padded_batch(2, 7, seed=4)
+    batch["input_ids"] = batch["input_ids"] % 16
+    with torch.no_grad():
+        fp32 = model(**batch).logits
+        quantize_int8(model)
+        int8 = model(**batch).logits
+    kinds = {name: type(module).__module__ for name, module in model.named_modules() if "Linear" in type(module).__name__}
+    assert all("quantized" in kind for name, kind in kinds.items() if name.startswith("dwatt."))
+    assert any(name.startswith("dwatt.fusion.") for name in kinds) and kinds["classifier"] == "torch.nn.modules.linear"
+    real = batch["attention_mask"].bool()
+    assert 0 < (int8 - fp32)[real].abs().max() < 0.05 * fp32[real].abs().max()  # int8, and close to fp32
+    with pytest.raises(ValueError, match="takes a DWAtt task model"):
+        quantize_int8(torch.nn.Linear(2, 2))
