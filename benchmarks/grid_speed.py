@@ -1,7 +1,8 @@
 """Wall time of a few-shot FE grid with the feature cache: every epoch budget its own `Trainer` run (the plain
 cached loop, one head at a time) against the budgets of a run trained together (`dwatt.budgets`), in one process.
 
-Both engines run the same grid through `dwatt.sweep.run_sweep` into their own results file; the feature and model
+The engines run in interleaved rounds, the order rotated, the budgets engine timed twice a round as the noise
+control. Each run goes through `dwatt.sweep.run_sweep` into a results file of its own; the feature and model
 memos are emptied before each, so both pay for computing the backbone's features once per sample and for building
 each fusion's first model of a trial. The time to build a model with and without the memo is measured on its own. Their dev F1 scores are
 not identical run for run (the batch order is drawn differently) but follow the same protocol: the table gives
@@ -9,8 +10,8 @@ the mean of each fusion under both.
 
     python benchmarks/grid_speed.py          # the GPU benchmark: RoBERTa-large shape (random weights), the paper's
                                              # grid for one trial (x 5 projects the 5-trial grid)
-    python benchmarks/grid_speed.py --backbone models/all-MiniLM-L6-v2 --n-shots 32 --budgets 5,10,15,20 \\
-        --dev-sentences 1000 --threads 2     # the CPU measurement committed in results/grid_speed_cpu.*
+    python benchmarks/grid_speed.py --backbone models/all-MiniLM-L6-v2 --fusions concat,dwatt --n-shots 32 \\
+        --budgets 5,10 --dev-sentences 500 --rounds 3   # the CPU measurement committed in results/grid_speed_cpu.*
 
 Writes `results/grid_speed_<device>.json` and `.md` next to this file (or into --output).
 """
@@ -62,28 +63,48 @@ def time_model_builds(backbone: Path, fusions: list[str], repeats: int = 3) -> l
     return rows
 
 
-def time_engine(engine: str, specs, folder: Path) -> dict:
-    training.FEATURE_MEMO.clear()  # each engine computes its features and builds its models afresh
+def run_engine(engine: str, specs, folder: Path) -> list[dict]:
+    """The grid once with `engine`, into a results file of its own (a sweep skips the runs its file holds)."""
+    training.FEATURE_MEMO.clear()  # each run of an engine computes its features and builds its models afresh
     training.INITIAL_MODELS.clear()
+    store = folder / f"{engine}-{len(list(folder.glob(f'{engine}-*.jsonl')))}.jsonl"
+    rows = run_sweep(specs, store, folder / store.stem, progress=False, engine=engine)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
-    started = time.perf_counter()
-    rows = run_sweep(specs, folder / f"{engine}.jsonl", folder / engine, progress=False, engine=engine)
-    seconds = time.perf_counter() - started
-    f1 = {}
-    for row in rows:
-        f1.setdefault(row["spec"]["fusion"], []).append(100 * row["best_dev_f1"])
-    return {
-        "engine": engine,
-        "runs": len(rows),
-        "wall_seconds": round(seconds, 2),
-        "mean_best_dev_f1": {fusion: round(sum(v) / len(v), 2) for fusion, v in f1.items()},
-    }
+    return rows
+
+
+def time_engines(engines: list[str], specs, folder: Path, rounds: int) -> tuple[list[dict], float | None]:
+    """Median wall time of each engine over interleaved rounds (order rotated; the first engine timed twice a round
+    as the noise control when there are two), with each fusion's mean best dev F1 of its first run."""
+    outputs: dict[str, list[list[dict]]] = {}
+
+    def once(engine: str) -> None:
+        outputs.setdefault(engine, []).append(run_engine(engine, specs, folder))
+
+    settings = {engine: (lambda engine=engine: once(engine)) for engine in engines}
+    if len(engines) > 1:
+        timings = results_files.interleaved_timings(settings, rounds, engines[0])
+    else:  # one engine: nothing to compare, so no control
+        timings = {"median": {}, "noise_control": None}
+        for engine, function in settings.items():
+            started = time.perf_counter()
+            function()
+            timings["median"][engine] = time.perf_counter() - started
+    rows = []
+    for name, seconds in timings["median"].items():
+        engine = name.replace(results_files.AGAIN, "")
+        f1 = {}
+        for row in outputs[engine][0]:
+            f1.setdefault(row["spec"]["fusion"], []).append(100 * row["best_dev_f1"])
+        rows.append({"engine": name, "runs": len(outputs[engine][0]), "wall_seconds": round(seconds, 2),
+                     "mean_best_dev_f1": {fusion: round(sum(v) / len(v), 2) for fusion, v in f1.items()}})
+    noise = timings["noise_control"]
+    return rows, None if noise is None else round(noise, 3)
 
 
 def markdown(result: dict) -> str:
     s = result["settings"]
-    by_engine = {row["engine"]: row for row in result["engines"]}
     lines = [
         f"# FE grid wall time: {s['backbone']}, {len(s['fusions'])} fusions x N {s['n_shots']} x budgets "
         f"{s['budgets']} x {s['trials']} trial(s)\n",
@@ -96,18 +117,30 @@ def markdown(result: dict) -> str:
     for row in result["engines"]:
         scores = ", ".join(f"{fusion} {f1:.2f}" for fusion, f1 in row["mean_best_dev_f1"].items())
         lines.append(f"| {row['engine']} | {row['runs']} | {row['wall_seconds']:.1f} | {scores} |")
-    if set(by_engine) == set(ENGINES):
-        lines.append(f"\nSpeed-up (trainer / budgets): **{result['speedup']:.2f}x**.")
+    if result["speedup"] is not None:
+        lines.append(f"\nSpeed-up (trainer / budgets): **{result['speedup']:.2f}x**; median of {result['rounds']} "
+                     f"interleaved round(s), the order rotated, {ENGINES[0]} timed twice a round as the noise control "
+                     f"({ENGINES[0]} again / {ENGINES[0]}): **{result['noise_control']:.3f}**.")
     if s["trials"] < 5:
         lines.append(
             f"Projected wall time of the 5-trial grid (x {5 / s['trials']:g}): "
-            + ", ".join(f"{row['engine']} {row['wall_seconds'] * 5 / s['trials'] / 60:.1f} min" for row in result["engines"])
+            + ", ".join(f"{row['engine']} {row['wall_seconds'] * 5 / s['trials'] / 60:.1f} min" for row in result["engines"]
+                        if not row["engine"].endswith(results_files.AGAIN))
             + "."
         )
     lines += ["", "Building a run's model on a RoBERTa-large-shaped backbone (random weights; median of the remembered builds):",
               "", "| fusion | first build s | remembered build s |", "|---|---|---|"]
     lines += [f"| {r['fusion']} | {r['first_build_seconds']:.2f} | {r['remembered_build_seconds']:.2f} |" for r in result["model_build"]]
     return "\n".join(lines) + "\n"
+
+
+def readme_text(result: dict) -> str:
+    """What the README says of the committed CPU measurement (tests/test_readme.py checks it is this)."""
+    s, times = result["settings"], {row["engine"]: row["wall_seconds"] for row in result["engines"]}
+    return (f"{result['speedup']:.2f}× on a small grid ({s['backbone']}, {', '.join(s['fusions'])}, N = "
+            f"{', '.join(map(str, s['n_shots']))}, budgets {'/'.join(map(str, s['budgets']))}, {s['dev_sentences']} dev "
+            f"sentences; {times['budgets']:.0f} s against {times['trainer']:.0f} s, median of {result['rounds']} "
+            f"interleaved rounds, noise control {result['noise_control']:.3f})\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=1)
     parser.add_argument("--dev-sentences", type=int, default=None)
     parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds of the engines (median reported)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
@@ -133,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             fusions=listed(args.fusions), n_shots=listed(args.n_shots, int), epochs=listed(args.budgets, int),
             trials=args.trials, backbones=(str(backbone),), dev_sentences=args.dev_sentences,
         )
-        engines = [time_engine(engine, specs, scratch) for engine in listed(args.engines)]
+        engines, noise_control = time_engines(listed(args.engines), specs, scratch, args.rounds)
         large = backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large", args.tokenizer)
         builds = time_model_builds(large, listed(args.fusions))
     times = {row["engine"]: row["wall_seconds"] for row in engines}
@@ -144,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             "trials": args.trials, "dev_sentences": args.dev_sentences,
         },
         "engines": engines,
-        "speedup": times["trainer"] / times["budgets"] if set(times) == set(ENGINES) else None,
+        "speedup": times["trainer"] / times["budgets"] if set(ENGINES) <= set(times) else None,
+        "rounds": args.rounds,
+        "noise_control": noise_control,
         "model_build": builds,
         "environment": results_files.environment(),
         "command": results_files.command("grid_speed.py", argv),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import platform
+import statistics
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -35,6 +38,26 @@ def rotated_rounds(names, rounds: int):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
             yield round_index, name
+
+
+AGAIN = " again"
+
+
+def interleaved_timings(settings: dict[str, Callable[[], object]], rounds: int, control: str, warmup: int = 0) -> dict:
+    """Seconds of each setting over `rounds` rotated rounds (`rotated_rounds`), with `control` timed a second time
+    each round under its own name (`control + AGAIN`): the two copies of one setting differ by the machine's noise
+    alone, so their ratio (`noise_control`, 1.0 on a quiet machine) says how far to trust the other ratios. Warm-up
+    rounds run first, untimed. Returns `{"seconds": {name: [per round]}, "median": {name: s}, "noise_control": r}`."""
+    settings = dict(settings) | {control + AGAIN: settings[control]}
+    for _, name in rotated_rounds(settings, warmup):
+        settings[name]()
+    seconds = {name: [] for name in settings}
+    for _, name in rotated_rounds(settings, rounds):
+        started = time.perf_counter()
+        settings[name]()
+        seconds[name].append(time.perf_counter() - started)
+    median = {name: statistics.median(values) for name, values in seconds.items()}
+    return {"seconds": seconds, "median": median, "noise_control": median[control + AGAIN] / median[control]}
 
 
 def write(output: str | Path, stem: str, result: dict, markdown: str) -> None:

@@ -4,7 +4,8 @@ For a fusion linear in the layers (Concat here; Base and ScalarMix alike) with m
 one mean vector per layer per sentence instead of every token's layers (`dwatt.training.cls.cache_pooling`). On the
 AG News evaluation split of the vendored offline copy (2000 title + description pairs) with MiniLM, this builds both
 caches, checks that the model gives the same logits on each (fp32), and times one evaluation pass over each
-(what every epoch costs), median of interleaved rounds. Writes `results/sentence_cache_cpu.json` and `.md`.
+(what every epoch costs), median of interleaved rounds with the order rotated and the pooled epoch timed twice as the
+noise control. Writes `results/sentence_cache_cpu.json` and `.md`.
 
     python benchmarks/sentence_cache.py                    # MiniLM, Concat, mean pooling, 2000 sentences, 7 rounds
 """
@@ -12,7 +13,6 @@ caches, checks that the model gives the same logits on each (fp32), and times on
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from pathlib import Path
 
@@ -24,9 +24,10 @@ from dwatt.classification_data import load_classification_dataset, tokenize_text
 from dwatt.data import load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.features import FeatureCollator, build_feature_cache
-from results_files import command, environment, write
+from results_files import command, environment, interleaved_timings, write
 
 HERE = Path(__file__).resolve().parent
+CONTROL = "pooled"  # timed twice a round: the ratio of its two copies is the run's noise
 
 
 def evaluation_pass(model, cache, batch_size: int = 32) -> torch.Tensor:
@@ -58,28 +59,25 @@ def main(argv: list[str] | None = None) -> int:
         build_seconds[name] = time.perf_counter() - started
     difference = (evaluation_pass(model, caches["per-token"]) - evaluation_pass(model, caches["pooled"])).abs().max().item()
     assert difference <= 1e-5, difference
-    times = {name: [] for name in caches}
-    for _ in range(args.rounds):
-        for name, cache in caches.items():
-            started = time.perf_counter()
-            evaluation_pass(model, cache)
-            times[name].append(time.perf_counter() - started)
+    passes = {name: (lambda cache=cache: evaluation_pass(model, cache)) for name, cache in caches.items()}
+    timings = interleaved_timings(passes, args.rounds, CONTROL, warmup=1)
     rows = [
         {"cache": name, "rows": int(cache.features.shape[0]), "megabytes": round(cache.nbytes / 2**20, 2),
-         "build_seconds": round(build_seconds[name], 2), "epoch_ms": round(1000 * statistics.median(times[name]), 1)}
+         "build_seconds": round(build_seconds[name], 2), "epoch_ms": round(1000 * timings["median"][name], 1)}
         for name, cache in caches.items()
     ]
     saving = {"memory": round(rows[0]["megabytes"] / rows[1]["megabytes"], 1),
               "epoch_time": round(rows[0]["epoch_ms"] / rows[1]["epoch_ms"], 1)}
     result = {"backbone": portable_path(backbone), "fusion": args.fusion, "pooling": "mean",
               "sentences": args.sentences, "rounds": args.rounds, "max_logit_difference": difference, "rows": rows,
-              "saving": saving, "environment": environment(torch.device("cpu")),
+              "saving": saving, "noise_control": round(timings["noise_control"], 3), "environment": environment(torch.device("cpu")),
               "command": command("sentence_cache.py", argv)}
     lines = [
         f"# Sentence feature cache, pooled against per-token ({result['environment']['device_name']})\n",
         f"{result['backbone']}, {args.fusion} with mean pooling, the first {args.sentences} sentences of the AG News "
         f"evaluation split (vendored offline split), fp32 cache. An epoch: one pass of the model over the cache "
-        f"(batch 32), median of {args.rounds} interleaved rounds. Largest logit difference between the two: "
+        f"(batch 32), median of {args.rounds} interleaved rounds (the order rotated every round; the {CONTROL} epoch "
+        f"timed twice a round, the noise control: {result['noise_control']:.3f}). Build s: each cache built once. Largest logit difference between the two: "
         f"{difference:.1e}. Command: `{result['command']}`\n",
         "| cache | rows (tokens or sentences) | MiB | build s | epoch ms |", "|---|---|---|---|---|",
         *(f"| {r['cache']} | {r['rows']} | {r['megabytes']} | {r['build_seconds']} | {r['epoch_ms']} |" for r in rows),

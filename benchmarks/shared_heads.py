@@ -4,7 +4,8 @@ For k = 1, 2, 4, 8 head-only DWAtt checkpoints on one backbone (MiniLM by defaul
 (the first `--batch` of the vendored CoNLL-03 dev split): the latency of running the k checkpoints loaded alone, one
 after the other, against one `SharedBackboneHeads` forward; outputs are checked equal in the same run. For k = 4 it
 also times the backbone alone and each head alone on the backbone's hidden states, whose sum is what the shared pass
-should cost. Settings are timed in interleaved rounds; the median is reported. Writes
+should cost. Settings are timed in interleaved rounds, the order rotated every round, with one setting timed twice as
+the noise control; the median is reported. Writes
 `results/shared_heads_<device>.json` and `.md` next to this file.
 
     python benchmarks/shared_heads.py                      # MiniLM, batch 32, 15 rounds
@@ -14,9 +15,7 @@ should cost. Settings are timed in interleaved rounds; the median is reported. W
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -25,16 +24,11 @@ from dwatt import DWAttForTokenClassification
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.heads import SharedBackboneHeads
-from results_files import command, environment, write
+from results_files import command, environment, interleaved_timings, write
 
 HERE = Path(__file__).resolve().parent
 HEAD_COUNTS = (1, 2, 4, 8)
-
-
-def timed(function, rounds: list[float]) -> None:
-    started = time.perf_counter()
-    function()
-    rounds.append(time.perf_counter() - started)
+CONTROL = "separate k=1"  # timed twice a round: the ratio of its two copies is the run's noise
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,11 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     settings["backbone alone"] = lambda: four.runner.run_backbone(**batch)
     for index, head in enumerate(heads_alone):
         settings[f"head {index} alone"] = lambda head=head: head(backbone_hidden_states=stacked, attention_mask=batch["attention_mask"])
-    rounds = {name: [] for name in settings}
-    for round_number in range(args.warmup + args.rounds):
-        for name, function in settings.items():  # interleaved, so drift in the machine's speed hits all alike
-            timed(function, rounds[name] if round_number >= args.warmup else [])
-    median_ms = {name: 1000 * statistics.median(times) for name, times in rounds.items()}
+    timings = interleaved_timings(settings, args.rounds, CONTROL, warmup=args.warmup)
+    median_ms = {name: 1000 * seconds for name, seconds in timings["median"].items()}
 
     rows = []
     for k in HEAD_COUNTS:
@@ -99,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "backbone": portable_path(backbone),
         "batch": {"sentences": args.batch, "tokens_per_sentence_padded": int(batch["input_ids"].shape[1])},
         "rounds": args.rounds,
+        "noise_control": round(timings["noise_control"], 3),
         "max_abs_difference_to_separate_models": max_difference,
         "rows": rows,
         "k4_parts_ms": {"backbone": round(median_ms["backbone alone"], 2),
@@ -111,8 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         f"# Shared heads against separate models ({result['environment']['device_name']})",
         "",
         f"`{result['command']}`: {result['backbone']}, DWAtt heads, one batch of {args.batch} CoNLL-03 dev sentences "
-        f"(padded to {result['batch']['tokens_per_sentence_padded']} tokens), fp32, median of {args.rounds} interleaved rounds; "
-        f"outputs equal to the separate models within {max_difference:.1e}.",
+        f"(padded to {result['batch']['tokens_per_sentence_padded']} tokens), fp32, median of {args.rounds} interleaved rounds "
+        f"(the order rotated every round; `{CONTROL}` timed twice a round, the noise control: "
+        f"{result['noise_control']:.3f}); outputs equal to the separate models within {max_difference:.1e}.",
         "",
         "| heads k | k separate models, ms | one shared pass, ms | speed-up |",
         "|---|---|---|---|",
