@@ -67,6 +67,13 @@ def parse_fused_layers(spec: Any, num_layers: int) -> list[int]:
     return sorted(set(chosen) | {num_layers})
 
 
+def single_layer(spec: Any) -> int | None:
+    """The layer number a `fused_layers` spec names when it names exactly one (`15`, `"15"`, `[15]`), else None."""
+    items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",") if spec is not None else []
+    items = [str(item).strip() for item in items if str(item).strip()]
+    return int(items[0]) if len(items) == 1 and items[0].isdigit() else None
+
+
 def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:
     if encoder_config is None:
         encoder_config = dict(_ENCODER_DEFAULTS)
@@ -121,7 +128,8 @@ class DWAttConfig(PretrainedConfig):
         fused_layers (`str` or `list[int]`, *optional*, defaults to `"all"`):
             Which backbone layers the fusion mixes: `"all"` (the paper), `"every:k"`, a range `"a-b"` or a list of
             layer numbers (1..L); the last layer is always included. Fewer layers make a smaller fusion and a smaller
-            feature cache on a deep backbone.
+            feature cache on a deep backbone. For `"base"`, one layer number k: the head reads layer k alone (a
+            probe of that layer; default: the last).
         backbone_name_or_path (`str`, *optional*):
             Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
             `from_backbone` so that a checkpoint says what it was trained on.
@@ -211,10 +219,16 @@ class DWAttConfig(PretrainedConfig):
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
             depth = self.encoder_config.num_hidden_layers
             chosen = parse_fused_layers(self.fused_layers, depth)  # raises on a bad spec
-            if self.fusion in ("base", "base_plus_n") and chosen != list(range(1, depth + 1)):
+            if self.fusion == "base" and single_layer(self.fused_layers) is None and chosen != list(range(1, depth + 1)):
                 raise ValueError(
-                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} chooses layers to mix, but the {self.fusion!r} "
-                    "fusion reads the last layer only; leave it 'all', or mix with dwatt, concat or scalar_mix"
+                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} names several layers, but the 'base' head reads "
+                    f"one: give one layer number (1..{depth}), or mix layers with dwatt, concat or scalar_mix"
+                )
+            if self.fusion == "base_plus_n" and chosen != list(range(1, depth + 1)):
+                raise ValueError(
+                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} chooses layers, but the 'base_plus_n' fusion "
+                    "builds on the last layer only; leave it 'all', read one layer with base, or mix with dwatt, "
+                    "concat or scalar_mix"
                 )
         if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
             working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
@@ -249,6 +263,11 @@ class DWAttConfig(PretrainedConfig):
         return parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)
 
     @property
+    def read_layer(self) -> int:
+        """The backbone layer (1..L) the 'base' head reads: the one `fused_layers` names, or the last, L."""
+        return single_layer(self.fused_layers) or self.encoder_config.num_hidden_layers
+
+    @property
     def num_fused_layers(self) -> int:
         """How many layer outputs the fusion module mixes (the fused layers, plus the embedding output with
         `include_embeddings`)."""
@@ -263,4 +282,4 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers"]
+__all__ = ["BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "single_layer"]

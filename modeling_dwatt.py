@@ -557,7 +557,7 @@ class ScalarMix(nn.Module):
 
 
 class LastLayer(nn.Module):
-    """The `base` fusion: h = z_L."""
+    """The `base` fusion: h = z_L, or the one layer z_k that `fused_layers` names (a probe of layer k)."""
 
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor) -> tuple[torch.Tensor, None]:
         return last_layer, None
@@ -842,7 +842,9 @@ class DWAttModel(DWAttPreTrainedModel):
     def fused_layer_indices(self) -> list[int]:
         """Indices into the backbone's hidden-state tuple (0 = embedding output) that the fusion reads: the layers
         of `config.fused_layers` (all by default), z_L last."""
-        if self.config.fusion in ("base", "base_plus_n"):
+        if self.config.fusion == "base":
+            return [self.config.read_layer]
+        if self.config.fusion == "base_plus_n":
             return [self.config.encoder_config.num_hidden_layers]
         return [0] * self.config.include_embeddings + self.config.fused_layer_numbers
 
@@ -1008,9 +1010,10 @@ class DWAttModel(DWAttPreTrainedModel):
             layer_inputs = [recorded[j] for j in self._source_layers]
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
             recorded.clear()
-        elif isinstance(self.fusion, ExtraLayers):
+        elif isinstance(self.fusion, ExtraLayers):  # cached hidden states: the family computes the layer inputs
             layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
+            self._layer_inputs.clear()  # what a decoder's dry run left in the keepers
         elif token_mask is not None and traced():  # one graph: every position fused, the others zeroed
             fused, layer_weights = self.fusion(layers, last_layer)
             fused = only_at(token_mask.bool(), fused)

@@ -36,7 +36,8 @@ def fusion_reads(config) -> str:
     """What the fusion reads, for the model card: the last layer (and its extra layers) or the layers it mixes."""
     depth = config.encoder_config.num_hidden_layers
     if config.fusion == "base":
-        return f"(the last of the backbone's {depth} layers)"
+        layer = config.read_layer
+        return f"(the last of the backbone's {depth} layers)" if layer == depth else f"(layer {layer} of the backbone's {depth})"
     if config.fusion == "base_plus_n":
         extra = config.num_extra_layers
         return f"({extra} extra layer{'s' if extra != 1 else ''} over the last of the backbone's {depth})"

@@ -123,9 +123,13 @@ def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder,
     assert results["cache_bytes"] * 3 == full["cache_bytes"] * 2  # the cache holds two of the three layers
     with pytest.raises(ValueError, match="`fused_layers` '9' names layers"):
         DWAttConfig(encoder_config=model.config.encoder_config, fused_layers="9")
-    for fusion in ("base", "base_plus_n"):  # they read z_L only: a choice of layers would be silently ignored
-        with pytest.raises(ValueError, match=f"`fused_layers` '2' chooses layers to mix, but the '{fusion}' fusion"):
-            DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="2")
+    # Base reads one layer (the last by default), Base+n builds on the last: other choices are refused, not ignored.
+    with pytest.raises(ValueError, match="`fused_layers` '1,2' names several layers, but the 'base' head reads one"):
+        DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="1,2")
+    assert DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="2").read_layer == 2
+    with pytest.raises(ValueError, match="`fused_layers` '2' chooses layers, but the 'base_plus_n' fusion builds on the last"):
+        DWAttConfig(encoder_config=model.config.encoder_config, fusion="base_plus_n", fused_layers="2")
+    for fusion in ("base", "base_plus_n"):
         assert DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="1-3").fusion == fusion
 
 

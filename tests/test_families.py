@@ -117,7 +117,9 @@ def tasks(family: str) -> list[str]:
 
 
 ALL_FAMILIES = {**FAMILIES, **DECODERS}
-CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in FUSIONS for task in tasks(family) if works(family, fusion)]
+# `base:2`: the Base head on layer 2 of 3 instead of the last (`fused_layers="2"`), a probe of one layer.
+CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in (*FUSIONS, "base:2") for task in tasks(family)
+         if works(family, fusion)]
 # LoRA on every family: every linear projection of the backbone adapted (its default targets, the family table's
 # attention projections, among them), trained a step, saved full (merged) and head-only (the updates beside the
 # head), reloaded without dwatt and without peft.
@@ -161,7 +163,9 @@ def saved(tmp_path_factory) -> dict:
         if not installed(family):
             continue
         torch.manual_seed(2)
-        model = TASKS[task.removesuffix("-lora")].from_backbone(str(root / "backbones" / family), fusion=fusion, num_labels=5)
+        fusion_name, _, layer = fusion.partition(":")
+        model = TASKS[task.removesuffix("-lora")].from_backbone(str(root / "backbones" / family), fusion=fusion_name,
+                                                                 num_labels=5, **({"fused_layers": layer} if layer else {}))
         if task.endswith("-lora"):  # every linear projection adapts (square GPT-2 `Conv1D`s included)
             assert set(default_targets(model)) <= set(projection_names(model.dwatt.backbone))  # the defaults exist
             add_lora(model, rank=2, targets=projection_names(model.dwatt.backbone))

@@ -393,3 +393,27 @@ def test_the_base_model_takes_every_argument_the_task_models_take_as_transformer
     with torch.no_grad():
         tagged = task(input_ids=ids, output_attentions=True, return_dict=True)
     assert len(tagged.attentions) == 3
+
+
+@pytest.mark.parametrize("encoder", ["bert", "roberta"])
+def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
+    from modeling_dwatt import DWAttModel
+
+    config = tiny_config(encoder, "base", fused_layers="2")
+    assert config.read_layer == 2 and tiny_config(encoder, "base").read_layer == 3
+    model = RobertaDWAttForTokenClassification(config).eval()
+    assert model.dwatt.fused_layer_indices == [2]
+    ids = torch.randint(3, 99, (2, 6))
+    with torch.no_grad():
+        hidden = model.dwatt.run_backbone(input_ids=ids)
+        logits = model(input_ids=ids).logits
+        from_cache = model(backbone_hidden_states=torch.stack(hidden, dim=1)).logits
+    torch.testing.assert_close(logits, model.classifier(hidden[2]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(from_cache, logits, atol=1e-6, rtol=0)
+    assert isinstance(DWAttModel(config).fusion, type(model.dwatt.fusion))
+    for spec, message in (("1,2", "names several layers, but the 'base' head reads one"),
+                          ("7", r"names layers \[7\]; the backbone's are 1..3")):
+        with pytest.raises(ValueError, match=message):
+            tiny_config(encoder, "base", fused_layers=spec)
+    with pytest.raises(ValueError, match="'base_plus_n' fusion builds on the last layer only; leave it 'all', read one layer with base"):
+        tiny_config(encoder, "base_plus_n", fused_layers="2")

@@ -1,6 +1,7 @@
 """Every path a user can take through `dwatt train`, generated: task (NER, masked LM, text classification) x mode
-(FE, FT, LoRA) x cache x --test x --no-save x checkpointing x dataset x backbone (an encoder, a decoder LLM), each
-followed by `evaluate`, `predict` (alone and as `--heads`) and `push` (Hub boundary faked) on what it saved.
+(FE, FT, LoRA) x cache x --test x --no-save x checkpointing x dataset x backbone (an encoder, a decoder LLM) x head
+(DWAtt, or a Base head on one layer), each followed by `evaluate`, `predict` (alone and as `--heads`) and `push`
+(Hub boundary faked) on what it saved.
 
 Each combination either works end to end or is refused before training with a one-line error; none crashes. The
 cells are generated from the axes below, so a new option is one more axis, not a new hand-written test.
@@ -28,6 +29,7 @@ AXES = {
     "checkpoints": ("none", "every-epoch", "resume"),
     "dataset": ("conll2003", "wikiann", "wikitext", "topics"),
     "backbone": ("encoder", "decoder"),
+    "head": ("dwatt", "layer-2"),  # the default fusion, or a Base head on layer 2 of 3 (`--fusion base --layers 2`)
 }
 
 
@@ -48,6 +50,8 @@ def applies(cell: dict) -> bool:
     `--no-cache` and `--test` switch nothing: one cell each stands for them. Every other axis applies to every task."""
     if cell["task"] == "mlm" and (cell["cache"], cell["test"]) != ("cache", "test"):
         return False
+    if cell["head"] != "dwatt" and (cell["cache"], cell["test"], cell["save"], cell["checkpoints"]) != ("cache", "test", "save", "none"):
+        return False  # a head on one layer goes through the same paths: once per task, mode, dataset and backbone
     return cell["dataset"] in TASK_DATASETS[cell["task"]]
 
 
@@ -93,6 +97,7 @@ def train_arguments(cell: dict, backbone: Path, data: dict, output: Path) -> lis
     argv += ["--test"] if cell["test"] == "test" else []
     argv += ["--no-save"] if cell["save"] == "no-save" else []
     argv += ["--checkpoint-every-epoch"] if cell["checkpoints"] != "none" else []
+    argv += ["--fusion", "base", "--layers", "2"] if cell["head"] == "layer-2" else []
     return argv
 
 
@@ -130,6 +135,9 @@ def test_every_path_works_or_is_refused_before_training(cell, data, tmp_path, ca
     elif cell["checkpoints"] == "none":
         assert checkpoints == [] and results["resumed_from"] is None
     model = output / "model"
+    if cell["head"] == "layer-2":  # the head reads layer 2, as saved and as reloaded
+        saved = json.loads((model / "config.json").read_text())
+        assert (saved["fusion"], saved["fused_layers"]) == ("base", "2") and results["config"]["fusion"] == "base"
     if cell["save"] == "no-save":
         assert not model.exists()
         return
@@ -208,4 +216,4 @@ def test_the_generated_paths_cover_every_value_of_every_axis():
     for axis, values in AXES.items():
         assert {cell[axis] for cell in CELLS} == set(values), axis
     # ner: 2 datasets x cache x test, mlm: 1 dataset, cls: 1 dataset x cache x test; modes, save, checkpoints, backbones
-    assert len(CELLS) == (2 * 4 + 1 + 4) * 3 * 2 * 3 * 2
+    assert len(CELLS) == (2 * 4 + 1 + 4) * 3 * 2 * 3 * 2 + (2 + 1 + 1) * 3 * 2
