@@ -6,6 +6,8 @@ in an order rotated from round to round:
 
 - `dwatt predict CKPT --file F` as a whole command (process start, model load, prediction, output), the default
   batch size, and `--batch-size 1` (one window or text at a time: the path `dwatt predict` took before batching);
+- the same command with `--quantize int8` (PyTorch's dynamic int8), and on the checkpoint's `dwatt export --quantize
+  int8` folder with `--runtime onnx`, fp32 and int8 (onnxruntime);
 - the same DWAtt model in process, `dwatt.prediction` over all inputs in sorted batches;
 - `transformers.pipeline` ("token-classification" / "text-classification") with `AutoModelFor...` on the same
   backbone (a plain linear head), batch 1 and batch 32, the model loaded beforehand;
@@ -13,7 +15,8 @@ in an order rotated from round to round:
 
 Each ratio is the median over rounds of a measurement's time over the pipeline's batch-32 time in the same round. The
 DWAtt heads are random (speed does not depend on their values). The batched command's outputs are asserted equal to
-the one-at-a-time command's (tags and labels exactly, probabilities to 1e-4). A sweep of batch sizes for the default:
+the one-at-a-time command's (tags and labels exactly, probabilities to 1e-4), and so are onnxruntime's fp32 outputs;
+the int8 outputs' agreement with fp32 is recorded (on random heads; `int8_accuracy.py` scores trained ones). A sweep of batch sizes for the default:
 `--batch-sizes 8,16,32,64,128` (in process).
 
     python benchmarks/predict_speed.py --backbones sentence-transformers/all-MiniLM-L6-v2,models/all-mpnet-base-v2 \
@@ -48,6 +51,9 @@ from dwatt.prediction import BATCH_SIZE, classify, predict_tags
 HERE = Path(__file__).resolve().parent
 TASKS = {"conll": "token-classification", "agnews": "text-classification"}
 CONTROL = "pipeline batch 32 again"
+INT8 = "dwatt predict --file --quantize int8"
+ONNX = "dwatt predict --file --runtime onnx"
+ONNX_INT8 = "dwatt predict --file --runtime onnx --quantize int8"
 BASELINE = "pipeline batch 32"
 
 
@@ -73,14 +79,28 @@ def checkpoints(backbone: str, folder: Path) -> dict[str, Path]:
     return made
 
 
-def command(checkpoint: Path, source: Path, output: Path, batch_size: int) -> float:
-    """Seconds of one whole `dwatt predict` command, its JSONL output into `output`."""
+def command(checkpoint: Path, source: Path, output: Path, batch_size: int, options: tuple[str, ...] = ()) -> float:
+    """Seconds of one whole `dwatt predict` command (with `options`: `--quantize int8`, `--runtime onnx`), its JSONL
+    output into `output`."""
     started = time.perf_counter()
     with open(output, "w") as out:
         subprocess.run([sys.executable, "-m", "dwatt.cli", "predict", str(checkpoint), "--jsonl", str(source),
-                        "--batch-size", str(batch_size), "--quiet"], stdout=out, check=True,
+                        "--batch-size", str(batch_size), "--quiet", *options], stdout=out, check=True,
                        env=dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error"))
     return time.perf_counter() - started
+
+
+def agreement(task: str, path: Path, reference: Path) -> float:
+    """The share of lines whose tags (or label) equal the reference command's."""
+    rows = [[json.loads(line) for line in p.read_text().splitlines()] for p in (path, reference)]
+    key = "tags" if task == "conll" else "label"
+    return sum(a[key] == b[key] for a, b in zip(*rows)) / len(rows[1])
+
+
+def export(checkpoint: Path, folder: Path) -> None:
+    """`dwatt export CHECKPOINT FOLDER --quantize int8`: the fp32 and int8 ONNX graphs."""
+    subprocess.run([sys.executable, "-m", "dwatt.cli", "export", str(checkpoint), str(folder), "--quantize", "int8"],
+                   check=True, capture_output=True, env=dict(os.environ, HF_HUB_OFFLINE="1"))
 
 
 def same_outputs(task: str, batched: Path, alone: Path) -> dict:
@@ -118,8 +138,14 @@ def measure(backbone: str, texts: dict[str, list[str]], work: Path, rounds: int,
             else:
                 classify(dwatt_model, tokenizer, texts[task], batch_size)
 
+        export(saved[task], work / "exports" / task)
+        exported = work / "exports" / task
         steps = {
             "dwatt predict --file (batched, sorted)": lambda: command(saved[task], source, work / "batched.jsonl", batch_size),
+            INT8: lambda: command(saved[task], source, work / "int8.jsonl", batch_size, ("--quantize", "int8")),
+            ONNX: lambda: command(exported, source, work / "onnx.jsonl", batch_size, ("--runtime", "onnx")),
+            ONNX_INT8: lambda: command(exported, source, work / "onnx-int8.jsonl", batch_size,
+                                       ("--runtime", "onnx", "--quantize", "int8")),
             "dwatt predict --file (one at a time)": lambda: command(saved[task], source, work / "alone.jsonl", 1),
             "DWAtt model in process, sorted batches": lambda: timed(in_process),
             "pipeline batch 1": lambda: timed(lambda: plain(texts[task], batch_size=1)),
@@ -133,7 +159,10 @@ def measure(backbone: str, texts: dict[str, list[str]], work: Path, rounds: int,
             for round_index, label in results_files.rotated_rounds(steps, rounds):
                 times[label].append(steps[label]())
                 print(f"  {name} {task} round {round_index}: {label} {times[label][-1]:.1f} s", file=sys.stderr)
-        checks.append({"backbone": name, "input": task} | same_outputs(task, work / "batched.jsonl", work / "alone.jsonl"))
+        checks.append({"backbone": name, "input": task} | same_outputs(task, work / "batched.jsonl", work / "alone.jsonl")
+                      | {"onnx_runtime": same_outputs(task, work / "onnx.jsonl", work / "batched.jsonl"),
+                         "int8_agreement": agreement(task, work / "int8.jsonl", work / "batched.jsonl"),
+                         "onnx_int8_agreement": agreement(task, work / "onnx-int8.jsonl", work / "batched.jsonl")})
         for label, values in times.items():
             rows.append({"backbone": name, "input": task, "items": len(texts[task]), "measure": label,
                          "seconds": round(statistics.median(values), 3),
@@ -169,6 +198,22 @@ def table(rows: list[dict]) -> str:
         lines.append(f"| {row['backbone'].split('/')[-1]} | {row['items']} {'CoNLL-03 test sentences' if row['input'] == 'conll' else 'AG News texts'} "
                      f"| {row['measure']} | {row['seconds']:.1f} | {row['ratio_to_pipeline_32']:.3f} |")
     return "\n".join(lines) + "\n"
+
+
+def readme_text(result: dict) -> str:
+    """What the README says of the committed measurement, per backbone and input (tests/test_readme.py checks it)."""
+    sentences = []
+    for (backbone, task) in dict.fromkeys((row["backbone"], row["input"]) for row in result["rows"]):
+        ratio = {row["measure"]: row["ratio_to_pipeline_32"] for row in result["rows"]
+                 if (row["backbone"], row["input"]) == (backbone, task)}
+        what = "CoNLL-03 sentences" if task == "conll" else "AG News texts"
+        parts = [f"the fp32 command {ratio['dwatt predict --file (batched, sorted)']:.2f}×"]
+        parts += [f"`--quantize int8` {ratio[INT8]:.2f}×"] if INT8 in ratio else []
+        parts += [f"the ONNX export in onnxruntime {ratio[ONNX]:.2f}× (fp32) and {ratio[ONNX_INT8]:.2f}× (int8)"] if ONNX in ratio else []
+        parts += [f"the model in process {ratio['DWAtt model in process, sorted batches']:.2f}×",
+                  f"the pipeline's second run (the noise control) {ratio[CONTROL]:.2f}×"]
+        sentences.append(f"{backbone.split('/')[-1]}, {result['settings']['items']} {what}: " + ", ".join(parts) + ".")
+    return "\n".join(sentences) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

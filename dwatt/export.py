@@ -67,6 +67,15 @@ def _quiet_exporter():
             logger.setLevel(level)
 
 
+def session_options(runtime):
+    """onnxruntime's session options for dwatt: quiet, and its worker threads do not spin-wait between runs, which
+    would take the cores from the tokenizer and the rest of the process (and from other processes)."""
+    options = runtime.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
 def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if model.dwatt._takes_token_types else [])
@@ -93,9 +102,7 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
         expected = wrapped(*batch.values())
         torch.onnx.export(wrapped, tuple(batch.values()), str(path), dynamo=True, input_names=inputs,
                           output_names=["logits"], dynamic_shapes=axes, optimize=True, verbose=False)
-    options = runtime.SessionOptions()
-    options.log_severity_level = 3
-    session = runtime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    session = runtime.InferenceSession(str(path), session_options(runtime), providers=["CPUExecutionProvider"])
     got = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})[0]
     return float((torch.from_numpy(got) - expected).abs().max())
 
@@ -163,9 +170,7 @@ class OnnxModel:
         wanted = "int8" if quantize == "int8" else "fp32"
         if wanted not in self.export["graphs"]:
             raise ValueError(f"{folder} has no int8 graph: export it with `dwatt export ... --quantize int8`")
-        options = runtime.SessionOptions()
-        options.log_severity_level = 3
-        self.session = runtime.InferenceSession(str(folder / self.export["graphs"][wanted]), options,
+        self.session = runtime.InferenceSession(str(folder / self.export["graphs"][wanted]), session_options(runtime),
                                                 providers=["CPUExecutionProvider"])
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))

@@ -124,8 +124,8 @@ def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder,
     with pytest.raises(ValueError, match="`fused_layers` '9' names layers"):
         DWAttConfig(encoder_config=model.config.encoder_config, fused_layers="9")
     # Base reads one layer (the last by default), Base+n builds on the last: other choices are refused, not ignored.
-    with pytest.raises(ValueError, match="`fused_layers` '1,2' names several layers, but the 'base' head reads one"):
-        DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="1,2")
+    with pytest.raises(ValueError, match="`fused_layers` '1,3' names several layers, but the 'base' head reads one"):
+        DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="1,3")
     assert DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="2").read_layer == 2
     with pytest.raises(ValueError, match="`fused_layers` '2' chooses layers, but the 'base_plus_n' fusion builds on the last"):
         DWAttConfig(encoder_config=model.config.encoder_config, fusion="base_plus_n", fused_layers="2")

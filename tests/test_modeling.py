@@ -411,7 +411,7 @@ def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
     torch.testing.assert_close(logits, model.classifier(hidden[2]), atol=1e-6, rtol=0)
     torch.testing.assert_close(from_cache, logits, atol=1e-6, rtol=0)
     assert isinstance(DWAttModel(config).fusion, type(model.dwatt.fusion))
-    for spec, message in (("1,2", "names several layers, but the 'base' head reads one"),
+    for spec, message in (("1,3", "names several layers, but the 'base' head reads one"),
                           ("7", r"names layers \[7\]; the backbone's are 1..3")):
         with pytest.raises(ValueError, match=message):
             tiny_config(encoder, "base", fused_layers=spec)

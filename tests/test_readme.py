@@ -121,7 +121,10 @@ def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
 
 def test_readme_bulk_prediction_table_is_the_committed_benchmark_s():
     result = json.loads((README.parent / "benchmarks" / "results" / "predict_speed_cpu.json").read_text())
-    assert readme_blocks()["benchmarks/results/predict_speed_cpu.json"] == benchmark_module("predict_speed").table(result["rows"])
+    module = benchmark_module("predict_speed")
+    blocks = readme_blocks()
+    assert blocks["benchmarks/results/predict_speed_cpu.json"] == module.table(result["rows"])
+    assert blocks["benchmarks/results/predict_speed_cpu.json#ratios"] == module.readme_text(result)
     assert all(check.get("differing", check.get("differing_labels")) == 0 for check in result["equality"])
 
 
@@ -149,3 +152,29 @@ def test_readme_shared_heads_numbers_come_from_the_committed_benchmark():
     text = text.split("<!-- end of shared heads -->", 1)[0]
     assert f"{k4['shared_ms']:.1f} ms against {k4['separate_ms']:.1f} ms" in text and f"({k4['speedup']:.2f}×" in text
     assert f"{result['k4_shared_over_parts']:.3f}×" in text
+
+
+def test_readme_grid_and_feature_cache_numbers_come_from_the_committed_benchmarks():
+    results = README.parent / "benchmarks" / "results"
+    blocks = readme_blocks()
+    grid = json.loads((results / "grid_speed_cpu.json").read_text())
+    assert blocks["benchmarks/results/grid_speed_cpu.json"] == benchmark_module("grid_speed").readme_text(grid)
+    cache = json.loads((results / "fe_cache_cpu.json").read_text())
+    assert blocks["benchmarks/results/fe_cache_cpu.json"] == benchmark_module("fe_cache").readme_text(cache)
+
+
+def test_readme_says_how_long_the_committed_main_job_took():
+    results = json.loads((README.parent / "docs/results/embedded-default/results.json").read_text())
+    said = f"it took {round(results['wall_seconds'])} s and reached {100 * results['best_dev_f1']:.2f} dev F1"
+    assert said in " ".join(README.read_text().split()), f"README.md: say '{said}'"
+
+
+def table_lines(markdown: str) -> str:
+    return "".join(line + "\n" for line in markdown.splitlines() if line.startswith("|"))
+
+
+def test_readme_serving_numbers_come_from_the_committed_benchmarks():
+    results = README.parent / "benchmarks" / "results"
+    blocks = readme_blocks()
+    for source in ("int8_accuracy_cpu.md", "quantization_speed_cpu.md"):
+        assert blocks[f"benchmarks/results/{source}"] == table_lines((results / source).read_text()), source
