@@ -987,7 +987,6 @@ class DWAttModel(DWAttPreTrainedModel):
         output_hidden_states = _flag(output_hidden_states, self.config.output_hidden_states)
         output_attentions = _flag(output_attentions, self.config.output_attentions)
         all_hidden_states = attentions = recorded = None
-        family = backbone_family(self.config.encoder_config)
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
@@ -1011,6 +1010,7 @@ class DWAttModel(DWAttPreTrainedModel):
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
             recorded.clear()
         elif isinstance(self.fusion, ExtraLayers):  # cached hidden states: the family computes the layer inputs
+            family = backbone_family(self.config.encoder_config)
             layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
             fused, layer_weights = self.fusion(last_layer, layer_inputs), None
             self._layer_inputs.clear()  # what a decoder's dry run left in the keepers
