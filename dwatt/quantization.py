@@ -1,10 +1,15 @@
 """int8 inference on a CPU: the backbone's and the fusion's linear maps with int8 weights (one scale per output
 channel), activations quantized per batch as they come (dynamic quantization), the task head left in fp32.
 
-The feed-forward up-projections (hidden -> intermediate size) stay fp32: their inputs carry a few outlier channels
-that one activation scale per tensor cannot hold. On a MiniLM DWAtt tagger trained at N = 128 (CoNLL-03 test,
-`benchmarks/int8_accuracy.py`) quantizing them too lost 1.2 F1 points (3.3 with one weight scale per tensor);
-keeping them fp32 lost none, at about 1.4 times the all-int8 time.
+Activations get all 8 bits where this CPU's int8 kernels multiply them exactly (`full_range_activations_exact`: a
+probe of the kernel itself; true with VNNI instructions, as on the project's AMD EPYC). PyTorch's own dynamic
+`Linear` quantizes activations to 7 bits (`reduce_range=True`), because x86 kernels without VNNI add pairs of
+products in 16 bits and would saturate on 8-bit ones. Where that is so, the feed-forward up-projections (hidden ->
+intermediate size) stay fp32: their inputs carry a few outlier channels that 7 bits and one scale per tensor cannot
+hold. Measured on a MiniLM DWAtt tagger trained at N = 128 (CoNLL-03 test, 3453 sentences,
+`benchmarks/int8_accuracy.py`): fp32 59.15 F1; every linear map int8 with 7-bit activations 57.95; the
+up-projections kept fp32, 59.39; every linear map int8 with 8-bit activations 59.17, in 0.77 times the time of
+keeping the up-projections fp32.
 
 Of the ways measured on the project's 2-core CPU (`benchmarks/quantization_speed.py`, `int8_accuracy.py`), PyTorch's
 dynamic quantization (`torch.ao.quantization.quantize_dynamic`, the fbgemm/x86 int8 kernels) was the fastest in
@@ -17,36 +22,68 @@ DWAtt's stacked value MLPs are batched matmuls over raw weights, not `nn.Linear`
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
 QUANTIZATIONS = ("int8",)
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
+class FullRangeDynamicLinear(dynamic_quantized.Linear):
+    """PyTorch's dynamic int8 `Linear` with activations quantized to all 8 bits (`reduce_range=False`)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False).to(x.dtype)
+
+    def _get_name(self) -> str:
+        return "FullRangeDynamicQuantizedLinear"
+
+
+@functools.cache
+def full_range_activations_exact() -> bool:
+    """Whether this CPU's dynamic int8 linear kernel multiplies 8-bit activations without saturating: a probe whose
+    pairs of products (255 x -128, twice) overflow 16 bits, checked against the exact sum."""
+    probe = nn.Linear(64, 4, bias=False)
+    with torch.no_grad():
+        probe.weight.fill_(-1.0)
+    probe.qconfig = per_channel_dynamic_qconfig
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantized = FullRangeDynamicLinear.from_float(probe)
+    out = quantized(torch.ones(2, 64))
+    return bool(torch.allclose(out, torch.full_like(out, -64.0), rtol=0.02))
+
+
+def quantize_int8(model: nn.Module, full_range: bool | None = None) -> nn.Module:
     """`model` (a DWAtt task model, in place, put in eval mode) with dynamic int8 `nn.Linear`s in its backbone and
-    fusion module (`model.dwatt`), but for the feed-forward up-projections; its head stays fp32. For inference on a
-    CPU only: the result cannot train."""
+    fusion module (`model.dwatt`); its head stays fp32. `full_range`: 8-bit activations on every linear map, or
+    7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it exactly
+    (see the module docstring). For inference on a CPU only: the result cannot train."""
     if not hasattr(model, "dwatt"):
         raise ValueError(f"quantize_int8 takes a DWAtt task model, got {type(model).__name__}")
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 dynamic quantization runs on the CPU: move the model there first (model.cpu())")
     model.eval()
+    if full_range is None:
+        full_range = full_range_activations_exact()
     encoder = model.config.encoder_config
     chosen = {name: per_channel_dynamic_qconfig for name, module in model.dwatt.named_modules()
-              if isinstance(module, nn.Linear) and not is_up_projection(module, encoder)}
+              if isinstance(module, nn.Linear) and (full_range or not is_up_projection(module, encoder))}
+    mapping = {nn.Linear: FullRangeDynamicLinear if full_range else dynamic_quantized.Linear}
     with warnings.catch_warnings():  # PyTorch's note that its quantized tensor type is deprecated (see the docstring)
         warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated.*")
         warnings.filterwarnings("ignore", category=DeprecationWarning)
-        torch.ao.quantization.quantize_dynamic(model.dwatt, chosen, dtype=torch.qint8, inplace=True)
+        torch.ao.quantization.quantize_dynamic(model.dwatt, chosen, dtype=torch.qint8, mapping=mapping, inplace=True)
     return model
 
 
 def is_up_projection(layer: nn.Linear, encoder_config) -> bool:
-    """A feed-forward up-projection of the backbone (hidden size -> intermediate size), which stays fp32."""
+    """A feed-forward up-projection of the backbone (hidden size -> intermediate size), which stays fp32 where
+    activations get 7 bits."""
     return (layer.in_features, layer.out_features) == (encoder_config.hidden_size,
                                                        getattr(encoder_config, "intermediate_size", None))
 
@@ -60,4 +97,5 @@ def quantize(model: nn.Module, kind: str | None) -> nn.Module:
     return quantize_int8(model)
 
 
-__all__ = ["QUANTIZATIONS", "is_up_projection", "quantize", "quantize_int8"]
+__all__ = ["QUANTIZATIONS", "FullRangeDynamicLinear", "full_range_activations_exact", "is_up_projection", "quantize",
+           "quantize_int8"]
