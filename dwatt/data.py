@@ -260,10 +260,12 @@ def tokenize_and_align(
     return tokenized
 
 
-def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128) -> Dataset | DatasetDict:
-    """Tokenise lines of text, concatenate them and cut fixed-length blocks (the remainder is dropped)."""
+def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128,
+                        split: str = "the") -> Dataset | DatasetDict:
+    """Tokenise lines of text, concatenate them and cut fixed-length blocks (the remainder is dropped). A split too
+    short for one block is refused, naming it."""
     if isinstance(dataset, DatasetDict):
-        return DatasetDict({k: group_texts_for_mlm(v, tokenizer, block_size) for k, v in dataset.items()})
+        return DatasetDict({k: group_texts_for_mlm(v, tokenizer, block_size, k) for k, v in dataset.items()})
     tokenized = dataset.map(
         lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
         batched=True,
@@ -275,7 +277,12 @@ def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: i
         total = len(joined["input_ids"]) // block_size * block_size
         return {key: [v[i : i + block_size] for i in range(0, total, block_size)] for key, v in joined.items()}
 
-    return tokenized.map(group, batched=True)
+    blocks = tokenized.map(group, batched=True)
+    if len(blocks) == 0:
+        tokens = sum(len(ids) for ids in tokenized["input_ids"])
+        raise ValueError(f"masked LM: the {split} split has {tokens} tokens, fewer than one block of {block_size}: "
+                         "give it more text, or a smaller --block-size")
+    return blocks
 
 
 def mlm_collator(tokenizer, mlm_probability: float = 0.15):

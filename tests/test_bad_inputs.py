@@ -14,7 +14,8 @@ import torch
 
 from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.data import CONLL_LABELS, DataFormatError, load_conll2003, load_wikiann, load_wikitext2, read_conll
+from dwatt.data import (CONLL_LABELS, DataFormatError, group_texts_for_mlm, load_conll2003, load_tokenizer, load_wikiann,
+                        load_wikitext2, read_conll)
 from dwatt.report import load_rows
 from dwatt.sampling import SamplingError, few_shot_split
 from dwatt.sweep import ResultsStore
@@ -95,6 +96,7 @@ CASES = [
     ("wikiann: unknown language folder", lambda e: load_wikiann("xx", e.tmp), FileNotFoundError, r"no data folder .*xx"),
     ("wikitext: non-UTF-8 line", lambda e: (e.file("w/wiki.valid.tokens", b"ok\n\xff\n"), load_wikitext2(e.tmp / "w")["validation"]), DataFormatError, r"wiki\.valid\.tokens:2: not UTF-8"),
     ("wikitext: no files", lambda e: load_wikitext2(e.tmp), FileNotFoundError, r"no WikiText-2 files"),
+    ("wikitext: too short for one block", lambda e: (e.file("w/valid.txt", "eu rejects german call\n" * 20), group_texts_for_mlm(load_wikitext2(e.tmp / "w"), load_tokenizer(e.backbone), 128)), ValueError, r"masked LM: the (train|validation) split has \d+ tokens, fewer than one block of 128: give it more text, or a smaller --block-size"),
     # configs
     ("config: unknown fusion", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), fusion="attn"), ValueError, r"unknown fusion 'attn'"),
     ("config: bottleneck 0", lambda e: DWAttConfig(encoder_config=ENCODERS["bert"](), value_bottleneck=0), ValueError, r"`value_bottleneck` must be a number in \(0, 1\]"),

@@ -3,8 +3,8 @@
 For each cell: build from a saved backbone, forward, backward, save (full and head-only), reload as remote code in
 a process that cannot import dwatt (one process for all cells), and check that the FE cache gives the uncached
 logits; padding changes no prediction (on a decoder, on either side). The masked-LM head of each encoder family is
-checked against the family's own `AutoModelForMaskedLM`. The README's support table is generated from these
-parameters (`support_table`), so it cannot drift.
+checked against the family's own `AutoModelForMaskedLM`. The support table (docs/backbones.md) and the README's summary of it
+are generated from these parameters (`support_table`, `support_summary`), so they cannot drift.
 """
 
 import json
@@ -289,7 +289,7 @@ def test_decoder_families_are_decoders_and_refuse_masked_lm(tmp_path):
 
 
 def support_table() -> str:
-    """The README's support table, from this module's parameters."""
+    """The support table of docs/backbones.md, from this module's parameters."""
     header = "| family (`model_type`) | attention | " + " | ".join(f"`{f}`" for f in FUSIONS) + " | masked LM |"
     lines = [header, "|" + "---|" * (len(FUSIONS) + 3)]
     for family, (attention, _) in ALL_FAMILIES.items():
@@ -299,7 +299,26 @@ def support_table() -> str:
     return "\n".join(lines)
 
 
-def test_readme_support_table_is_generated_from_these_tests():
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("<!-- support table: tests/test_families.py -->\n", 1)[1].split("\n<!-- end of support table -->", 1)[0]
-    assert block == support_table(), "README.md: replace the support table with\n" + support_table()
+def support_summary() -> str:
+    """The README's support matrix, one line per group, from the same parameters."""
+    lines = []
+    for group, families, tasks in (("Encoders", FAMILIES, "token and sequence classification, masked LM"),
+                                   ("Decoder LLMs", DECODERS, "token and sequence classification")):
+        every = all(works(family, fusion) for family in families for fusion in FUSIONS)
+        fusions = "every fusion" if every else "the fusions marked in the full table"
+        lines.append(f"- **{group}** ({len(families)} families, {fusions}; {tasks}): "
+                     + ", ".join(f"`{family}`" for family in families))
+    return "\n".join(lines)
+
+
+def generated_block(path: Path, what: str, source: str) -> str:
+    text = path.read_text()
+    return text.split(f"<!-- {what}: {source} -->\n", 1)[1].split(f"\n<!-- end of {what} -->", 1)[0]
+
+
+def test_the_support_table_and_summary_are_generated_from_these_tests():
+    repo = Path(__file__).resolve().parents[1]
+    table = generated_block(repo / "docs" / "backbones.md", "support table", "tests/test_families.py#support_table")
+    assert table == support_table(), "docs/backbones.md: replace the support table with\n" + support_table()
+    summary = generated_block(repo / "README.md", "support summary", "tests/test_families.py#support_summary")
+    assert summary == support_summary(), "README.md: replace the support summary with\n" + support_summary()

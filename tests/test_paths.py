@@ -17,7 +17,7 @@ from dwatt.atomic import usual_mode
 from dwatt.cli import main
 from dwatt.training import BestDevCallback
 
-from .conftest import SENTENCES, WORDS
+from .conftest import write_tiny_datasets
 from .test_hub import RecordingApi
 
 AXES = {
@@ -64,23 +64,7 @@ def cell_id(cell: dict) -> str:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("path-data")
-    conll, wikiann, wikitext, topics = root / "conll", root / "wikiann" / "sw", root / "wikitext", root / "topics"
-    for folder in (conll, wikiann, wikitext, topics):
-        folder.mkdir(parents=True)
-    sentences = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
-    no_misc = sentences.replace("B-MISC", "O").replace("I-MISC", "O")  # WikiAnn tags PER, ORG and LOC only
-    for name in ("train.txt", "valid.txt", "test.txt"):
-        (conll / name).write_text("-DOCSTART- O\n\n" + "\n".join([sentences] * (4 if name == "train.txt" else 1)))
-    for name in ("train.txt", "dev.txt", "test.txt"):
-        (wikiann / name).write_text("\n".join([no_misc] * (4 if name == "train.txt" else 1)))
-    lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(9)) for i in range(40)]
-    (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
-    (wikitext / "test.txt").write_text("\n".join(lines[:12]) + "\n")
-    rows = [(" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 3)), ("a", "b", "c")[i % 3]) for i in range(18)]
-    for name, chosen in (("train.csv", rows), ("dev.csv", rows[::2]), ("test.csv", rows[1::2])):
-        (topics / name).write_text("text,label\n" + "".join(f"{text},{label}\n" for text, label in chosen))
-    return {"conll2003": conll, "wikiann": root / "wikiann", "wikitext": wikitext, "topics": topics}
+    return write_tiny_datasets(tmp_path_factory.mktemp("path-data"))
 
 
 def data_arguments(cell: dict, data: dict) -> list[str]:

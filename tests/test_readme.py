@@ -1,4 +1,6 @@
-"""The README stays true: its quick start runs (offline, with the MiniLM folder in place of the Hub name)."""
+"""The README and the site's pages stay true: their generated blocks (`<!-- what: source -->` ... `<!-- end of what -->`)
+are what their sources give today, the quick start runs (offline, with the MiniLM folder in place of the Hub name),
+and the front page starts with the two commands CI runs."""
 
 import json
 import re
@@ -7,6 +9,8 @@ from pathlib import Path
 import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+DOCS = README.parent / "docs"
+PAGES = [README, *sorted(p for p in DOCS.rglob("*.md") if "results" not in p.parts)]
 
 
 def test_readme_starts_with_the_install_run_and_test_commands():
@@ -19,7 +23,7 @@ def test_readme_starts_with_the_install_run_and_test_commands():
 
 @pytest.mark.real_weights
 def test_quick_start_runs(minilm_path, tmp_path, monkeypatch):
-    code = re.search(r"## Quick start\n\n```python\n(.*?)```", README.read_text(), re.S).group(1)
+    code = re.search(r"## A model in Python\n\n```python\n(.*?)```", (DOCS / "getting-started.md").read_text(), re.S).group(1)
     code = code.replace('"roberta-large"', repr(str(minilm_path)))
     monkeypatch.chdir(tmp_path)
     namespace = {}
@@ -52,9 +56,14 @@ REPORT_TABLES = README.parent / "docs" / "results" / "report" / "tables"
 
 
 def readme_blocks() -> dict[str, str]:
-    """The README's generated blocks (`<!-- what: source -->` ... `<!-- end of what -->`), by source."""
-    found = re.findall(r"<!-- ([^:\n]+): (\S+) -->\n(.*?)<!-- end of \1 -->", README.read_text(), re.S)
-    return {source: body for _, source, body in found}
+    """The generated blocks (`<!-- what: source -->` ... `<!-- end of what -->`) of the README and the site's pages,
+    by source. A source quoted on two pages must be quoted alike."""
+    blocks: dict[str, str] = {}
+    for page in PAGES:
+        found = re.findall(r"<!-- ([^:\n]+): (\S+) -->\n(.*?)<!-- end of \1 -->", page.read_text(), re.S)
+        for _, source, body in found:
+            assert blocks.setdefault(source, body) == body, f"{page}: the block from {source} differs from another page's"
+    return blocks
 
 
 def test_committed_report_and_readme_tables_are_generated_from_the_committed_results(tmp_path):
@@ -81,21 +90,26 @@ def test_readme_blocks_quote_the_committed_report_tables():
         "docs/results/report/tables/text_classification.md"]
 
 
-def test_generated_blocks_in_the_readme_keep_its_outline():
+@pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(README.parent)) for p in PAGES])
+def test_generated_blocks_keep_the_page_s_outline(page):
     """A generated block (`<!-- what: source -->` ... `<!-- end of what -->`) holds no heading at or above the level
-    of the section it sits in: its titles are bold or one level deeper, so the README's outline stays the authors'."""
-    level, inside, offenders = 0, None, []
-    for number, line in enumerate(README.read_text().splitlines(), start=1):
-        if line.startswith("<!-- end of "):
+    of the section it sits in: its titles are bold or one level deeper, so the page's outline stays the authors'."""
+    level, inside, fenced, offenders = 0, None, False, []
+    for number, line in enumerate(page.read_text().splitlines(), start=1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif fenced:
+            continue
+        elif line.startswith("<!-- end of "):
             inside = None
-        elif line.startswith("<!-- ") and ":" in line and inside is None:
+        elif re.match(r"<!-- (?!needs:)[^:\n]+: \S+ -->$", line) and inside is None:
             inside = line
         elif line.startswith("#"):
             depth = len(line) - len(line.lstrip("#"))
             if inside is None:
                 level = depth
             elif depth <= level:
-                offenders.append(f"README.md:{number}: {line!r} (inside {inside}, a level-{level} section)")
+                offenders.append(f"{page.name}:{number}: {line!r} (inside {inside}, a level-{level} section)")
     assert not offenders, "\n".join(offenders)
 
 
@@ -148,8 +162,7 @@ def test_readme_shared_heads_numbers_come_from_the_committed_benchmark():
 
     result = json.loads((README.parent / "benchmarks/results/shared_heads_cpu.json").read_text())
     k4 = next(row for row in result["rows"] if row["heads"] == 4)
-    text = README.read_text().split("<!-- shared heads: benchmarks/results/shared_heads_cpu.json -->\n", 1)[1]
-    text = text.split("<!-- end of shared heads -->", 1)[0]
+    text = readme_blocks()["benchmarks/results/shared_heads_cpu.json"]
     assert f"{k4['shared_ms']:.1f} ms against {k4['separate_ms']:.1f} ms" in text and f"({k4['speedup']:.2f}×" in text
     assert f"{result['k4_shared_over_parts']:.3f}×" in text
 
@@ -178,3 +191,18 @@ def test_readme_serving_numbers_come_from_the_committed_benchmarks():
     blocks = readme_blocks()
     for source in ("int8_accuracy_cpu.md", "quantization_speed_cpu.md"):
         assert blocks[f"benchmarks/results/{source}"] == table_lines((results / source).read_text()), source
+
+
+def test_every_generated_block_is_what_its_source_gives_today():
+    """`python docs/generated.py` would change nothing (it rewrites the blocks from their sources)."""
+    generated = benchmark_module_at(README.parent / "docs", "generated")
+    assert not generated.regenerate(write=False), "stale generated blocks: run python docs/generated.py"
+
+
+def benchmark_module_at(folder: Path, name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_{name}", folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

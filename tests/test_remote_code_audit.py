@@ -76,8 +76,12 @@ def test_security_note_states_the_true_line_counts():
         assert f"| `{name}` | {lines} |" in note, f"SECURITY.md: update the line count of {name} to {lines}"
 
 
-def test_the_readme_leaves_the_line_counts_to_the_security_note():
-    """One place for each fact: SECURITY.md states the counts (checked above); the README links to it."""
+def test_the_readme_and_the_site_leave_the_line_counts_to_the_security_note():
+    """One place for each fact: SECURITY.md states the counts (checked above); the README and the site link to it."""
     readme = (ROOT / "README.md").read_text()
     assert "[SECURITY.md](SECURITY.md)" in readme
-    assert not re.search(r"`(modeling|configuration)_dwatt\.py` \(\d+ lines\)", readme)
+    assert "[SECURITY.md](../SECURITY.md)" in (ROOT / "docs" / "security.md").read_text()
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        text = page.read_text()
+        assert not re.search(r"`(modeling|configuration)_dwatt\.py` \(\d+ lines\)", text), page
+        assert not re.search(r"(modeling|configuration)_dwatt\.py\W{0,3}\s+\|\s+\d+\s+\|", text), page

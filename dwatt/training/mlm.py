@@ -69,7 +69,7 @@ def evaluate_mlm(model, tokenizer, data_dir: str | None, split: str, block_size:
     data, _ = load_mlm_splits(data_dir)
     if split not in data:
         raise ValueError(f"--split: the WikiText-2 data has no {split!r} split ({', '.join(data)})")
-    blocks = group_texts_for_mlm(data[split], tokenizer, block_size)
+    blocks = group_texts_for_mlm(data[split], tokenizer, block_size, split)
     rows = fixed_masks(blocks, mlm_collator(tokenizer), seed + MLM_MASK_SEEDS.get(split, 0))
     model.eval()
     total, count = 0.0, 0
