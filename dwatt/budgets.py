@@ -1,14 +1,15 @@
-"""The epoch budgets of one FE run, trained together on one cached feature set.
+"""Copies of one FE head trained together on one cached feature set: epoch budgets, learning rates, layers.
 
-Runs that differ only in their epoch budget (the paper's 25/50/75/100) share the few-shot sample, the
-initialisation, the order of the batches and the dropout masks; only the learning rate tells them apart, because
-its linear decay reaches 0 at the end of each budget. `train_budgets` keeps one copy of the trainable parameters
-per budget, each with its own AdamW and linear schedule, and feeds every batch to all copies that have not reached
-their budget: either batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets
-the dropout masks a lone run draws), or one copy after the other with the random state restored in between. Each
-copy is scored on the dev split after each of its epochs and keeps its best weights.
+Runs that differ only in their epoch budget (the paper's 25/50/75/100), their peak learning rate, or, for a head
+on one layer (a probe), the layer it reads, share the few-shot sample, the initialisation, the order of the
+batches and the dropout masks. `train_heads` keeps one copy of the trainable parameters per `HeadCopy`, each with
+its own AdamW and linear schedule (decaying to 0 at the end of its own budget), and feeds every batch to all copies
+that have not reached their budget, each copy its own layer of the cached stack where it names one: either
+batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets the dropout masks a
+lone run draws), or one copy after the other with the random state restored in between. Each copy is scored on
+the dev split after each of its epochs and keeps its best weights. `train_budgets` is the budgets-only case.
 
-Budget k then ends exactly as this loop ends when it trains budget k alone (tests/test_budgets.py), while the data
+Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_budgets.py), while the data
 are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
 whole run, and on a GPU the small fusion heads of all budgets run as one batched computation. The optimisation is
 the `Trainer`'s: AdamW (betas 0.9/0.999, eps 1e-8, no weight decay), linear decay to 0 without warm-up, gradient
@@ -31,14 +32,25 @@ from transformers import get_linear_schedule_with_warmup, set_seed
 ADAMW = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # the Trainer's adamw_torch defaults
 
 
+@dataclass(frozen=True)
+class HeadCopy:
+    """One head `train_heads` trains: its epoch budget, its peak learning rate, and the one layer of the cached stack
+    it reads (a probe of that layer: the model is then a head on one layer), or None for the stack as it is."""
+
+    epochs: int
+    learning_rate: float
+    layer: int | None = None
+
+
 @dataclass
 class BudgetOutcome:
-    """One budget's run: the dev score after every epoch, the best point (with all its scores) and its weights."""
+    """One copy's run: the dev score after every epoch, the best point (with all its scores) and its weights."""
 
     epochs: int
     curve: list[dict] = field(default_factory=list)
     best: dict | None = None
     best_state: dict[str, torch.Tensor] | None = None
+    copy: HeadCopy | None = None
 
 
 def _to(batch: dict, device: torch.device) -> dict:
@@ -60,82 +72,112 @@ def _set_rng_state(state, device: torch.device) -> None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-class StackedHeads:
-    """The trainable parameters of `model`, one copy per budget; runs `model` with any subset of the copies."""
+LAYERS_INPUT = "backbone_hidden_states"
 
-    def __init__(self, model: torch.nn.Module, copies: int, vectorize: bool):
+
+class StackedHeads:
+    """The trainable parameters of `model`, one copy per head; runs `model` with any subset of the copies, each on
+    its own layer of the cached stack where `layers` names one."""
+
+    def __init__(self, model: torch.nn.Module, copies: int, vectorize: bool, layers: Sequence[int | None] | None = None):
         self.model, self.vectorize = model, vectorize
+        self.layers = list(layers) if layers is not None else [None] * copies
+        if len(self.layers) != copies:
+            raise ValueError(f"{copies} copies but {len(self.layers)} layers")
+        if len({layer is None for layer in self.layers}) > 1:
+            raise ValueError("either every copy reads one layer of the stack, or none does")
         start = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
         if not start:
             raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
         self.copies = [{name: t.clone().requires_grad_() for name, t in start.items()} for _ in range(copies)]
 
     def _call(self, parameters: dict, batch: dict):
-        return functional_call(self.model, parameters, (), batch)
+        # tie_weights=False: the copies hold trainable head tensors only, which no other tensor is tied to, and
+        # working the ties out walks every module of the backbone on each call
+        return functional_call(self.model, parameters, (), batch, tie_weights=False)
+
+    def _input(self, k: int, batch: dict) -> dict:
+        layer = self.layers[k]
+        return batch if layer is None else {**batch, LAYERS_INPUT: batch[LAYERS_INPUT][:, layer : layer + 1]}
+
+    def _run_all(self, active: list[int], batch: dict, output, randomness: str = "error") -> torch.Tensor:
+        """`output(model output)` of each active copy, stacked: one vmap over the copies (and over their layers of
+        the stack, for probes)."""
+        copies = [self.copies[k] for k in active]
+        stacked = {name: torch.stack([c[name] for c in copies]) for name in copies[0]}
+        if self.layers[active[0]] is None:
+            return vmap(lambda p: output(self._call(p, batch)), randomness=randomness)(stacked)
+        chosen = batch[LAYERS_INPUT][:, [self.layers[k] for k in active]].unsqueeze(2)  # (batch, copies, 1, seq, hidden)
+        rest = {key: value for key, value in batch.items() if key != LAYERS_INPUT}
+        return vmap(lambda p, layer: output(self._call(p, {**rest, LAYERS_INPUT: layer})), in_dims=(0, 1),
+                    randomness=randomness)(stacked, chosen)
 
     def losses(self, active: list[int], batch: dict) -> torch.Tensor:
         """Training losses of the `active` copies on one batch, each with the dropout masks of a lone run."""
-        copies = [self.copies[k] for k in active]
         if self.vectorize:
-            stacked = {name: torch.stack([c[name] for c in copies]) for name in copies[0]}
-            return vmap(lambda p: self._call(p, batch).loss, randomness="same")(stacked)
+            return self._run_all(active, batch, lambda out: out.loss, randomness="same")
         device = batch["labels"].device
         state, losses = _rng_state(device), []
-        for parameters in copies:
+        for k in active:
             _set_rng_state(state, device)
-            losses.append(self._call(parameters, batch).loss)
+            losses.append(self._call(self.copies[k], self._input(k, batch)).loss)
         return torch.stack(losses)
 
     @torch.no_grad()
     def predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
         """Arg-max label ids `(copies, batch, seq)` of the `active` copies (model in eval mode)."""
-        copies = [self.copies[k] for k in active]
         if self.vectorize:
-            stacked = {name: torch.stack([c[name].detach() for c in copies]) for name in copies[0]}
-            return vmap(lambda p: self._call(p, batch).logits)(stacked).argmax(-1)
-        return torch.stack([self._call(parameters, batch).logits.argmax(-1) for parameters in copies])
+            return self._run_all(active, batch, lambda out: out.logits).argmax(-1)
+        return torch.stack([self._call(self.copies[k], self._input(k, batch)).logits.argmax(-1) for k in active])
 
     def state(self, k: int) -> dict[str, torch.Tensor]:
         return {name: t.detach().to("cpu", copy=True) for name, t in self.copies[k].items()}
 
 
-def train_budgets(
+def train_heads(
     model: torch.nn.Module,
     train_set,
     dev_set,
     collator: Callable[[list[dict]], dict],
-    budgets: Sequence[int],
+    copies: Sequence[HeadCopy],
     score: Callable[[list[torch.Tensor], list[torch.Tensor]], dict],
     *,
     seed: int,
     batch_size: int = 16,
     eval_batch_size: int = 32,
-    learning_rate: float = 5e-5,
     max_grad_norm: float = 1.0,
     vectorize: bool = True,
     metric: str = "f1",
 ) -> tuple[list[BudgetOutcome], dict]:
     """
-    Train one copy of `model`'s trainable parameters per epoch budget on `train_set` (items for `collator`, e.g.
-    a `FeatureCache`), scoring each copy on `dev_set` after each of its epochs with `score(predicted_ids, labels)`
+    Train one copy of `model`'s trainable parameters per `HeadCopy` on `train_set` (items for `collator`, e.g. a
+    `FeatureCache`), scoring each copy on `dev_set` after each of its epochs with `score(predicted_ids, labels)`
     (lists of `(batch, seq)` tensors over the dev batches, in dataset order) and keeping its best weights by
-    `metric`. `model` must be in FE form (backbone frozen) and is left with its own weights untouched. Returns the
-    outcomes in the order of `budgets` and timings (`train_seconds`, `eval_seconds`).
+    `metric`. `model` must be in FE form (backbone frozen), and, for copies that name a layer, a head on one layer
+    fed the whole cached stack; it is left with its own weights untouched. Returns the outcomes in the order of
+    `copies` and timings (`train_seconds`, `eval_seconds`).
     """
-    if not budgets or any(int(e) != e or e <= 0 for e in budgets) or len(set(budgets)) != len(budgets):
-        raise ValueError(f"budgets must be distinct positive epoch counts, got {list(budgets)}")
+    copies = list(copies)
+    budgets = [c.epochs for c in copies]
+    if not copies or any(int(e) != e or e <= 0 for e in budgets):
+        raise ValueError(f"every copy needs a positive epoch count, got {budgets}")
+    twice = [c for c in dict.fromkeys(copies) if copies.count(c) > 1]
+    if twice:
+        raise ValueError(f"copies must differ in epochs, learning rate or layer; {twice[0]} comes twice")
+    if any(not c.learning_rate > 0 for c in copies):
+        raise ValueError(f"learning rates must be positive, got {[c.learning_rate for c in copies]}")
     if len(train_set) == 0:
         raise ValueError("the training set is empty")
     device = next(model.parameters()).device
     set_seed(seed)
-    heads = StackedHeads(model, len(budgets), vectorize)
+    heads = StackedHeads(model, len(copies), vectorize, [c.layer for c in copies])
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizers = [torch.optim.AdamW(c.values(), lr=learning_rate, **ADAMW) for c in heads.copies]
+    optimizers = [torch.optim.AdamW(p.values(), lr=c.learning_rate, **ADAMW) for p, c in zip(heads.copies, copies)]
     schedules = [get_linear_schedule_with_warmup(o, 0, steps_per_epoch * e) for o, e in zip(optimizers, budgets)]
     order_generator = torch.Generator().manual_seed(seed)
     dev_batches = [_to(b, device) for b in _batches(dev_set, collator, range(len(dev_set)), eval_batch_size)]
     dev_labels = [b["labels"].cpu() for b in dev_batches]
-    outcomes = [BudgetOutcome(e) for e in budgets]
+    outcomes = [BudgetOutcome(c.epochs, copy=c) for c in copies]
     timings = {"train_seconds": 0.0, "eval_seconds": 0.0}
     step, was_training = 0, model.training
     for epoch in range(1, max(budgets) + 1):
@@ -169,4 +211,14 @@ def train_budgets(
     return outcomes, timings
 
 
-__all__ = ["BudgetOutcome", "StackedHeads", "train_budgets"]
+def train_budgets(model: torch.nn.Module, train_set, dev_set, collator: Callable[[list[dict]], dict],
+                  budgets: Sequence[int], score: Callable[[list[torch.Tensor], list[torch.Tensor]], dict], *,
+                  learning_rate: float = 5e-5, **options) -> tuple[list[BudgetOutcome], dict]:
+    """`train_heads` for copies that differ only in their epoch budget (distinct), at one learning rate."""
+    if len(set(budgets)) != len(budgets):
+        raise ValueError(f"budgets must be distinct positive epoch counts, got {list(budgets)}")
+    return train_heads(model, train_set, dev_set, collator, [HeadCopy(e, learning_rate) for e in budgets], score,
+                       **options)
+
+
+__all__ = ["BudgetOutcome", "HeadCopy", "StackedHeads", "train_budgets", "train_heads"]

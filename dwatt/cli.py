@@ -283,12 +283,15 @@ def _sweep(args: argparse.Namespace) -> int:
     from .sweep import PRESETS, grid, parse_shard, run_sweep, shard, shard_results_path
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
-    for key in ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences"):
+    for key in ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
+                "learning_rates", "probe_layers"):
         value = getattr(args, key)
         if value is not None:
             settings[key] = value
     if "fusions" not in settings:
         raise ValueError("sweep: give --preset or --fusions")
+    if settings.get("probe_layers") and "base" not in settings["fusions"]:
+        raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
     specs = grid(**settings, data_dir=args.data_dir)
     results = args.results
     if args.shard:
@@ -302,11 +305,41 @@ def _sweep(args: argparse.Namespace) -> int:
 
         torch.set_num_threads(args.threads)
     rows = run_sweep(
-        specs, results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype
+        specs, results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype,
+        **({"evaluate_test": True} if args.test else {}),
     )
     ids = {spec.run_id for spec in specs}
     finished = sum(row.get("run_id") in ids for row in rows)
     print(f"{finished} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
+    return 0
+
+
+def _probe(args: argparse.Namespace) -> int:
+    """A Base head on each chosen layer at each learning rate, trained together per trial on one feature cache;
+    prints dev F1 by layer and learning rate, and the layer and rate chosen on dev with their test F1."""
+    from .selection import chosen_on_dev, with_methods
+    from .summaries import load_rows, runs_frame
+    from .sweep import grid, run_sweep
+
+    specs = grid(fusions=("base",), n_shots=(args.n_shot,), epochs=(args.epochs,), trials=args.trials,
+                 datasets=(args.dataset,), backbones=(args.backbone,), data_dir=args.data_dir,
+                 dev_sentences=args.dev_sentences, learning_rates=args.learning_rates, probe_layers=args.layers)
+    run_sweep(specs, args.results, args.output_root, progress=not args.quiet, engine="budgets",
+              cache_dtype=args.cache_dtype, evaluate_test=True)
+    ids = {spec.run_id for spec in specs}
+    frame = runs_frame([row for row in load_rows([args.results]) if row.get("run_id") in ids])
+    table = frame.pivot_table(index="layer", columns="learning_rate", values="f1", aggfunc="mean")
+    print(f"dev F1 by layer and learning rate ({args.trials} trial{'s' * (args.trials > 1)}, mean):")
+    print("  layer  " + "".join(f"{rate:>9g}" for rate in table.columns))
+    for layer, scores in table.iterrows():
+        print(f"  {int(layer):>5}  " + "".join(f"{score:9.2f}" for score in scores))
+    picks = chosen_on_dev(with_methods(frame))
+    for method in ("best single layer", "last layer"):
+        chosen = picks[picks.method == method]
+        choices = ", ".join(f"layer {int(layer)} at {rate:g}" for layer, rate in zip(chosen.layer, chosen.learning_rate))
+        print(f"{method} (chosen on dev, per trial: {choices}): dev F1 {chosen.f1.mean():.2f}, "
+              f"test F1 {chosen.test_f1.mean():.2f}")
+    print(f"rows in {args.results}")
     return 0
 
 
@@ -396,8 +429,29 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--shard", default=None, metavar="I/N",
                        help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl")
     sweep.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    sweep.add_argument("--learning-rates", type=_csv(float), default=None, dest="learning_rates",
+                       help="every run at each of these peak learning rates, e.g. 5e-5,3e-4,1e-3,3e-3")
+    sweep.add_argument("--probe-layers", default=None, dest="probe_layers", metavar="LAYERS",
+                       help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
+    sweep.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     sweep.add_argument("--quiet", action="store_true")
     sweep.set_defaults(handler=_sweep)
+    probe = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best")
+    probe.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
+    probe.add_argument("--dataset", default="conll2003", help="conll2003 or wikiann:<lang>")
+    probe.add_argument("--data-dir", default=None)
+    probe.add_argument("--n-shot", type=int, default=32, help="N x C training sentences (default 32)")
+    probe.add_argument("--epochs", type=int, default=25)
+    probe.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1")
+    probe.add_argument("--layers", default="all", help="the layers to probe: all, every:k, a-b or a list")
+    probe.add_argument("--learning-rates", type=_csv(float), default=(5e-5, 3e-4, 1e-3, 3e-3), dest="learning_rates",
+                       help="comma-separated peak learning rates (default 5e-5,3e-4,1e-3,3e-3)")
+    probe.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
+    probe.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    probe.add_argument("--results", default="runs/probe/results.jsonl")
+    probe.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    probe.add_argument("--quiet", action="store_true")
+    probe.set_defaults(handler=_probe)
     report = commands.add_parser("report", help="tables (mean ± 95%% CI) and figures from results files")
     report.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
     report.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")

@@ -29,6 +29,29 @@ from .summaries import (  # noqa: E402
     tier_summary,
 )
 
+def figure_probe(frame: pd.DataFrame):
+    """Test F1 of a Base head on each layer (each at its dev-chosen learning rate) against each fusion's test F1 at
+    its own dev-chosen learning rate (horizontal lines), one panel per backbone and N (the fair comparison)."""
+    from .selection import FUSION_METHODS, fair_comparison, probe_curve
+
+    curve, fair = probe_curve(frame), fair_comparison(frame)
+    if curve.empty:
+        return None
+    panels = list(curve.groupby(["backbone", "n_shot"]).groups)
+    figure, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
+    for axis, (backbone, n_shot) in zip(axes[0], panels):
+        layers = curve[(curve.backbone == backbone) & (curve.n_shot == n_shot)].sort_values("layer")
+        axis.plot(layers.layer, layers.test_f1, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k")
+        for fusion, method in FUSION_METHODS.items():
+            chosen = fair[(fair.backbone == backbone) & (fair.n_shot == n_shot) & (fair.method == method)]
+            if not chosen.empty:
+                axis.axhline(chosen.test_f1.iloc[0], color=COLORS[fusion], linestyle="--", linewidth=1.2, label=method)
+        axis.set(title=f"{backbone}, N={n_shot:g}", xlabel="layer", ylabel="test F1")
+        axis.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return figure
+
+
 COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
 TIER_ORDER = [name for _, name in TIERS]
 

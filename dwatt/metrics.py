@@ -66,6 +66,65 @@ def reassemble(rows: list[list[str]], windows: Sequence[tuple[int, int]] | None)
     return list(joined.values())
 
 
+class IOBScorer:
+    """
+    `entity_scores` on label ids, in numpy: the same numbers (seqeval's default mode: a chunk starts at B-X, at I-X
+    after O or after another type, and runs on over I-X), without building tag strings or entity lists in Python.
+    Scoring many heads on one dev split after every epoch (`dwatt.budgets.train_heads`) is where the time would go.
+    Only for IOB tags (`B-`, `I-`, `O`); `for_names` returns None for any other scheme.
+    """
+
+    def __init__(self, kinds: np.ndarray, types: np.ndarray, type_names: list[str]):
+        self.kinds, self.types, self.type_names = kinds, types, type_names  # kinds: 0 O, 1 B, 2 I
+
+    @classmethod
+    def for_names(cls, names: Sequence[str]) -> "IOBScorer | None":
+        kinds, types, type_names = [], [], []
+        for name in names:
+            if name == "O":
+                kinds.append(0)
+                types.append(-1)
+                continue
+            prefix, _, entity = name.partition("-")
+            if prefix not in ("B", "I") or not entity:
+                return None
+            if entity not in type_names:
+                type_names.append(entity)
+            kinds.append(1 if prefix == "B" else 2)
+            types.append(type_names.index(entity))
+        return cls(np.asarray(kinds), np.asarray(types), type_names)
+
+    def entities(self, ids: np.ndarray, sentence_starts: np.ndarray) -> np.ndarray:
+        """The chunks of the flat tag ids as `(start, end, type)` rows (`sentence_starts` marks each sentence's first
+        token: a chunk never runs across sentences)."""
+        kinds, types = self.kinds[ids], self.types[ids]
+        inside = kinds != 0
+        previous_types = np.concatenate(([-1], types[:-1]))
+        previous_inside = np.concatenate(([False], inside[:-1]))
+        continues = (kinds == 2) & previous_inside & (previous_types == types) & ~sentence_starts
+        starts = np.flatnonzero(inside & ~continues)
+        ends = np.flatnonzero(inside & ~np.concatenate((continues[1:], [False])))
+        return np.stack([starts, ends, types[starts]], axis=1)
+
+    def scores(self, gold_ids: np.ndarray, predicted_ids: np.ndarray, sentence_starts: np.ndarray) -> dict[str, float]:
+        gold, predicted = self.entities(gold_ids, sentence_starts), self.entities(predicted_ids, sentence_starts)
+        width = len(gold_ids) + 1
+        def keys(chunks):
+            return (chunks[:, 0] * width + chunks[:, 1]) * len(self.type_names) + chunks[:, 2]
+        correct_keys = np.intersect1d(keys(gold), keys(predicted), assume_unique=True)
+        correct_types = correct_keys % max(len(self.type_names), 1)
+        count = [np.bincount(t, minlength=len(self.type_names)) for t in (gold[:, 2], predicted[:, 2], correct_types)]
+        precision, recall, f1 = _prf(len(correct_keys), len(predicted), len(gold))
+        scores = {"precision": precision, "recall": recall, "f1": f1,
+                  "accuracy": float((gold_ids == predicted_ids).mean()) if len(gold_ids) else 0.0}
+        for index in sorted(range(len(self.type_names)), key=self.type_names.__getitem__):
+            if count[0][index] or count[1][index]:
+                p, r, f = _prf(int(count[2][index]), int(count[1][index]), int(count[0][index]))
+                name = self.type_names[index]
+                scores.update({f"{name}_precision": p, f"{name}_recall": r, f"{name}_f1": f, f"{name}_support": int(count[0][index])})
+        return scores
+
+
 class NERMetrics:
     """
     `compute_metrics` for `transformers.Trainer`: seqeval scores of an `EvalPrediction`. With `windows` (the eval
@@ -75,6 +134,7 @@ class NERMetrics:
     def __init__(self, label_names: Sequence[str], windows: Sequence[tuple[int, int]] | None = None):
         self.label_names = list(label_names)
         self.windows = windows
+        self.iob = IOBScorer.for_names(self.label_names)
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits, labels = eval_prediction.predictions, eval_prediction.label_ids
@@ -84,7 +144,10 @@ class NERMetrics:
 
     def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
         """The same scores from predicted label ids and labels given batch by batch (lists of `(batch, seq)`
-        arrays or tensors, in the eval set's order), as `dwatt.budgets.train_budgets` produces them."""
+        arrays or tensors, in the eval set's order), as `dwatt.budgets.train_heads` produces them; in numpy for IOB
+        tags (`IOBScorer`), through seqeval otherwise."""
+        if self.iob is not None:
+            return self.iob.scores(*self.flat_ids(predicted, labels))
         references, predictions = [], []
         for batch_predicted, batch_labels in zip(predicted, labels):
             batch_references, batch_predictions = decode_ids(batch_predicted, batch_labels, self.label_names)
@@ -94,6 +157,32 @@ class NERMetrics:
 
     def score(self, references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
         return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))
+
+    def flat_ids(self, predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Gold and predicted ids at the labelled positions, sentence after sentence (windows joined in order), and
+        where each sentence starts."""
+        rows_gold, rows_predicted = [], []
+        for batch_predicted, batch_labels in zip(predicted, labels):
+            batch_predicted, batch_labels = np.asarray(batch_predicted), np.asarray(batch_labels)
+            for row_predicted, row_labels in zip(batch_predicted, batch_labels):
+                keep = row_labels != -100
+                rows_gold.append(row_labels[keep])
+                rows_predicted.append(row_predicted[keep])
+        order = range(len(rows_gold))
+        if self.windows is not None:
+            if len(self.windows) != len(rows_gold):
+                raise ValueError(f"{len(rows_gold)} rows of predictions but {len(self.windows)} (sentence, window) tags")
+            order = sorted(order, key=lambda i: tuple(self.windows[i]))
+        starts, sentence_of = [], None
+        for index in order:
+            sentence = self.windows[index][0] if self.windows is not None else index
+            starts.append(np.zeros(len(rows_gold[index]), dtype=bool))
+            if len(rows_gold[index]) and sentence != sentence_of:
+                starts[-1][0] = True
+                sentence_of = sentence
+        def joined(rows):
+            return np.concatenate([rows[i] for i in order]).astype(np.int64) if rows else np.zeros(0, np.int64)
+        return joined(rows_gold), joined(rows_predicted), np.concatenate(starts) if starts else np.zeros(0, bool)
 
 
 def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str],

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from configuration_dwatt import single_layer
+
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {"base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
@@ -107,6 +109,16 @@ def load_rows(paths: list[str | Path]) -> list[dict]:
 
 
 
+def read_layer(row: dict) -> float:
+    """The backbone layer (1..L) a Base head reads (`--layers k`, else the last), NaN for the other fusions or where
+    the row does not say how deep its backbone is."""
+    config = row["config"]
+    if config.get("fusion") != "base":
+        return math.nan
+    layer = single_layer(config.get("layers"))
+    return float(layer) if layer is not None else float(row.get("backbone_layers", math.nan))
+
+
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     """One line per run: the setting, the trial, and its scores (F1 x 100, perplexities)."""
     records = []
@@ -138,6 +150,9 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "dev_curve": row.get("dev_curve", []),
                 "layer_weights": row.get("dev_layer_weights"),
                 "pooling": row.get("pooling"),  # text classification only
+                "learning_rate": config.get("learning_rate"),
+                "layer": read_layer(row),
+                "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
             }
         )
     frame = pd.DataFrame.from_records(records)

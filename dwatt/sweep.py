@@ -55,19 +55,21 @@ class RunSpec:
     dev_sentences: int | None = None
     learning_rate: float | None = None
     pooling: str | None = None
+    layers: str | None = None
 
     @property
     def run_id(self) -> str:
         backbone = Path(self.backbone).name if self.backbone else "default"
         size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
         options = (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "") + (
-            f"/{self.pooling}" if self.pooling is not None else "")
+            f"/{self.pooling}" if self.pooling is not None else "") + (f"/L{self.layers}" if self.layers is not None else "")
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 
     @property
     def budget_group(self) -> "RunSpec":
-        """The spec with its budget blanked: the specs of one group differ only in their epoch budget."""
-        return replace(self, epochs=0)
+        """The spec with what runs trained together may differ in blanked (`dwatt.budgets.train_heads`): the epoch
+        budget, the learning rate, and for heads on one layer the layer."""
+        return replace(self, epochs=0, learning_rate=None, layers=None if self.fusion == "base" else self.layers)
 
     def run_config(self, output_root: str | Path, **overrides) -> RunConfig:
         return RunConfig(
@@ -87,6 +89,7 @@ class RunSpec:
             progress=False,
             **({"learning_rate": self.learning_rate} if self.learning_rate is not None else {}),
             **({"pooling": self.pooling} if self.pooling is not None else {}),
+            **({"layers": self.layers} if self.layers is not None else {}),
             **overrides,
         )
 
@@ -105,16 +108,40 @@ def grid(
     dev_sentences: int | None = None,
     learning_rate: float | None = None,
     poolings: Iterable[str | None] = (None,),
+    learning_rates: Iterable[float | None] | None = None,
+    probe_layers: str | None = None,
 ) -> list[RunSpec]:
-    """The cross product, ordered so that every trial's runs come together (one sample, all fusions)."""
+    """The cross product, ordered so that every trial's runs come together (one sample, all fusions).
+    `learning_rates`: each run at each of them (default: `learning_rate` alone). `probe_layers` (`all`, `every:k`,
+    `a-b` or a list, as `--layers`): the Base head once on each of these layers of each backbone, a probe of every
+    layer (the runs of one sample train together on one feature cache)."""
     if task == "mlm":
         n_shots = (None,)
-    return [
-        RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences, learning_rate, pooling)
-        for dataset, backbone, trial, n, e, mode, pooling, fusion in itertools.product(
-            datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions
-        )
-    ]
+    rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
+    specs = []
+    for dataset, backbone, trial, n, e, mode, pooling, fusion, rate in itertools.product(
+        datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions, rates
+    ):
+        layers = probed(backbone, probe_layers) if fusion == "base" and probe_layers is not None else [None]
+        specs += [RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences, rate,
+                          pooling, layer) for layer in layers]
+    return specs
+
+
+def probed(backbone: str | None, spec: str) -> list[str]:
+    """The layers (1..L, as strings) of `backbone` that `spec` names, for probes; `all` is every layer."""
+    from transformers import AutoConfig
+
+    from configuration_dwatt import parse_fused_layers
+
+    from .defaults import default_backbone_path
+    from .portable import backbone_folder
+
+    count = AutoConfig.from_pretrained(backbone_folder(backbone) if backbone else default_backbone_path()).num_hidden_layers
+    chosen = range(1, count + 1) if spec == "all" else parse_fused_layers(spec, count)
+    if spec != "all" and not any(str(part).strip() == str(count) for part in str(spec).replace("-", ",").split(",")):
+        chosen = [layer for layer in chosen if layer != count]  # parse_fused_layers adds the last layer; a probe need not
+    return [str(layer) for layer in chosen]
 
 
 class ResultsStore:
@@ -158,7 +185,7 @@ def work_unit(spec: RunSpec) -> RunSpec:
     """What a shard takes whole: every fusion and epoch budget of one sample (dataset, backbone, mode, N, trial).
     They read the same frozen-backbone features, so one worker computes those once, and a spec's epoch budgets,
     which may train together, never part."""
-    return replace(spec, fusion="", epochs=0)
+    return replace(spec, fusion="", epochs=0, learning_rate=None, layers=None)
 
 
 def shard(specs: list[RunSpec], index: int, count: int) -> list[RunSpec]:
@@ -193,9 +220,10 @@ def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
 
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
-    The specs as the groups that train together, each with whether it goes through `run_ner_budgets`: under the
-    "budgets" engine every FE NER run with the feature cache does, its epoch budgets as one group; under "auto"
-    only groups of more than one budget do; under "trainer" none. Groups keep the order of their first spec.
+    The specs as the groups that train together, each with whether it goes through `run_ner_together`: under the
+    "budgets" engine every FE NER run with the feature cache does, its epoch budgets, learning rates (and a Base
+    head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups keep
+    the order of their first spec.
     """
     if engine not in ENGINES:
         raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
@@ -222,9 +250,9 @@ def run_sweep(
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
-    from .training import run, run_ner_budgets  # here, so that reading a sweep's options imports no training
+    from .training import run, run_ner_together  # here, so that reading a sweep's options imports no training
 
-    runner, budgets_runner = runner or run, budgets_runner or run_ner_budgets
+    runner, budgets_runner = runner or run, budgets_runner or run_ner_together
     if launched_processes() > 1:
         raise ValueError(
             "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
@@ -247,7 +275,7 @@ def run_sweep(
             raise ValueError("the grid holds the same run twice")
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
         for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
-            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} budgets)" if len(group) > 1 else ""))
+            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
             for spec, result in zip(group, results_of_group):

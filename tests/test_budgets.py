@@ -1,12 +1,14 @@
 """Epoch budgets trained together (dwatt.budgets): each ends as it would alone, and agrees with the Trainer."""
 
+import json
+
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from dwatt.sweep import batches_of_runs, grid, run_sweep
 from dwatt import RobertaDWAttForTokenClassification
-from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_budgets
+from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_budgets, run_ner_together
 
 
 def config(tiny_backbone, tiny_conll, folder, **kwargs) -> RunConfig:
@@ -35,6 +37,30 @@ def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_c
             torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=1e-6, msg=name)
     # The budgets differ only by their schedule: the longer ones have moved further from the shared start.
     assert together[0]["dev_curve"][0]["step"] == together[1]["dev_curve"][0]["step"] > 1
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
+def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_backbone, tiny_conll, tmp_path, vectorize):
+    """A probe: a Base head on each layer at each learning rate, trained together on one cache of every layer, each
+    ends as that head trained alone on its own layer's cache, dev curve, weights and test scores alike."""
+    runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
+    def make(layer, rate, where):
+        return config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
+                      learning_rate=rate, epochs=2, save_model=True, evaluate_test=True)
+    together = run_ner_together([make(layer, rate, "together") for layer, rate in runs], vectorize=vectorize)
+    curves = set()
+    for (layer, rate), joint in zip(runs, together):
+        (alone,) = run_ner_together([make(layer, rate, "alone")], vectorize=vectorize)
+        assert joint["dev_curve"] == alone["dev_curve"] and joint["trained_together_runs"] == 6
+        assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12)
+        mine, theirs = weights(tmp_path / "together" / f"{layer}-{rate}"), weights(tmp_path / "alone" / f"{layer}-{rate}")
+        assert mine.keys() == theirs.keys() and mine
+        for name in theirs:
+            torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=1e-6, msg=name)
+        saved = json.loads((tmp_path / "together" / f"{layer}-{rate}" / "model" / "config.json").read_text())
+        assert str(saved["fused_layers"]) == layer and joint["config"]["learning_rate"] == rate
+        curves.add(tuple(point["f1"] for point in joint["dev_curve"]) + tuple(mine["classifier.weight"].flatten().tolist()))
+    assert len(curves) == len(runs)  # every head went its own way: its own layer, its own rate
 
 
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
@@ -66,14 +92,14 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
 
 def test_runs_trained_together_must_differ_only_in_their_budget(tiny_backbone, tiny_conll, tmp_path):
     first = config(tiny_backbone, tiny_conll, tmp_path / "a")
-    with pytest.raises(ValueError, match=r"not in \['fusion'\]"):
+    with pytest.raises(ValueError, match=r"may differ only in epochs, learning_rate, output_dir, not in \['fusion'\]"):
         run_ner_budgets([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
     with pytest.raises(ValueError, match="only for NER in the FE mode"):
         run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
 
 
 def test_budgets_with_the_same_epochs_twice_are_refused(tiny_backbone, tiny_conll, tmp_path):
-    with pytest.raises(ValueError, match=r"distinct positive epoch counts, got \[2, 2\]"):
+    with pytest.raises(ValueError, match=r"HeadCopy\(epochs=2, learning_rate=0.005, layer=None\) comes twice"):
         run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
 
 
@@ -89,6 +115,9 @@ def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
     one_budget = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1)
     assert batches_of_runs(one_budget, "auto") == [(False, one_budget)]
     assert batches_of_runs(one_budget, "budgets") == [(True, one_budget)]
+    rates = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1, learning_rates=(1e-4, 1e-3))
+    assert [s.run_id for s in rates] == ["conll2003/default/fe/dwatt/n8/e2/t0/lr0.0001", "conll2003/default/fe/dwatt/n8/e2/t0/lr0.001"]
+    assert batches_of_runs(rates, "auto") == [(True, rates)]
     with pytest.raises(ValueError, match="--engine: unknown engine 'fast'"):
         batches_of_runs(specs, "fast")
 
@@ -123,3 +152,38 @@ def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
     assert torch.equal(memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight)
     if fusion != "scalar_mix":  # ScalarMix starts from constants, whatever the seed
         assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
+
+
+def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(tiny_backbone):
+    specs = grid(fusions=("base", "dwatt"), n_shots=(8,), epochs=(2,), trials=2, backbones=(str(tiny_backbone),),
+                 learning_rates=(1e-3, 1e-2), probe_layers="all")
+    base = [s for s in specs if s.fusion == "base"]
+    assert len(base) == 2 * 3 * 2 and {s.layers for s in base} == {"1", "2", "3"}  # trials x layers x rates
+    assert base[0].run_id.endswith("/fe/base/n8/e2/t0/lr0.001/L1")
+    groups = [group for stacked, group in batches_of_runs(specs, "auto") if stacked]
+    assert [len(g) for g in groups] == [6, 2, 6, 2]  # per trial: the probe's 6 heads, DWAtt's 2 rates
+    assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
+                                   backbones=(str(tiny_backbone),), probe_layers="1-2")] == ["1", "2"]
+
+
+def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
+                                                                                         tmp_path, capsys):
+    from dwatt.cli import main
+
+    results = tmp_path / "probe.jsonl"
+    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
+            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(results), "--quiet"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 3 * 2 and {r["config"]["layers"] for r in rows} == {"1", "2", "3"}
+    assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
+    best = max(rows, key=lambda r: r["best_dev_f1"])
+    layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
+    assert f"best single layer (chosen on dev, per trial: layer {layer} at {rate:g}): dev F1 {100 * best['best_dev_f1']:.2f}" in printed
+    assert f"test F1 {100 * best['test_scores']['f1']:.2f}" in printed
+    assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
+    assert main(argv) == 0  # resumed: nothing left to train, the same rows
+    assert [json.loads(line) for line in results.read_text().splitlines()] == rows
+    assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
+    assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err

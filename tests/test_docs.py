@@ -7,7 +7,7 @@ A block runs in a fresh folder that holds the runs the pages refer to (`runs/def
 `runs/wikiann-en`, two taggers on one backbone; `runs/agnews`, a classifier), `sentences.txt` and `texts.txt`, and the
 placeholders the pages use for the reader's own files: `path/to/encoder` (a tiny random BERT), `path/to/llama` (a
 tiny random Llama), `path/to/wikiann`, `path/to/wikitext-2` and `path/to/folder` (tiny datasets in each loader's
-layout). To run on tiny configs, the commands are shrunk before they run (`shrink`): `dwatt train` and `dwatt sweep`
+layout). To run on tiny configs, the commands are shrunk before they run (`shrink`): `dwatt train`, `probe` and `sweep`
 get one epoch, 2 examples per class or entity type, one trial, 20 dev sentences and the tiny BERT where the page
 gives no backbone, and Python's `"roberta-large"` becomes the tiny BERT. Everything else runs as written.
 """
@@ -70,12 +70,12 @@ def shrink(code: str, tiny: str) -> str:
     lines = []
     for line in re.sub(r"[ \t]*\\\n[ \t]*", " ", code).splitlines():  # continued lines joined first
         command = re.sub(r"\s+#.*$", "", line)
-        if re.search(r"\bdwatt (train|sweep)\b", command):
+        if re.search(r"\bdwatt (train|sweep|probe)\b", command):
             command = re.sub(r"--epochs \d+", "--epochs 1", command)
             command = re.sub(r"--n-shot \d+", "--n-shot 2", command)
             command = re.sub(r"--trials \d+", "--trials 1", command)
             command = re.sub(r"--dev-sentences \d+", "--dev-sentences 20", command)
-            if "dwatt train" in command:
+            if "dwatt train" in command or "dwatt probe" in command:
                 command += "" if "--backbone" in command else f" --backbone {tiny}"
                 command += "" if "--dev-sentences" in command or "--task mlm" in command else " --dev-sentences 20"
                 command += "" if "--epochs" in command else " --epochs 1"

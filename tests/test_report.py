@@ -217,3 +217,43 @@ def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
     store.write_text(json.dumps(rows[-1]) + "\n")  # results without a second mode: no stale table left behind
     write_report([store], tmp_path / "out")
     assert not (tmp_path / "out" / "tables" / "training_modes.md").exists()
+
+
+def fair_row(fusion, trial, rate, dev, test, layer=None, n=32):
+    row = ner_row(fusion, n, 25, trial, dev, backbone="/m/deep")
+    row["config"] |= {"learning_rate": rate, "layers": str(layer) if layer is not None else "all"}
+    row["test_scores"] = {"f1": test}
+    row["backbone_layers"] = 3
+    row.pop("dev_layer_weights", None)
+    return row
+
+
+def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports_their_test_score(tmp_path):
+    rows = []
+    for trial in range(3):
+        for layer in (1, 2, 3):
+            for rate in (1e-4, 1e-3):
+                # Layer 2 at 1e-3 is best on dev; layer 1 at 1e-4 is best on test (a choice on test would take it).
+                dev = 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3) + 0.01 * trial
+                test = 0.9 if (layer, rate) == (1, 1e-4) else dev - 0.02
+                rows.append(fair_row("base", trial, rate, dev, test, layer))
+        for rate in (1e-4, 1e-3):
+            rows.append(fair_row("dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial))
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair")
+    table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
+    best = table.loc["best single layer"]
+    assert best.layers == "2, 2, 2" and best.learning_rates == "0.001, 0.001, 0.001"
+    assert best.test_f1 == pytest.approx(100 * (0.65 + 0.01 - 0.02))  # the dev choice's test F1, mean of 3 trials
+    last = table.loc["last layer"]
+    assert last.layers == "3, 3, 3" and last.test_f1 == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+    assert table.loc["DWAtt"].learning_rates == "0.0001, 0.0001, 0.0001"
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
+    assert math.isnan(best.minus_best_layer)
+    text = report.read_text()
+    assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**" in text
+    assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
+    probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
+    # layer 1: 1e-3 wins on dev (its test F1, 0.53-0.55), not 1e-4 (0.9 on test)
+    assert list(probe.layer) == [1, 2, 3] and probe.test_f1.iloc[0] == pytest.approx(100 * (0.55 + 0.01 - 0.02))

@@ -297,3 +297,27 @@ def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path
     assert len(load_conll2003(tiny_conll)["validation"]) > 3
     with pytest.raises(ValueError, match="--dev-sentences must be > 0"):
         run_ner(run_config(tiny_backbone, tiny_conll, tmp_path / "x", dev_sentences=0))
+
+
+@pytest.mark.parametrize("windowed", [False, True])
+def test_numpy_scores_of_label_ids_equal_seqeval_s(windowed):
+    """`NERMetrics.score_ids` scores IOB ids in numpy (`IOBScorer`): the numbers of seqeval's path, windows joined."""
+    rng = np.random.default_rng(1)
+    names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
+    for _ in range(40):
+        rows = 24
+        windows = [(i // 3, 2 - i % 3) for i in range(rows)] if windowed else None  # windows given out of order
+        lengths = rng.integers(0, 9, size=rows)
+        longest = int(lengths.max()) + 2
+        labels = np.full((rows, longest), -100)
+        predicted = rng.integers(0, len(names), size=(rows, longest))
+        for row, length in enumerate(lengths):
+            labels[row, 1:1 + length] = rng.choice(len(names), size=length, p=[0.5] + [1 / 12] * 6)
+        batches_predicted = [torch.as_tensor(predicted[i:i + 5]) for i in range(0, rows, 5)]
+        batches_labels = [torch.as_tensor(labels[i:i + 5]) for i in range(0, rows, 5)]
+        metrics = NERMetrics(names, windows=windows)
+        assert metrics.iob is not None
+        fast = metrics.score_ids(batches_predicted, batches_labels)
+        metrics.iob = None  # seqeval's path
+        assert fast == pytest.approx(metrics.score_ids(batches_predicted, batches_labels), abs=1e-12)
+    assert NERMetrics(["O", "S-PER", "B-PER", "I-PER", "E-PER"]).iob is None  # IOBES: seqeval's path

@@ -4,6 +4,7 @@ seqeval."""
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from transformers import (
     DataCollatorForTokenClassification,
 )
 
+from configuration_dwatt import single_layer
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
 from ..console import example_input
@@ -82,9 +84,27 @@ class NERSetup:
         return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
 
 
-def prepare_ner(config: RunConfig) -> NERSetup:
+@contextmanager
+def reading_layers(model, layers: list[int] | None):
+    """The model made to read the backbone `layers` (1..L) while its features are cached, so that one cache holds
+    every layer that heads on one layer each (probes) read; `None` changes nothing. Only the config's choice of
+    layers is touched, and it is restored."""
+    if layers is None:
+        yield
+        return
+    config = model.config
+    saved = config.fusion, config.fused_layers
+    config.fusion, config.fused_layers = "scalar_mix", list(layers)  # a fusion that reads exactly the listed layers
+    try:
+        yield
+    finally:
+        config.fusion, config.fused_layers = saved
+
+
+def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NERSetup:
     """Sample N x C training sentences with `config.seed`, tokenise, build the model from the pretrained backbone
-    (initialised with the same seed), and, for FE with the cache, compute the backbone's features once."""
+    (initialised with the same seed), and, for FE with the cache, compute the backbone's features once (of
+    `cache_layers` rather than the layers the model reads, for probes: `reading_layers`)."""
     config.validate()
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
@@ -113,10 +133,11 @@ def prepare_ner(config: RunConfig) -> NERSetup:
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
-        train_set, dev_set = feature_caches(
-            model, backbone, config, (train_tokens, {}),
-            (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}),
-        )
+        with reading_layers(model, cache_layers):
+            train_set, dev_set = feature_caches(
+                model, backbone, config, (train_tokens, {}),
+                (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}),
+            )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
@@ -148,18 +169,20 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "dev_curve": curve,
         "cached_features": setup.cached,
         "cache_seconds": round(setup.cache_seconds, 3),
+        "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
     } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {})
     if has_layer_weights(setup.model):
         results["dev_layer_weights"] = layer_weights_by_type(setup.model, setup.dev_set, setup.collator, setup.label_names)
     return results
 
 
-def scored_test_split(setup: NERSetup):
-    """The test split tokenised (and cached for FE), with the metrics that score it."""
+def scored_test_split(setup: NERSetup, cache_layers: list[int] | None = None):
+    """The test split tokenised (and cached for FE, of `cache_layers` for probes), with the metrics that score it."""
     tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
-        [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}))
+        with reading_layers(setup.model, cache_layers):
+            [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}))
         return cache, metrics
     return model_inputs(tokens), metrics
 
@@ -185,57 +208,93 @@ def run_ner(config: RunConfig) -> dict:
     return finish_run(config, model, setup.tokenizer, results, started)
 
 
-def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
+# What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
+TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
+
+
+def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
     """
-    FE runs that differ only in their epoch budget (and output folder), trained together by
-    `dwatt.budgets.train_budgets` on one feature cache: each ends as that budget's run alone would with the same
-    loop. Writes each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order.
-    `vectorize`: batch the budgets with `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's
-    attention layers are left to run one copy after the other, which is always exact), never on a CPU.
+    FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer
+    (`fusion="base"`, `layers=k`), in the layer they read -- trained together by `dwatt.budgets.train_heads` on one
+    feature cache (holding every layer the heads read): each ends as that run alone would with the same loop. Writes
+    each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order. `vectorize`: batch the
+    copies with `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's attention layers are left to
+    run one copy after the other, which is always exact), never on a CPU.
     """
-    from ..budgets import train_budgets
+    from ..budgets import HeadCopy, train_heads
 
     started = RunClock()
     first = configs[0]
-    shared = {k: v for k, v in asdict(first).items() if k not in ("epochs", "output_dir")}
+    may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if first.fusion == "base" else ())
+    shared = {k: v for k, v in asdict(first).items() if k not in may_differ}
     for config in configs[1:]:
         differs = sorted(k for k, v in asdict(config).items() if k in shared and shared[k] != v)
         if differs:
-            raise ValueError(f"runs trained together may differ only in epochs and output_dir, not in {differs}")
+            raise ValueError(f"runs trained together may differ only in {', '.join(may_differ)}, not in {differs}")
     if first.mode != "fe" or not first.use_cache or first.task != "ner":
-        raise ValueError("budgets train together only for NER in the FE mode with the feature cache")
+        raise ValueError("runs train together only for NER in the FE mode with the feature cache")
     if first.resume or first.checkpoint_every_epoch:
-        raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; budgets trained together restart")
+        raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; runs trained together restart")
     if launched_processes() > 1:
-        raise ValueError("budgets trained together run in one process; under torchrun/accelerate train one run at a "
+        raise ValueError("runs trained together run in one process; under torchrun/accelerate train one run at a "
                          "time (dwatt train), or split a sweep across workers with --shard")
-    setup = prepare_ner(first)
+    read = probed_layers(configs)
+    probes = read is not None and len(set(read)) > 1
+    cache_layers = sorted(set(read)) if probes else None
+    setup = prepare_ner(first, cache_layers=cache_layers)
     model = setup.model
+    with reading_layers(model, cache_layers):
+        cached = model.dwatt.fused_layer_indices
+    copies = [HeadCopy(c.epochs, c.learning_rate, cached.index(layer) if probes else None)
+              for c, layer in zip(configs, read or [None] * len(configs))]
     metrics = setup.metrics()
-    outcomes, timings = train_budgets(
-        model, setup.train_set, setup.dev_set, setup.collator, [c.epochs for c in configs], metrics.score_ids,
-        seed=first.seed, batch_size=first.batch_size, learning_rate=first.learning_rate,
+    outcomes, timings = train_heads(
+        model, setup.train_set, setup.dev_set, setup.collator, copies, metrics.score_ids,
+        seed=first.seed, batch_size=first.batch_size,
         vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
     )
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
+    test = scored_test_split(setup, cache_layers) if first.evaluate_test and "test" in setup.data else None
     all_results = []
-    for config, outcome in zip(configs, outcomes):
+    own_layers = model.config.fused_layers
+    for config, copy, outcome in zip(configs, copies, outcomes):
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
         model.load_state_dict(outcome.best_state, strict=False)
+        model.config.fused_layers = config.layers if probes else own_layers  # what the saved head reads
         results = ner_results(setup, config, outcome.best, outcome.curve)
-        results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs]}
+        results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs],
+                    "trained_together_runs": len(configs)}
         results |= run_facts(model, facts, None)
-        if config.evaluate_test and "test" in setup.data:
-            data, test_metrics = scored_test_split(setup)
-            results["test_scores"] = evaluate_features(model, data, setup.collator, test_metrics)
+        if test is not None:
+            results["test_scores"] = evaluate_features(model, test[0], setup.collator, test[1], layer=copy.layer)
         all_results.append(finish_run(config, model, setup.tokenizer, results, started))
+    model.config.fused_layers = own_layers
     return all_results
 
 
+def probed_layers(configs: list[RunConfig]) -> list[int] | None:
+    """The backbone layer (1..L) each Base head of `configs` reads, or None for other fusions."""
+    if configs[0].fusion != "base":
+        return None
+    read = [single_layer(config.layers) for config in configs]
+    if None in read:  # the last layer, the default
+        from transformers import AutoConfig
+
+        last = AutoConfig.from_pretrained(backbone_folder(configs[0].backbone)).num_hidden_layers
+        read = [last if layer is None else layer for layer in read]
+    return read
+
+
+def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
+    """`run_ner_together` (its former name, when only the epoch budgets could differ)."""
+    return run_ner_together(configs, vectorize)
+
+
 @torch.no_grad()
-def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size: int = 32) -> dict:
-    """Scores of `model` on a tokenised or cached eval set, without a `Trainer`."""
+def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size: int = 32, layer: int | None = None) -> dict:
+    """Scores of `model` on a tokenised or cached eval set, without a `Trainer`; a head on one layer fed the cached
+    `layer` of the stack, for probes."""
     from torch.utils.data import DataLoader
 
     model.eval()
@@ -243,6 +302,8 @@ def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size:
     predicted, labels = [], []
     for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
         batch = {key: value.to(device) for key, value in batch.items()}
+        if layer is not None:
+            batch["backbone_hidden_states"] = batch["backbone_hidden_states"][:, layer : layer + 1]
         predicted.append(model(**batch).logits.argmax(-1).cpu())
         labels.append(batch["labels"].cpu())
     return metrics.score_ids(predicted, labels)

@@ -1,0 +1,99 @@
+"""Choices made on dev, scored on test: the fair comparison of layer fusion against heads on single layers.
+
+A method is a way of reading the frozen backbone: a head on the last layer, a head on the best single layer, or a
+fusion (ScalarMix, Concat, Base+n, DWAtt). Each method gets its own learning rate, and the best single layer its own
+layer as well: in every trial, the run with the best dev score among its learning rates (and layers) is chosen, and
+what is reported is that run's test score, never the dev score a choice was made on. Methods are compared paired by
+trial (a trial's runs share one few-shot sample).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from .summaries import confidence_interval
+
+LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
+FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
+METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
+SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
+
+
+def is_fair_grid(frame: pd.DataFrame) -> bool:
+    """Whether `frame` (`summaries.runs_frame`) holds runs scored on test at several learning rates or layers."""
+    if frame.empty or "test_f1" not in frame or frame.test_f1.isna().all():
+        return False
+    probes = frame[frame.fusion == "base"].layer.nunique() > 1
+    return probes or frame.groupby([*SAMPLE, "fusion"]).learning_rate.nunique().max() > 1
+
+
+def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
+    """NER runs with their method: the fusion's name, or, for a Base head, whether it reads the last layer."""
+    runs = frame[(frame.task == "ner") & frame.test_f1.notna()].copy()
+    runs["method"] = [FUSION_METHODS.get(fusion, fusion) for fusion in runs.fusion]
+    return runs
+
+
+def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per sample and method: the run each method picks on dev (ties: the first in grid order)."""
+    picks = []
+    for keys, sample in runs.groupby(SAMPLE, dropna=False):
+        base = sample[sample.fusion == "base"]
+        if not base.empty:
+            last = base[base.layer == base.layer.max()]
+            picks.append(_best(last).assign(method=LAST_LAYER))
+            picks.append(_best(base).assign(method=BEST_LAYER))
+        for fusion, method in FUSION_METHODS.items():
+            own = sample[sample.fusion == fusion]
+            if not own.empty:
+                picks.append(_best(own).assign(method=method))
+    return pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
+
+
+def _best(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs.loc[[runs.f1.idxmax()]]
+
+
+def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per backbone, dataset, N and method: test F1 of the dev-chosen runs (mean, 95% CI, trials), the chosen
+    learning rates (and layers), and the paired test-F1 difference to the best single layer."""
+    picks = chosen_on_dev(with_methods(frame))
+    if picks.empty:
+        return pd.DataFrame()
+    records = []
+    for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
+        best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_f1
+        for method in METHODS:
+            mine = setting[setting.method == method]
+            if mine.empty:
+                continue
+            differences = (mine.set_index("trial").test_f1 - best_layer).dropna()
+            records.append({
+                "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
+                "test_f1": mine.test_f1.mean(), "test_ci95": confidence_interval(mine.test_f1), "trials": len(mine),
+                "dev_f1": mine.f1.mean(),
+                "learning_rates": ", ".join(f"{rate:g}" for rate in mine.learning_rate),
+                "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
+                "minus_best_layer": differences.mean() if method != BEST_LAYER and len(differences) else math.nan,
+                "minus_best_layer_ci95": confidence_interval(differences) if method != BEST_LAYER else math.nan,
+            })
+    return pd.DataFrame.from_records(records)
+
+
+def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per backbone, dataset, N and layer: the Base head's test F1 at its dev-chosen learning rate, mean over
+    trials (the figure's curve), beside its dev F1."""
+    runs = with_methods(frame)
+    base = runs[runs.fusion == "base"]
+    if base.empty:
+        return pd.DataFrame()
+    picks = [_best(group) for _, group in base.groupby([*SAMPLE, "layer"])]
+    chosen = pd.concat(picks, ignore_index=True)
+    return (chosen.groupby(["backbone", "dataset", "n_shot", "epochs", "layer"])
+            .agg(test_f1=("test_f1", "mean"), dev_f1=("f1", "mean"), trials=("trial", "count")).reset_index())
+
+
+__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+           "probe_curve", "with_methods"]
