@@ -346,9 +346,14 @@ def draw_all(frame: pd.DataFrame, folder: str | Path) -> tuple[list[str], list[s
             for suffix in ("png", "svg"):
                 (folder / f"{name}.{suffix}").unlink(missing_ok=True)
             continue
-        figure.tight_layout()
-        for suffix in ("png", "svg"):
-            figure.savefig(folder / f"{name}.{suffix}", dpi=120, metadata={"Date": None} if suffix == "svg" else None)
-        plt.close(figure)
+        save(figure, folder, name)
         drawn.append(name)
     return drawn, skipped
+
+
+def save(figure, folder: Path, name: str) -> None:
+    """`figure` as `name`.png and .svg in `folder` (the SVG without a date, so that it is the same bytes again)."""
+    figure.tight_layout()
+    for suffix in ("png", "svg"):
+        figure.savefig(folder / f"{name}.{suffix}", dpi=120, metadata={"Date": None} if suffix == "svg" else None)
+    plt.close(figure)

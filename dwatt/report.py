@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .figures import draw_all, figure_probe
+from .figures import draw_all, figure_probe, save
 from .selection import fair_comparison, is_fair_grid, probe_curve
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
@@ -297,9 +297,7 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     figures.mkdir(parents=True, exist_ok=True)
     figure = figure_probe(frame)
     if figure is not None:
-        figure.tight_layout()
-        for suffix in ("png", "svg"):
-            figure.savefig(figures / f"probe.{suffix}", dpi=120, metadata={"Date": None} if suffix == "svg" else None)
+        save(figure, figures, "probe")
         parts.append("![test F1 by layer, fusions as lines](figures/probe.png)\n")
     report = output / "report.md"
     report.write_text("\n".join(parts))

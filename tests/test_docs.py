@@ -3,7 +3,7 @@ resolves), the README is a front page of at most 300 lines whose links resolve, 
 block of the README and the site runs, unless the line before it says what it needs (`<!-- needs: network ... -->`,
 `<!-- needs: gpu ... -->`).
 
-A block runs in a fresh folder that holds the runs the pages refer to (`runs/default`, a tagger; `runs/conll` and
+A block runs in a fresh folder that holds the repository's files (linked, as in a clone), the runs the pages refer to (`runs/default`, a tagger; `runs/conll` and
 `runs/wikiann-en`, two taggers on one backbone; `runs/agnews`, a classifier), `sentences.txt` and `texts.txt`, and the
 placeholders the pages use for the reader's own files: `path/to/encoder` (a tiny random BERT), `path/to/llama` (a
 tiny random Llama), `path/to/wikiann`, `path/to/wikitext-2` and `path/to/folder` (tiny datasets in each loader's
@@ -31,6 +31,8 @@ FENCE = re.compile(r"^```(\w*)[ \t]*$")
 NEEDS = re.compile(r"^<!-- needs: (network|gpu)\b.*-->$")
 RUNNABLE = {"bash", "sh", "python"}
 README_LINES = 300
+REPOSITORY_FILES = ("mkdocs.yml", "docs", "README.md", "SECURITY.md", "dwatt", "modeling_dwatt.py",
+                    "configuration_dwatt.py", "benchmarks", "notebooks")
 
 
 def fenced_blocks() -> list[tuple[str, str, str, str | None]]:
@@ -91,6 +93,8 @@ def workspace(tmp_path_factory, tiny_backbone, tiny_decoder) -> Path:
     from dwatt.cli import main
 
     root = tmp_path_factory.mktemp("docs-workspace")
+    for name in REPOSITORY_FILES:  # a clone's files, for the blocks that work on the repository itself (mkdocs)
+        (root / name).symlink_to(REPO / name)
     places = root / "path" / "to"
     places.mkdir(parents=True)
     shutil.copytree(tiny_backbone, places / "encoder")
