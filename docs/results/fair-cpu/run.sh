@@ -5,7 +5,7 @@
 # trial and reports the test F1 of that choice. Each backbone's grid runs as two shards side by side (two cores).
 # The backbones are the folders ../shared/models/fetch.sh writes (minilm, mpnet, smollm2) under models/.
 set -euo pipefail
-cd "$(dirname "$0")/../../.."
+# Run from the repository root.
 RATES=5e-5,3e-4,1e-3,3e-3
 for BACKBONE in models/all-MiniLM-L6-v2 models/all-mpnet-base-v2 models/SmolLM2-135M-Instruct-q4; do
   NAME=$(basename "$BACKBONE")
