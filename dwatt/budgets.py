@@ -7,7 +7,7 @@ its own AdamW and linear schedule (decaying to 0 at the end of its own budget), 
 that have not reached their budget, each copy its own layer of the cached stack where it names one: either
 batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets the dropout masks a
 lone run draws), or one copy after the other with the random state restored in between. Each copy is scored on
-the dev split after each of its epochs and keeps its best weights. `train_budgets` is the budgets-only case.
+the dev split after each of its epochs and keeps its best weights.
 
 Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_budgets.py), while the data
 are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
@@ -211,14 +211,4 @@ def train_heads(
     return outcomes, timings
 
 
-def train_budgets(model: torch.nn.Module, train_set, dev_set, collator: Callable[[list[dict]], dict],
-                  budgets: Sequence[int], score: Callable[[list[torch.Tensor], list[torch.Tensor]], dict], *,
-                  learning_rate: float = 5e-5, **options) -> tuple[list[BudgetOutcome], dict]:
-    """`train_heads` for copies that differ only in their epoch budget (distinct), at one learning rate."""
-    if len(set(budgets)) != len(budgets):
-        raise ValueError(f"budgets must be distinct positive epoch counts, got {list(budgets)}")
-    return train_heads(model, train_set, dev_set, collator, [HeadCopy(e, learning_rate) for e in budgets], score,
-                       **options)
-
-
-__all__ = ["BudgetOutcome", "HeadCopy", "StackedHeads", "train_budgets", "train_heads"]
+__all__ = ["BudgetOutcome", "HeadCopy", "StackedHeads", "train_heads"]
