@@ -26,8 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+import torch.nn.functional as F
 from torch.func import functional_call, vmap
 from transformers import get_linear_schedule_with_warmup, set_seed
+
+from modeling_dwatt import LastLayer, RobertaDWAttForTokenClassification
+
+from .features import FeatureCache
 
 ADAMW = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # the Trainer's adamw_torch defaults
 
@@ -91,6 +96,15 @@ class StackedHeads:
             raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
         self.copies = [{name: t.clone().requires_grad_() for name, t in start.items()} for _ in range(copies)]
 
+    def batches(self, dataset, collator, order: Sequence[int], batch_size: int, device: torch.device):
+        """The model's batches of `dataset` in `order`, on `device`."""
+        for batch in _batches(dataset, collator, order, batch_size):
+            yield _to(batch, device)
+
+    @staticmethod
+    def labels(batch: dict) -> torch.Tensor:
+        return batch["labels"].cpu()
+
     def _call(self, parameters: dict, batch: dict):
         # tie_weights=False: the copies hold trainable head tensors only, which no other tensor is tied to, and
         # working the ties out walks every module of the backbone on each call
@@ -134,6 +148,103 @@ class StackedHeads:
         return {name: t.detach().to("cpu", copy=True) for name, t in self.copies[k].items()}
 
 
+class LinearProbes:
+    """
+    `StackedHeads` for heads on one layer each whose head is one linear map of each labelled token after dropout (the
+    Base token classifier, FE, on a `FeatureCache`): every copy's logits come from one batched product over the
+    labelled positions, read straight from the cache's rows. The numbers are the model's (tests/test_budgets.py
+    compares them with `StackedHeads`): with labels, the model's Base head reads exactly these positions, in this
+    order (sentence after sentence), draws its dropout mask over them, and averages the loss over them; every copy
+    gets the mask a lone run draws. What it saves is the padded batch of every cached layer, built and cast for each
+    batch, and one model call per copy, which on a 30-layer probe are most of the time.
+    """
+
+    PARAMETERS = ("classifier.bias", "classifier.weight")
+
+    def __init__(self, model: torch.nn.Module, copies: int, layers: Sequence[int]):
+        self.stacked = StackedHeads(model, copies, vectorize=False, layers=layers)
+        self.copies, self.dropout, self.dtype = self.stacked.copies, model.dropout, model.dtype
+        # a copy that names no layer reads the stack as it is: a Base head's one layer, the stack's last
+        layers = [-1 if layer is None else layer for layer in layers]
+        self.read = sorted(set(layers))  # the cached layers some copy reads, gathered once per batch
+        self.slab = [self.read.index(layer) for layer in layers]
+
+    @classmethod
+    def fits(cls, model: torch.nn.Module, layers: Sequence[int | None], dataset) -> bool:
+        """Whether `model` is such a head, and `dataset` a cache whose rows it reads: the layer each copy names, or
+        the one layer cached."""
+        trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
+        return (isinstance(model, RobertaDWAttForTokenClassification) and type(model).head is RobertaDWAttForTokenClassification.head
+                and isinstance(model.dwatt.fusion, LastLayer) and model.fuse_labelled_positions_only
+                and tuple(trainable) == cls.PARAMETERS and isinstance(dataset, FeatureCache) and dataset.labels is not None
+                and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1))
+
+    def batches(self, dataset: FeatureCache, collator, order: Sequence[int], batch_size: int, device: torch.device):
+        """Batches as `(features (layers read, labelled positions, hidden), labels (batch, seq))`."""
+        for start in range(0, len(order), batch_size):
+            sentences = order[start : start + batch_size]
+            labels = [torch.as_tensor(dataset.labels[i]).long() for i in sentences]
+            # the cache's rows of the labelled positions (all of them, in a cache of the labelled positions only)
+            rows = torch.cat([dataset.offsets[i] + torch.nonzero(label != -100).flatten()
+                              for i, label in zip(sentences, labels)])
+            features = dataset.features[rows][:, self.read].to(device=device, dtype=self.dtype).transpose(0, 1)
+            labels = torch.nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100)
+            yield features.contiguous(), labels.to(device)
+
+    @staticmethod
+    def labels(batch) -> torch.Tensor:
+        return batch[1].cpu()
+
+    def _logits(self, active: list[int], features: torch.Tensor, dropped: bool) -> torch.Tensor:
+        """`(copies, positions, labels)`: each active copy's classifier on its own layer of `features`, one product
+        per layer for all the copies that read it."""
+        if dropped:  # one mask over (positions, hidden), drawn as the model's dropout draws it, for every copy
+            features = features * self.dropout(torch.ones_like(features[0]))
+        readers: dict[int, list[int]] = {}
+        for k in active:
+            readers.setdefault(self.slab[k], []).append(k)
+        pieces, order = [], []
+        for slab, ks in readers.items():
+            weight = torch.cat([self.copies[k]["classifier.weight"] for k in ks])
+            bias = torch.cat([self.copies[k]["classifier.bias"] for k in ks])
+            pieces.append(F.linear(features[slab], weight, bias).unflatten(-1, (len(ks), -1)))  # (positions, copies, labels)
+            order += ks
+        logits = torch.cat(pieces, dim=1).transpose(0, 1)
+        where = {k: i for i, k in enumerate(order)}
+        return logits if order == active else logits[[where[k] for k in active]]
+
+    def losses(self, active: list[int], batch) -> torch.Tensor:
+        features, labels = batch
+        logits = self._logits(active, features, dropped=True)
+        targets = labels[labels != -100]
+        summed = F.cross_entropy(logits.flatten(0, 1), targets.repeat(len(active)), reduction="none")
+        return summed.view(len(active), -1).sum(1) / max(len(targets), 1)
+
+    @torch.no_grad()
+    def predicted_ids(self, active: list[int], batch) -> torch.Tensor:
+        features, labels = batch
+        ids = self._logits(active, features, dropped=False).argmax(-1)
+        scored = (labels != -100).expand(len(active), *labels.shape)
+        return torch.zeros(len(active), *labels.shape, dtype=ids.dtype, device=ids.device).index_put((scored,), ids.flatten())
+
+    def state(self, k: int) -> dict[str, torch.Tensor]:
+        return self.stacked.state(k)
+
+    @classmethod
+    @torch.no_grad()
+    def predict(cls, model: torch.nn.Module, states: Sequence[dict[str, torch.Tensor]], layers: Sequence[int | None],
+                dataset: FeatureCache, batch_size: int = 32) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+        """Each head's (`states`, reading `layers`) predicted label ids on `dataset`, batch by batch, and the labels:
+        the inputs of `NERMetrics.score_ids`, for every head from one pass over the cache."""
+        heads, device = cls(model, len(states), layers), next(model.parameters()).device
+        heads.copies[:] = [{name: state[name].to(device, model.dtype) for name in cls.PARAMETERS} for state in states]
+        everyone, predicted, labels = list(range(len(states))), [], []
+        for batch in heads.batches(dataset, None, range(len(dataset)), batch_size, device):
+            predicted.append(heads.predicted_ids(everyone, batch).cpu())
+            labels.append(heads.labels(batch))
+        return [[ids[k] for ids in predicted] for k in everyone], labels
+
+
 def train_heads(
     model: torch.nn.Module,
     train_set,
@@ -148,14 +259,16 @@ def train_heads(
     max_grad_norm: float = 1.0,
     vectorize: bool = True,
     metric: str = "f1",
+    linear_probes: bool | None = None,
 ) -> tuple[list[BudgetOutcome], dict]:
     """
     Train one copy of `model`'s trainable parameters per `HeadCopy` on `train_set` (items for `collator`, e.g. a
     `FeatureCache`), scoring each copy on `dev_set` after each of its epochs with `score(predicted_ids, labels)`
     (lists of `(batch, seq)` tensors over the dev batches, in dataset order) and keeping its best weights by
     `metric`. `model` must be in FE form (backbone frozen), and, for copies that name a layer, a head on one layer
-    fed the whole cached stack; it is left with its own weights untouched. Returns the outcomes in the order of
-    `copies` and timings (`train_seconds`, `eval_seconds`).
+    fed the whole cached stack; it is left with its own weights untouched. `linear_probes`: train linear heads on
+    one layer each as `LinearProbes` (default: wherever they fit), else by running the model (`StackedHeads`).
+    Returns the outcomes in the order of `copies` and timings (`train_seconds`, `eval_seconds`).
     """
     copies = list(copies)
     budgets = [c.epochs for c in copies]
@@ -170,13 +283,20 @@ def train_heads(
         raise ValueError("the training set is empty")
     device = next(model.parameters()).device
     set_seed(seed)
-    heads = StackedHeads(model, len(copies), vectorize, [c.layer for c in copies])
+    layers = [c.layer for c in copies]
+    fits = LinearProbes.fits(model, layers, train_set) and LinearProbes.fits(model, layers, dev_set)
+    if linear_probes and not fits:
+        raise ValueError("linear_probes: only for a Base token classifier on one layer per copy, fed a feature cache")
+    if fits and linear_probes is not False:
+        heads = LinearProbes(model, len(copies), layers)
+    else:
+        heads = StackedHeads(model, len(copies), vectorize, layers)
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizers = [torch.optim.AdamW(p.values(), lr=c.learning_rate, **ADAMW) for p, c in zip(heads.copies, copies)]
     schedules = [get_linear_schedule_with_warmup(o, 0, steps_per_epoch * e) for o, e in zip(optimizers, budgets)]
     order_generator = torch.Generator().manual_seed(seed)
-    dev_batches = [_to(b, device) for b in _batches(dev_set, collator, range(len(dev_set)), eval_batch_size)]
-    dev_labels = [b["labels"].cpu() for b in dev_batches]
+    dev_batches = list(heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device))
+    dev_labels = [heads.labels(b) for b in dev_batches]
     outcomes = [BudgetOutcome(c.epochs, copy=c) for c in copies]
     timings = {"train_seconds": 0.0, "eval_seconds": 0.0}
     step, was_training = 0, model.training
@@ -185,8 +305,8 @@ def train_heads(
         started = time.perf_counter()
         model.train()
         order = torch.randperm(len(train_set), generator=order_generator).tolist()
-        for batch in _batches(train_set, collator, order, batch_size):
-            heads.losses(active, _to(batch, device)).sum().backward()
+        for batch in heads.batches(train_set, collator, order, batch_size, device):
+            heads.losses(active, batch).sum().backward()
             for k in active:
                 torch.nn.utils.clip_grad_norm_(heads.copies[k].values(), max_grad_norm)
                 optimizers[k].step()
@@ -211,4 +331,4 @@ def train_heads(
     return outcomes, timings
 
 
-__all__ = ["BudgetOutcome", "HeadCopy", "StackedHeads", "train_heads"]
+__all__ = ["BudgetOutcome", "HeadCopy", "LinearProbes", "StackedHeads", "train_heads"]

@@ -135,6 +135,7 @@ class NERMetrics:
         self.label_names = list(label_names)
         self.windows = windows
         self.iob = IOBScorer.for_names(self.label_names)
+        self._remembered_layout = None
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits, labels = eval_prediction.predictions, eval_prediction.label_ids
@@ -161,28 +162,43 @@ class NERMetrics:
     def flat_ids(self, predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gold and predicted ids at the labelled positions, sentence after sentence (windows joined in order), and
         where each sentence starts."""
-        rows_gold, rows_predicted = [], []
-        for batch_predicted, batch_labels in zip(predicted, labels):
-            batch_predicted, batch_labels = np.asarray(batch_predicted), np.asarray(batch_labels)
-            for row_predicted, row_labels in zip(batch_predicted, batch_labels):
-                keep = row_labels != -100
-                rows_gold.append(row_labels[keep])
-                rows_predicted.append(row_predicted[keep])
-        order = range(len(rows_gold))
+        flat_labels = np.concatenate([np.asarray(b).reshape(-1) for b in labels]) if len(labels) else np.zeros(0, np.int64)
+        take, starts = self._layout(flat_labels, [np.asarray(b).shape for b in labels])
+        flat_predicted = (np.concatenate([np.asarray(b).reshape(-1) for b in predicted]) if len(predicted)
+                          else np.zeros(0, np.int64))
+        if flat_predicted.shape != flat_labels.shape:
+            raise ValueError(f"predictions cover {flat_predicted.size} positions but the labels {flat_labels.size}")
+        return flat_labels[take].astype(np.int64), flat_predicted[take].astype(np.int64), starts
+
+    def _layout(self, flat_labels: np.ndarray, shapes: list[tuple]) -> tuple[np.ndarray, np.ndarray]:
+        """Which positions of the batches' flattened labels are scored, in scoring order, and which of them start a
+        sentence. Remembered for the last labels seen: a probe scores every head on the same dev batches."""
+        remembered = self._remembered_layout
+        if remembered is not None and remembered[0] == shapes and np.array_equal(remembered[1], flat_labels):
+            return remembered[2]
+        rows, offset = [], 0
+        for shape in shapes:
+            width = shape[-1] if len(shape) > 1 else shape[0]
+            for row in range(shape[0] if len(shape) > 1 else 1):
+                start = offset + row * width
+                rows.append(start + np.flatnonzero(flat_labels[start : start + width] != -100))
+            offset += int(np.prod(shape))
+        order = range(len(rows))
         if self.windows is not None:
-            if len(self.windows) != len(rows_gold):
-                raise ValueError(f"{len(rows_gold)} rows of predictions but {len(self.windows)} (sentence, window) tags")
+            if len(self.windows) != len(rows):
+                raise ValueError(f"{len(rows)} rows of predictions but {len(self.windows)} (sentence, window) tags")
             order = sorted(order, key=lambda i: tuple(self.windows[i]))
         starts, sentence_of = [], None
         for index in order:
             sentence = self.windows[index][0] if self.windows is not None else index
-            starts.append(np.zeros(len(rows_gold[index]), dtype=bool))
-            if len(rows_gold[index]) and sentence != sentence_of:
+            starts.append(np.zeros(len(rows[index]), dtype=bool))
+            if len(rows[index]) and sentence != sentence_of:
                 starts[-1][0] = True
                 sentence_of = sentence
-        def joined(rows):
-            return np.concatenate([rows[i] for i in order]).astype(np.int64) if rows else np.zeros(0, np.int64)
-        return joined(rows_gold), joined(rows_predicted), np.concatenate(starts) if starts else np.zeros(0, bool)
+        take = np.concatenate([rows[i] for i in order]).astype(np.int64) if rows else np.zeros(0, np.int64)
+        layout = take, np.concatenate(starts) if starts else np.zeros(0, bool)
+        self._remembered_layout = (shapes, flat_labels.copy(), layout)
+        return layout
 
 
 def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str],

@@ -39,18 +39,22 @@ def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_c
     assert together[0]["dev_curve"][0]["step"] == together[1]["dev_curve"][0]["step"] > 1
 
 
-@pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
-def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_backbone, tiny_conll, tmp_path, vectorize):
+ENGINES = {"linear-probes": dict(linear_probes=True), "one-after-another": dict(linear_probes=False, vectorize=False),
+           "vmap": dict(linear_probes=False, vectorize=True)}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_backbone, tiny_conll, tmp_path, engine):
     """A probe: a Base head on each layer at each learning rate, trained together on one cache of every layer, each
     ends as that head trained alone on its own layer's cache, dev curve, weights and test scores alike."""
     runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
     def make(layer, rate, where):
         return config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
                       learning_rate=rate, epochs=2, save_model=True, evaluate_test=True)
-    together = run_ner_together([make(layer, rate, "together") for layer, rate in runs], vectorize=vectorize)
+    together = run_ner_together([make(layer, rate, "together") for layer, rate in runs], **ENGINES[engine])
     curves = set()
     for (layer, rate), joint in zip(runs, together):
-        (alone,) = run_ner_together([make(layer, rate, "alone")], vectorize=vectorize)
+        (alone,) = run_ner_together([make(layer, rate, "alone")], **ENGINES[engine])
         assert joint["dev_curve"] == alone["dev_curve"] and joint["trained_together_runs"] == 6
         assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12)
         mine, theirs = weights(tmp_path / "together" / f"{layer}-{rate}"), weights(tmp_path / "alone" / f"{layer}-{rate}")
@@ -61,6 +65,34 @@ def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_ba
         assert str(saved["fused_layers"]) == layer and joint["config"]["learning_rate"] == rate
         curves.add(tuple(point["f1"] for point in joint["dev_curve"]) + tuple(mine["classifier.weight"].flatten().tolist()))
     assert len(curves) == len(runs)  # every head went its own way: its own layer, its own rate
+
+
+@pytest.mark.parametrize("dropout", [0.1, 0.0])
+def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll, tmp_path, dropout):
+    """`LinearProbes` (one batched product over the cache's labelled rows) against running the model copy by copy:
+    the same dropout masks, losses, weights, dev curves and test scores, on a cache of every token (train, test) and
+    of the labelled positions only (dev)."""
+    runs = [(layer, rate) for layer in ("1", "3") for rate in (5e-3, 5e-2)]
+    results = {}
+    for linear in (True, False):
+        made = [config(tiny_backbone, tiny_conll, tmp_path / str(linear) / f"{layer}-{rate}", fusion="base",
+                       layers=layer, learning_rate=rate, epochs=3, save_model=True, extra={"classifier_dropout": dropout},
+                       evaluate_test=True)
+                for layer, rate in runs]
+        results[linear] = run_ner_together(made, linear_probes=linear, vectorize=False)
+    for (layer, rate), fast, model_run in zip(runs, results[True], results[False]):
+        assert [p["f1"] for p in fast["dev_curve"]] == pytest.approx([p["f1"] for p in model_run["dev_curve"]], abs=1e-12)
+        assert fast["test_scores"] == pytest.approx(model_run["test_scores"], abs=1e-12)
+        mine, theirs = (weights(tmp_path / str(linear) / f"{layer}-{rate}") for linear in (True, False))
+        for name in theirs:
+            torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=1e-6, msg=name)
+    assert len({tuple(r["dev_curve"][-1].values()) for r in results[True]}) > 1
+
+
+def test_linear_probes_are_refused_where_the_head_is_not_one(tiny_backbone, tiny_conll, tmp_path):
+    made = config(tiny_backbone, tiny_conll, tmp_path / "x", fusion="scalar_mix")
+    with pytest.raises(ValueError, match="linear_probes: only for a Base token classifier"):
+        run_ner_together([made], linear_probes=True)
 
 
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):

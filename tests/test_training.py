@@ -13,7 +13,7 @@ from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer, tokenize_and_align
 from dwatt.features import FeatureCollator, build_feature_cache
-from dwatt.metrics import NERMetrics, entity_scores
+from dwatt.metrics import IOBScorer, NERMetrics, entity_scores
 from dwatt.training import FreezeBackboneCallback, RunConfig, run, run_ner, trainable_parameter_names
 
 from .conftest import tiny_config
@@ -304,9 +304,10 @@ def test_numpy_scores_of_label_ids_equal_seqeval_s(windowed):
     """`NERMetrics.score_ids` scores IOB ids in numpy (`IOBScorer`): the numbers of seqeval's path, windows joined."""
     rng = np.random.default_rng(1)
     names = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-MISC", "I-MISC"]
+    rows = 24
+    windows = [(i // 3, 2 - i % 3) for i in range(rows)] if windowed else None  # windows given out of order
+    metrics = NERMetrics(names, windows=windows)  # one for all draws: a layout remembered must follow new labels
     for _ in range(40):
-        rows = 24
-        windows = [(i // 3, 2 - i % 3) for i in range(rows)] if windowed else None  # windows given out of order
         lengths = rng.integers(0, 9, size=rows)
         longest = int(lengths.max()) + 2
         labels = np.full((rows, longest), -100)
@@ -315,9 +316,13 @@ def test_numpy_scores_of_label_ids_equal_seqeval_s(windowed):
             labels[row, 1:1 + length] = rng.choice(len(names), size=length, p=[0.5] + [1 / 12] * 6)
         batches_predicted = [torch.as_tensor(predicted[i:i + 5]) for i in range(0, rows, 5)]
         batches_labels = [torch.as_tensor(labels[i:i + 5]) for i in range(0, rows, 5)]
-        metrics = NERMetrics(names, windows=windows)
+        metrics.iob = IOBScorer.for_names(names)
         assert metrics.iob is not None
         fast = metrics.score_ids(batches_predicted, batches_labels)
+        # the same labels again (the layout is remembered), with other predictions
+        other = [torch.as_tensor(rng.integers(0, len(names), size=tuple(b.shape))) for b in batches_predicted]
+        fast_other = metrics.score_ids(other, batches_labels)
         metrics.iob = None  # seqeval's path
         assert fast == pytest.approx(metrics.score_ids(batches_predicted, batches_labels), abs=1e-12)
+        assert fast_other == pytest.approx(metrics.score_ids(other, batches_labels), abs=1e-12)
     assert NERMetrics(["O", "S-PER", "B-PER", "I-PER", "E-PER"]).iob is None  # IOBES: seqeval's path

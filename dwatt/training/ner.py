@@ -212,16 +212,17 @@ def run_ner(config: RunConfig) -> dict:
 TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
 
 
-def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
+def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None) -> list[dict]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer
     (`fusion="base"`, `layers=k`), in the layer they read -- trained together by `dwatt.budgets.train_heads` on one
     feature cache (holding every layer the heads read): each ends as that run alone would with the same loop. Writes
     each run's `results.json` (and checkpoint) like `run_ner`; returns the results in order. `vectorize`: batch the
     copies with `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's attention layers are left to
-    run one copy after the other, which is always exact), never on a CPU.
+    run one copy after the other, which is always exact), never on a CPU. Heads on one layer train as
+    `dwatt.budgets.LinearProbes` unless `linear_probes=False`.
     """
-    from ..budgets import HeadCopy, train_heads
+    from ..budgets import HeadCopy, LinearProbes, train_heads
 
     started = RunClock()
     first = configs[0]
@@ -252,13 +253,18 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None) ->
         model, setup.train_set, setup.dev_set, setup.collator, copies, metrics.score_ids,
         seed=first.seed, batch_size=first.batch_size,
         vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
+        linear_probes=linear_probes,
     )
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
     test = scored_test_split(setup, cache_layers) if first.evaluate_test and "test" in setup.data else None
+    test_predictions = None  # of every head at once, where they are linear probes
+    layers = [copy.layer for copy in copies]
+    if test is not None and linear_probes is not False and LinearProbes.fits(model, layers, test[0]):
+        test_predictions = LinearProbes.predict(model, [outcome.best_state for outcome in outcomes], layers, test[0])
     all_results = []
     own_layers = model.config.fused_layers
-    for config, copy, outcome in zip(configs, copies, outcomes):
+    for index, (config, copy, outcome) in enumerate(zip(configs, copies, outcomes)):
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
         model.load_state_dict(outcome.best_state, strict=False)
         model.config.fused_layers = config.layers if probes else own_layers  # what the saved head reads
@@ -266,7 +272,9 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None) ->
         results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs],
                     "trained_together_runs": len(configs)}
         results |= run_facts(model, facts, None)
-        if test is not None:
+        if test_predictions is not None:
+            results["test_scores"] = test[1].score_ids(test_predictions[0][index], test_predictions[1])
+        elif test is not None:
             results["test_scores"] = evaluate_features(model, test[0], setup.collator, test[1], layer=copy.layer)
         all_results.append(finish_run(config, model, setup.tokenizer, results, started))
     model.config.fused_layers = own_layers
