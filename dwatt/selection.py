@@ -82,6 +82,22 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_records(records)
 
 
+def verdict(difference: float, interval: float) -> str:
+    """`beats` or `trails` where the 95% CI of a paired difference excludes 0, `level` where it spans 0, `one trial`
+    where there is no CI."""
+    if pd.isna(interval):
+        return "one trial"
+    return "beats" if difference - interval > 0 else "trails" if difference + interval < 0 else "level"
+
+
+def verdicts(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows of a `fair_comparison` table other than the best single layer's, with their `verdict` against it
+    (every method judged, none singled out by its test score)."""
+    rows = table[table.method != BEST_LAYER].copy()
+    rows["verdict"] = [verdict(m, c) for m, c in zip(rows.minus_best_layer, rows.minus_best_layer_ci95)]
+    return rows
+
+
 def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backbone, dataset, N and layer: the Base head's test F1 at its dev-chosen learning rate, mean over
     trials (the figure's curve), beside its dev F1."""
@@ -96,4 +112,4 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "probe_curve", "with_methods"]
+           "probe_curve", "verdict", "verdicts", "with_methods"]

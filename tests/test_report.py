@@ -253,7 +253,19 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert math.isnan(best.minus_best_layer)
     text = report.read_text()
     assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**" in text
+    verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
+    assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
+    assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
+    assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00.")
+    assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
     # layer 1: 1e-3 wins on dev (its test F1, 0.53-0.55), not 1e-4 (0.9 on test)
     assert list(probe.layer) == [1, 2, 3] and probe.test_f1.iloc[0] == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+
+
+def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_excludes_zero():
+    from dwatt.selection import verdict
+
+    assert verdict(2.0, 1.5) == "beats" and verdict(-2.0, 1.5) == "trails"
+    assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "one trial"
