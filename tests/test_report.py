@@ -257,6 +257,10 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
     assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
     assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00.")
+    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
+    assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (deep at N = 32), a fusion "
+                      "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1), of 1 fusion-setting "
+                      "pairs; the last layer trails the best one by 10.0 F1.\n")
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
@@ -269,3 +273,14 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
 
     assert verdict(2.0, 1.5) == "beats" and verdict(-2.0, 1.5) == "trails"
     assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "one trial"
+
+
+def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
+    from dwatt.report import fair_answer
+
+    table = pd.DataFrame({"backbone": ["m"] * 4, "n_shot": [32] * 4, "method": ["best single layer", "last layer", "DWAtt", "Concat"],
+                          "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan, 2.0, 3.0, 1.0]})
+    assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (m at N = 32), no "
+                                  "fusion beats a head on the best single layer (the 95% CI of every paired difference "
+                                  "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
+    assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
