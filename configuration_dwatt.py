@@ -34,11 +34,12 @@ def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
     return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
-def parse_fused_layers(spec: Any, num_layers: int) -> list[int]:
+def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> list[int]:
     """
     The backbone layers (1..L) a `fused_layers` spec names, ascending: `"all"`; `"every:k"` (layers k, 2k, ...);
     a range `"a-b"` (inclusive); a list, as `[3, 7, 12]` or `"3,7,12"`. The last layer L is always among them: the
-    DWAtt query and residual read z_L, and the other fusions end in it.
+    DWAtt query and residual read z_L, and the other fusions end in it. `add_last=False`: exactly the layers named
+    (a probe's choice of layers, each read alone).
     """
     key = "`fused_layers`"
     if spec is None or spec == "all":
@@ -64,7 +65,7 @@ def parse_fused_layers(spec: Any, num_layers: int) -> list[int]:
     outside = [layer for layer in chosen if not 1 <= layer <= num_layers]
     if outside or not chosen:
         raise ValueError(f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are 1..{num_layers}")
-    return sorted(set(chosen) | {num_layers})
+    return sorted(set(chosen) | ({num_layers} if add_last else set()))
 
 
 def single_layer(spec: Any) -> int | None:

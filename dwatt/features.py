@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,11 +198,18 @@ def cache_lengths(dataset, scored_positions_only: bool = False, pooled: str | No
     return [len(ids) for ids in dataset["input_ids"]]
 
 
-def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool = False, pooled: str | None = None) -> int:
-    """The size `build_feature_cache` will give the features of `dataset`: positions x fused layers x width."""
+def cached_layers(model, layers: Sequence[int] | None = None) -> list[int]:
+    """The hidden states a feature cache keeps (indices into the backbone's hidden states, 0 = the embedding output):
+    `layers`, or those the model's fusion reads."""
+    return list(layers) if layers is not None else list(model.dwatt.fused_layer_indices)
+
+
+def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool = False, pooled: str | None = None,
+                 layers: Sequence[int] | None = None) -> int:
+    """The size `build_feature_cache` will give the features of `dataset`: positions x cached layers x width."""
     positions = sum(cache_lengths(dataset, scored_positions_only, pooled))
     width = model.dwatt.backbone.config.hidden_size
-    return positions * len(model.dwatt.fused_layer_indices) * width * torch.empty((), dtype=dtype).element_size()
+    return positions * len(cached_layers(model, layers)) * width * torch.empty((), dtype=dtype).element_size()
 
 
 class CacheTooLargeError(ValueError):
@@ -253,10 +260,12 @@ def build_feature_cache(
     scored_positions_only: bool = False,
     pooled: str | None = None,
     keep_file: bool = True,
+    layers: Sequence[int] | None = None,
 ) -> FeatureCache:
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
-    `token_type_ids` and `labels`) and keep the layers its fusion reads, stored as `dtype` (float16/bfloat16 halve
+    `token_type_ids` and `labels`) and keep the layers its fusion reads (or `layers`: indices into the backbone's
+    hidden states, 0 the embedding output, as heads on one layer each read them), stored as `dtype` (float16/bfloat16 halve
     the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
     memory-mapped file there instead of RAM (`keep_file=False`: a scratch file, unlinked once mapped, whose pages
     the system frees with the cache). Sentences are batched by length so padding costs little.
@@ -286,7 +295,7 @@ def build_feature_cache(
     device = torch.device(device) if device is not None else next(backbone.parameters()).device
     was_training = backbone.training
     backbone.eval()
-    indices = dwatt.fused_layer_indices
+    indices = cached_layers(model, layers)
     input_lengths = [len(ids) for ids in dataset["input_ids"]]
     lengths = cache_lengths(dataset, scored_positions_only, pooled)
     offsets = [0]

@@ -138,10 +138,7 @@ def probed(backbone: str | None, spec: str) -> list[str]:
     from .portable import backbone_folder
 
     count = AutoConfig.from_pretrained(backbone_folder(backbone) if backbone else default_backbone_path()).num_hidden_layers
-    chosen = range(1, count + 1) if spec == "all" else parse_fused_layers(spec, count)
-    if spec != "all" and not any(str(part).strip() == str(count) for part in str(spec).replace("-", ",").split(",")):
-        chosen = [layer for layer in chosen if layer != count]  # parse_fused_layers adds the last layer; a probe need not
-    return [str(layer) for layer in chosen]
+    return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False)]
 
 
 class ResultsStore:

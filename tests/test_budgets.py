@@ -196,6 +196,10 @@ def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(t
     assert [len(g) for g in groups] == [6, 2, 6, 2]  # per trial: the probe's 6 heads, DWAtt's 2 rates
     assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
                                    backbones=(str(tiny_backbone),), probe_layers="1-2")] == ["1", "2"]
+    # exactly the layers named: the last only where named, by number, range or step
+    for spec, layers in (("every:2", ["2"]), ("every:3", ["3"]), ("2-3", ["2", "3"]), ("1,3", ["1", "3"])):
+        assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
+                                       backbones=(str(tiny_backbone),), probe_layers=spec)] == layers, spec
 
 
 def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,

@@ -30,6 +30,7 @@ from ..features import (
     FeatureMemo,
     build_feature_cache_across_processes,
     cache_nbytes,
+    cached_layers,
     cache_storage,
     dataset_fingerprint,
     gib,
@@ -259,10 +260,12 @@ def dev_subset(dev, config: RunConfig):
     return dev
 
 
-def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict]) -> list:
+def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict],
+                   layers: list[int] | None = None) -> list:
     """
     FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this process's
-    device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`. Before computing
+    device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`: of the layers the
+    model's fusion reads, or of `layers` (hidden-state indices; heads on one layer each read one cache of them all). Before computing
     them it states their size (on the main process, unless `config.progress` is off): in memory when they fit with a
     margin, else memory-mapped from scratch files under the run's folder (`features.cache_storage`), else a one-line
     error saying what to change. Each cache records where it lives (`storage`).
@@ -270,14 +273,16 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     model.to(device())
     dtype = getattr(torch, config.cache_dtype)
     progress = config.progress and is_main_process()
+    if layers is not None:
+        splits = tuple((tokens, {**options, "layers": list(layers)}) for tokens, options in splits)
     keys = [feature_key(model, backbone, tokens, dtype, **options) for tokens, options in splits]
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     spill = cache_storage(nbytes, Path(config.output_dir) / ".feature-cache") if new else None
     if new and progress:
-        layers, width = len(model.dwatt.fused_layer_indices), model.dwatt.backbone.config.hidden_size
+        count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
         where = "in memory" if spill is None else f"memory-mapped from scratch files under {spill} (too large for memory)"
-        print(f"feature cache: {gib(nbytes)} ({layers} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
+        print(f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
     caches = []
     for number, ((tokens, options), key) in enumerate(zip(splits, keys)):
         on_disk = {} if spill is None else {"path": spill / f"{os.getpid()}-{time.time_ns()}-{number}.bin", "keep_file": False}
@@ -286,13 +291,14 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     return caches
 
 
-def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None):
+def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None,
+                layers: list[int] | None = None):
     """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone and
     revision, dtype and positions kept, the device, and the sentences' contents). Runs whose keys are equal share one
     cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes them from it."""
     rest = (backbone, model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
             str(next(model.parameters()).device), dataset_fingerprint(tokens))
-    return tuple(model.dwatt.fused_layer_indices), rest
+    return tuple(cached_layers(model, layers)), rest
 
 
 def cache_facts(*caches) -> dict:

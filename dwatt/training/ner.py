@@ -4,7 +4,6 @@ seqeval."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -84,27 +83,11 @@ class NERSetup:
         return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
 
 
-@contextmanager
-def reading_layers(model, layers: list[int] | None):
-    """The model made to read the backbone `layers` (1..L) while its features are cached, so that one cache holds
-    every layer that heads on one layer each (probes) read; `None` changes nothing. Only the config's choice of
-    layers is touched, and it is restored."""
-    if layers is None:
-        yield
-        return
-    config = model.config
-    saved = config.fusion, config.fused_layers
-    config.fusion, config.fused_layers = "scalar_mix", list(layers)  # a fusion that reads exactly the listed layers
-    try:
-        yield
-    finally:
-        config.fusion, config.fused_layers = saved
-
-
 def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NERSetup:
     """Sample N x C training sentences with `config.seed`, tokenise, build the model from the pretrained backbone
     (initialised with the same seed), and, for FE with the cache, compute the backbone's features once (of
-    `cache_layers` rather than the layers the model reads, for probes: `reading_layers`)."""
+    `cache_layers`, backbone layers 1..L, rather than the layers the model reads: a probe's heads on one layer each
+    read one cache of them all)."""
     config.validate()
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
@@ -133,11 +116,10 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
     cache_seconds = 0.0
     if cached:
         cache_start = time.perf_counter()
-        with reading_layers(model, cache_layers):
-            train_set, dev_set = feature_caches(
-                model, backbone, config, (train_tokens, {}),
-                (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}),
-            )
+        train_set, dev_set = feature_caches(
+            model, backbone, config, (train_tokens, {}),
+            (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}), layers=cache_layers,
+        )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
@@ -181,8 +163,7 @@ def scored_test_split(setup: NERSetup, cache_layers: list[int] | None = None):
     tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
-        with reading_layers(setup.model, cache_layers):
-            [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}))
+        [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}), layers=cache_layers)
         return cache, metrics
     return model_inputs(tokens), metrics
 
@@ -244,9 +225,7 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
     cache_layers = sorted(set(read)) if probes else None
     setup = prepare_ner(first, cache_layers=cache_layers)
     model = setup.model
-    with reading_layers(model, cache_layers):
-        cached = model.dwatt.fused_layer_indices
-    copies = [HeadCopy(c.epochs, c.learning_rate, cached.index(layer) if probes else None)
+    copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if probes else None)
               for c, layer in zip(configs, read or [None] * len(configs))]
     metrics = setup.metrics()
     outcomes, timings = train_heads(
