@@ -18,7 +18,7 @@ from .checkpoints import load_checkpoint
 from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, TagWriter, write_all
 from .prediction import BATCH_SIZE, CHUNK_BATCHES
 from .quantization import QUANTIZATIONS
-from .run_config import MODES, SAMPLINGS, RunConfig
+from .run_config import FE_LEARNING_RATE, MODES, SAMPLINGS, RunConfig, default_learning_rate
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
@@ -55,7 +55,9 @@ def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed, help="fixes both the sample and the initialisation")
     parser.add_argument("--batch-size", type=int, default=None, help="default: 16 for ner, 8 for mlm")
     parser.add_argument("--block-size", type=int, default=defaults.block_size, help="mlm: tokens per block")
-    parser.add_argument("--lr", type=float, default=defaults.learning_rate, dest="learning_rate")
+    parser.add_argument("--lr", type=float, default=None, dest="learning_rate",
+                        help=f"peak learning rate (default: {FE_LEARNING_RATE:g} for fe, as the fair comparison chose; "
+                             f"the paper's {defaults.learning_rate:g} for lora and ft)")
     parser.add_argument("--no-cache", action="store_false", dest="use_cache", help="FE without the feature cache")
     parser.add_argument("--cache-dtype", default=defaults.cache_dtype, choices=("float16", "bfloat16", "float32"))
     parser.add_argument("--output-dir", default=defaults.output_dir)
@@ -78,6 +80,8 @@ def _train(args: argparse.Namespace) -> int:
 
     names = {f.name for f in fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in names})
+    if config.learning_rate is None:
+        config.learning_rate = default_learning_rate(config.mode)
     config.lora_targets = list(config.lora_targets) if config.lora_targets else None
     config.progress, config.verbose = args.verbosity != "quiet", args.verbosity == "verbose"
     if config.n_shot == 0 or config.task == "mlm":

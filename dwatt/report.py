@@ -299,6 +299,10 @@ def verdict_lines(table: pd.DataFrame) -> str:
             parts.append(f"; one trial, no interval yet: {listed('one trial')}")
         if not last.empty:
             parts.append(f". The last layer: {with_interval(last.minus_best_layer.iloc[0], last.minus_best_layer_ci95.iloc[0], sign=True)}")
+        edge = rows[rows.at_largest_rate.astype(bool)].method.tolist()
+        if edge:
+            parts.append(f". Chosen at the largest learning rate tried in every trial (a larger one might score higher): "
+                         f"{', '.join(edge)}")
         lines.append("".join(parts) + ".")
     return "\n".join(lines) + "\n" if lines else ""
 

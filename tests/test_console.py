@@ -111,3 +111,15 @@ def test_the_next_hint_of_a_classification_and_a_masked_lm_run_comes_from_their_
         "eu rejects german call to boycott british lamb says peter <mask>"
     pair = Dataset.from_dict({"text": ["a b"], "text_pair": [" ".join(map(str, range(20)))]})
     assert example_input("cls", pair, separator="[SEP]") == "a b [SEP] " + " ".join(map(str, range(12)))
+
+
+@pytest.mark.parametrize("mode, given, used", [("fe", None, 1e-3), ("ft", None, 5e-5), ("lora", None, 5e-5), ("fe", "5e-5", 5e-5)])
+def test_train_s_learning_rate_follows_the_mode_unless_given(tiny_backbone, tiny_conll, tmp_path, monkeypatch, mode, given, used):
+    """FE heads default to the rate the fair comparison chose; LoRA and FT, which move the backbone, to the paper's."""
+    import dwatt.training
+
+    seen = {}
+    monkeypatch.setattr(dwatt.training, "run", lambda config: seen.setdefault("config", config) and {})
+    monkeypatch.setattr("dwatt.console.summary", lambda results: [])
+    train(tiny_backbone, tiny_conll, tmp_path / "run", "--mode", mode, *(["--lr", given] if given else []))
+    assert seen["config"].learning_rate == used

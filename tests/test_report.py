@@ -256,7 +256,9 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
     assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
     assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
-    assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00.")
+    assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00. Chosen at the largest learning rate tried in every "
+                                     "trial (a larger one might score higher): last layer, best single layer.")
+    assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
     assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (deep at N = 32), a fusion "
                       "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1), of 1 fusion-setting "
