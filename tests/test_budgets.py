@@ -220,6 +220,9 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     assert f"test F1 {100 * best['test_scores']['f1']:.2f}" in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
     assert main(argv) == 0  # resumed: nothing left to train, the same rows
+    from dwatt.cli import build_parser
+
+    assert build_parser().parse_args(["probe"]).learning_rates == (3e-4, 1e-3, 3e-3, 1e-2)
     assert [json.loads(line) for line in results.read_text().splitlines()] == rows
     assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
     assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
