@@ -6,8 +6,9 @@ batches and the dropout masks. `train_heads` keeps one copy of the trainable par
 its own AdamW and linear schedule (decaying to 0 at the end of its own budget), and feeds every batch to all copies
 that have not reached their budget, each copy its own layer of the cached stack where it names one: either
 batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets the dropout masks a
-lone run draws), or one copy after the other with the random state restored in between. Each copy is scored on
-the dev split after each of its epochs and keeps its best weights.
+lone run draws), or one copy after the other with the random state restored in between; heads that are linear maps
+of single layers (probes) run as `LinearProbes`, one product per layer over the cache's labelled rows. Each copy is
+scored on the dev split after each of its epochs and keeps its best weights.
 
 Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_budgets.py), while the data
 are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
