@@ -341,6 +341,9 @@ def _probe(args: argparse.Namespace) -> int:
     picks = chosen_on_dev(with_methods(frame))
     for method in ("best single layer", "last layer"):
         chosen = picks[picks.method == method]
+        if chosen.empty:
+            print(f"{method}: not probed (--layers leaves it out)")
+            continue
         choices = ", ".join(f"layer {int(layer)} at {rate:g}" for layer, rate in zip(chosen.layer, chosen.learning_rate))
         print(f"{method} (chosen on dev, per trial: {choices}): dev F1 {chosen.f1.mean():.2f}, "
               f"test F1 {chosen.test_f1.mean():.2f}")

@@ -42,8 +42,11 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     for keys, sample in runs.groupby(SAMPLE, dropna=False):
         base = sample[sample.fusion == "base"]
         if not base.empty:
-            last = base[base.layer == base.layer.max()]
-            picks.append(_best(last).assign(method=LAST_LAYER))
+            # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
+            depth = base.backbone_layers.max() if "backbone_layers" in base and base.backbone_layers.notna().any() else base.layer.max()
+            last = base[base.layer == depth]
+            if not last.empty:
+                picks.append(_best(last).assign(method=LAST_LAYER))
             picks.append(_best(base).assign(method=BEST_LAYER))
         for fusion, method in FUSION_METHODS.items():
             own = sample[sample.fusion == fusion]

@@ -152,6 +152,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "pooling": row.get("pooling"),  # text classification only
                 "learning_rate": config.get("learning_rate"),
                 "layer": read_layer(row),
+                "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
             }
         )

@@ -286,3 +286,15 @@ def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
                                   "fusion beats a head on the best single layer (the 95% CI of every paired difference "
                                   "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
     assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
+
+
+def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
+    from dwatt.selection import chosen_on_dev, with_methods
+    from dwatt.summaries import runs_frame
+
+    rows = [fair_row("base", 0, rate, 0.5 + 0.1 * layer, 0.5, layer) for layer in (1, 2) for rate in (1e-4, 1e-3)]
+    picks = chosen_on_dev(with_methods(runs_frame(rows)))  # the backbone has 3 layers; layer 2 is not its last
+    assert list(picks.method) == ["best single layer"] and picks.layer.iloc[0] == 2
+    rows.append(fair_row("base", 0, 1e-3, 0.3, 0.4, 3))
+    picks = chosen_on_dev(with_methods(runs_frame(rows)))
+    assert list(picks.method) == ["last layer", "best single layer"] and picks.layer.iloc[0] == 3
