@@ -307,6 +307,9 @@ def verdict_lines(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
+DATASET_NAMES = {"conll2003": "CoNLL-03"}
+
+
 def fair_answer(table: pd.DataFrame) -> str:
     """The fair comparison's answer in a sentence, from the settings (backbone, N) with at least two trials: which
     fusion beats the best single layer where, or that none does; and how far the last layer trails it."""
@@ -330,7 +333,8 @@ def fair_answer(table: pd.DataFrame) -> str:
     if not last.empty:
         least, most = (f"{-value:.1f}" for value in (last.minus_best_layer.max(), last.minus_best_layer.min()))
         gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} F1"
-    return f"On CoNLL-03 test F1, each method at its own learning rate chosen on dev ({scope}), {answer}{gap}.\n"
+    datasets = ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
+    return f"On {datasets} test F1, each method at its own learning rate chosen on dev ({scope}), {answer}{gap}.\n"
 
 
 def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:

@@ -280,12 +280,14 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
 def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
     from dwatt.report import fair_answer
 
-    table = pd.DataFrame({"backbone": ["m"] * 4, "n_shot": [32] * 4, "method": ["best single layer", "last layer", "DWAtt", "Concat"],
+    table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4,
+                          "method": ["best single layer", "last layer", "DWAtt", "Concat"],
                           "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan, 2.0, 3.0, 1.0]})
     assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (m at N = 32), no "
                                   "fusion beats a head on the best single layer (the 95% CI of every paired difference "
                                   "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
     assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
+    assert fair_answer(table.assign(dataset="wikiann:sw")).startswith("On wikiann:sw test F1")
 
 
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
