@@ -177,12 +177,10 @@ class NERMetrics:
         if remembered is not None and remembered[0] == shapes and np.array_equal(remembered[1], flat_labels):
             return remembered[2]
         rows, offset = [], 0
-        for shape in shapes:
-            width = shape[-1] if len(shape) > 1 else shape[0]
-            for row in range(shape[0] if len(shape) > 1 else 1):
-                start = offset + row * width
+        for height, width in shapes:  # (batch, seq) per batch
+            for start in range(offset, offset + height * width, width):
                 rows.append(start + np.flatnonzero(flat_labels[start : start + width] != -100))
-            offset += int(np.prod(shape))
+            offset += height * width
         order = range(len(rows))
         if self.windows is not None:
             if len(self.windows) != len(rows):

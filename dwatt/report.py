@@ -279,11 +279,8 @@ def verdict_lines(table: pd.DataFrame) -> str:
     """One line per backbone and N of a `fair_comparison` table: which fusions beat the best single layer, which are
     level with it, which trail it (test F1, paired by trial, 95% CI), and where the last layer stands."""
     lines = []
-    judged = verdicts(table)
     for (backbone, dataset, n_shot, epochs), rows in table.groupby(["backbone", "dataset", "n_shot", "epochs"], sort=False):
-        best = rows[rows.method == BEST_LAYER]
-        mine = judged[(judged.backbone == backbone) & (judged.dataset == dataset) & (judged.n_shot == n_shot)
-                      & (judged.epochs == epochs)]
+        best, mine = rows[rows.method == BEST_LAYER], verdicts(rows)
         if best.empty or mine.empty:
             continue
         def listed(kind: str) -> str:
@@ -319,9 +316,8 @@ def fair_answer(table: pd.DataFrame) -> str:
         return ""
     fusions = judged[judged.method != LAST_LAYER]
     last = judged[judged.method == LAST_LAYER]
-    settings = sorted({(b, n) for b, n in zip(judged.backbone, judged.n_shot)}, key=lambda s: (s[0], s[1]))
-    scope = "; ".join(f"{backbone} at N = {', '.join(f'{n:g}' for b, n in settings if b == backbone)}"
-                      for backbone in dict.fromkeys(b for b, _ in settings))
+    scope = "; ".join(f"{backbone} at N = {', '.join(f'{n:g}' for n in sorted(shots))}"
+                      for backbone, shots in judged.groupby("backbone").n_shot.unique().items())
     wins = fusions[fusions.verdict == "beats"]
     if wins.empty:
         answer = "no fusion beats a head on the best single layer (the 95% CI of every paired difference reaches 0 or below)"

@@ -43,7 +43,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
         base = sample[sample.fusion == "base"]
         if not base.empty:
             # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
-            depth = base.backbone_layers.max() if "backbone_layers" in base and base.backbone_layers.notna().any() else base.layer.max()
+            depth = base.backbone_layers.max() if base.backbone_layers.notna().any() else base.layer.max()
             last = base[base.layer == depth]
             if not last.empty:
                 picks.append(_best(last).assign(method=LAST_LAYER))
