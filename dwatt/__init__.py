@@ -1,37 +1,43 @@
 """dwatt: Depth-Wise Attention (DWAtt) layer fusion for pretrained encoders.
 
 The model classes live in the two top-level files that travel with every checkpoint (`configuration_dwatt.py`,
-`modeling_dwatt.py`); this package re-exports them, registers them with the `Auto` classes, and adds the library
-around them: data, few-shot sampling, the feature cache, training and the CLI.
+`modeling_dwatt.py`); this package re-exports them and adds the library around them: data, few-shot sampling, the
+feature cache, training, serving and the CLI.
+
+The re-exported names load on first use (PEP 562), and the first of the model names to load registers DWAtt with
+transformers' Auto classes (`register_auto_classes`): `import dwatt` alone imports neither torch nor transformers'
+models, so that the command line and the ONNX runtime start quickly.
 """
 
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from importlib import import_module
 
-from configuration_dwatt import FUSIONS, POOLINGS, DWAttConfig
-from modeling_dwatt import (
-    DWAttForMaskedLM,
-    DWAttForSequenceClassification,
-    DWAttForTokenClassification,
-    DWAttModel,
-    RobertaDWAttForMaskedLM,
-    RobertaDWAttForSequenceClassification,
-    RobertaDWAttForTokenClassification,
-    count_parameters,
-)
+from .auto import register_auto_classes
+from .names import FUSIONS, POOLINGS
 
-from .heads import SharedBackboneHeads  # noqa: E402  (after the model imports it builds on)
+# Where each lazily loaded public name lives.
+_MODEL_NAMES = {
+    "DWAttConfig": "configuration_dwatt",
+    **{name: "modeling_dwatt" for name in (
+        "DWAttForMaskedLM", "DWAttForSequenceClassification", "DWAttForTokenClassification", "DWAttModel",
+        "RobertaDWAttForMaskedLM", "RobertaDWAttForSequenceClassification", "RobertaDWAttForTokenClassification",
+        "count_parameters",
+    )},
+    "SharedBackboneHeads": "dwatt.heads",
+}
 
-AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
-AutoModel.register(DWAttConfig, DWAttModel, exist_ok=True)
-AutoModelForTokenClassification.register(DWAttConfig, RobertaDWAttForTokenClassification, exist_ok=True)
-AutoModelForMaskedLM.register(DWAttConfig, RobertaDWAttForMaskedLM, exist_ok=True)
-AutoModelForSequenceClassification.register(DWAttConfig, RobertaDWAttForSequenceClassification, exist_ok=True)
+
+def __getattr__(name: str):
+    if name not in _MODEL_NAMES:
+        raise AttributeError(f"module 'dwatt' has no attribute {name!r}")
+    register_auto_classes()
+    value = getattr(import_module(_MODEL_NAMES[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODEL_NAMES})
+
 
 __version__ = "0.1.0"
 
@@ -48,4 +54,5 @@ __all__ = [
     "RobertaDWAttForTokenClassification",
     "SharedBackboneHeads",
     "count_parameters",
+    "register_auto_classes",
 ]

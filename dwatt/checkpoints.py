@@ -20,8 +20,8 @@ def checkpoint_task(config) -> str:
 
 
 def load_checkpoint(path: str | Path):
-    """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id (the
-    Auto classes know DWAtt: importing any module of this package ran `dwatt/__init__.py`, which registers them)."""
+    """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id, with
+    this package's model classes (registered with the Auto classes first)."""
     from transformers import (
         AutoConfig,
         AutoModelForMaskedLM,
@@ -29,8 +29,10 @@ def load_checkpoint(path: str | Path):
         AutoModelForTokenClassification,
     )
 
+    from .auto import register_auto_classes
     from .tokenization import load_tokenizer
 
+    register_auto_classes()
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)
     auto = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(task, AutoModelForTokenClassification)

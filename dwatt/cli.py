@@ -12,12 +12,10 @@ import sys
 from collections.abc import Iterable
 from dataclasses import fields
 
-from configuration_dwatt import FUSIONS, POOLINGS
-
 from .checkpoints import load_checkpoint
+from .names import FUSIONS, POOLINGS, QUANTIZATIONS, RUNTIMES
 from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, TagWriter, write_all
 from .prediction import BATCH_SIZE, CHUNK_BATCHES
-from .quantization import QUANTIZATIONS
 from .run_config import FE_LEARNING_RATE, MODES, SAMPLINGS, RunConfig, default_learning_rate
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
@@ -103,8 +101,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .training import evaluate_mlm, load_ner_dataset
 
     model, tokenizer, task = _inference_model(args)
-    if task == "mlm" and args.runtime == "onnx":
-        raise ValueError("--runtime onnx: a masked-LM export gives logits, not the loss its perplexity needs; score the checkpoint")
+    if task == "mlm" and getattr(model, "takes_arrays", False):
+        raise ValueError(f"{args.checkpoint} is an ONNX export of a masked LM: it gives logits, not the loss its perplexity needs; score its checkpoint")
     if task == "cls":
         scores = evaluate_classifier(model, tokenizer, args.dataset or "ag_news", args.data_dir, args.split, args.batch_size)
         print(json.dumps({"checkpoint": args.checkpoint, "split": args.split, **scores}, indent=2))
@@ -164,17 +162,27 @@ def _with_progress(lines: InputLines, quiet: bool) -> Iterable[tuple[int, str]]:
     return tqdm(lines, total=total, desc="predicting", unit="line", file=sys.stderr, leave=False)
 
 
+def _runtime(args: argparse.Namespace) -> str:
+    """The runtime the folder was written for (onnx for a `dwatt export` folder, else torch); a `--runtime` that
+    names the other one is refused."""
+    from .onnx_runtime import is_export
+
+    written_for = "onnx" if is_export(args.checkpoint) else "torch"
+    if args.runtime == "onnx" and written_for == "torch":
+        raise ValueError(f"--runtime onnx: {args.checkpoint} is not an ONNX export; write one with `dwatt export`")
+    if args.runtime == "torch" and written_for == "onnx":
+        raise ValueError(f"--runtime torch: {args.checkpoint} is an ONNX export; run its checkpoint in PyTorch, "
+                         "or this folder without --runtime")
+    return written_for
+
+
 def _inference_model(args: argparse.Namespace):
     """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint in PyTorch (int8 with
-    `--quantize int8`), or an ONNX export with `--runtime onnx`."""
-    from .export import is_export, load_export
+    `--quantize int8`), or an ONNX export in onnxruntime (its int8 graph with `--quantize int8`)."""
+    if _runtime(args) == "onnx":
+        from .onnx_runtime import load_export
 
-    if args.runtime == "onnx":
-        if not is_export(args.checkpoint):
-            raise ValueError(f"--runtime onnx: {args.checkpoint} is not an ONNX export; write one with `dwatt export`")
         return load_export(args.checkpoint, args.quantize)
-    if is_export(args.checkpoint):
-        raise ValueError(f"{args.checkpoint} is an ONNX export: run it with --runtime onnx")
     from .quantization import quantize
 
     model, tokenizer, task = load_checkpoint(args.checkpoint)
@@ -198,8 +206,10 @@ def _output_form(args: argparse.Namespace) -> str:
 
 def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -> None:
     """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
+    import torch
+
     from .heads import SharedBackboneHeads
-    from .prediction import tag
+    from .prediction import as_tensors, tag
     from .tokenization import load_tokenizer
 
     paths = [path for path in args.heads.split(",") if path]
@@ -211,7 +221,9 @@ def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -
     id2labels = {name: head.config.id2label for name, head in taggers.items()}
 
     def run_logits(batch):
-        return {name: output.logits for name, output in heads(**batch).items() if name in taggers}
+        with torch.inference_mode():
+            outputs = heads(**as_tensors(batch))
+        return {name: output.logits.float().numpy() for name, output in outputs.items() if name in taggers}
 
     def predict(texts: list[str]) -> list:
         sentences = [text.split() for text in texts]
@@ -233,7 +245,7 @@ def _predict(args: argparse.Namespace) -> int:
     if not sentences and not lines.sources:
         raise ValueError("give sentences as arguments, with --file, or with --jsonl")
     if args.heads:
-        if args.quantize or args.runtime != "torch":
+        if args.quantize or args.runtime:
             raise ValueError("--heads runs the shared backbone in PyTorch fp32: leave out --quantize and --runtime")
         _predict_heads(args, _with_progress(lines, args.quiet))
         return _finish_predict(lines)
@@ -360,10 +372,11 @@ def _report(args: argparse.Namespace) -> int:
 
 def _add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
-                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); with --runtime onnx, "
+                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "
                              "the export's int8 graph")
-    parser.add_argument("--runtime", choices=("torch", "onnx"), default="torch",
-                        help="onnx: run a `dwatt export` folder with onnxruntime (default: PyTorch)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
+                             "importing torch (default: the one the folder was written for)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -475,7 +488,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from .console import quiet_libraries
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unparsed = parser.parse_known_args(argv)
+    if unparsed and args.command == "predict" and not any(arg.startswith("-") for arg in unparsed):
+        args.sentences += unparsed  # sentences after an option: `dwatt predict MODEL --quantize int8 "A sentence ."`
+    elif unparsed:
+        parser.error(f"unrecognized arguments: {' '.join(unparsed)}")
     if getattr(args, "verbosity", "normal") != "verbose":
         quiet_libraries()
     try:

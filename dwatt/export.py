@@ -1,41 +1,31 @@
-"""A trained checkpoint as an ONNX graph for onnxruntime (`dwatt export CHECKPOINT OUT --format onnx`), and running one.
+"""A trained checkpoint as an ONNX graph for onnxruntime (`dwatt export CHECKPOINT OUT --format onnx`); running one is
+`dwatt.onnx_runtime`'s.
 
 The model's forward pass is one graph (no Python branch on tensor values; `modeling_dwatt.traced`), exported by
 PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dynamic. The folder holds `model.onnx`
-(and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps), the
-tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's inputs and how far onnxruntime's logits were
-from PyTorch's on a check batch when it was written. `dwatt predict EXPORT --runtime onnx` runs it through the same
-code as the PyTorch model (`OnnxModel` is called like one), so the outputs line up the same way.
+(and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps, `quantize_onnx`), the
+tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's inputs and how far
+onnxruntime's logits were from PyTorch's on a check batch when it was written. `dwatt predict EXPORT` runs it with onnxruntime
+(`dwatt.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 from torch import nn
 
-EXPORT_CONFIG = "dwatt_export.json"
-GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
+from .onnx_runtime import EXPORT_CONFIG, GRAPHS, OnnxModel, is_export, load_export, needs, session_options
+
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
 TOLERANCE = 1e-4
 CHECK_TEXTS = ["Peter Blackburn rejects the [MASK] call in Brussels .", "EU [MASK] ."]
-
-
-def _needs(module: str):
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise ValueError(f"ONNX export and runtime need {module}: pip install -e \".[export]\"") from None
 
 
 class _LogitsOnly(nn.Module):
@@ -67,15 +57,6 @@ def _quiet_exporter():
             logger.setLevel(level)
 
 
-def session_options(runtime):
-    """onnxruntime's session options for dwatt: quiet, and its worker threads do not spin-wait between runs, which
-    would take the cores from the tokenizer and the rest of the process (and from other processes)."""
-    options = runtime.SessionOptions()
-    options.log_severity_level = 3
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
-
-
 def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if model.dwatt._takes_token_types else [])
@@ -93,8 +74,8 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
     """`model`'s forward pass (inputs: `batch`'s keys, in `graph_inputs` order; output: `logits`) as an ONNX graph
     at `path`, batch and sequence axes dynamic. Returns the largest difference between onnxruntime's logits and
     PyTorch's on `batch`."""
-    _needs("onnxscript")
-    runtime = _needs("onnxruntime")
+    needs("onnxscript")
+    runtime = needs("onnxruntime")
     inputs = list(batch)
     wrapped = _LogitsOnly(model, inputs).eval()
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
@@ -107,6 +88,23 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
     return float((torch.from_numpy(got) - expected).abs().max())
 
 
+def quantize_onnx(source: str | Path, target: str | Path) -> None:
+    """onnxruntime's dynamic int8 quantization of the graph at `source`, written to `target`: int8 weights with one
+    scale per output channel (one per tensor lost 2.2 F1 on a MiniLM tagger, and 7.4 on an MPNet one:
+    benchmarks/int8_accuracy.py), activations quantized per batch. Matrix products whose weight is a stack of matrices
+    (DWAtt's value MLPs, one per layer) stay fp32, as in PyTorch's int8 path: onnxruntime's integer product takes
+    per-channel scales on matrices only."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    graph = onnx.load(str(source), load_external_data=False).graph
+    ranks = {tensor.name: len(tensor.dims) for tensor in graph.initializer}
+    stacked = [node.name for node in graph.node if node.op_type == "MatMul" and ranks.get(node.input[1], 2) > 2]
+    with _quiet_exporter():
+        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
+                         nodes_to_exclude=stacked)
+
+
 def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None) -> dict:
     """Write `checkpoint` (a saved DWAtt task model, full or head-only) to `output` as an ONNX graph with its tokenizer
     and `dwatt_export.json`; with `quantize="int8"` also an int8 graph. Checks onnxruntime against PyTorch on a padded
@@ -114,7 +112,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     from .atomic import give_usual_modes, write_json_atomically
     from .checkpoints import load_checkpoint
 
-    runtime = _needs("onnxruntime")
+    runtime = needs("onnxruntime")
     if quantize not in GRAPHS:
         raise ValueError(f"--quantize: {quantize!r} is not one of int8")
     model, tokenizer, task = load_checkpoint(checkpoint)
@@ -127,10 +125,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
         raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
     graphs = {"fp32": GRAPHS[None]}
     if quantize == "int8":
-        from onnxruntime.quantization import QuantType, quantize_dynamic
-
-        with _quiet_exporter():
-            quantize_dynamic(str(output / GRAPHS[None]), str(output / GRAPHS["int8"]), weight_type=QuantType.QInt8)
+        quantize_onnx(output / GRAPHS[None], output / GRAPHS["int8"])
         graphs["int8"] = GRAPHS["int8"]
     tokenizer.save_pretrained(output)
     model.config.save_pretrained(output)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
@@ -153,48 +148,5 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     return config
 
 
-def is_export(folder: str | Path) -> bool:
-    return (Path(folder) / EXPORT_CONFIG).is_file()
-
-
-class OnnxModel:
-    """An exported graph run by onnxruntime, called like the PyTorch model by `dwatt.prediction` (`model(**batch)`
-    returns an object with `.logits`; `model.config` has `id2label` and `num_labels`). Inputs the graph does not take
-    (a tagger's `logits_mask`, which only saves work in PyTorch) are left out; the logits at the positions read are
-    the same."""
-
-    def __init__(self, folder: str | Path, quantize: str | None = None):
-        runtime = _needs("onnxruntime")
-        folder = Path(folder)
-        self.export = json.loads((folder / EXPORT_CONFIG).read_text())
-        wanted = "int8" if quantize == "int8" else "fp32"
-        if wanted not in self.export["graphs"]:
-            raise ValueError(f"{folder} has no int8 graph: export it with `dwatt export ... --quantize int8`")
-        self.session = runtime.InferenceSession(str(folder / self.export["graphs"][wanted]), session_options(runtime),
-                                                providers=["CPUExecutionProvider"])
-        id2label = {int(i): label for i, label in self.export["id2label"].items()}
-        self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
-
-    def eval(self):
-        return self
-
-    def __call__(self, **batch) -> SimpleNamespace:
-        feeds = {}
-        for name in self.export["inputs"]:
-            tensor = batch.get(name)
-            if tensor is None:  # a tokenizer without token types: zeros, as the model takes them
-                tensor = torch.zeros_like(batch["input_ids"])
-            feeds[name] = tensor.cpu().numpy().astype("int64")
-        return SimpleNamespace(logits=torch.from_numpy(self.session.run(["logits"], feeds)[0]))
-
-
-def load_export(folder: str | Path, quantize: str | None = None):
-    """An export folder's runnable model, its tokenizer and its task, as `dwatt.checkpoints.load_checkpoint` returns
-    a checkpoint's."""
-    from .tokenization import load_tokenizer
-
-    model = OnnxModel(folder, quantize)
-    return model, load_tokenizer(folder), model.export["task"]
-
-
-__all__ = ["EXPORT_CONFIG", "OnnxModel", "export_onnx", "graph_inputs", "is_export", "load_export", "write_onnx"]
+__all__ = ["EXPORT_CONFIG", "OnnxModel", "export_onnx", "graph_inputs", "is_export", "load_export", "quantize_onnx",
+           "write_onnx"]

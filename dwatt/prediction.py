@@ -6,6 +6,9 @@ encoded rows of a chunk of inputs are sorted by token count and cut into batches
 its own longest row, so that padding costs little; the model skips what padding is left (its per-token work runs on
 the real tokens only). Results come back chunk by chunk in input order, so a large file streams. A sentence's result
 is the same as when it is run alone (tests/test_prediction.py).
+
+Batches are numpy arrays: a PyTorch model gets them as tensors (`logits_of`), an exported graph (`dwatt.onnx_runtime`)
+as they are, so that running an export imports neither torch nor transformers' models.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 
-import torch
+import numpy as np
 
 from .tokenization import encode_words
 
@@ -34,15 +37,41 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def padded(rows: dict[str, list], indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
-    """The model inputs of `rows[...][i]` for `i` in `indices`, padded on the right to the longest of them (the
-    model handles either side; the right keeps each row's positions where the tokenizer put them)."""
+def padded(rows: dict[str, list], indices: list[int], pad_id: int) -> dict[str, np.ndarray]:
+    """The model inputs of `rows[...][i]` for `i` in `indices` as int64 arrays, padded on the right to the longest of
+    them (the model handles either side; the right keeps each row's positions where the tokenizer put them)."""
     longest = max(len(rows["input_ids"][i]) for i in indices)
     batch = {}
     for column in (c for c in MODEL_INPUTS if c in rows):
-        fill = pad_id if column == "input_ids" else 0
-        batch[column] = torch.tensor([rows[column][i] + [fill] * (longest - len(rows[column][i])) for i in indices])
+        array = np.full((len(indices), longest), pad_id if column == "input_ids" else 0, dtype=np.int64)
+        for place, row in enumerate(indices):
+            array[place, : len(rows[column][row])] = rows[column][row]
+        batch[column] = array
     return batch
+
+
+def as_tensors(batch: dict[str, np.ndarray]) -> dict:
+    """A batch of arrays as the torch tensors a PyTorch model takes (sharing their memory)."""
+    import torch
+
+    return {name: torch.from_numpy(array) for name, array in batch.items()}
+
+
+def logits_of(model, batch: dict[str, np.ndarray]) -> np.ndarray:
+    """`model`'s logits on `batch`, as a float32 array: an exported graph (`takes_arrays`) runs the arrays, a PyTorch
+    model their tensors, without autograd."""
+    if getattr(model, "takes_arrays", False):
+        return model(**batch).logits
+    import torch
+
+    with torch.inference_mode():
+        return model(**as_tensors(batch)).logits.float().numpy()
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    """Probabilities over the last axis, in float32."""
+    shifted = np.exp(logits.astype(np.float32) - logits.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
 
 
 def chunks(items: Iterable, size: int) -> Iterator[list]:
@@ -55,31 +84,30 @@ def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def tag(run_logits: Callable[[dict], dict[str, torch.Tensor]], id2labels: dict[str, dict], tokenizer,
+def tag(run_logits: Callable[[dict], dict[str, np.ndarray]], id2labels: dict[str, dict], tokenizer,
         sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> dict[str, list[list[str]]]:
-    """One tag per word of each pre-split sentence, for each head: `run_logits(batch)` returns `{head: logits}`. Long
-    sentences go through overlapping windows (`data.encode_words`), each word tagged by the window that scores it."""
+    """One tag per word of each pre-split sentence, for each head: `run_logits(batch)` returns `{head: logits}` for a
+    batch of arrays (`padded`, with the boolean `logits_mask` of the positions read). Long sentences go through
+    overlapping windows (`data.encode_words`), each word tagged by the window that scores it."""
     limit = min(tokenizer.model_max_length, 512)
     sentences = [list(words) for words in sentences]  # a dataset's column, too
     rows, _ = encode_words(tokenizer, sentences, limit, stride)
     tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
-    with torch.inference_mode():
-        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-            batch = padded(rows, indices, pad_id(tokenizer))
-            batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].bool()  # words' first pieces
-            logits = run_logits(batch)
-            for name, scores in logits.items():
-                predicted = scores.argmax(-1).tolist()
-                for place, row in enumerate(indices):
-                    for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
-                        if scored:
-                            tags[name][rows["sentence"][row]][word] = id2labels[name][predicted[place][position]]
+    for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+        batch = padded(rows, indices, pad_id(tokenizer))
+        batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].astype(bool)  # words' first pieces
+        for name, scores in run_logits(batch).items():
+            predicted = scores.argmax(-1).tolist()
+            for place, row in enumerate(indices):
+                for position, (word, scored) in enumerate(zip(rows["word_ids"][row], rows["scored"][row])):
+                    if scored:
+                        tags[name][rows["sentence"][row]][word] = id2labels[name][predicted[place][position]]
     return tags
 
 
 def predict_tags(model, tokenizer, sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> list[list[str]]:
     """One tag per word for pre-split sentences with a token-classification checkpoint."""
-    return tag(lambda batch: {"": model(**batch).logits}, {"": model.config.id2label}, tokenizer, sentences,
+    return tag(lambda batch: {"": logits_of(model, batch)}, {"": model.config.id2label}, tokenizer, sentences,
                batch_size, stride)[""]
 
 
@@ -93,14 +121,12 @@ def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) ->
 
 
 def class_probabilities(model, tokenizer, texts: list[str], pairs: list[str] | None = None,
-                        batch_size: int = BATCH_SIZE) -> torch.Tensor:
-    """`(texts, classes)` probabilities of a classification checkpoint, in input order."""
+                        batch_size: int = BATCH_SIZE) -> np.ndarray:
+    """`(texts, classes)` probabilities of a classification checkpoint, in input order (float32)."""
     rows = encode_texts(tokenizer, texts, pairs)
-    probabilities = torch.empty(len(texts), model.config.num_labels)
-    with torch.inference_mode():
-        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-            logits = model(**padded(rows, indices, pad_id(tokenizer))).logits
-            probabilities[indices] = torch.softmax(logits.float(), dim=-1)
+    probabilities = np.empty((len(texts), model.config.num_labels), dtype=np.float32)
+    for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+        probabilities[indices] = softmax(logits_of(model, padded(rows, indices, pad_id(tokenizer))))
     return probabilities
 
 
@@ -130,19 +156,19 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
         raise ValueError(f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})")
     rows = dict(tokenizer(texts, truncation=True))
     filled: list = [None] * len(texts)
-    with torch.inference_mode():
-        for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-            batch = padded(rows, indices, pad_id(tokenizer))
-            logits = model(**batch, logits_mask=batch["input_ids"] == tokenizer.mask_token_id).logits  # the masks only
-            for place, row in enumerate(indices):
-                positions = (batch["input_ids"][place] == tokenizer.mask_token_id).nonzero().flatten()
-                top = logits[place, positions].float().softmax(-1).topk(top_k, dim=-1)
-                filled[row] = [[(tokenizer.decode([i]).strip(), p) for i, p in zip(ids.tolist(), ps.tolist())]
-                               for ids, ps in zip(top.indices, top.values)]
+    for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
+        batch = padded(rows, indices, pad_id(tokenizer))
+        masks = batch["input_ids"] == tokenizer.mask_token_id
+        logits = logits_of(model, {**batch, "logits_mask": masks})  # logits at the masks only
+        for place, row in enumerate(indices):
+            probabilities = softmax(logits[place, np.flatnonzero(masks[place])])
+            top = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top_k]  # ties: the lower token id first
+            filled[row] = [[(tokenizer.decode([int(i)]).strip(), float(p[i])) for i in ids]
+                           for ids, p in zip(top, probabilities)]
     return filled
 
 
 __all__ = [
-    "BATCH_SIZE", "CHUNK_BATCHES", "chunks", "class_probabilities", "classify", "fill_masks", "length_sorted_batches",
-    "predict_tags", "split_pairs", "tag",
+    "BATCH_SIZE", "CHUNK_BATCHES", "as_tensors", "chunks", "class_probabilities", "classify", "fill_masks",
+    "length_sorted_batches", "logits_of", "predict_tags", "softmax", "split_pairs", "tag",
 ]

@@ -30,7 +30,7 @@ from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
-QUANTIZATIONS = ("int8",)
+from .names import QUANTIZATIONS
 
 
 class FullRangeDynamicLinear(dynamic_quantized.Linear):

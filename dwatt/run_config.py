@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from configuration_dwatt import FUSIONS
+from .names import FUSIONS
 
 MODES = ("fe", "ft", "lora")  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
 TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)

@@ -24,7 +24,6 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from .atomic import write_text_atomically
-from .distributed import launched_processes
 from .errors import SweepBusyError
 from .portable import portable_results
 from .run_config import RunConfig
@@ -247,7 +246,8 @@ def run_sweep(
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
-    from .training import run, run_ner_together  # here, so that reading a sweep's options imports no training
+    from .distributed import launched_processes  # here, so that reading a sweep's options imports no torch
+    from .training import run, run_ner_together
 
     runner, budgets_runner = runner or run, budgets_runner or run_ner_together
     if launched_processes() > 1:

@@ -29,7 +29,23 @@ def load_tokenizer(name_or_path: str | Path, **kwargs):
     model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")
     if model_type in BYTE_LEVEL_BPE_MODELS:
         kwargs.setdefault("add_prefix_space", True)
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs)
+    return _padding_ready(AutoTokenizer.from_pretrained(name_or_path, use_fast=True, **kwargs), name_or_path)
+
+
+def load_saved_tokenizer(folder: str | Path, model_input_names: list[str] | None = None):
+    """
+    A tokenizer that `load_tokenizer` readied and saved (an export folder's), loaded by transformers' generic fast
+    tokenizer: its `tokenizer.json` and special tokens say everything the encoding needs, and no model config is read,
+    so neither torch nor transformers' models are imported. `model_input_names`: what it returns (token types only
+    where the graph takes them).
+    """
+    from transformers import PreTrainedTokenizerFast
+
+    kwargs = {"model_input_names": list(model_input_names)} if model_input_names else {}
+    return _padding_ready(PreTrainedTokenizerFast.from_pretrained(folder, **kwargs), folder)
+
+
+def _padding_ready(tokenizer, name_or_path):
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"the tokenizer of {name_or_path} has neither a padding nor an end-of-sequence token; "
@@ -138,4 +154,7 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
     return rows, counts
 
 
-__all__ = ["BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_tokenizer"]
+__all__ = [
+    "BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_saved_tokenizer",
+    "load_tokenizer",
+]

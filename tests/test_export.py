@@ -1,6 +1,6 @@
 """Serving on a CPU: every fusion is one graph (torch.export with dynamic batch and sequence, torch.compile with
 fullgraph=True), exports to ONNX with onnxruntime's logits within 1e-4 of PyTorch's on every family, `dwatt export` and
-`dwatt predict --runtime onnx` give the PyTorch path's tags, and int8 quantization keeps the head in fp32."""
+`dwatt predict` on an export give the PyTorch path's tags, and int8 quantization keeps the head in fp32."""
 
 import json
 
@@ -154,7 +154,7 @@ def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_outp
     outputs = {}
     for runtime in ("torch", "onnx"):
         folder = exported if runtime == "onnx" else checkpoints[task]
-        assert main(["predict", str(folder), "--jsonl", str(tmp_path / "in.txt"), "--runtime", runtime, "--quiet"]) == 0
+        assert main(["predict", str(folder), "--jsonl", str(tmp_path / "in.txt"), "--quiet"]) == 0
         outputs[runtime] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(outputs["onnx"]) == len(LINES) and outputs["onnx"][1]["line"] == 2
     if task == "ner":
@@ -166,20 +166,50 @@ def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_outp
     else:
         tokens = [[[token for token, _ in mask] for mask in row["masks"]] for row in outputs["onnx"]]
         assert tokens == [[[token for token, _ in mask] for mask in row["masks"]] for row in outputs["torch"]]
-    assert main(["predict", str(exported), "--jsonl", str(tmp_path / "in.txt"), "--runtime", "onnx", "--quantize", "int8",
-                 "--quiet"]) == 0
+    assert main(["predict", str(exported), "--jsonl", str(tmp_path / "in.txt"), "--quantize", "int8", "--quiet"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(LINES)  # the int8 graph runs, line for line
 
 
 def test_a_folder_is_run_by_the_runtime_it_was_written_for(checkpoints, tmp_path, capsys):
     assert main(["export", str(checkpoints["ner"]), str(tmp_path / "onnx")]) == 0
     capsys.readouterr()
-    assert main(["predict", str(tmp_path / "onnx"), "peter"]) == 2
-    assert "is an ONNX export: run it with --runtime onnx" in capsys.readouterr().err
+    for runtime in ([], ["--runtime", "onnx"]):  # an export runs in onnxruntime, named or not
+        assert main(["predict", str(tmp_path / "onnx"), "peter", *runtime]) == 0
+        onnx_tags = capsys.readouterr().out
+    assert main(["predict", str(checkpoints["ner"]), "peter"]) == 0
+    assert capsys.readouterr().out == onnx_tags
+    assert main(["predict", str(tmp_path / "onnx"), "peter", "--runtime", "torch"]) == 2
+    assert "is an ONNX export; run its checkpoint in PyTorch" in capsys.readouterr().err
     assert main(["predict", str(checkpoints["ner"]), "peter", "--runtime", "onnx"]) == 2
     assert "is not an ONNX export" in capsys.readouterr().err
-    assert main(["predict", str(tmp_path / "onnx"), "peter", "--runtime", "onnx", "--quantize", "int8"]) == 2
+    assert main(["predict", str(tmp_path / "onnx"), "peter", "--quantize", "int8"]) == 2
     assert "no int8 graph: export it with `dwatt export ... --quantize int8`" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("task", ["ner", "cls", "mlm"])
+def test_predicting_with_an_export_imports_neither_torch_nor_transformers_models(task, checkpoints, tmp_path):
+    """`dwatt predict EXPORT` in a fresh interpreter: onnxruntime, numpy and the tokenizer, no torch (which
+    transformers' configuration and model code would import), so that it starts in a fraction of the time."""
+    import subprocess
+    import sys
+
+    assert main(["export", str(checkpoints[task]), str(tmp_path / "onnx")]) == 0
+    script = (
+        "import sys\n"
+        "from dwatt.cli import main\n"
+        f"assert main(['predict', {str(tmp_path / 'onnx')!r}, 'peter [MASK] brussels', 'eu [MASK]']) == 0\n"
+        "heavy = sorted(m for m in ('torch', 'transformers.modeling_utils', 'transformers.configuration_utils') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
+
+
+def test_sentences_may_follow_the_options(checkpoints, capsys):
+    assert main(["predict", str(checkpoints["ner"]), "peter", "--batch-size", "2", "eu", "brussels"]) == 0
+    words = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert words == ["peter", "eu", "brussels"]
+    with pytest.raises(SystemExit):
+        main(["predict", str(checkpoints["ner"]), "peter", "--no-such-option"])
 
 
 @pytest.mark.parametrize("full_range", [True, False], ids=["8-bit-activations", "7-bit-activations"])

@@ -51,7 +51,7 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_reader_sees_relative_and_function_level_imports():
     graph = import_graph()
-    assert "dwatt.heads" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.heads"]
+    assert "dwatt.auto" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.heads"]
     assert "dwatt.heads" in graph["dwatt.cli"]  # imported inside a function
     assert "dwatt.training.callbacks" in graph["dwatt.training.common"]
 
@@ -67,3 +67,30 @@ def test_training_does_not_reach_the_serving_code():
     graph = import_graph()
     for module in (m for m in graph if m.startswith("dwatt.training")):
         assert "dwatt.heads" not in reachable(graph, module), module
+
+
+def test_the_command_line_s_choices_mirror_the_configuration_s():
+    import configuration_dwatt
+
+    from dwatt import names
+
+    assert (names.FUSIONS, names.POOLINGS) == (configuration_dwatt.FUSIONS, configuration_dwatt.POOLINGS)
+
+
+def test_import_dwatt_and_reading_the_command_line_import_no_torch_and_a_model_name_registers_the_auto_classes():
+    """In a fresh interpreter: `import dwatt` and building the CLI's parser leave torch unimported; the first model
+    name loaded registers DWAtt, so that AutoConfig knows the model type."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, dwatt, dwatt.cli\n"
+        "dwatt.cli.build_parser()\n"
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'imported too much'\n"
+        "from transformers import AutoConfig\n"
+        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
+        "assert 'dwatt' not in CONFIG_MAPPING\n"
+        "config_class = dwatt.DWAttConfig\n"
+        "assert CONFIG_MAPPING['dwatt'] is config_class and AutoConfig.for_model('dwatt').fusion == 'dwatt'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
