@@ -29,8 +29,8 @@ TASKS = {"ner": ["--n-shot", "128"], "cls": ["--task", "cls", "--n-shot", "64"]}
 WAYS = {  # name: (evaluate arguments, on the export folder?)
     "PyTorch fp32": ([], False),
     "PyTorch int8": (["--quantize", "int8"], False),
-    "onnxruntime fp32": (["--runtime", "onnx"], True),
-    "onnxruntime int8": (["--runtime", "onnx", "--quantize", "int8"], True),
+    "onnxruntime fp32": ([], True),
+    "onnxruntime int8": (["--quantize", "int8"], True),
 }
 
 

@@ -7,7 +7,7 @@ in an order rotated from round to round:
 - `dwatt predict CKPT --file F` as a whole command (process start, model load, prediction, output), the default
   batch size, and `--batch-size 1` (one window or text at a time: the path `dwatt predict` took before batching);
 - the same command with `--quantize int8` (PyTorch's dynamic int8), and on the checkpoint's `dwatt export --quantize
-  int8` folder with `--runtime onnx`, fp32 and int8 (onnxruntime);
+  int8` folder, fp32 and int8 (onnxruntime, which an export folder runs in without importing torch);
 - the same DWAtt model in process, `dwatt.prediction` over all inputs in sorted batches;
 - `transformers.pipeline` ("token-classification" / "text-classification") with `AutoModelFor...` on the same
   backbone (a plain linear head), batch 1 and batch 32, the model loaded beforehand;
@@ -52,8 +52,8 @@ HERE = Path(__file__).resolve().parent
 TASKS = {"conll": "token-classification", "agnews": "text-classification"}
 CONTROL = "pipeline batch 32 again"
 INT8 = "dwatt predict --file --quantize int8"
-ONNX = "dwatt predict --file --runtime onnx"
-ONNX_INT8 = "dwatt predict --file --runtime onnx --quantize int8"
+ONNX = "dwatt predict EXPORT --file (onnxruntime)"
+ONNX_INT8 = "dwatt predict EXPORT --file --quantize int8 (onnxruntime)"
 BASELINE = "pipeline batch 32"
 
 
@@ -80,8 +80,8 @@ def checkpoints(backbone: str, folder: Path) -> dict[str, Path]:
 
 
 def command(checkpoint: Path, source: Path, output: Path, batch_size: int, options: tuple[str, ...] = ()) -> float:
-    """Seconds of one whole `dwatt predict` command (with `options`: `--quantize int8`, `--runtime onnx`), its JSONL
-    output into `output`."""
+    """Seconds of one whole `dwatt predict` command (with `options`: `--quantize int8`), its JSONL output into
+    `output`."""
     started = time.perf_counter()
     with open(output, "w") as out:
         subprocess.run([sys.executable, "-m", "dwatt.cli", "predict", str(checkpoint), "--jsonl", str(source),
@@ -143,9 +143,8 @@ def measure(backbone: str, texts: dict[str, list[str]], work: Path, rounds: int,
         steps = {
             "dwatt predict --file (batched, sorted)": lambda: command(saved[task], source, work / "batched.jsonl", batch_size),
             INT8: lambda: command(saved[task], source, work / "int8.jsonl", batch_size, ("--quantize", "int8")),
-            ONNX: lambda: command(exported, source, work / "onnx.jsonl", batch_size, ("--runtime", "onnx")),
-            ONNX_INT8: lambda: command(exported, source, work / "onnx-int8.jsonl", batch_size,
-                                       ("--runtime", "onnx", "--quantize", "int8")),
+            ONNX: lambda: command(exported, source, work / "onnx.jsonl", batch_size),
+            ONNX_INT8: lambda: command(exported, source, work / "onnx-int8.jsonl", batch_size, ("--quantize", "int8")),
             "dwatt predict --file (one at a time)": lambda: command(saved[task], source, work / "alone.jsonl", 1),
             "DWAtt model in process, sorted batches": lambda: timed(in_process),
             "pipeline batch 1": lambda: timed(lambda: plain(texts[task], batch_size=1)),

@@ -52,7 +52,8 @@ def torchao_ways(model) -> dict:
 def onnx_ways(checkpoint: Path, folder: Path) -> dict:
     if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None:
         return {}
-    from dwatt.export import OnnxModel, export_onnx
+    from dwatt.export import export_onnx
+    from dwatt.onnx_runtime import OnnxModel
 
     export_onnx(checkpoint, folder, quantize="int8")
     return {"onnxruntime fp32": OnnxModel(folder), "onnxruntime int8": OnnxModel(folder, quantize="int8")}
@@ -80,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
         ways |= torchao_ways(model)
         ways |= onnx_ways(Path(folder) / "model", Path(folder) / "onnx")
         reference = model(**batch).logits
-        difference = {name: float((way(**batch).logits - reference).abs().max()) for name, way in ways.items()}
+        # an ONNX way takes and gives arrays; torch tensors on the CPU convert both ways
+        difference = {name: float((torch.as_tensor(way(**batch).logits) - reference).abs().max()) for name, way in ways.items()}
         timings = results_files.interleaved_timings({name: (lambda way=way: way(**batch)) for name, way in ways.items()},
                                                     args.rounds, CONTROL, warmup=2)
     rows = [{"way": name, "ms": round(1000 * seconds, 1), "ratio_to_fp32": round(seconds / timings["median"][CONTROL], 3),
