@@ -14,12 +14,19 @@ import torch
 
 
 def environment(device: torch.device | None = None) -> dict:
+    """The versions and the device; on a CPU also whether its int8 kernels multiply 8-bit activations exactly (VNNI:
+    `dwatt.quantization.full_range_activations_exact`), which decides PyTorch's int8 way and its speed."""
     cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
-    return {
+    found = {
         "torch": torch.__version__,
         "python": platform.python_version(),
         "device_name": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
     }
+    if not cuda:
+        from dwatt.quantization import full_range_activations_exact
+
+        found["int8_8bit_activations_exact"] = full_range_activations_exact()
+    return found
 
 
 def command(script: str, argv: list[str] | None) -> str:

@@ -223,7 +223,7 @@ def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -
     def run_logits(batch):
         with torch.inference_mode():
             outputs = heads(**as_tensors(batch))
-        return {name: output.logits.float().numpy() for name, output in outputs.items() if name in taggers}
+        return {name: output.logits.float().cpu().numpy() for name, output in outputs.items() if name in taggers}
 
     def predict(texts: list[str]) -> list:
         sentences = [text.split() for text in texts]

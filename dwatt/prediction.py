@@ -50,22 +50,22 @@ def padded(rows: dict[str, list], indices: list[int], pad_id: int) -> dict[str, 
     return batch
 
 
-def as_tensors(batch: dict[str, np.ndarray]) -> dict:
-    """A batch of arrays as the torch tensors a PyTorch model takes (sharing their memory)."""
+def as_tensors(batch: dict[str, np.ndarray], device=None) -> dict:
+    """A batch of arrays as the torch tensors a PyTorch model takes, on `device` (on the CPU: sharing their memory)."""
     import torch
 
-    return {name: torch.from_numpy(array) for name, array in batch.items()}
+    return {name: torch.from_numpy(array).to(device) for name, array in batch.items()}
 
 
 def logits_of(model, batch: dict[str, np.ndarray]) -> np.ndarray:
     """`model`'s logits on `batch`, as a float32 array: an exported graph (`takes_arrays`) runs the arrays, a PyTorch
-    model their tensors, without autograd."""
+    model their tensors on its device, without autograd."""
     if getattr(model, "takes_arrays", False):
         return model(**batch).logits
     import torch
 
     with torch.inference_mode():
-        return model(**as_tensors(batch)).logits.float().numpy()
+        return model(**as_tensors(batch, getattr(model, "device", None))).logits.float().cpu().numpy()
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

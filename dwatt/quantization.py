@@ -2,20 +2,21 @@
 channel), activations quantized per batch as they come (dynamic quantization), the task head left in fp32.
 
 Activations get all 8 bits where this CPU's int8 kernels multiply them exactly (`full_range_activations_exact`: a
-probe of the kernel itself; true with VNNI instructions, as on the project's AMD EPYC). PyTorch's own dynamic
+probe of the kernel itself; true with VNNI instructions, which some of the project's CPUs have and some lack). PyTorch's own dynamic
 `Linear` quantizes activations to 7 bits (`reduce_range=True`), because x86 kernels without VNNI add pairs of
 products in 16 bits and would saturate on 8-bit ones. Where that is so, the feed-forward up-projections (hidden ->
 intermediate size) stay fp32: their inputs carry a few outlier channels that 7 bits and one scale per tensor cannot
-hold. Measured on a MiniLM DWAtt tagger trained at N = 128 (CoNLL-03 test, 3453 sentences,
-`benchmarks/int8_accuracy.py`): fp32 59.15 F1; every linear map int8 with 7-bit activations 57.95; the
+hold. Measured on a MiniLM DWAtt tagger trained at N = 128 and 5e-5, on a CPU with VNNI (CoNLL-03 test, 3453
+sentences, `benchmarks/int8_accuracy.py`): fp32 59.15 F1; every linear map int8 with 7-bit activations 57.95; the
 up-projections kept fp32, 59.39; every linear map int8 with 8-bit activations 59.17. On a batch of 32 sentences
 (`benchmarks/quantization_speed.py`) the 8-bit way takes 0.43 times the fp32 time, the fallback 0.63 times.
 
-Of the ways measured on the project's 2-core CPU (`benchmarks/quantization_speed.py`, `int8_accuracy.py`), PyTorch's
-dynamic quantization (`torch.ao.quantization.quantize_dynamic`, the fbgemm/x86 int8 kernels) with 8-bit
-activations was the fastest, ahead of torchao's int8 configurations (eager) and of onnxruntime's int8 graph
-(`dwatt export --quantize int8`), which also costs more F1. PyTorch marks its quantized tensors as
-deprecated; the ONNX path does not depend on them.
+On a CPU with VNNI, PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, the fbgemm/x86 int8
+kernels) with 8-bit activations was the fastest way measured (`benchmarks/quantization_speed.py`), ahead of torchao's
+int8 configurations (eager) and of onnxruntime's int8 graph; without VNNI the 7-bit way is slower, and the ONNX
+export's int8 graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.export.quantize_onnx`) is the faster
+command (`benchmarks/predict_speed.py`). PyTorch marks its quantized tensors as deprecated; the ONNX path does not
+depend on them.
 DWAtt's stacked value MLPs are batched matmuls over raw weights, not `nn.Linear`s: they stay fp32, as do GPT-2's
 `Conv1D` projections.
 """

@@ -26,6 +26,9 @@ def load_tokenizer(name_or_path: str | Path, **kwargs):
     """
     from transformers import AutoConfig, AutoTokenizer
 
+    from .auto import register_auto_classes
+
+    register_auto_classes()  # a DWAtt checkpoint's folder holds its tokenizer: the Auto classes must know its config
     model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")
     if model_type in BYTE_LEVEL_BPE_MODELS:
         kwargs.setdefault("add_prefix_space", True)

@@ -204,6 +204,29 @@ def test_predicting_with_an_export_imports_neither_torch_nor_transformers_models
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True)
 
 
+@pytest.mark.parametrize("task", ["ner", "cls"])
+def test_a_decoder_s_export_encodes_words_and_texts_as_its_checkpoint_does(task, tiny_decoder, tmp_path, capsys):
+    """A decoder LLM's byte-level BPE tokenizer without a padding token or a prefix space (the case where words given
+    one by one need their running-text space back): the export's tokenizer, loaded without the model's config, gives
+    the checkpoint's tags and labels, long lines (windows) included."""
+    from dwatt.tokenization import load_tokenizer
+
+    torch.manual_seed(0)
+    model_class = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
+    trained_like(model_class.from_backbone(str(tiny_decoder), num_labels=5)).save_pretrained(tmp_path / "model")
+    load_tokenizer(tiny_decoder).save_pretrained(tmp_path / "model")
+    assert main(["export", str(tmp_path / "model"), str(tmp_path / "onnx")]) == 0
+    lines = ["Peter Blackburn visited Brussels .", "", " ".join(["The European Commission said on Thursday"] * 60)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+    capsys.readouterr()
+    outputs = []
+    for folder in ("model", "onnx"):
+        assert main(["predict", str(tmp_path / folder), "--jsonl", str(tmp_path / "in.txt"), "--quiet"]) == 0
+        outputs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    key = "tags" if task == "ner" else "label"
+    assert [row[key] for row in outputs[1]] == [row[key] for row in outputs[0]] and len(outputs[0]) == len(lines)
+
+
 def test_sentences_may_follow_the_options(checkpoints, capsys):
     assert main(["predict", str(checkpoints["ner"]), "peter", "--batch-size", "2", "eu", "brussels"]) == 0
     words = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
