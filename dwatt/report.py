@@ -270,8 +270,13 @@ def fair_table(table: pd.DataFrame) -> str:
             "layer (per trial)": rows.layers,
             "trials": rows.trials,
         })
+        grids = rows.learning_rates_tried.unique()
+        if len(grids) == 1:  # one grid for every method and N: said once, under the title
+            tried = f"Learning rates tried: {grids[0]}.\n\n"
+        else:
+            tried, lines["learning rates tried"] = "", rows.learning_rates_tried.to_numpy()
         parts.append(f"**{backbone}, {dataset}, FE, {epochs} epochs: test F1 of the run chosen on dev**\n\n"
-                     + markdown(lines))
+                     + tried + markdown(lines))
     return "\n".join(parts)
 
 

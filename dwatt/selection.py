@@ -61,13 +61,15 @@ def _best(runs: pd.DataFrame) -> pd.DataFrame:
 
 def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backbone, dataset, N and method: test F1 of the dev-chosen runs (mean, 95% CI, trials), the chosen
-    learning rates (and layers), whether every trial chose the largest rate tried, and the paired test-F1 difference
-    to the best single layer."""
+    learning rates (and layers) among the rates tried, whether every trial chose the largest rate tried, and the
+    paired test-F1 difference to the best single layer."""
     runs = with_methods(frame)
     picks = chosen_on_dev(runs)
     if picks.empty:
         return pd.DataFrame()
-    rates = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(["max", "nunique"])
+    rates = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(
+        ["max", "nunique", lambda tried: ", ".join(f"{rate:g}" for rate in sorted(tried.unique()))])
+    rates.columns = ["max", "nunique", "tried"]
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_f1
@@ -82,6 +84,7 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
                 "test_f1": mine.test_f1.mean(), "test_ci95": confidence_interval(mine.test_f1), "trials": len(mine),
                 "dev_f1": mine.f1.mean(),
                 "learning_rates": ", ".join(f"{rate:g}" for rate in mine.learning_rate),
+                "learning_rates_tried": tried["tried"],
                 "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
                 "minus_best_layer": differences.mean() if method != BEST_LAYER and len(differences) else math.nan,
                 "minus_best_layer_ci95": confidence_interval(differences) if method != BEST_LAYER else math.nan,

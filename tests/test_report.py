@@ -252,7 +252,7 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
     assert math.isnan(best.minus_best_layer)
     text = report.read_text()
-    assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**" in text
+    assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
     assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
     assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
@@ -300,3 +300,17 @@ def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
     rows.append(fair_row("base", 0, 1e-3, 0.3, 0.4, 3))
     picks = chosen_on_dev(with_methods(runs_frame(rows)))
     assert list(picks.method) == ["last layer", "best single layer"] and picks.layer.iloc[0] == 3
+
+
+def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
+    from dwatt.report import fair_table
+    from dwatt.selection import fair_comparison
+    from dwatt.summaries import runs_frame
+
+    rows = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.5, layer) for trial in range(2) for layer in (1, 2, 3)
+            for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(2) for rate in (1e-4, 1e-3)]  # not yet at 1e-2
+    text = fair_table(fair_comparison(runs_frame(rows)))
+    assert "Learning rates tried" not in text and text.splitlines()[2].endswith("| learning rates tried |")
+    assert "| 32 | DWAtt | 60.00 ± 0.00 | +10.00 ± 0.00 | 0.0001, 0.0001 |  | 2 | 0.0001, 0.001 |" in text
+    assert "| 32 | best single layer | 50.00 ± 0.00 |  | 0.0001, 0.0001 | 3, 3 | 2 | 0.0001, 0.001, 0.01 |" in text
