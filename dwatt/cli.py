@@ -206,10 +206,8 @@ def _output_form(args: argparse.Namespace) -> str:
 
 def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -> None:
     """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
-    import torch
-
     from .heads import SharedBackboneHeads
-    from .prediction import as_tensors, tag
+    from .prediction import as_array, run_on_arrays, tag
     from .tokenization import load_tokenizer
 
     paths = [path for path in args.heads.split(",") if path]
@@ -221,9 +219,8 @@ def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -
     id2labels = {name: head.config.id2label for name, head in taggers.items()}
 
     def run_logits(batch):
-        with torch.inference_mode():
-            outputs = heads(**as_tensors(batch))
-        return {name: output.logits.float().cpu().numpy() for name, output in outputs.items() if name in taggers}
+        outputs = run_on_arrays(heads, batch)
+        return {name: as_array(output.logits) for name, output in outputs.items() if name in taggers}
 
     def predict(texts: list[str]) -> list:
         sentences = [text.split() for text in texts]

@@ -3,10 +3,11 @@
 
 The model's forward pass is one graph (no Python branch on tensor values; `modeling_dwatt.traced`), exported by
 PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dynamic. The folder holds `model.onnx`
-(and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps, `quantize_onnx`), the
-tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's inputs and how far
-onnxruntime's logits were from PyTorch's on a check batch when it was written. `dwatt predict EXPORT` runs it with onnxruntime
-(`dwatt.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the outputs line up the same way.
+(and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps,
+`quantize_onnx`), the tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's
+inputs and how far onnxruntime's logits were from PyTorch's on a check batch when it was written. `dwatt predict
+EXPORT` runs it with onnxruntime (`dwatt.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the
+outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .onnx_runtime import EXPORT_CONFIG, GRAPHS, OnnxModel, is_export, load_export, needs, session_options
+from .onnx_runtime import EXPORT_CONFIG, GRAPHS, needs, session_options
 
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
 TOLERANCE = 1e-4
@@ -148,5 +149,4 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     return config
 
 
-__all__ = ["EXPORT_CONFIG", "OnnxModel", "export_onnx", "graph_inputs", "is_export", "load_export", "quantize_onnx",
-           "write_onnx"]
+__all__ = ["export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]

@@ -57,15 +57,25 @@ def as_tensors(batch: dict[str, np.ndarray], device=None) -> dict:
     return {name: torch.from_numpy(array).to(device) for name, array in batch.items()}
 
 
-def logits_of(model, batch: dict[str, np.ndarray]) -> np.ndarray:
-    """`model`'s logits on `batch`, as a float32 array: an exported graph (`takes_arrays`) runs the arrays, a PyTorch
-    model their tensors on its device, without autograd."""
-    if getattr(model, "takes_arrays", False):
-        return model(**batch).logits
+def run_on_arrays(module, batch: dict[str, np.ndarray]):
+    """A PyTorch `module`'s outputs on the tensors of `batch`, on its device (where it names one), without autograd."""
     import torch
 
     with torch.inference_mode():
-        return model(**as_tensors(batch, getattr(model, "device", None))).logits.float().cpu().numpy()
+        return module(**as_tensors(batch, getattr(module, "device", None)))
+
+
+def as_array(logits) -> np.ndarray:
+    """Logits as a float32 array on the CPU."""
+    return logits.float().cpu().numpy()
+
+
+def logits_of(model, batch: dict[str, np.ndarray]) -> np.ndarray:
+    """`model`'s logits on `batch`, as a float32 array: an exported graph (`takes_arrays`) runs the arrays, a PyTorch
+    model their tensors (`run_on_arrays`)."""
+    if getattr(model, "takes_arrays", False):
+        return model(**batch).logits
+    return as_array(run_on_arrays(model, batch).logits)
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -169,6 +179,6 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
 
 
 __all__ = [
-    "BATCH_SIZE", "CHUNK_BATCHES", "as_tensors", "chunks", "class_probabilities", "classify", "fill_masks",
-    "length_sorted_batches", "logits_of", "predict_tags", "softmax", "split_pairs", "tag",
+    "BATCH_SIZE", "CHUNK_BATCHES", "as_array", "as_tensors", "chunks", "class_probabilities", "classify", "fill_masks",
+    "length_sorted_batches", "logits_of", "predict_tags", "run_on_arrays", "softmax", "split_pairs", "tag",
 ]
