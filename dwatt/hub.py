@@ -135,15 +135,19 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"from transformers import {auto_class}, AutoTokenizer",
         "",
         f'model = {auto_class}.from_pretrained("{repo_id or "path/to/checkpoint"}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}", trust_remote_code=False)',
+        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}"{", trust_remote_code=True" * has_tokenizer})',
         "```",
         "",
         "`trust_remote_code=True` runs the two files of this repository, `configuration_dwatt.py` and `modeling_dwatt.py`;",
-        "they import only torch and transformers. Pin `revision=` to a commit you have read. The tokenizer needs no",
-        "remote code: `trust_remote_code=False` says so, where transformers would otherwise ask (it reads this",
-        "repository's `config.json`, which names the remote model code, before it reads the tokenizer files).",
-        "",
+        "they import only torch and transformers. Pin `revision=` to a commit you have read.",
     ]
+    if has_tokenizer:
+        lines += [
+            "The tokenizer is the backbone's own; its line trusts the same files, since transformers reads this",
+            "repository's `config.json`, which names the remote configuration class, before the tokenizer files",
+            "(without the flag it asks).",
+        ]
+    lines.append("")
     return "\n".join(lines)
 
 

@@ -390,22 +390,28 @@ def test_push_with_the_hub_switched_off_ends_in_one_line(backbone, tmp_path, cap
 
 
 TOKENIZER_SCRIPT = """
-    import builtins, json, sys
+    import builtins, json, logging, sys
     from transformers import AutoTokenizer
-    asked = []
+    from transformers.utils import logging as hf_logging
+    asked, warned = [], []
     builtins.input = lambda prompt="": asked.append(prompt) or "n"
+    class Kept(logging.Handler):
+        def emit(self, record):
+            warned.append(record.getMessage())
+    hf_logging.get_logger().addHandler(Kept(logging.WARNING))
     folder = sys.argv[1] if len(sys.argv) > 1 else {folder!r}
-    plain = AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
-    asked_with_false = list(asked)
+    trusted = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+    seen = {{"ids": trusted("peter blackburn")["input_ids"], "asked": list(asked), "warned": list(warned)}}
     AutoTokenizer.from_pretrained(folder)
-    print(json.dumps({{"ids": plain("peter blackburn")["input_ids"], "with_false": asked_with_false, "without": asked}}))
+    print(json.dumps(seen | {{"asked_without": asked}}))
 """
 
 
-def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt(tiny_backbone, tmp_path):
+def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt_or_warning(tiny_backbone, tmp_path):
     """Why transformers asks: AutoTokenizer reads the folder's config.json through AutoConfig first, and its
-    `auto_map` names the remote configuration class. `trust_remote_code=False` is the one-line way round it (what
-    the model card and README show): no prompt, and the very tokenizer of the backbone."""
+    `auto_map` names the remote configuration class. `trust_remote_code=True` (what the model card and README show:
+    the files the model line trusts) loads the very tokenizer of the backbone with no prompt and no warning
+    (`trust_remote_code=False` warns that a dwatt config is read as a plain one)."""
     import subprocess
     import sys
     import textwrap
@@ -422,9 +428,12 @@ def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt(tiny_backbone
                           env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
-    assert seen["with_false"] == []
+    assert seen["asked"] == [] and seen["warned"] == []
     assert seen["ids"] == AutoTokenizer.from_pretrained(tiny_backbone)("peter blackburn")["input_ids"]
-    assert any("custom code" in prompt for prompt in seen["without"])  # the cause, as this transformers has it
+    assert any("custom code" in prompt for prompt in seen["asked_without"])  # the cause, as this transformers has it
     card = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5), RESULTS,
                       "someone/ner", has_tokenizer=True)
-    assert 'AutoTokenizer.from_pretrained("someone/ner", trust_remote_code=False)' in card
+    assert 'AutoTokenizer.from_pretrained("someone/ner", trust_remote_code=True)' in card
+    backbone_only = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
+                               RESULTS, "someone/ner", has_tokenizer=False)
+    assert f'AutoTokenizer.from_pretrained("{tiny_backbone}")' in backbone_only  # a plain backbone: nothing to trust
