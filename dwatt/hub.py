@@ -91,6 +91,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         ]
     auto_class = AUTO_CLASSES.get(pipeline_tag, "AutoModelForTokenClassification")
     tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
+    trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
     if config.lora:
         lora = config.lora
@@ -135,7 +136,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"from transformers import {auto_class}, AutoTokenizer",
         "",
         f'model = {auto_class}.from_pretrained("{repo_id or "path/to/checkpoint"}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}"{", trust_remote_code=True" * has_tokenizer})',
+        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}"{trust_tokenizer})',
         "```",
         "",
         "`trust_remote_code=True` runs the two files of this repository, `configuration_dwatt.py` and `modeling_dwatt.py`;",

@@ -59,6 +59,10 @@ def _best(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.loc[[runs.f1.idxmax()]]
 
 
+def _rates_text(rates) -> str:
+    return ", ".join(f"{rate:g}" for rate in rates)
+
+
 def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backbone, dataset, N and method: test F1 of the dev-chosen runs (mean, 95% CI, trials), the chosen
     learning rates (and layers) among the rates tried, whether every trial chose the largest rate tried, and the
@@ -67,9 +71,8 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     picks = chosen_on_dev(runs)
     if picks.empty:
         return pd.DataFrame()
-    rates = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(
-        ["max", "nunique", lambda tried: ", ".join(f"{rate:g}" for rate in sorted(tried.unique()))])
-    rates.columns = ["max", "nunique", "tried"]
+    rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(
+        lambda rates: sorted(rates.unique()))
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_f1
@@ -78,18 +81,18 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
             if mine.empty:
                 continue
             differences = (mine.set_index("trial").test_f1 - best_layer).dropna()
-            tried = rates.loc[(backbone, dataset, n_shot, epochs, mine.fusion.iloc[0])]
+            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, mine.fusion.iloc[0])]
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
                 "test_f1": mine.test_f1.mean(), "test_ci95": confidence_interval(mine.test_f1), "trials": len(mine),
                 "dev_f1": mine.f1.mean(),
-                "learning_rates": ", ".join(f"{rate:g}" for rate in mine.learning_rate),
-                "learning_rates_tried": tried["tried"],
+                "learning_rates": _rates_text(mine.learning_rate),
+                "learning_rates_tried": _rates_text(tried),
                 "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
                 "minus_best_layer": differences.mean() if method != BEST_LAYER and len(differences) else math.nan,
                 "minus_best_layer_ci95": confidence_interval(differences) if method != BEST_LAYER else math.nan,
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
-                "at_largest_rate": bool(tried["nunique"] > 1 and (mine.learning_rate == tried["max"]).all()),
+                "at_largest_rate": bool(len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
             })
     return pd.DataFrame.from_records(records)
 
