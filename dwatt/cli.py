@@ -294,7 +294,7 @@ def _csv(kind):
 
 
 def _sweep(args: argparse.Namespace) -> int:
-    from .sweep import PRESETS, grid, parse_shard, run_sweep, shard, shard_results_path
+    from .sweep import PRESETS, ResultsStore, grid, parse_shard, run_sweep, shard, shard_results_path
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     for key in ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
@@ -318,30 +318,28 @@ def _sweep(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    rows = run_sweep(
-        specs, results, args.output_root, progress=not args.quiet, engine=args.engine, cache_dtype=args.cache_dtype,
-        **({"evaluate_test": True} if args.test else {}),
-    )
-    ids = {spec.run_id for spec in specs}
-    finished = sum(row.get("run_id") in ids for row in rows)
-    print(f"{finished} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
+    overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {})}
+    rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine, **overrides)
+    finished = ResultsStore(results).finished(specs, overrides, args.engine)
+    print(f"{len(finished)} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
     return 0
 
 
 def _probe(args: argparse.Namespace) -> int:
     """A Base head on each chosen layer at each learning rate, trained together per trial on one feature cache;
     prints dev F1 by layer and learning rate, and the layer and rate chosen on dev with their test F1."""
+    _report_modules("probe")
     from .selection import chosen_on_dev, with_methods
-    from .summaries import load_rows, runs_frame
-    from .sweep import grid, run_sweep
+    from .summaries import runs_frame, without_duplicates
+    from .sweep import ResultsStore, grid, run_sweep
 
     specs = grid(fusions=("base",), n_shots=(args.n_shot,), epochs=(args.epochs,), trials=args.trials,
                  datasets=(args.dataset,), backbones=(args.backbone,), data_dir=args.data_dir,
                  dev_sentences=args.dev_sentences, learning_rates=args.learning_rates, probe_layers=args.layers)
-    run_sweep(specs, args.results, args.output_root, progress=not args.quiet, engine="budgets",
-              cache_dtype=args.cache_dtype, evaluate_test=True)
-    ids = {spec.run_id for spec in specs}
-    frame = runs_frame([row for row in load_rows([args.results]) if row.get("run_id") in ids])
+    overrides = {"cache_dtype": args.cache_dtype, "evaluate_test": True}
+    run_sweep(specs, args.results, args.output_root, progress=not args.quiet, engine="budgets", **overrides)
+    rows = ResultsStore(args.results).finished(specs, overrides, "budgets").values()
+    frame = runs_frame(without_duplicates([row | {"_path": args.results} for row in rows]))
     table = frame.pivot_table(index="layer", columns="learning_rate", values="f1", aggfunc="mean")
     print(f"dev F1 by layer and learning rate ({args.trials} trial{'s' * (args.trials > 1)}, mean):")
     print("  layer  " + "".join(f"{rate:>9g}" for rate in table.columns))
@@ -360,8 +358,23 @@ def _probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _report_modules(command: str):
+    """`dwatt.report`, or a one-line error naming the extra that brings what it needs (pandas, matplotlib, scipy)."""
+    import importlib
+
+    try:
+        return importlib.import_module(f"{__package__}.report")
+    except ModuleNotFoundError as error:
+        if error.name not in REPORT_EXTRA:
+            raise
+        raise ValueError(f'dwatt {command} needs {error.name} for its tables and figures: pip install "dwatt[report]"') from None
+
+
+REPORT_EXTRA = ("pandas", "matplotlib", "scipy")
+
+
 def _report(args: argparse.Namespace) -> int:
-    from .report import write_report
+    write_report = _report_modules("report").write_report
 
     print(f"report: {write_report(args.results, args.output, args.title)}")
     return 0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .defaults import DEFAULT_BACKBONE_HUB_ID, default_backbone_path, known_hub_id
+from .defaults import DEFAULT_BACKBONE_HUB_ID, DEFAULT_BACKBONE_PACKAGE, default_backbone_path, known_hub_id
 
 # The fields of a run's results (and of a sweep row's spec) that hold paths.
 PATH_FIELDS = ("backbone", "data_dir", "output_dir")
@@ -65,10 +65,19 @@ def portable_results(results: dict, output_root: str | Path | None = None) -> di
     return out
 
 
+def backbone_label(backbone: str | None) -> str:
+    """A short name for a backbone: the Hub id's or folder's last part (its parent's for a folder called `model`);
+    the packaged default backbone by the name of the Hub model it ships, wherever it was installed."""
+    path = Path(str(backbone))
+    if backbone is None or DEFAULT_BACKBONE_PACKAGE in path.parts:
+        return DEFAULT_BACKBONE_HUB_ID.split("/")[-1]
+    return path.parent.name if path.name == "model" and path.parent.name else path.name
+
+
 def portable_command(arguments: list[str]) -> list[str]:
     """Command-line arguments with every absolute path (alone or in a comma-separated list) made portable."""
     return [",".join(portable_path(part) if os.path.isabs(part) else part for part in argument.split(","))
             for argument in arguments]
 
 
-__all__ = ["PATH_FIELDS", "backbone_folder", "portable_command", "portable_path", "portable_results"]
+__all__ = ["PATH_FIELDS", "backbone_folder", "backbone_label", "portable_command", "portable_path", "portable_results"]

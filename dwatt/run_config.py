@@ -5,6 +5,7 @@ Kept apart from `dwatt.training` so that reading the command line imports no tra
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,9 @@ TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for 
 # The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
 DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
 SAMPLINGS = ("uniform", "per_class", "sentences")
+# Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
+# of its identity (`dwatt.sweep.run_settings`, `dwatt.summaries.run_identity`).
+NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
 
 
 @dataclass
@@ -86,7 +90,7 @@ class RunConfig:
             raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
         if self.mode not in MODES:
             raise ValueError(f"--mode: unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
-        if self.lora_rank < 1 or (self.lora_alpha is not None and self.lora_alpha <= 0) or not 0 <= self.lora_dropout < 1:
+        if self.lora_rank < 1 or (self.lora_alpha is not None and not 0 < self.lora_alpha < math.inf) or not 0 <= self.lora_dropout < 1:
             raise ValueError("--lora-rank must be >= 1, --lora-alpha > 0 and --lora-dropout in [0, 1)")
         if self.epochs <= 0:
             raise ValueError(f"--epochs must be > 0, got {self.epochs}")
@@ -102,8 +106,10 @@ class RunConfig:
             self.dataset = DEFAULT_DATASETS[self.task]
         if self.batch_size is None:
             self.batch_size = TASKS[self.task]
-        if self.batch_size <= 0 or self.learning_rate <= 0:
-            raise ValueError("--batch-size and --lr must be > 0")
+        if self.batch_size <= 0:
+            raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
         if self.cache_dtype not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
         from .data import is_local_path
@@ -125,4 +131,4 @@ def default_learning_rate(mode: str) -> float:
     return FE_LEARNING_RATE if mode == "fe" else RunConfig.learning_rate
 
 
-__all__ = ["DEFAULT_DATASETS", "FE_LEARNING_RATE", "MODES", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = ["DEFAULT_DATASETS", "FE_LEARNING_RATE", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]

@@ -15,6 +15,9 @@ import pandas as pd
 
 from configuration_dwatt import single_layer
 
+from .portable import backbone_label
+from .run_config import NOT_DEFINING
+
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {"base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
@@ -28,23 +31,10 @@ def tier(train_pool_size: int) -> str:
     return next(name for floor, name in TIERS if train_pool_size >= floor)
 
 
-def backbone_label(backbone: str | None) -> str:
-    """A short name for a backbone: the Hub id's or folder's last part (its parent's for a folder called `model`);
-    the packaged default backbone by the name of the Hub model it ships, wherever it was installed."""
-    from .defaults import DEFAULT_BACKBONE_HUB_ID, DEFAULT_BACKBONE_PACKAGE
-
-    path = Path(str(backbone))
-    if backbone is None or DEFAULT_BACKBONE_PACKAGE in path.parts:
-        return DEFAULT_BACKBONE_HUB_ID.split("/")[-1]
-    return path.parent.name if path.name == "model" and path.parent.name else path.name
-
-
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
-# Settings of a run that do not change its results (where it writes, what it prints); kept out of its identity.
-NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
-STORE_FIELDS = ("run_id", "spec", "_path")
+STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path")
 
 
 def comparable(row: dict) -> dict:
@@ -84,15 +74,22 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
     return list(kept.values())
 
 
+# What every row's config must say for the report to place it.
+REQUIRED_CONFIG = ("backbone", "mode", "fusion", "epochs")
+
+
 def load_rows(paths: list[str | Path]) -> list[dict]:
     """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
     held by two of them counts once (`without_duplicates`)."""
     rows = []
     for path in map(Path, paths):
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as error:
             raise ValueError(f"{path}: not a readable results file ({error.strerror})") from None
+        except UnicodeDecodeError as error:
+            line = path.read_bytes()[: error.start].count(b"\n") + 1
+            raise ValueError(f"{path}:{line}: not UTF-8 ({error.reason})") from None
         lines = text.splitlines() if path.suffix == ".jsonl" else [text]
         for number, line in enumerate(lines, start=1):
             if not line.strip():
@@ -102,8 +99,12 @@ def load_rows(paths: list[str | Path]) -> list[dict]:
             except json.JSONDecodeError as error:
                 where = f"{path}:{number}" if path.suffix == ".jsonl" else str(path)
                 raise ValueError(f"{where}: not a JSON results row ({error.msg})") from None
-            if not isinstance(row, dict) or "config" not in row:
-                raise ValueError(f"{path}:{number}: a results row needs a 'config' (is this a dwatt results file?)")
+            where = f"{path}:{number}" if path.suffix == ".jsonl" else str(path)
+            if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
+                raise ValueError(f"{where}: a results row needs a 'config' (is this a dwatt results file?)")
+            missing = [key for key in REQUIRED_CONFIG if key not in row["config"]]
+            if missing:
+                raise ValueError(f"{where}: the row's config lacks {', '.join(map(repr, missing))}")
             rows.append(row | {"_path": str(path)})
     return without_duplicates(rows)
 

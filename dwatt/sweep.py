@@ -1,9 +1,13 @@
 """Experiment grids: the cross product of runs, one results store, resumable after an interruption.
 
-Each run is identified by a readable `run_id` built from everything that defines it. The store is one JSONL file
-(one row per finished run) rewritten whole through write-then-rename at every finished run, so a crash leaves the
-previous complete file and never a half-written one; a restarted sweep skips the run ids already in the store and
-re-does the one that was interrupted.
+Each run has a readable `run_id` (dataset, backbone, mode, fusion, N, budget, trial, and the options it sets) and an
+identity: everything that changes its numbers (`run_settings`: the whole configuration but where it writes and what
+it prints, the backbone and data folder by their portable names, and the engine that trained it). The store is one
+JSONL file (one row per finished run) rewritten whole through write-then-rename at every finished run, so a crash
+leaves the previous complete file and never a half-written one. A restarted sweep skips the runs the store holds with
+the same identity and re-does the one that was interrupted; a row with the run's id but other settings (another dev
+subset, test scored or not, another cache dtype, data folder or backbone of the same name) is not that run, and the
+sweep refuses to mix the two in one store, naming the difference.
 
 Budgets: each epoch budget (25/50/75/100) is its own run, not a prefix of the longest one, because the linear decay
 of the learning rate to 0 depends on the budget; a 25-epoch prefix of a 100-epoch run is a different schedule.
@@ -14,6 +18,8 @@ copy of the head per budget, each copy ending exactly as its budget would alone 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable
@@ -25,8 +31,8 @@ from tqdm.auto import tqdm
 
 from .atomic import write_text_atomically
 from .errors import SweepBusyError
-from .portable import portable_results
-from .run_config import RunConfig
+from .portable import backbone_folder, backbone_label, portable_path, portable_results
+from .run_config import DEFAULT_DATASETS, NOT_DEFINING, TASKS, RunConfig
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
@@ -58,7 +64,7 @@ class RunSpec:
 
     @property
     def run_id(self) -> str:
-        backbone = Path(self.backbone).name if self.backbone else "default"
+        backbone = backbone_label(self.backbone) if self.backbone else "default"
         size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
         options = (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "") + (
             f"/{self.pooling}" if self.pooling is not None else "") + (f"/L{self.layers}" if self.layers is not None else "")
@@ -117,6 +123,14 @@ def grid(
     if task == "mlm":
         n_shots = (None,)
     rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
+    fusions, modes, n_shots, epochs, datasets, backbones, poolings = (
+        tuple(values) for values in (fusions, modes, n_shots, epochs, datasets, backbones, poolings))
+    for option, values in (("--fusions", fusions), ("--modes", modes), ("--n-shots", n_shots), ("--epochs", epochs),
+                           ("--datasets", datasets), ("--backbones", backbones), ("--learning-rates", rates)):
+        if not values:
+            raise ValueError(f"{option}: no value given, so the grid would hold no run")
+    if trials < 1:
+        raise ValueError(f"--trials must be >= 1, got {trials}")
     specs = []
     for dataset, backbone, trial, n, e, mode, pooling, fusion, rate in itertools.product(
         datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions, rates
@@ -140,6 +154,86 @@ def probed(backbone: str | None, spec: str) -> list[str]:
     return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False)]
 
 
+def run_settings(config: dict) -> dict:
+    """What a run's numbers depend on, from its configuration (a `RunConfig` as a dict, or a results row's `config`):
+    every field but `NOT_DEFINING`, the backbone and data folder by their portable names (`portable_path`), and the
+    fields a row's code did not know yet at today's defaults, so that rows written before a field existed read as
+    today's runs."""
+    settings = {key: value for key, value in (asdict(RunConfig()) | config).items() if key not in NOT_DEFINING}
+    task = settings["task"]
+    settings["dataset"] = settings["dataset"] or DEFAULT_DATASETS.get(task)  # as `RunConfig.validate` fills them
+    settings["batch_size"] = settings["batch_size"] or TASKS.get(task)
+    settings["backbone"] = portable_path(backbone_folder(settings["backbone"]))
+    settings["data_dir"] = portable_path(settings["data_dir"])
+    return settings
+
+
+WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprint(folder: Path, stamp: tuple) -> str:
+    digest = hashlib.sha256()
+    files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
+    for path in files:
+        digest.update(path.name.encode() + b"\0")
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def backbone_fingerprint(backbone: str | None) -> str | None:
+    """sha256 of a local backbone folder's config and weight files, None for a Hub id: a committed row names a backbone
+    outside the working folder by its folder's name alone (`portable_path`), and two folders of one name are two
+    backbones only this tells apart. Hashed once per process for each folder as it stands."""
+    folder = Path(backbone_folder(backbone))
+    if not folder.is_dir():
+        return None
+    stamp = tuple((path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in sorted(folder.iterdir()) if path.is_file())
+    return _fingerprint(folder.resolve(), stamp)
+
+
+def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
+    """`run_settings` of the run `spec` asks for, with its defaults filled in as the run fills them (`validate`), and
+    its backbone's fingerprint (`backbone_fingerprint`)."""
+    config = spec.run_config(".", **run_overrides)
+    config.validate()
+    return run_settings(asdict(config)) | {"backbone_sha256": backbone_fingerprint(config.backbone)}
+
+
+def row_settings(row: dict) -> dict:
+    """`run_settings` of a store row: from the configuration the run recorded, or, for a row without one, its spec;
+    with its backbone's fingerprint where the row records one."""
+    config = row.get("config")
+    if not isinstance(config, dict):
+        config = asdict(RunSpec(**row["spec"]).run_config("."))
+    return run_settings(config) | {"backbone_sha256": row.get("backbone_sha256")}
+
+
+def same_run(theirs: dict, mine: dict) -> bool:
+    """Whether a row's settings are the requested run's; a row from before rows recorded their backbone's
+    fingerprint is judged by the rest."""
+    if theirs.get("backbone_sha256") is None:
+        theirs = theirs | {"backbone_sha256": mine.get("backbone_sha256")}
+    return theirs == mine
+
+
+def row_engine(row: dict) -> str:
+    """The engine that trained a row's run; rows written before runs recorded it came from the `Trainer`."""
+    return row.get("engine") or "trainer"
+
+
+def differences(theirs: dict, mine: dict) -> str:
+    """`key: A there, B here` for every key whose values differ, the way a refusal names them."""
+    keys = sorted(key for key in theirs.keys() | mine.keys() if theirs.get(key) != mine.get(key))
+    return "; ".join(f"{key}: {theirs.get(key)!r} there, {mine.get(key)!r} here" for key in keys)
+
+
+class StoreConflictError(ValueError):
+    """A store holds a run of the requested id with other settings: one store keeps one version of each run."""
+
+
 class ResultsStore:
     """An append-only JSONL file of finished runs, each append an atomic rewrite (write-then-rename)."""
 
@@ -149,16 +243,61 @@ class ResultsStore:
     def rows(self) -> list[dict]:
         if not self.path.exists():
             return []
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as error:
+            line = self.path.read_bytes()[: error.start].count(b"\n") + 1
+            raise ValueError(f"{self.path}:{line}: not UTF-8 ({error.reason})") from None
         rows = []
-        for number, line in enumerate(self.path.read_text().splitlines(), start=1):
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{self.path}:{number}: not a JSON row ({error.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
+                raise ValueError(f"{self.path}:{number}: a store row is a JSON object with a 'run_id' "
+                                 f"(got {type(row).__name__}{'' if not isinstance(row, dict) else ' without run_id'})")
+            rows.append(row)
         return rows
 
     def done(self) -> set[str]:
         return {row["run_id"] for row in self.rows()}
+
+    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto") -> dict[str, dict]:
+        """The row of each spec that the store holds with the spec's identity: its id, its settings
+        (`requested_settings` with `run_overrides`) and an engine `engine` would train it with (`engines_for`).
+        A row with a spec's id and other settings raises `StoreConflictError` naming the difference, where the
+        sweep would otherwise either skip a run it never made or store two versions of one run."""
+        by_id: dict[str, list[dict]] = {}
+        for number, row in enumerate(self.rows(), start=1):
+            by_id.setdefault(row["run_id"], []).append(row | {"_line": number})
+        finished = {}
+        for spec in specs:
+            rows = by_id.get(spec.run_id)
+            if not rows:
+                continue
+            wanted = requested_settings(spec, run_overrides or {})
+            engines = engines_for(spec, engine, (run_overrides or {}).get("use_cache", True))
+            for row in rows:
+                try:
+                    theirs = row_settings(row)
+                except (KeyError, TypeError):
+                    raise ValueError(f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a "
+                                     "valid 'spec'") from None
+                if same_run(theirs, wanted) and row_engine(row) in engines:
+                    finished[spec.run_id] = {k: v for k, v in row.items() if k != "_line"}
+                    break
+            else:
+                row = rows[0]
+                theirs = row_settings(row) | {"engine": row_engine(row)}
+                mine = wanted | {"engine": " or ".join(engines)}
+                raise StoreConflictError(
+                    f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
+                    "a store keeps one version of each run: give this sweep another --results, or remove those rows"
+                )
+        return finished
 
     def append(self, row: dict) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -214,6 +353,23 @@ def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
     return sorted(specs, key=lambda spec: (units.index(work_unit(spec)), spec.fusion in ("base", "base_plus_n")))
 
 
+def stackable(spec: RunSpec, engine: str, use_cache: bool = True) -> bool:
+    """Whether `spec` may train with others of its budget group (`budget_group`): FE NER with the feature cache,
+    under any engine but "trainer"."""
+    return engine != "trainer" and spec.task == "ner" and spec.mode == "fe" and use_cache
+
+
+def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str, ...]:
+    """The engines whose rows are `spec`'s run when a sweep asks for `engine`: "auto" takes either (it picks by the
+    size of each group), "budgets" the budgets engine where the run may train with others (the `Trainer` elsewhere),
+    "trainer" the `Trainer`."""
+    if engine not in ENGINES:
+        raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    if engine == "auto":
+        return ("budgets", "trainer") if stackable(spec, engine, use_cache) else ("trainer",)
+    return ("budgets",) if stackable(spec, engine, use_cache) else ("trainer",)
+
+
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_ner_together`: under the
@@ -225,9 +381,20 @@ def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -
         raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
     groups: dict[tuple[bool, RunSpec], list[RunSpec]] = {}
     for spec in specs:
-        stackable = engine != "trainer" and spec.task == "ner" and spec.mode == "fe" and use_cache
-        groups.setdefault((stackable, spec.budget_group if stackable else spec), []).append(spec)
-    return [(stackable and (engine == "budgets" or len(group) > 1), group) for (stackable, _), group in groups.items()]
+        together = stackable(spec, engine, use_cache)
+        groups.setdefault((together, spec.budget_group if together else spec), []).append(spec)
+    return [(together and (engine == "budgets" or len(group) > 1), group) for (together, _), group in groups.items()]
+
+
+def refuse_repeated_ids(specs: list[RunSpec]) -> None:
+    """Every run of a grid has its own id (and so its own row and folder); two that share one are named."""
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        if spec.run_id in seen:
+            other = seen[spec.run_id]
+            raise ValueError(f"the grid holds run {spec.run_id} twice ({differences(asdict(other), asdict(spec)) or 'the same settings'}): "
+                             "give backbones folders of different names, or sweep them into separate --results")
+        seen[spec.run_id] = spec
 
 
 def run_sweep(
@@ -266,17 +433,18 @@ def run_sweep(
             "runs twice (wait for it, or give this one another --results)"
         ) from None
     with held:
-        done = store.done()
+        refuse_repeated_ids(specs)
+        done = store.finished(specs, run_overrides, engine)
         pending = widest_first([spec for spec in specs if spec.run_id not in done])
-        if len({s.run_id for s in specs}) != len(specs):
-            raise ValueError("the grid holds the same run twice")
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
         for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
             bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
+            fingerprint = backbone_fingerprint(group[0].backbone)
             for spec, result in zip(group, results_of_group):
-                store.append(portable_results({"run_id": spec.run_id, "spec": asdict(spec)} | result, output_root))
+                row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
+                store.append(portable_results(row, output_root))
             bar.update(len(group))
         bar.close()
         return store.rows()
@@ -349,7 +517,7 @@ PRESETS = {
 }
 
 __all__ = [
-    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "SweepBusyError",
-    "batches_of_runs", "grid", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
+    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "StoreConflictError",
+    "SweepBusyError", "batches_of_runs", "engines_for", "grid", "requested_settings", "row_settings", "run_settings", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
     "work_unit",
 ]

@@ -314,3 +314,54 @@ def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
     assert "Learning rates tried" not in text and text.splitlines()[2].endswith("| learning rates tried |")
     assert "| 32 | DWAtt | 60.00 ± 0.00 | +10.00 ± 0.00 | 0.0001, 0.0001 |  | 2 | 0.0001, 0.001 |" in text
     assert "| 32 | best single layer | 50.00 ± 0.00 |  | 0.0001, 0.0001 | 3, 3 | 2 | 0.0001, 0.001, 0.01 |" in text
+
+
+def snapshot(folder) -> dict:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+@pytest.mark.parametrize("bad", ["missing store", "empty store", "row with an empty config", "figure fails"])
+def test_a_report_that_fails_leaves_the_earlier_report_byte_for_byte(tmp_path, bad, capsys, monkeypatch):
+    from dwatt.cli import main
+
+    good = tmp_path / "good.jsonl"
+    good.write_text("\n".join(json.dumps(r) for r in every_experiment()) + "\n")
+    output = tmp_path / "R"
+    (output / "notes.txt").parent.mkdir()
+    (output / "notes.txt").write_text("mine")  # not the report's: stays whatever happens
+    assert main(["report", str(good), "--output", str(output)]) == 0
+    before = snapshot(output)
+    assert "tables/ner_summary.csv" in before and "figures/fig2_f1_vs_n.png" in before
+    store = tmp_path / "bad.jsonl"
+    message = {"missing store": r"nope\.jsonl: not a readable results file", "empty store": r"bad\.jsonl: no runs to report",
+               "row with an empty config": r"bad\.jsonl:1: the row's config lacks 'backbone', 'mode', 'fusion', 'epochs'",
+               "figure fails": r"no room left"}[bad]
+    if bad == "empty store":
+        store.write_text("")
+    elif bad == "row with an empty config":
+        store.write_text('{"config": {}}\n')
+    elif bad == "figure fails":
+        store = good
+
+        def no_room(*args, **kwargs):
+            raise OSError(28, "no room left")
+        monkeypatch.setattr("dwatt.report.draw_all", no_room)
+    paths = [str(tmp_path / "nope.jsonl") if bad == "missing store" else str(store)]
+    assert main(["report", *paths, "--output", str(output)]) == 2
+    import re
+
+    assert re.search(message, capsys.readouterr().err)
+    assert snapshot(output) == before
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []  # no scratch folder left
+
+
+def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypatch, capsys):
+    import sys
+
+    from dwatt.cli import main
+
+    for name in [name for name in sys.modules if name == "dwatt.report" or name.startswith(("matplotlib", "dwatt.figures"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
+    assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
+    assert 'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"' in capsys.readouterr().err

@@ -198,3 +198,122 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     conflicting.write_text(json.dumps(changed) + "\n")
     with pytest.raises(ValueError, match=rf"run {changed['run_id']} appears twice with different results \(best_dev_f1.*{Path(shards[1]).name}.*conflict\.jsonl"):
         write_report(shards + [conflicting], tmp_path / "conflict")
+
+
+def recording_runner(calls: list):
+    """A stand-in for a run: records the config and returns it the way a run's results do."""
+    from dataclasses import asdict
+
+    def runner(config: RunConfig) -> dict:
+        calls.append(config)
+        return {"config": asdict(config), "best_dev_f1": 0.5, "engine": "trainer"}
+
+    return runner
+
+
+def copy_backbone(source, target):
+    import shutil
+
+    shutil.copytree(source, target)
+    return target
+
+
+def test_two_backbones_in_folders_of_one_name_train_their_own_runs(tiny_backbone, tmp_path):
+    """`bb/a/model` and `bb/b/model`: ids by the parent's name; `x/same` and `y/same` (other weights): refused,
+    the fingerprints named, never reported done."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    calls = []
+    store = tmp_path / "r.jsonl"
+    for parent in ("a", "b"):
+        backbone = copy_backbone(tiny_backbone, tmp_path / "bb" / parent / "model")
+        specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(backbone),))
+        run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    assert len(calls) == 2 and [row["run_id"].split("/")[1] for row in ResultsStore(store).rows()] == ["a", "b"]
+    first = copy_backbone(tiny_backbone, tmp_path / "x" / "same")
+    second = copy_backbone(tiny_backbone, tmp_path / "y" / "same")
+    weights = load_file(str(second / "model.safetensors"))
+    save_file({k: torch.zeros_like(v) for k, v in weights.items()}, str(second / "model.safetensors"), metadata={"format": "pt"})
+    for backbone in (first, second):
+        specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(backbone),))
+        if backbone == second:
+            with pytest.raises(ValueError, match=r"r\.jsonl:3: run conll2003/same/.* other settings \(backbone_sha256: '\w+' there, '\w+' here\)"):
+                run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+        else:
+            run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    assert len(calls) == 3 and len(ResultsStore(store).rows()) == 3
+
+
+@pytest.mark.parametrize("first, second, named", [
+    ({"dev_sentences": 20}, {"dev_sentences": 30}, "dev_sentences: 20 there, 30 here"),
+    ({}, {"evaluate_test": True}, "evaluate_test: False there, True here"),
+    ({}, {"cache_dtype": "float32"}, "cache_dtype: 'float16' there, 'float32' here"),
+    ({}, {"data_dir": "other"}, "data_dir: None there, 'other' here"),
+    ({}, {"engine": "budgets"}, "engine: 'trainer' there, 'budgets' here"),
+])
+def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, second, named, capsys):
+    """A re-run with other --dev-sentences/--test/--cache-dtype/--data-dir/--engine is refused with the difference
+    named, before anything trains; the store keeps its rows."""
+    from dwatt.cli import main
+
+    (tmp_path / "other").mkdir()
+    store = tmp_path / "r.jsonl"
+
+    def sweep(options: dict, runner):
+        spec_options = {k: v for k, v in options.items() if k in ("dev_sentences", "data_dir")}
+        if "data_dir" in spec_options:
+            spec_options["data_dir"] = str(tmp_path / spec_options["data_dir"])
+        overrides = {k: v for k, v in options.items() if k in ("evaluate_test", "cache_dtype")}
+        specs = grid(fusions=("dwatt",), n_shots=(1,), epochs=(1,), trials=1, **spec_options)
+        return run_sweep(specs, store, runner=runner, budgets_runner=lambda configs: [runner(c) for c in configs],
+                         progress=False, engine=options.get("engine", "trainer"), **overrides)
+
+    calls = []
+    sweep(first, recording_runner(calls))
+    before = store.read_bytes()
+    with pytest.raises(ValueError, match=rf"r\.jsonl:1: run conll2003/default/fe/dwatt/.* other settings \(.*{named}"):
+        sweep(second, recording_runner(calls))
+    assert len(calls) == 1 and store.read_bytes() == before
+    if second == {"evaluate_test": True}:  # the same through the command line: one line, exit 2
+        assert main(["sweep", "--fusions", "dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1", "--test",
+                     "--engine", "trainer", "--results", str(store), "--quiet"]) == 2
+        assert "evaluate_test: False there, True here" in capsys.readouterr().err
+
+
+def test_committed_stores_read_as_todays_runs():
+    """Every row of every committed store is the run its spec asks for today (the identity's fields its code did not
+    know yet at their defaults): a resumed grid skips them all."""
+    from pathlib import Path
+
+    from dwatt.sweep import RunSpec, differences, requested_settings, row_settings, same_run
+
+    stores = sorted(Path(__file__).parents[1].glob("docs/results/**/*.jsonl"))
+    assert len(stores) >= 10
+    for path in stores:
+        for row in ResultsStore(path).rows():
+            overrides = {key: row["config"][key] for key in ("cache_dtype", "evaluate_test")}
+            wanted, theirs = requested_settings(RunSpec(**row["spec"]), overrides), row_settings(row)
+            assert same_run(theirs, wanted), f"{path}: {row['run_id']}: {differences(theirs, wanted)}"
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"fusions": ()}, "--fusions: no value given"),
+    ({"learning_rates": ()}, "--learning-rates: no value given"),
+    ({"trials": 0}, "--trials must be >= 1, got 0"),
+    ({"n_shots": ()}, "--n-shots: no value given"),
+])
+def test_an_empty_grid_is_refused(options, named):
+    with pytest.raises(ValueError, match=named):
+        grid(**{"fusions": ("base",), "n_shots": (1,), "epochs": (1,), "trials": 1} | options)
+
+
+@pytest.mark.parametrize("line, named", [
+    ('[1, 2]', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got list\)"),
+    ('{"f1": 0.5}', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got dict without run_id\)"),
+])
+def test_a_store_row_of_another_shape_is_named(tmp_path, line, named):
+    store = tmp_path / "r.jsonl"
+    store.write_text('{"run_id": "a"}\n' + line + "\n")
+    with pytest.raises(ValueError, match=named):
+        ResultsStore(store).rows()
