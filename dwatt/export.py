@@ -5,7 +5,8 @@ The model's forward pass is one graph (no Python branch on tensor values; `model
 PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dynamic. The folder holds `model.onnx`
 (and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps,
 `quantize_onnx`), the tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's
-inputs and how far onnxruntime's logits were from PyTorch's on a check batch when it was written. `dwatt predict
+inputs, how far onnxruntime's logits were from PyTorch's on a check batch when it was written, and the sha256 of every
+other file, so that a folder whose graph or tokenizer is not the one exported with it is refused on load. `dwatt predict
 EXPORT` runs it with onnxruntime (`dwatt.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the
 outputs line up the same way.
 
@@ -15,6 +16,10 @@ Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxru
 from __future__ import annotations
 
 import logging
+import math
+import os
+import shutil
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,7 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .onnx_runtime import EXPORT_CONFIG, GRAPHS, needs, session_options
+from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options, sha256_of
+from .portable import portable_path
 
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
 TOLERANCE = 1e-4
@@ -109,44 +115,98 @@ def quantize_onnx(source: str | Path, target: str | Path) -> None:
 def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None) -> dict:
     """Write `checkpoint` (a saved DWAtt task model, full or head-only) to `output` as an ONNX graph with its tokenizer
     and `dwatt_export.json`; with `quantize="int8"` also an int8 graph. Checks onnxruntime against PyTorch on a padded
-    batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE`. Returns the export config."""
+    batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE` or are not finite. The export is
+    written into a scratch folder beside `output` and swapped in whole when it is complete (`replace_folder`): a
+    re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
+    new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
+    checked when the export is loaded."""
     from .atomic import give_usual_modes, write_json_atomically
     from .checkpoints import load_checkpoint
 
     runtime = needs("onnxruntime")
     if quantize not in GRAPHS:
         raise ValueError(f"--quantize: {quantize!r} is not one of int8")
-    model, tokenizer, task = load_checkpoint(checkpoint)
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    inputs = graph_inputs(model)
-    difference = write_onnx(model, check_batch(tokenizer, inputs), output / GRAPHS[None])
-    if difference > TOLERANCE:
-        (output / GRAPHS[None]).unlink()
-        raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
-    graphs = {"fp32": GRAPHS[None]}
-    if quantize == "int8":
-        quantize_onnx(output / GRAPHS[None], output / GRAPHS["int8"])
-        graphs["int8"] = GRAPHS["int8"]
-    tokenizer.save_pretrained(output)
-    model.config.save_pretrained(output)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
-    config = {
-        "format": "onnx",
-        "task": task,
-        "source": str(checkpoint),
-        "architecture": type(model).__name__,
-        "fusion": model.config.fusion,
-        "id2label": {str(i): label for i, label in model.config.id2label.items()},
-        "pooling": getattr(model.config, "pooling", None),
-        "inputs": inputs,
-        "graphs": graphs,
-        "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
-        "torch": torch.__version__,
-        "onnxruntime": runtime.__version__,
-    }
-    write_json_atomically(output / EXPORT_CONFIG, config)
-    give_usual_modes(output)
+    if output.exists() and not (output.is_dir() and (is_export(output) or not any(output.iterdir()))):
+        raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
+                         "give a new or empty folder")
+    model, tokenizer, task = load_checkpoint(checkpoint)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = scratch_folder(output)
+    try:
+        staging.mkdir()
+        inputs = graph_inputs(model)
+        difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
+        if not math.isfinite(difference):
+            raise ValueError(f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
+                             "as after training at too large a learning rate); nothing exported")
+        if difference > TOLERANCE:
+            raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
+        graphs = {"fp32": GRAPHS[None]}
+        if quantize == "int8":
+            quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"])
+            graphs["int8"] = GRAPHS["int8"]
+        tokenizer.save_pretrained(staging)
+        model.config.save_pretrained(staging)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
+        config = {
+            "format": "onnx",
+            "task": task,
+            "source": portable_path(checkpoint),
+            "architecture": type(model).__name__,
+            "fusion": model.config.fusion,
+            "id2label": {str(i): label for i, label in model.config.id2label.items()},
+            "pooling": getattr(model.config, "pooling", None),
+            "inputs": inputs,
+            "graphs": graphs,
+            "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
+            "torch": torch.__version__,
+            "onnxruntime": runtime.__version__,
+            FILES_KEY: {path.name: sha256_of(path) for path in sorted(staging.iterdir()) if path.is_file()},
+        }
+        write_json_atomically(staging / EXPORT_CONFIG, config)
+        give_usual_modes(staging)
+        replace_folder(staging, output)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return config
+
+
+def scratch_folder(output: Path) -> Path:
+    """A scratch folder beside `output` for this process; those an earlier, killed export left are removed."""
+    for stale in output.parent.glob(f".{output.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    return output.parent / f".{output.name}.{os.getpid()}.tmp"
+
+
+def replace_folder(new: Path, target: Path) -> None:
+    """`new` renamed to `target`; an existing `target` is exchanged with `new` in one step where the system can
+    (Linux's renameat2 with RENAME_EXCHANGE), else moved aside first, then removed."""
+    if not target.exists():
+        os.replace(new, target)
+        return
+    if not _exchange(new, target):
+        aside = target.parent / f".{target.name}.{os.getpid()}.old.tmp"
+        os.replace(target, aside)
+        os.replace(new, target)
+        new = aside
+    shutil.rmtree(new, ignore_errors=True)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically (renameat2, RENAME_EXCHANGE); False where the system cannot."""
+    import ctypes
+    import ctypes.util
+
+    if sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_current_directory, rename_exchange = -100, 2
+    return renameat2(at_current_directory, os.fsencode(first), at_current_directory, os.fsencode(second),
+                     rename_exchange) == 0
 
 
 __all__ = ["export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]

@@ -19,6 +19,66 @@ import numpy as np
 
 EXPORT_CONFIG = "dwatt_export.json"
 GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
+FILES_KEY = "sha256"  # dwatt_export.json's record of every other file of the folder: name -> sha256
+REQUIRED = ("task", "id2label", "inputs", "graphs")
+TASKS = {"ner": 3, "mlm": 3, "cls": 2}  # the task -> the rank of its logits
+
+
+def sha256_of(path: str | Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_export_config(folder: Path) -> dict:
+    """`dwatt_export.json`, checked: JSON, the keys a run needs, a known task, graph names that stay inside the
+    folder. Every error names the file and the key."""
+    path = folder / EXPORT_CONFIG
+    try:
+        export = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read it ({error.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: not JSON ({getattr(error, 'msg', None) or error.reason})") from None
+    if not isinstance(export, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    missing = [key for key in REQUIRED if key not in export]
+    if missing:
+        raise ValueError(f"{path}: lacks {', '.join(map(repr, missing))}; export the checkpoint again")
+    if export["task"] not in TASKS:
+        raise ValueError(f"{path}: task {export['task']!r} is not one of {', '.join(TASKS)}")
+    labels = export["id2label"]
+    if not isinstance(labels, dict) or (export["task"] != "mlm" and len(labels) < 2):
+        raise ValueError(f"{path}: id2label needs at least two labels, got {labels!r}")
+    graphs = export["graphs"]
+    if not isinstance(graphs, dict) or "fp32" not in graphs:
+        raise ValueError(f"{path}: graphs needs an 'fp32' graph, got {graphs!r}")
+    for kind, name in graphs.items():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ValueError(f"{path}: graphs.{kind} is {name!r}; a graph is a file of the export's own folder")
+    return export
+
+
+def check_files(folder: Path, export: dict, skip: tuple[str, ...] = ()) -> None:
+    """Every file `dwatt_export.json` records (but those whose names start with one of `skip`: a graph not run)
+    is there with the recorded sha256: a folder whose graph, weights or tokenizer was replaced or cut is refused,
+    naming the file. Exports written before the record existed are taken as they are."""
+    recorded = export.get(FILES_KEY)
+    if not isinstance(recorded, dict):
+        return
+    for name, digest in recorded.items():
+        if Path(name).name != name or name.startswith(skip):
+            continue
+        path = folder / name
+        if not path.is_file():
+            raise ValueError(f"{path}: missing from the export; export the checkpoint again")
+        if sha256_of(path) != digest:
+            raise ValueError(f"{path}: not the file this export was written with (its sha256 differs); "
+                             "export the checkpoint again")
 
 
 def needs(module: str):
@@ -53,14 +113,34 @@ class OnnxModel:
     def __init__(self, folder: str | Path, quantize: str | None = None):
         runtime = needs("onnxruntime")
         folder = Path(folder)
-        self.export = json.loads((folder / EXPORT_CONFIG).read_text())
+        self.export = read_export_config(folder)
         wanted = "int8" if quantize == "int8" else "fp32"
         if wanted not in self.export["graphs"]:
             raise ValueError(f"{folder} has no int8 graph: export it with `dwatt export ... --quantize int8`")
-        self.session = runtime.InferenceSession(str(folder / self.export["graphs"][wanted]), session_options(runtime),
-                                                providers=["CPUExecutionProvider"])
+        graph = folder / self.export["graphs"][wanted]
+        unused = tuple(name for kind, name in self.export["graphs"].items() if kind != wanted)
+        check_files(folder, self.export, skip=unused)
+        try:
+            self.session = runtime.InferenceSession(str(graph), session_options(runtime), providers=["CPUExecutionProvider"])
+        except Exception as error:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail) share no base
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValueError(f"{graph}: onnxruntime cannot load it ({reason[:200]}); export the checkpoint again") from None
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
+        self._check_outputs(graph)
+
+    def _check_outputs(self, graph: Path) -> None:
+        """The graph's logits have the task's rank and, for a tagger or classifier, one score per label of the export's
+        `id2label`."""
+        [logits] = [output for output in self.session.get_outputs() if output.name == "logits"] or [None]
+        if logits is None:
+            raise ValueError(f"{graph}: the graph has no 'logits' output")
+        task, shape = self.export["task"], logits.shape
+        if len(shape) != TASKS[task]:
+            raise ValueError(f"{graph}: logits of shape {shape} are not a {task} model's; {EXPORT_CONFIG} says task {task!r}")
+        if task != "mlm" and isinstance(shape[-1], int) and shape[-1] != self.config.num_labels:
+            raise ValueError(f"{graph}: the graph scores {shape[-1]} labels, {EXPORT_CONFIG}'s id2label has "
+                             f"{self.config.num_labels}")
 
     def eval(self):
         return self
@@ -81,7 +161,12 @@ def load_export(folder: str | Path, quantize: str | None = None):
     from .tokenization import load_saved_tokenizer
 
     model = OnnxModel(folder, quantize)
-    return model, load_saved_tokenizer(folder, model.export["inputs"]), model.export["task"]
+    try:
+        tokenizer = load_saved_tokenizer(folder, model.export["inputs"])
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{folder}: its tokenizer does not load ({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") from None
+    return model, tokenizer, model.export["task"]
 
 
-__all__ = ["EXPORT_CONFIG", "GRAPHS", "OnnxModel", "is_export", "load_export", "needs", "session_options"]
+__all__ = ["EXPORT_CONFIG", "FILES_KEY", "GRAPHS", "OnnxModel", "check_files", "is_export", "load_export", "needs",
+           "read_export_config", "session_options", "sha256_of"]

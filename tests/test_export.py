@@ -3,6 +3,7 @@ fullgraph=True), exports to ONNX with onnxruntime's logits within 1e-4 of PyTorc
 `dwatt predict` on an export give the PyTorch path's tags, and int8 quantization keeps the head in fp32."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -287,3 +288,146 @@ def test_the_full_range_probe_tells_a_saturating_kernel_from_an_exact_one(monkey
         assert full_range_activations_exact() is not saturating
     finally:
         full_range_activations_exact.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def exported_ner(checkpoints, tmp_path_factory):
+    """An int8 export of the tiny tagger, copied fresh by each test that damages it."""
+    folder = tmp_path_factory.mktemp("exported") / "onnx"
+    assert main(["export", str(checkpoints["ner"]), str(folder), "--quantize", "int8"]) == 0
+    return folder
+
+
+def fresh_copy(folder, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / "copy"))
+
+
+def files_of(folder) -> dict:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves_the_old_one(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
+    from dwatt.onnx_runtime import sha256_of
+
+    folder = fresh_copy(exported_ner, tmp_path)
+    config = json.loads((folder / "dwatt_export.json").read_text())
+    assert config["sha256"] == {path.name: sha256_of(path) for path in folder.iterdir() if path.name != "dwatt_export.json"}
+    assert {"model.onnx", "model_int8.onnx", "tokenizer.json", "config.json"} <= set(config["sha256"])
+    before = files_of(folder)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # what a signal does part-way, after the new fp32 graph is written
+
+    monkeypatch.setattr("dwatt.export.quantize_onnx", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(["export", str(checkpoints["cls"]), str(folder), "--quantize", "int8"])
+    assert files_of(folder) == before and [p.name for p in tmp_path.iterdir()] == ["copy"]  # no scratch left
+    monkeypatch.undo()
+    assert main(["export", str(checkpoints["cls"]), str(folder)]) == 0  # a re-export replaces the folder whole
+    assert json.loads((folder / "dwatt_export.json").read_text())["task"] == "cls"
+    assert not (folder / "model_int8.onnx").exists()
+    capsys.readouterr()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    assert main(["export", str(checkpoints["ner"]), str(tmp_path / "mine")]) == 2
+    assert "mine: not an export folder (no dwatt_export.json), and exporting would replace it" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
+def test_a_re_export_killed_at_any_point_leaves_the_old_export_or_the_new_one(checkpoints, exported_ner, tmp_path):
+    """A real SIGKILL while the new export is being written (at a few points in time), then a look at the folder:
+    it loads and is byte for byte the old export or a complete new one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from dwatt.onnx_runtime import load_export
+
+    old = files_of(exported_ner)
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    outcomes = set()
+    for delay in (1.0, 3.0, 6.0):
+        folder = fresh_copy(exported_ner, tmp_path / f"after-{delay}")
+        process = subprocess.Popen([sys.executable, "-m", "dwatt.cli", "export", str(checkpoints["cls"]), str(folder)],
+                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        now = files_of(folder)
+        model, _, task = load_export(folder)  # loads, its files checked
+        assert now == old or (task == "cls" and "model_int8.onnx" not in now), delay
+        outcomes.add("old" if now == old else "new")
+    assert "old" in outcomes
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("replace the graph's weights", r"model\.onnx\.data: not the file this export was written with \(its sha256 differs\)"),
+    ("another tokenizer", r"tokenizer\.json: not the file this export was written with"),
+    ("truncate the int8 graph", r"model_int8\.onnx: not the file this export was written with"),
+    ("remove the graph", r"model\.onnx: missing from the export"),
+    ("config not JSON", r"dwatt_export\.json: not JSON"),
+    ("config without graphs", r"dwatt_export\.json: lacks 'graphs'"),
+    ("another task", r"model\.onnx: logits of shape .* are not a cls model's; dwatt_export\.json says task 'cls'"),
+    ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),
+    ("labels of another count", r"model\.onnx: the graph scores 7 labels, dwatt_export\.json's id2label has 3"),
+    ("a graph path outside the folder", r"dwatt_export\.json: graphs\.fp32 is '/etc/passwd'; a graph is a file of the export's own folder"),
+    ("a corrupt graph without a record", r"model\.onnx: onnxruntime cannot load it"),
+])
+def test_a_damaged_export_is_refused_naming_the_file(damage, message, exported_ner, tmp_path, capsys):
+    folder = fresh_copy(exported_ner, tmp_path)
+    config_path = folder / "dwatt_export.json"
+    config = json.loads(config_path.read_text())
+    quantize = ["--quantize", "int8"] if damage == "truncate the int8 graph" else []
+    if damage == "replace the graph's weights":
+        data = folder / "model.onnx.data"
+        data.write_bytes(bytes(len(data.read_bytes())))
+    elif damage == "another tokenizer":
+        tokenizer = json.loads((folder / "tokenizer.json").read_text())
+        vocabulary = tokenizer["model"]["vocab"]
+        first, second = list(vocabulary)[5:7]
+        vocabulary[first], vocabulary[second] = vocabulary[second], vocabulary[first]
+        (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+    elif damage == "truncate the int8 graph":
+        graph = folder / "model_int8.onnx"
+        graph.write_bytes(graph.read_bytes()[:100])
+    elif damage == "remove the graph":
+        (folder / "model.onnx").unlink()
+    elif damage == "config not JSON":
+        config_path.write_text("{")
+    elif damage == "config without graphs":
+        del config["graphs"]
+    elif damage == "another task":
+        config["task"] = "cls"
+    elif damage == "labels cut to one":
+        config["id2label"] = {"0": "O"}
+    elif damage == "labels of another count":
+        config["id2label"] = {"0": "O", "1": "B-PER", "2": "I-PER"}
+    elif damage == "a graph path outside the folder":
+        config["graphs"]["fp32"] = "/etc/passwd"
+    elif damage == "a corrupt graph without a record":
+        del config["sha256"]  # an export written before files were recorded
+        (folder / "model.onnx").write_bytes(b"not a graph")
+    if damage != "config not JSON":
+        config_path.write_text(json.dumps(config))
+    assert main(["predict", str(folder), "peter", *quantize]) == 2
+    err = capsys.readouterr().err
+    import re
+
+    assert re.search(message, err) and len(err.strip().splitlines()) == 1, err
+
+
+def test_non_finite_weights_are_not_exported(checkpoints, tmp_path, capsys):
+    from safetensors.torch import load_file, save_file
+    import shutil
+
+    broken = Path(shutil.copytree(checkpoints["cls"], tmp_path / "nan"))
+    weights = load_file(str(broken / "model.safetensors"))
+    weights = {key: torch.full_like(value, float("nan")) if key.startswith(("classifier", "out_proj")) else value for key, value in weights.items()}
+    save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    assert main(["export", str(broken), str(tmp_path / "onnx")]) == 2
+    assert "its logits on the check batch are not finite" in capsys.readouterr().err
+    assert not (tmp_path / "onnx").exists()
