@@ -46,18 +46,18 @@ def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> lis
         return list(range(1, num_layers + 1))
     if isinstance(spec, str) and spec.startswith("every:"):
         step = spec.removeprefix("every:")
-        if not step.isdigit() or int(step) < 1:
+        if not _is_number(step) or int(step) < 1:
             raise ValueError(f"DWAttConfig: {key} {spec!r}: 'every:k' needs an integer k >= 1")
         chosen = list(range(int(step), num_layers + 1, int(step)))
     elif isinstance(spec, str) and "-" in spec and "," not in spec:
         first, _, last = spec.partition("-")
-        if not (first.strip().isdigit() and last.strip().isdigit()) or int(first) > int(last):
+        if not (_is_number(first.strip()) and _is_number(last.strip())) or int(first) > int(last):
             raise ValueError(f"DWAttConfig: {key} {spec!r}: a range is 'a-b' with integers a <= b")
         chosen = list(range(int(first), int(last) + 1))
     else:
         items = spec.split(",") if isinstance(spec, str) else spec
         try:
-            chosen = [int(str(item).strip()) for item in items if str(item).strip()]
+            chosen = [item if isinstance(item, int) else _number(str(item).strip()) for item in items if str(item).strip()]
         except (TypeError, ValueError):
             raise ValueError(
                 f"DWAttConfig: {key} {spec!r}: expected 'all', 'every:k', a range 'a-b' or a list of layer numbers"
@@ -72,7 +72,18 @@ def single_layer(spec: Any) -> int | None:
     """The layer number a `fused_layers` spec names when it names exactly one (`15`, `"15"`, `[15]`), else None."""
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",") if spec is not None else []
     items = [str(item).strip() for item in items if str(item).strip()]
-    return int(items[0]) if len(items) == 1 and items[0].isdigit() else None
+    return int(items[0]) if len(items) == 1 and _is_number(items[0]) else None
+
+
+def _is_number(text: str) -> bool:
+    """ASCII digits only: `int()` refuses superscripts (`'²'.isdigit()` is True)."""
+    return text.isascii() and text.isdigit()
+
+
+def _number(text: str) -> int:
+    if not _is_number(text):
+        raise ValueError(text)
+    return int(text)
 
 
 def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm", "ForSequenceClassification": "cls"}
@@ -19,6 +20,49 @@ def checkpoint_task(config) -> str:
     )
 
 
+# Files of a checkpoint folder that are JSON, checked before transformers reads them (its errors name no file).
+JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
+              "model.safetensors.index.json")
+
+
+def check_checkpoint_folder(path: str | Path) -> None:
+    """A local checkpoint folder as far as dwatt can check it before loading: it exists (a path that is not there is
+    named as such, not as a malformed Hub id), has a `config.json`, its JSON files parse, and a `dtype` it records is
+    one torch knows. Every error names the file (and line or key). A Hub id passes through."""
+    text = str(path)
+    folder = Path(text).expanduser()
+    if not folder.exists():
+        if text.startswith((".", "/", "~")) or text.count("/") > 1 or "\\" in text:
+            raise FileNotFoundError(f"{path}: no checkpoint folder there")
+        return  # a Hub id: the Hub (or its cache) answers
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{folder / 'config.json'}: missing; {path} is not a checkpoint folder")
+    for name in JSON_FILES:
+        file = folder / name
+        if not file.is_file():
+            continue
+        try:
+            content = json.loads(file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{file}:{error.lineno}: not JSON ({error.msg})") from None
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{file}: not UTF-8 ({error.reason})") from None
+        if name == "config.json":
+            check_dtypes(content, file)
+
+
+def check_dtypes(config: dict, file: Path, prefix: str = "") -> None:
+    """`dtype` / `torch_dtype` of a config (and of its nested encoder config) name a torch dtype, or `auto`."""
+    import torch
+
+    for key in ("dtype", "torch_dtype"):
+        value = config.get(key)
+        if value is not None and value != "auto" and not isinstance(getattr(torch, str(value), None), torch.dtype):
+            raise ValueError(f"{file}: {prefix}{key} {value!r} is not a torch dtype (float32, float16, bfloat16, or auto)")
+    if isinstance(config.get("encoder_config"), dict):
+        check_dtypes(config["encoder_config"], file, "encoder_config.")
+
+
 def load_checkpoint(path: str | Path):
     """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id, with
     this package's model classes (registered with the Auto classes first)."""
@@ -33,10 +77,11 @@ def load_checkpoint(path: str | Path):
     from .tokenization import load_tokenizer
 
     register_auto_classes()
+    check_checkpoint_folder(path)
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)
     auto = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(task, AutoModelForTokenClassification)
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 
-__all__ = ["checkpoint_task", "load_checkpoint"]
+__all__ = ["check_checkpoint_folder", "checkpoint_task", "load_checkpoint"]

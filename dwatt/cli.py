@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterable
 from dataclasses import fields
+from pathlib import Path
 
 from .checkpoints import load_checkpoint
 from .names import FUSIONS, POOLINGS, QUANTIZATIONS, RUNTIMES
@@ -95,11 +97,17 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_batch_size(args: argparse.Namespace) -> None:
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     from .metrics import entity_scores
     from .prediction import predict_tags
     from .training import evaluate_mlm, load_ner_dataset
 
+    _positive_batch_size(args)
     model, tokenizer, task = _inference_model(args)
     if task == "mlm" and getattr(model, "takes_arrays", False):
         raise ValueError(f"{args.checkpoint} is an ONNX export of a masked LM: it gives logits, not the loss its perplexity needs; score its checkpoint")
@@ -113,9 +121,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         scores = evaluate_mlm(model, tokenizer, args.data_dir, args.split, args.block_size, args.seed)
         print(json.dumps({"checkpoint": args.checkpoint, **scores}, indent=2))
         return 0
-    data = load_ner_dataset(args.dataset or "conll2003", args.data_dir)
+    dataset = args.dataset or "conll2003"
+    data = load_ner_dataset(dataset, args.data_dir)
     if args.split not in data:
-        raise ValueError(f"--split: {args.dataset} has no {args.split!r} split ({', '.join(data)})")
+        raise ValueError(f"--split: {dataset}{f' ({args.data_dir})' if args.data_dir else ''} has no {args.split!r} split; "
+                         f"it has {', '.join(data)}")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != data[args.split].features["ner_tags"].feature.names:
         raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {args.dataset}")
@@ -136,7 +146,7 @@ def evaluate_classifier(model, tokenizer, dataset: str, data_dir: str | None, sp
 
     data = load_classification_dataset(dataset, data_dir)
     if split not in data:
-        raise ValueError(f"--split: {dataset} has no {split!r} split ({', '.join(data)})")
+        raise ValueError(f"--split: {dataset} has no {split!r} split; it has {', '.join(data)}")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     dataset_names = data[split].features["label"].names
     if not set(names) <= set(dataset_names):
@@ -216,6 +226,10 @@ def _predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -
     if not taggers:
         raise ValueError("--heads: none of the checkpoints is a token-classification head")
     tokenizer = load_tokenizer(args.tokenizer or paths[0])
+    embeddings = heads.backbone.get_input_embeddings().num_embeddings
+    if len(tokenizer) > embeddings:  # its ids past the backbone's vocabulary would index nothing
+        raise ValueError(f"{'--tokenizer ' + args.tokenizer if args.tokenizer else paths[0]}: the tokenizer has "
+                         f"{len(tokenizer)} tokens, the shared backbone {embeddings} embeddings: not this backbone's tokenizer")
     id2labels = {name: head.config.id2label for name, head in taggers.items()}
 
     def run_logits(batch):
@@ -235,9 +249,15 @@ def _predict(args: argparse.Namespace) -> int:
     batches finishes (`dwatt.predict_lines`)."""
     from .prediction import classify, fill_masks, predict_tags
 
+    _positive_batch_size(args)
     sentences = list(args.sentences)
     if args.heads and args.checkpoint is not None:  # no checkpoint argument with --heads: it is the first sentence
         sentences.insert(0, args.checkpoint)
+    if args.heads:
+        folders = [text for text in sentences if (Path(text) / "config.json").is_file()]
+        if folders:  # `--heads A B "..."`: B is a checkpoint, not a sentence to tag
+            raise ValueError(f"--heads takes the checkpoints comma-separated, with no space: --heads {args.heads},{','.join(folders)} "
+                             f"(here {folders[0]} would be tagged as a sentence)")
     lines = InputLines(sentences, [source for source in (args.file, args.jsonl) if source is not None])
     if not sentences and not lines.sources:
         raise ValueError("give sentences as arguments, with --file, or with --jsonl")
@@ -314,10 +334,6 @@ def _sweep(args: argparse.Namespace) -> int:
         specs = shard(specs, index, count)
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine, **overrides)
     finished = ResultsStore(results).finished(specs, overrides, args.engine)
@@ -383,10 +399,15 @@ def _report(args: argparse.Namespace) -> int:
 def _add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
                         help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "
-                             "the export's int8 graph")
+                             "the export's int8 graph (not with --heads, which runs fp32)")
     parser.add_argument("--runtime", choices=RUNTIMES, default=None,
                         help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
                              "importing torch (default: the one the folder was written for)")
+
+
+def _add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for the model's kernels (default: all cores; on a shared machine, 1 per process)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -396,6 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     train = commands.add_parser("train", help="one few-shot NER (or masked-LM) run; offline default with no arguments")
     _add_train_arguments(train)
+    _add_threads_argument(train)
     train.set_defaults(handler=_train)
     evaluate = commands.add_parser("evaluate", help="score a trained checkpoint with seqeval")
     evaluate.add_argument("checkpoint")
@@ -406,13 +428,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=0, help="mlm: the run's seed, which fixed its dev and test masks")
     evaluate.add_argument("--batch-size", type=int, default=BATCH_SIZE, help="rows per batch, sorted by length")
     _add_inference_arguments(evaluate)
+    _add_threads_argument(evaluate)
     evaluate.set_defaults(handler=_evaluate)
     predict = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
     predict.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
     predict.add_argument("sentences", nargs="*")
     predict.add_argument("--file", help="one sentence per line; writes one output line per input line (a blank one: empty)")
     predict.add_argument("--heads", default=None,
-                         help="comma-separated checkpoints sharing one backbone: every head's tags from one backbone pass")
+                         help="checkpoints sharing one backbone, comma-separated with no space (A,B): every head's tags "
+                              "from one backbone pass (fp32: not with --quantize or --runtime)")
     predict.add_argument("--tokenizer", default=None, help="--heads: where the tokenizer is (default: the first head)")
     predict.add_argument("--jsonl", nargs="?", const="-", default=None, metavar="FILE",
                          help="read one sentence per line from FILE (default: stdin) and write one JSON object per input line, "
@@ -421,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)")
     predict.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_inference_arguments(predict)
+    _add_threads_argument(predict)
     predict.set_defaults(handler=_predict)
     export = commands.add_parser("export", help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer")
     export.add_argument("checkpoint")
@@ -428,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("onnx",), default="onnx")
     export.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
                         help="also write model_int8.onnx, onnxruntime's dynamic int8 quantization of the graph")
+    _add_threads_argument(export)
     export.set_defaults(handler=_export)
     push = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
     push.add_argument("run_dir")
@@ -452,7 +478,6 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--sampling", choices=SAMPLINGS, default=None, help="sentences: exactly --n-shots sentences")
     sweep.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     sweep.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
-    sweep.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     sweep.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
     sweep.add_argument("--engine", choices=ENGINES, default="auto",
                        help="budgets: train the epoch budgets of an FE run together; auto: where a run has several")
@@ -466,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
     sweep.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     sweep.add_argument("--quiet", action="store_true")
+    _add_threads_argument(sweep)
     sweep.set_defaults(handler=_sweep)
     probe = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best")
     probe.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
@@ -484,6 +510,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe.add_argument("--results", default="runs/probe/results.jsonl")
     probe.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
     probe.add_argument("--quiet", action="store_true")
+    _add_threads_argument(probe)
     probe.set_defaults(handler=_probe)
     report = commands.add_parser("report", help="tables (mean ± 95%% CI) and figures from results files")
     report.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
@@ -507,12 +534,33 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(args, "verbosity", "normal") != "verbose":
         quiet_libraries()
     try:
+        if sys.stdout is None or sys.stdout.closed:
+            raise ValueError("standard output is closed; give the command somewhere to write (a file, a pipe)")
+        use_threads(getattr(args, "threads", None))
         return args.handler(args)
+    except BrokenPipeError:
+        # the reader of a pipe stopped (`| head`): what is left to write goes nowhere, and the exit says so
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"dwatt {args.command}: error: standard output was closed before everything was written", file=sys.stderr)
+        return 2
     except (ValueError, OSError, HubError, SweepBusyError) as error:
         # One line, whatever failed (a bad argument, a file, the Hub): what happened and, where known, what to do.
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         print(f"dwatt {args.command}: error: {message}", file=sys.stderr)
         return 2
+
+
+def use_threads(count: int | None) -> None:
+    """`--threads`: the CPU threads of torch's and onnxruntime's kernels (OpenMP reads the variable when torch starts;
+    a torch already imported is told directly). On a shared machine, one thread per process avoids the slow-down of
+    threads waiting for each other's cores."""
+    if count is None:
+        return
+    if count < 1:
+        raise ValueError(f"--threads must be >= 1, got {count}")
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(count)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(count)
 
 
 def entry() -> None:
@@ -523,8 +571,12 @@ def entry() -> None:
 
     code = main()
     if len(sys.argv) > 1 and sys.argv[1] in ("predict", "evaluate"):
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (BrokenPipeError, ValueError):
+                code = code or 2
         os._exit(code)
     sys.exit(code)
 

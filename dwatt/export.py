@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import shutil
-import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,7 +118,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from .atomic import give_usual_modes, write_json_atomically
+    from .atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
     from .checkpoints import load_checkpoint
 
     runtime = needs("onnxruntime")
@@ -169,44 +167,6 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return config
-
-
-def scratch_folder(output: Path) -> Path:
-    """A scratch folder beside `output` for this process; those an earlier, killed export left are removed."""
-    for stale in output.parent.glob(f".{output.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
-    return output.parent / f".{output.name}.{os.getpid()}.tmp"
-
-
-def replace_folder(new: Path, target: Path) -> None:
-    """`new` renamed to `target`; an existing `target` is exchanged with `new` in one step where the system can
-    (Linux's renameat2 with RENAME_EXCHANGE), else moved aside first, then removed."""
-    if not target.exists():
-        os.replace(new, target)
-        return
-    if not _exchange(new, target):
-        aside = target.parent / f".{target.name}.{os.getpid()}.old.tmp"
-        os.replace(target, aside)
-        os.replace(new, target)
-        new = aside
-    shutil.rmtree(new, ignore_errors=True)
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Swap two paths atomically (renameat2, RENAME_EXCHANGE); False where the system cannot."""
-    import ctypes
-    import ctypes.util
-
-    if sys.platform != "linux":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_current_directory, rename_exchange = -100, 2
-    return renameat2(at_current_directory, os.fsencode(first), at_current_directory, os.fsencode(second),
-                     rename_exchange) == 0
 
 
 __all__ = ["export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -94,6 +95,9 @@ def session_options(runtime):
     would take the cores from the tokenizer and the rest of the process (and from other processes)."""
     options = runtime.SessionOptions()
     options.log_severity_level = 3
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:  # `--threads`, or the variable set for the whole machine
+        options.intra_op_num_threads = int(threads)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 

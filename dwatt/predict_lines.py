@@ -31,7 +31,7 @@ class InputLines:
             return None
         counted = len(self.sentences)
         for source in self.sources:
-            with open(source, encoding="utf-8", newline="\n") as handle:
+            with open(source, "rb") as handle:
                 counted += sum(1 for _ in handle)
         return counted
 
@@ -47,18 +47,28 @@ class InputLines:
         yield from self.sentences
         for source in self.sources:
             if source == "-":
-                if hasattr(sys.stdin, "reconfigure"):
-                    sys.stdin.reconfigure(newline="\n")  # lines end at \n only, as in a file
-                handle = sys.stdin
+                if sys.stdin is None or sys.stdin.closed:
+                    raise ValueError("--jsonl: standard input is closed; give a file, or pipe lines into it")
+                handle, name = getattr(sys.stdin, "buffer", sys.stdin), "standard input"
             else:
-                handle = open(source, encoding="utf-8", newline="\n")
+                handle, name = open(source, "rb"), source
             try:
-                for number, line in enumerate(handle):
-                    line = line.removesuffix("\n").removesuffix("\r")
+                for number, raw in enumerate(handle):
+                    line = decoded(raw, name, number + 1).removesuffix("\n").removesuffix("\r")
                     yield line.removeprefix("\ufeff") if number == 0 else line
             finally:
-                if handle is not sys.stdin:
+                if source != "-":
                     handle.close()
+
+
+def decoded(raw: bytes | str, source: str, number: int) -> str:
+    """One input line as text; bytes that are not UTF-8 are refused naming the source, the line and the byte."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{source}:{number}: not UTF-8 ({error.reason} at byte {error.start + 1} of the line)") from None
 
 
 def is_blank(text: str) -> bool:

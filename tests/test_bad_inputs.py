@@ -174,3 +174,168 @@ def test_i_after_o_counts_as_an_entity_in_scoring():
     from dwatt.metrics import entity_scores
 
     assert entity_scores([["O", "I-ORG"]], [["O", "B-ORG"]])["f1"] == 1.0
+
+
+# --- Through the command line: each case exits 2 with one line on stderr that names the place. ---
+
+def tagger(env: Env, name: str = "tagger") -> Path:
+    """A tagger checkpoint on the tiny backbone, with its tokenizer: what `dwatt predict` and `evaluate` read."""
+    folder = env.tmp / name
+    if not folder.exists():
+        from transformers import AutoTokenizer
+
+        model = RobertaDWAttForTokenClassification.from_backbone(str(env.backbone), num_labels=len(CONLL_LABELS),
+                                                                 id2label=dict(enumerate(CONLL_LABELS)))
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(env.backbone).save_pretrained(folder)
+    return folder
+
+
+def edited(folder: Path, file: str, content: str | None = None, **changes) -> Path:
+    path = folder / file
+    if content is not None:
+        path.write_text(content)
+    else:
+        edit_json(path, **changes)
+    return folder
+
+
+def train_args(env: Env, *extra: str) -> list[str]:
+    return ["train", "--backbone", str(env.backbone), "--data-dir", str(env.conll), "--quiet", "--epochs", "1",
+            "--n-shot", "2", "--output-dir", str(env.tmp / "out"), *extra]
+
+
+def interrupted_run(env: Env, damage: str) -> list[str]:
+    """A run trained with --checkpoint-every-epoch, its last checkpoint then damaged: the command that resumes it."""
+    assert main(train_args(env, "--checkpoint-every-epoch", "--no-save")) == 0
+    [checkpoint] = sorted((env.tmp / "out" / "trainer").glob("checkpoint-*"))
+    if damage == "record":
+        (checkpoint / "dwatt_best_dev.json").write_text("{garbage")
+    else:
+        truncate(checkpoint / "model.safetensors")
+    return train_args(env, "--resume", "--no-save")
+
+
+def swept_without_test(env: Env) -> list[str]:
+    store = env.tmp / "probe.jsonl"
+    assert main(["sweep", "--fusions", "base", "--probe-layers", "1", "--learning-rates", "1e-3", "--n-shots", "1",
+                 "--epochs", "1", "--trials", "1", "--backbone", str(env.backbone), "--data-dir", str(env.conll),
+                 "--engine", "budgets", "--results", str(store), "--quiet"]) == 0
+    return ["probe", "--backbone", str(env.backbone), "--data-dir", str(env.conll), "--layers", "1", "--n-shot", "1",
+            "--epochs", "1", "--learning-rates", "1e-3", "--results", str(store), "--quiet"]
+
+
+CLI_CASES = [
+    ("train: infinite learning rate", lambda e: train_args(e, "--lr", "inf"), r"--lr must be a finite number > 0, got inf"),
+    ("train: NaN learning rate", lambda e: train_args(e, "--lr", "nan"), r"--lr must be a finite number > 0, got nan"),
+    ("train: layers with a superscript digit", lambda e: train_args(e, "--layers", "²-3"), r"`fused_layers` '²-3': a range is 'a-b' with integers"),
+    ("train: --threads 0", lambda e: train_args(e, "--threads", "0"), r"--threads must be >= 1, got 0"),
+    ("train: resume from a garbage best-dev record", lambda e: interrupted_run(e, "record"), r"checkpoint-\d+/dwatt_best_dev\.json: not a best-dev record"),
+    ("train: resume from truncated weights", lambda e: interrupted_run(e, "weights"), r"checkpoint-\d+/model\.safetensors: the weights file is corrupted or truncated"),
+    ("predict: checkpoint path that does not exist", lambda e: ["predict", str(e.tmp / "runs/x/model"), "eu"], r"runs/x/model: no checkpoint folder there"),
+    ("predict: folder without config.json", lambda e: ["predict", str(e.file("empty/notes.txt", "x").parent), "eu"], r"empty/config\.json: missing; .* is not a checkpoint folder"),
+    ("predict: config.json not JSON", lambda e: ["predict", str(edited(tagger(e), "config.json", "{\n  oops")), "eu"], r"tagger/config\.json:2: not JSON"),
+    ("predict: tokenizer.json not JSON", lambda e: ["predict", str(edited(tagger(e), "tokenizer.json", "[")), "eu"], r"tagger/tokenizer\.json:1: not JSON"),
+    ("predict: dtype that is not torch's", lambda e: ["predict", str(edited(tagger(e), "config.json", dtype="nope")), "eu"], r"tagger/config\.json: dtype 'nope' is not a torch dtype"),
+    ("predict: --batch-size 0", lambda e: ["predict", str(tagger(e)), "--batch-size", "0", "eu"], r"--batch-size must be >= 1, got 0"),
+    ("predict: --batch-size -4", lambda e: ["predict", str(tagger(e)), "--batch-size", "-4", "eu"], r"--batch-size must be >= 1, got -4"),
+    ("predict: invalid UTF-8 at line 3", lambda e: ["predict", str(tagger(e)), "--file", str(e.file("in.txt", b"eu\nrejects\nM\xfcnchen\n"))], r"in\.txt:3: not UTF-8 \(invalid start byte at byte 2 of the line\)"),
+    ("predict: --heads A B", lambda e: ["predict", "--heads", str(tagger(e)), str(tagger(e, "second")), "eu"], r"--heads takes the checkpoints comma-separated, with no space: --heads .*tagger,.*second"),
+    ("predict: --heads with another backbone's tokenizer", lambda e: ["predict", "--heads", str(tagger(e)), "--tokenizer", str(big_tokenizer(e)), "eu"], r"--tokenizer .*big: the tokenizer has 40 tokens, the shared backbone 16 embeddings"),
+    ("evaluate: --split nope", lambda e: ["evaluate", str(tagger(e)), "--data-dir", str(e.conll), "--split", "nope"], r"--split: conll2003 \(.*\) has no 'nope' split; it has train, validation, test"),
+    ("sweep: --learning-rates ''", lambda e: ["sweep", "--fusions", "base", "--learning-rates", "", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--learning-rates: no value given"),
+    ("sweep: --fusions ','", lambda e: ["sweep", "--fusions", ",", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--fusions: no value given"),
+    ("sweep: --trials 0", lambda e: ["sweep", "--fusions", "base", "--trials", "0", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--trials must be >= 1, got 0"),
+    ("probe: --learning-rates ''", lambda e: ["probe", "--learning-rates", "", "--results", str(e.tmp / "r.jsonl")], r"--learning-rates: no value given"),
+    ("probe: a store a sweep filled without --test", swept_without_test, r"probe\.jsonl:1: run conll2003/.* other settings \(evaluate_test: False there, True here\)"),
+]
+
+
+def big_tokenizer(env: Env) -> Path:
+    """Another backbone's tokenizer: 40 tokens where the tiny backbone has 16 embeddings."""
+    import shutil
+
+    from transformers import BertTokenizerFast
+
+    folder = env.tmp / "big"
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(specials + [f"w{i}" for i in range(35)])}).save_pretrained(folder)
+    shutil.copy(env.backbone / "config.json", folder / "config.json")
+    return folder
+
+
+@pytest.mark.parametrize("name, argv, pattern", CLI_CASES, ids=[case[0] for case in CLI_CASES])
+def test_bad_input_on_the_command_line_is_one_line_naming_the_place(name, argv, pattern, tmp_path, tiny_backbone, tiny_conll, capsys):
+    import re
+
+    env = Env(tmp_path, tiny_backbone, tiny_conll)
+    arguments = argv(env)
+    capsys.readouterr()
+    assert main(arguments) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(pattern, err[0]), err
+
+
+def test_a_full_disk_at_the_final_save_keeps_the_scores_and_leaves_no_scratch(tmp_path, tiny_backbone, tiny_conll, monkeypatch, capsys):
+    from safetensors import SafetensorError
+
+    env = Env(tmp_path, tiny_backbone, tiny_conll)
+
+    def full_disk(self, *args, **kwargs):
+        raise SafetensorError("No space left on device (os error 28)")
+
+    monkeypatch.setattr(RobertaDWAttForTokenClassification, "save_pretrained", full_disk)
+    assert main(train_args(env)) == 2
+    err = capsys.readouterr().err
+    assert re_search(r"out/model: the checkpoint could not be written \(No space left on device.*\); the scores are in .*out/results\.json", err)
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["best_dev_f1"] >= 0
+    left = sorted(path.name for path in (tmp_path / "out").iterdir())
+    assert "results.json" in left and not [name for name in left if "model" in name], left  # no scratch, no half model
+
+
+def re_search(pattern: str, text: str) -> bool:
+    import re
+
+    return re.search(pattern, text) is not None
+
+
+def test_a_failed_atomic_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    from dwatt.atomic import write_text_atomically
+
+    target = tmp_path / "results.json"
+    target.write_text("old")
+
+    def no_room(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("os.replace", no_room)
+    with pytest.raises(OSError):
+        write_text_atomically(target, "new" * 1000)
+    assert [path.name for path in tmp_path.iterdir()] == ["results.json"] and target.read_text() == "old"
+
+
+@pytest.mark.parametrize("stream", ["stdin", "stdout"])
+def test_a_closed_standard_stream_is_one_line(stream, tmp_path, tiny_backbone, tiny_conll, monkeypatch, capsys):
+    import io
+
+    env = Env(tmp_path, tiny_backbone, tiny_conll)
+    checkpoint = str(tagger(env))
+    if stream == "stdin":
+        monkeypatch.setattr("sys.stdin", None)
+        assert main(["predict", checkpoint, "--jsonl"]) == 2
+        assert "--jsonl: standard input is closed" in capsys.readouterr().err
+    else:
+        closed = io.StringIO()
+        closed.close()
+        monkeypatch.setattr("sys.stdout", closed)
+        assert main(["predict", checkpoint, "eu"]) == 2
+        assert "standard output is closed" in capsys.readouterr().err
+
+
+def test_invalid_utf8_on_stdin_names_the_line(tmp_path, tiny_backbone, tiny_conll, monkeypatch, capsys):
+    import io
+
+    env = Env(tmp_path, tiny_backbone, tiny_conll)
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"eu\n\xff rejects\n"), encoding="utf-8"))
+    assert main(["predict", str(tagger(env)), "--jsonl", "--quiet"]) == 2
+    assert "standard input:2: not UTF-8 (invalid start byte at byte 1 of the line)" in capsys.readouterr().err

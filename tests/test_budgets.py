@@ -226,3 +226,43 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     assert [json.loads(line) for line in results.read_text().splitlines()] == rows
     assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
     assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
+
+
+def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
+    """Stopped while the test split is scored (after every copy trained), `dwatt probe` run again trains nothing and
+    stores what an uninterrupted probe stores."""
+    from dwatt.cli import main
+    from dwatt.summaries import comparable
+    from dwatt.sweep import ResultsStore
+
+    def probe(results):
+        return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1",
+                     "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet"])
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dwatt.training.ner.scored_test_split", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            probe(tmp_path / "stopped" / "r.jsonl")
+    assert not (tmp_path / "stopped" / "r.jsonl").exists()
+    assert len(list((tmp_path / "stopped").rglob("dwatt_trained.json"))) == 3 * 2  # 3 layers x 2 rates, all final
+
+    def trains(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dwatt.budgets.train_heads", trains)
+        assert probe(tmp_path / "stopped" / "r.jsonl") == 0
+    assert probe(tmp_path / "straight" / "r.jsonl") == 0
+    capsys.readouterr()
+
+    def kept(row):
+        row = comparable(row)
+        row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}
+        return {k: v for k, v in row.items() if k not in ("cache_seconds",)}
+
+    resumed, straight = (ResultsStore(tmp_path / name / "r.jsonl").rows() for name in ("stopped", "straight"))
+    assert len(resumed) == 6 and [kept(r) for r in resumed] == [kept(r) for r in straight]
+    assert not list((tmp_path / "stopped").rglob("dwatt_trained.*"))  # the records go once the results are written

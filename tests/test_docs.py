@@ -180,3 +180,46 @@ def test_the_site_builds_offline_in_strict_mode_with_every_page(tmp_path):
     assert all(f"dwatt {command}" in cli for command in ("train", "evaluate", "predict", "export", "sweep", "report"))
     api = (tmp_path / "site" / "reference" / "api" / "index.html").read_text()
     assert "DWAttConfig" in api and "SharedBackboneHeads" in api and "quantize_int8" in api
+
+
+def dwatt_command_lines() -> list[tuple[str, str]]:
+    """(place, command line) of every `dwatt ...` command in every shell block of the README and the site, marked
+    `needs:` or not: continued lines joined, comments dropped, each command of a `&&`, `;` or `|` chain apart."""
+    import shlex
+
+    found = []
+    for place, language, code, _ in BLOCKS:
+        if language not in ("bash", "sh"):
+            continue
+        for line in re.sub(r"[ \t]*\\\n[ \t]*", " ", code).splitlines():
+            for part in re.split(r"&&|\|\||;|\||&", re.sub(r"\s+#.*$", "", line)):
+                words = shlex.split(part.strip(), posix=True) if part.strip() else []
+                while words and re.match(r"^\w+=", words[0]):  # VARIABLE=value before the command
+                    words = words[1:]
+                if words[:1] == ["dwatt"]:
+                    found.append((place, " ".join(shlex.quote(word) for word in words)))
+    return found
+
+
+COMMAND_LINES = dwatt_command_lines()
+
+
+def test_the_pages_have_dwatt_command_lines_to_check():
+    assert len(COMMAND_LINES) >= 40 and any("needs" in str(block[3]) or block[3] for block in BLOCKS)
+
+
+@pytest.mark.parametrize(("place", "line"), COMMAND_LINES, ids=[f"{place} {line[:60]}" for place, line in COMMAND_LINES])
+def test_every_dwatt_command_line_in_the_docs_parses(place, line):
+    """With the command line's own parser, as `dwatt.cli.main` reads it (sentences may follow a prediction's options):
+    a block that needs the network or a GPU is not run, but an option it misspells is still caught."""
+    import shlex
+
+    from dwatt.cli import build_parser
+
+    arguments = shlex.split(line)[1:]
+    try:
+        args, unparsed = build_parser().parse_known_args(arguments)
+    except SystemExit:
+        pytest.fail(f"{place}: `{line}` does not parse")
+    assert not unparsed or (args.command == "predict" and not any(a.startswith("-") for a in unparsed)), \
+        f"{place}: `{line}`: unrecognized arguments {unparsed}"

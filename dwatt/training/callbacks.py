@@ -108,11 +108,24 @@ class BestDevCallback(TrainerCallback):
             give_usual_modes(folder)  # the Trainer's model.safetensors is written 0600
 
     def load(self, checkpoint: str | Path) -> None:
+        """The curve and best weights kept beside a Trainer checkpoint (`on_save`); a record that does not read is
+        refused naming its file, since resuming without it would lose the best epoch."""
+        from safetensors import SafetensorError
+
         folder = Path(checkpoint)
-        if (folder / BEST_STATE).is_file():
-            saved = json.loads((folder / BEST_STATE).read_text())
+        if not (folder / BEST_STATE).is_file():
+            return
+        try:
+            saved = json.loads((folder / BEST_STATE).read_text(encoding="utf-8"))
             self.curve, self.best = saved["curve"], saved["best"]
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+            raise ValueError(f"{folder / BEST_STATE}: not a best-dev record ({type(error).__name__}: {error}); remove "
+                             f"{folder} to resume from the checkpoint before it, or start again without --resume") from None
+        try:
             self._best_state = load_file(str(folder / BEST_WEIGHTS))
+        except (OSError, SafetensorError) as error:
+            raise ValueError(f"{folder / BEST_WEIGHTS}: does not load ({error}); remove {folder} to resume from the "
+                             "checkpoint before it, or start again without --resume") from None
 
 
 class DataParallelLossCallback(TrainerCallback):

@@ -7,6 +7,7 @@ import copy
 import math
 import os
 import platform
+import shutil
 import sys
 import time
 from collections import OrderedDict
@@ -24,7 +25,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_dwatt import BACKBONE_PREFIX, RobertaDWAttForTokenClassification
 
-from ..atomic import give_usual_modes, write_json_atomically
+from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
 from ..distributed import cpu_only, device, is_main_process, launched_processes, per_device_batch_size
 from ..features import (
     FeatureMemo,
@@ -166,8 +167,22 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
     if config.resume and Path(trainer.args.output_dir).is_dir():
         last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
         if last_checkpoint is not None:
+            check_weights(Path(last_checkpoint))
             best.load(last_checkpoint)
     return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+
+
+def check_weights(folder: Path) -> None:
+    """Every safetensors file of a checkpoint folder opens (a truncated one is named, with what to do)."""
+    from safetensors import SafetensorError, safe_open
+
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), "pt") as handle:
+                handle.keys()
+        except (OSError, SafetensorError) as error:
+            raise ValueError(f"{path}: the weights file is corrupted or truncated ({error}); remove {folder} to resume "
+                             "from the checkpoint before it, or start again without --resume") from None
 
 
 def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dataset, eval_dataset, data_collator,
@@ -229,12 +244,28 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunC
     results |= started.elapsed()
     if not is_main_process():
         return results
+    write_json_atomically(output_dir / "results.json", portable_results(results))  # the scores first: they are the run
     if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are
-        model.save_pretrained(output_dir / "model", heads_only=config.mode == "lora")
-        tokenizer.save_pretrained(output_dir / "model")
-        give_usual_modes(output_dir / "model")
-    write_json_atomically(output_dir / "results.json", portable_results(results))
+        save_checkpoint(model, tokenizer, output_dir / "model", heads_only=config.mode == "lora")
     return results
+
+
+def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) -> None:
+    """`model` and `tokenizer` saved into a scratch folder beside `folder` and swapped in whole (`replace_folder`):
+    a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are."""
+    from safetensors import SafetensorError
+
+    staging = scratch_folder(folder)
+    try:
+        model.save_pretrained(staging, heads_only=heads_only)
+        tokenizer.save_pretrained(staging)
+        give_usual_modes(staging)
+        replace_folder(staging, folder)
+    except (OSError, SafetensorError) as error:
+        raise OSError(f"{folder}: the checkpoint could not be written ({error}); the scores are in "
+                      f"{folder.parent / 'results.json'}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:

@@ -228,12 +228,18 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
     copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if probes else None)
               for c, layer in zip(configs, read or [None] * len(configs))]
     metrics = setup.metrics()
-    outcomes, timings = train_heads(
-        model, setup.train_set, setup.dev_set, setup.collator, copies, metrics.score_ids,
-        seed=first.seed, batch_size=first.batch_size,
-        vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
-        linear_probes=linear_probes,
-    )
+    trained = [load_trained(config) for config in configs]
+    if all(record is not None for record in trained):  # a group killed after training: its copies are final
+        outcomes, timings = [outcome for outcome, _ in trained], trained[0][1]
+    else:
+        outcomes, timings = train_heads(
+            model, setup.train_set, setup.dev_set, setup.collator, copies, metrics.score_ids,
+            seed=first.seed, batch_size=first.batch_size,
+            vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
+            linear_probes=linear_probes,
+        )
+        for config, outcome in zip(configs, outcomes):
+            save_trained(config, outcome, timings)
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(setup.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
     test = scored_test_split(setup, cache_layers) if first.evaluate_test and "test" in setup.data else None
@@ -256,8 +262,55 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
         elif test is not None:
             results["test_scores"] = evaluate_features(model, test[0], setup.collator, test[1], layer=copy.layer)
         all_results.append(finish_run(config, model, setup.tokenizer, results, started))
+    for config in configs:  # results.json now holds what the record kept
+        for name in TRAINED_RECORD:
+            (Path(config.output_dir) / name).unlink(missing_ok=True)
     model.config.fused_layers = own_layers
     return all_results
+
+
+# A copy's training, kept in its run folder from the moment it is final until its results are written, so that a
+# group stopped while scoring test (the slow part on a deep backbone) resumes without training again.
+TRAINED_RECORD = ("dwatt_trained.json", "dwatt_trained.safetensors")
+
+
+def trained_identity(config: RunConfig) -> dict:
+    from ..run_config import NOT_DEFINING
+
+    return {key: value for key, value in asdict(config).items() if key not in NOT_DEFINING + ("evaluate_test",)}
+
+
+def save_trained(config: RunConfig, outcome, timings: dict) -> None:
+    from safetensors.torch import save_file
+
+    from ..atomic import write_json_atomically
+
+    folder = Path(config.output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({key: value.contiguous() for key, value in outcome.best_state.items()}, str(folder / TRAINED_RECORD[1]))
+    write_json_atomically(folder / TRAINED_RECORD[0], {"identity": trained_identity(config), "epochs": outcome.epochs,
+                                                       "best": outcome.best, "curve": outcome.curve, "timings": timings})
+
+
+def load_trained(config: RunConfig):
+    """The copy `save_trained` kept for `config` (its outcome and the group's timings), or None where there is none,
+    it was trained for other settings, or it does not read."""
+    import json
+
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from ..budgets import BudgetOutcome
+
+    folder = Path(config.output_dir)
+    try:
+        record = json.loads((folder / TRAINED_RECORD[0]).read_text())
+        if record["identity"] != json.loads(json.dumps(trained_identity(config), default=str)):
+            return None
+        state = load_file(str(folder / TRAINED_RECORD[1]))
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError):
+        return None
+    return BudgetOutcome(record["epochs"], record["curve"], record["best"], state), record["timings"]
 
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
