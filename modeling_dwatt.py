@@ -33,9 +33,9 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .configuration_dwatt import DWAttConfig, is_decoder_only
+    from .configuration_dwatt import AUTO_MODELS, DWAttConfig, is_decoder_only
 except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from configuration_dwatt import DWAttConfig, is_decoder_only
+    from configuration_dwatt import AUTO_MODELS, DWAttConfig, is_decoder_only
 
 logger = logging.get_logger(__name__)
 
@@ -1585,6 +1585,12 @@ DWAttModel.register_for_auto_class("AutoModel")
 RobertaDWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
 RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
 RobertaDWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+if __name__ == "modeling_dwatt":  # imported by its name: the classes take the place of `configuration_dwatt`'s stand-ins
+    import transformers
+
+    for _model in (DWAttModel, RobertaDWAttForTokenClassification, RobertaDWAttForMaskedLM, RobertaDWAttForSequenceClassification):
+        _auto = next(auto for auto, name in AUTO_MODELS.items() if name == _model.__name__)
+        getattr(transformers, _auto).register(DWAttConfig, _model, exist_ok=True)
 
 __all__ = [
     "LoRAUpdates",

@@ -94,3 +94,27 @@ def test_import_dwatt_and_reading_the_command_line_import_no_torch_and_a_model_n
         "assert CONFIG_MAPPING['dwatt'] is config_class and AutoConfig.for_model('dwatt').fusion == 'dwatt'\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
+
+
+def test_importing_the_configuration_by_its_name_registers_the_auto_classes_and_the_models_load_on_first_use():
+    """In a fresh interpreter, the remote-code files alone (as a script beside them, or a Hub user who downloaded
+    them, would import them): `AutoModelFor...from_config(DWAttConfig(...))` works without `import dwatt`, and the
+    model code is imported only when a model is made."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from configuration_dwatt import DWAttConfig\n"
+        "from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, BertConfig\n"
+        "encoder = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)\n"
+        "config = DWAttConfig(encoder_config=encoder.to_dict(), num_labels=3)\n"
+        "assert AutoConfig.for_model('dwatt').model_type == 'dwatt' and 'modeling_dwatt' not in sys.modules\n"
+        "model = AutoModelForSequenceClassification.from_config(config)\n"
+        "assert type(model).__name__ == 'RobertaDWAttForSequenceClassification', type(model)\n"
+        "assert type(AutoModel.from_config(config)).__name__ == 'DWAttModel' and 'dwatt' not in sys.modules\n"
+        "import modeling_dwatt\n"
+        "from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING as mapping\n"
+        "assert mapping[DWAttConfig] is modeling_dwatt.RobertaDWAttForTokenClassification\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)

@@ -17,8 +17,9 @@ FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", 
 # The encoder-family table (issue: every encoder) took the model file past 850 lines; decoder LLMs (their family,
 # `last` pooling, chosen layers) and padding-aware heads past 1300; merging LoRA adapters in plain torch past 1500; one
 # graph for export (no branch on tensor values, Base+n's layer inputs recorded in the pass) and the base model's
-# standard arguments past 1600.
-LINE_BUDGET = {"modeling_dwatt.py": 1650, "configuration_dwatt.py": 300}
+# standard arguments past 1600. The configuration registers the Auto classes when imported by its name (the models
+# imported on first use) past 300.
+LINE_BUDGET = {"modeling_dwatt.py": 1650, "configuration_dwatt.py": 340}
 
 
 def tree(name: str) -> ast.Module:
