@@ -67,6 +67,18 @@ def _exchange(first: Path, second: Path) -> bool:
                      rename_exchange) == 0
 
 
+def read_json(path: str | Path):
+    """A JSON file's content; a file that does not parse is named with the line (ValueError), one that cannot be
+    read with the reason (OSError)."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 ({error.reason})") from None
+
+
 def usual_mode() -> int:
     """The mode a new file gets under this process's umask (0644 under the usual 022)."""
     mask = os.umask(0)
@@ -83,4 +95,4 @@ def give_usual_modes(folder: str | Path) -> None:
             path.chmod(mode)
 
 
-__all__ = ["give_usual_modes", "replace_folder", "scratch_folder", "usual_mode", "write_json_atomically", "write_text_atomically"]
+__all__ = ["give_usual_modes", "read_json", "replace_folder", "scratch_folder", "usual_mode", "write_json_atomically", "write_text_atomically"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from .atomic import read_json
 
 TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm", "ForSequenceClassification": "cls"}
 
@@ -41,12 +42,7 @@ def check_checkpoint_folder(path: str | Path) -> None:
         file = folder / name
         if not file.is_file():
             continue
-        try:
-            content = json.loads(file.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{file}:{error.lineno}: not JSON ({error.msg})") from None
-        except UnicodeDecodeError as error:
-            raise ValueError(f"{file}: not UTF-8 ({error.reason})") from None
+        content = read_json(file)
         if name == "config.json":
             check_dtypes(content, file)
 

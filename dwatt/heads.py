@@ -8,7 +8,6 @@ alone (tests/test_heads.py).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from modeling_dwatt import (
     backbone_kwargs,
 )
 
+from .atomic import read_json
 from .checkpoints import checkpoint_task
 
 TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
@@ -70,7 +70,10 @@ def _checkpoint_tensors(path: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
     if single is not None:
         return load_file(single)
     index = cached_file(path, WEIGHTS_INDEX, **hub_kwargs)
-    shards = sorted(set(json.loads(Path(index).read_text())["weight_map"].values()))
+    try:
+        shards = sorted(set(read_json(index)["weight_map"].values()))
+    except (KeyError, TypeError, AttributeError):
+        raise ValueError(f"{index}: not a weights index (no weight_map of shard files)") from None
     tensors: dict[str, torch.Tensor] = {}
     for shard in shards:
         tensors |= load_file(cached_file(path, shard, **hub_kwargs))

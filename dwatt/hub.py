@@ -279,12 +279,13 @@ def _without_local_backbone(results: dict, published: str | None) -> dict:
 
 def push_run(run_dir: str | Path, repo_id: str, **kwargs) -> str:
     """Push a finished `dwatt train` run directory (its `model/` and `results.json`)."""
+    from .atomic import read_json
     from .checkpoints import load_checkpoint
 
     run_dir = Path(run_dir)
     results_file, model_dir = run_dir / "results.json", run_dir / "model"
     if not results_file.is_file() or not model_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: not a finished run (needs results.json and model/; was it trained with --no-save?)")
-    results = json.loads(results_file.read_text())
+    results = read_json(results_file)
     model, tokenizer, _ = load_checkpoint(model_dir)
     return push_to_hub(model, repo_id, results=results, tokenizer=tokenizer, **kwargs)
