@@ -1247,7 +1247,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         checkpoint: the pretrained one takes its place right after (`_attach_pretrained_backbone`), so drawing random
         weights for it would only cost time."""
         if getattr(self.config, "heads_only", False):
-            backbone = self.backbone if isinstance(self, DWAttModel) else self.dwatt.backbone
+            backbone = self.dwatt.backbone
             for part in backbone.modules():
                 part._is_hf_initialized = True
             for tensor in (*backbone.parameters(), *backbone.buffers()):

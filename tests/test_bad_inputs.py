@@ -225,7 +225,17 @@ def swept_without_test(env: Env) -> list[str]:
             "--epochs", "1", "--learning-rates", "1e-3", "--results", str(store), "--quiet"]
 
 
+def run_with_results(env: Env, text: str) -> Path:
+    import shutil
+
+    folder = env.tmp / "run"
+    shutil.copytree(tagger(env), folder / "model")
+    (folder / "results.json").write_text(text)
+    return folder
+
+
 CLI_CASES = [
+    ("push: results.json not JSON", lambda e: ["push", str(run_with_results(e, "{\n\n  nope")), "me/tagger"], r"run/results\.json:3: not JSON"),
     ("train: infinite learning rate", lambda e: train_args(e, "--lr", "inf"), r"--lr must be a finite number > 0, got inf"),
     ("train: NaN learning rate", lambda e: train_args(e, "--lr", "nan"), r"--lr must be a finite number > 0, got nan"),
     ("train: layers with a superscript digit", lambda e: train_args(e, "--layers", "²-3"), r"`fused_layers` '²-3': a range is 'a-b' with integers"),
@@ -339,3 +349,26 @@ def test_invalid_utf8_on_stdin_names_the_line(tmp_path, tiny_backbone, tiny_conl
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"eu\n\xff rejects\n"), encoding="utf-8"))
     assert main(["predict", str(tagger(env)), "--jsonl", "--quiet"]) == 2
     assert "standard input:2: not UTF-8 (invalid start byte at byte 1 of the line)" in capsys.readouterr().err
+
+
+def test_every_command_that_computes_takes_threads_and_predict_s_help_says_what_heads_excludes(monkeypatch, capsys):
+    import torch
+
+    from dwatt.cli import build_parser, use_threads
+
+    parser = build_parser()
+    for command in ("train", "evaluate", "predict", "export", "sweep", "probe"):
+        extra = {"evaluate": ["x"], "predict": ["x"], "export": ["x", "y"]}.get(command, [])
+        assert parser.parse_args([command, *extra, "--threads", "1"]).threads == 1, command
+    before = torch.get_num_threads()
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):  # set through monkeypatch, so that teardown restores them
+        monkeypatch.setenv(variable, "2")
+    try:
+        use_threads(1)
+        assert torch.get_num_threads() == 1 and __import__("os").environ["OMP_NUM_THREADS"] == "1"
+    finally:
+        torch.set_num_threads(before)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["predict", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "(not with --heads, which runs fp32)" in help_text and "comma-separated with no space (A,B)" in help_text

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from dwatt.sweep import batches_of_runs, grid, run_sweep
 from dwatt import RobertaDWAttForTokenClassification
-from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_budgets, run_ner_together
+from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_together
 
 
 def config(tiny_backbone, tiny_conll, folder, **kwargs) -> RunConfig:
@@ -27,9 +27,9 @@ def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_c
     # Dropout is on (classifier, and Base+n's extra layers), several batches per epoch, three budgets.
     budgets = (1, 3, 2)
     make = lambda e, where: config(tiny_backbone, tiny_conll, tmp_path / where / str(e), fusion=fusion, epochs=e, save_model=True)
-    together = run_ner_budgets([make(e, "together") for e in budgets], vectorize=vectorize)
+    together = run_ner_together([make(e, "together") for e in budgets], vectorize=vectorize)
     for e, joint in zip(budgets, together):
-        (alone,) = run_ner_budgets([make(e, "alone")], vectorize=vectorize)
+        (alone,) = run_ner_together([make(e, "alone")], vectorize=vectorize)
         assert joint["dev_curve"] == alone["dev_curve"] and len(joint["dev_curve"]) == e
         assert joint["trained_together"] == list(budgets) and alone["trained_together"] == [e]
         mine, theirs = weights(tmp_path / "together" / str(e)), weights(tmp_path / "alone" / str(e))
@@ -96,7 +96,7 @@ def test_linear_probes_are_refused_where_the_head_is_not_one(tiny_backbone, tiny
 
 
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
-    runs = {v: run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
+    runs = {v: run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
     assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx([p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6)
     mine, theirs = weights(tmp_path / "False"), weights(tmp_path / "True")
     for name in mine:
@@ -109,7 +109,7 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
     # decay, clipping), which must be the Trainer's.
     settings = dict(fusion=fusion, batch_size=64, save_model=True, extra={"classifier_dropout": 0.0})
     trainer = run_ner(config(tiny_backbone, tiny_conll, tmp_path / "trainer", **settings))
-    (budgets,) = run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
+    (budgets,) = run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
     assert trainer["engine"] == "trainer" and budgets["engine"] == "budgets"
     assert [p["step"] for p in trainer["dev_curve"]] == [p["step"] for p in budgets["dev_curve"]] == [1, 2, 3]
     assert [p["f1"] for p in trainer["dev_curve"]] == pytest.approx([p["f1"] for p in budgets["dev_curve"]], abs=1e-9)
@@ -125,14 +125,14 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
 def test_runs_trained_together_must_differ_only_in_their_budget(tiny_backbone, tiny_conll, tmp_path):
     first = config(tiny_backbone, tiny_conll, tmp_path / "a")
     with pytest.raises(ValueError, match=r"may differ only in epochs, learning_rate, output_dir, not in \['fusion'\]"):
-        run_ner_budgets([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
+        run_ner_together([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
     with pytest.raises(ValueError, match="only for NER in the FE mode"):
-        run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
+        run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
 
 
 def test_budgets_with_the_same_epochs_twice_are_refused(tiny_backbone, tiny_conll, tmp_path):
     with pytest.raises(ValueError, match=r"HeadCopy\(epochs=2, learning_rate=0.005, layer=None\) comes twice"):
-        run_ner_budgets([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
+        run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
 
 
 def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):

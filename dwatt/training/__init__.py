@@ -31,7 +31,7 @@ from .common import (
     training_arguments,
 )
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
-from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_budgets, run_ner_together
+from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_together
 
 
 def run(config: RunConfig) -> dict:
@@ -64,7 +64,6 @@ __all__ = [
     "run_classification",
     "run_mlm",
     "run_ner",
-    "run_ner_budgets",
     "run_ner_together",
     "trainable_parameter_names",
     "training_arguments",

@@ -326,11 +326,6 @@ def probed_layers(configs: list[RunConfig]) -> list[int] | None:
     return read
 
 
-def run_ner_budgets(configs: list[RunConfig], vectorize: bool | None = None) -> list[dict]:
-    """`run_ner_together` (its former name, when only the epoch budgets could differ)."""
-    return run_ner_together(configs, vectorize)
-
-
 @torch.no_grad()
 def evaluate_features(model, dataset, collator, metrics: NERMetrics, batch_size: int = 32, layer: int | None = None) -> dict:
     """Scores of `model` on a tokenised or cached eval set, without a `Trainer`; a head on one layer fed the cached
