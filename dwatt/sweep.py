@@ -295,7 +295,7 @@ class ResultsStore:
                 mine = wanted | {"engine": " or ".join(engines)}
                 raise StoreConflictError(
                     f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
-                    "a store keeps one version of each run: give this sweep another --results, or remove those rows"
+                    "a store keeps one version of each run: give this command another --results, or remove those rows"
                 )
         return finished
 
