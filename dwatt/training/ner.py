@@ -285,6 +285,8 @@ def save_trained(config: RunConfig, outcome, timings: dict) -> None:
 
     from ..atomic import write_json_atomically
 
+    if outcome.best_state is None:  # nothing to resume from: the group trains again
+        return
     folder = Path(config.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({key: value.contiguous() for key, value in outcome.best_state.items()}, str(folder / TRAINED_RECORD[1]))
