@@ -5,10 +5,13 @@ usually are (`give_usual_modes`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -29,11 +32,19 @@ def write_json_atomically(path: str | Path, payload: dict) -> None:
     write_text_atomically(path, json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
 
 
-def scratch_folder(output: Path) -> Path:
-    """A scratch folder beside `output` for this process; those an earlier, killed write left are removed."""
+@contextmanager
+def scratch_folder(output: Path) -> Iterator[Path]:
+    """A new, empty scratch folder beside `output` for this process, removed on the way out whatever happened (those
+    an earlier, killed write left are removed first): a folder is written there, then swapped in (`replace_folder`)."""
+    output.parent.mkdir(parents=True, exist_ok=True)
     for stale in output.parent.glob(f".{output.name}.*.tmp"):
         shutil.rmtree(stale, ignore_errors=True)
-    return output.parent / f".{output.name}.{os.getpid()}.tmp"
+    folder = output.parent / f".{output.name}.{os.getpid()}.tmp"
+    folder.mkdir()
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def replace_folder(new: Path, target: Path) -> None:
@@ -67,16 +78,34 @@ def _exchange(first: Path, second: Path) -> bool:
                      rename_exchange) == 0
 
 
+def read_text(path: str | Path) -> str:
+    """A UTF-8 file's text; one that is not UTF-8 is named with the line of the first bad byte (ValueError)."""
+    path = Path(path)
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data[: error.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 ({error.reason})") from None
+
+
 def read_json(path: str | Path):
     """A JSON file's content; a file that does not parse is named with the line (ValueError), one that cannot be
     read with the reason (OSError)."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}:{error.lineno}: not JSON ({error.msg})") from None
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path}: not UTF-8 ({error.reason})") from None
+
+
+def sha256_of(path: str | Path) -> str:
+    """The sha256 of a file's bytes, read in blocks (weights files are large)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def usual_mode() -> int:
@@ -95,4 +124,4 @@ def give_usual_modes(folder: str | Path) -> None:
             path.chmod(mode)
 
 
-__all__ = ["give_usual_modes", "read_json", "replace_folder", "scratch_folder", "usual_mode", "write_json_atomically", "write_text_atomically"]
+__all__ = ["give_usual_modes", "read_json", "read_text", "replace_folder", "scratch_folder", "sha256_of", "usual_mode", "write_json_atomically", "write_text_atomically"]

@@ -521,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .errors import HubError, SweepBusyError
+    from .errors import HubError, SweepBusyError, first_line
 
     from .console import quiet_libraries
 
@@ -545,8 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except (ValueError, OSError, HubError, SweepBusyError) as error:
         # One line, whatever failed (a bad argument, a file, the Hub): what happened and, where known, what to do.
-        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        print(f"dwatt {args.command}: error: {message}", file=sys.stderr)
+        print(f"dwatt {args.command}: error: {first_line(error)}", file=sys.stderr)
         return 2
 
 

@@ -10,4 +10,10 @@ class SweepBusyError(RuntimeError):
     """Another sweep holds the results file."""
 
 
-__all__ = ["HubError", "SweepBusyError"]
+def first_line(error: BaseException) -> str:
+    """An error's message as one line: its first, or the error's type where it says nothing."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+__all__ = ["HubError", "SweepBusyError", "first_line"]

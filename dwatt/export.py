@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import math
-import shutil
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options, sha256_of
+from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 from .portable import portable_path
 
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
@@ -118,7 +117,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from .atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
+    from .atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
     from .checkpoints import load_checkpoint
 
     runtime = needs("onnxruntime")
@@ -129,10 +128,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
         raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
                          "give a new or empty folder")
     model, tokenizer, task = load_checkpoint(checkpoint)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = scratch_folder(output)
-    try:
-        staging.mkdir()
+    with scratch_folder(output) as staging:
         inputs = graph_inputs(model)
         difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
         if not math.isfinite(difference):
@@ -164,8 +160,6 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
         write_json_atomically(staging / EXPORT_CONFIG, config)
         give_usual_modes(staging)
         replace_folder(staging, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return config
 
 

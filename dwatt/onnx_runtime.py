@@ -11,12 +11,14 @@ Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxru
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+
+from .atomic import read_json, sha256_of
+from .errors import first_line
 
 EXPORT_CONFIG = "dwatt_export.json"
 GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
@@ -25,26 +27,11 @@ REQUIRED = ("task", "id2label", "inputs", "graphs")
 TASKS = {"ner": 3, "mlm": 3, "cls": 2}  # the task -> the rank of its logits
 
 
-def sha256_of(path: str | Path) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_export_config(folder: Path) -> dict:
     """`dwatt_export.json`, checked: JSON, the keys a run needs, a known task, graph names that stay inside the
     folder. Every error names the file and the key."""
     path = folder / EXPORT_CONFIG
-    try:
-        export = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read it ({error.strerror})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: not JSON ({getattr(error, 'msg', None) or error.reason})") from None
+    export = read_json(path)
     if not isinstance(export, dict):
         raise ValueError(f"{path}: not a JSON object")
     missing = [key for key in REQUIRED if key not in export]
@@ -127,8 +114,7 @@ class OnnxModel:
         try:
             self.session = runtime.InferenceSession(str(graph), session_options(runtime), providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail) share no base
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ValueError(f"{graph}: onnxruntime cannot load it ({reason[:200]}); export the checkpoint again") from None
+            raise ValueError(f"{graph}: onnxruntime cannot load it ({first_line(error)[:200]}); export the checkpoint again") from None
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
         self._check_outputs(graph)
@@ -168,9 +154,9 @@ def load_export(folder: str | Path, quantize: str | None = None):
     try:
         tokenizer = load_saved_tokenizer(folder, model.export["inputs"])
     except (OSError, ValueError) as error:
-        raise ValueError(f"{folder}: its tokenizer does not load ({str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__})") from None
+        raise ValueError(f"{folder}: its tokenizer does not load ({first_line(error)})") from None
     return model, tokenizer, model.export["task"]
 
 
 __all__ = ["EXPORT_CONFIG", "FILES_KEY", "GRAPHS", "OnnxModel", "check_files", "is_export", "load_export", "needs",
-           "read_export_config", "session_options", "sha256_of"]
+           "read_export_config", "session_options"]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 from pathlib import Path
 
 import pandas as pd
 
+from .atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
 from .selection import BEST_LAYER, LAST_LAYER, fair_comparison, is_fair_grid, probe_curve, verdicts
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
@@ -184,18 +184,13 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
         raise ValueError(f"{', '.join(map(str, paths))}: no runs to report")
     frame = runs_frame(rows)
     sources = ", ".join(sorted({str(Path(r["_path"])) for r in rows}))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f".{output.name}.{os.getpid()}.tmp"
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        (staging / "tables").mkdir(parents=True)
+    with scratch_folder(output) as staging:
+        (staging / "tables").mkdir()
         if is_fair_grid(frame):
             write_fair_report(frame, staging, title, sources)
         else:
             write_full_report(frame, staging, title, sources)
         publish(staging, output)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return output / "report.md"
 
 

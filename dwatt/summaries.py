@@ -15,6 +15,7 @@ import pandas as pd
 
 from configuration_dwatt import single_layer
 
+from .atomic import read_text
 from .portable import backbone_label
 from .run_config import NOT_DEFINING
 
@@ -84,12 +85,9 @@ def load_rows(paths: list[str | Path]) -> list[dict]:
     rows = []
     for path in map(Path, paths):
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_text(path)
         except OSError as error:
             raise ValueError(f"{path}: not a readable results file ({error.strerror})") from None
-        except UnicodeDecodeError as error:
-            line = path.read_bytes()[: error.start].count(b"\n") + 1
-            raise ValueError(f"{path}:{line}: not UTF-8 ({error.reason})") from None
         lines = text.splitlines() if path.suffix == ".jsonl" else [text]
         for number, line in enumerate(lines, start=1):
             if not line.strip():

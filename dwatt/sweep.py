@@ -29,7 +29,7 @@ from pathlib import Path
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
-from .atomic import write_text_atomically
+from .atomic import read_text, sha256_of, write_text_atomically
 from .errors import SweepBusyError
 from .portable import backbone_folder, backbone_label, portable_path, portable_results
 from .run_config import DEFAULT_DATASETS, NOT_DEFINING, TASKS, RunConfig
@@ -173,14 +173,9 @@ WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
 
 @functools.lru_cache(maxsize=16)
 def _fingerprint(folder: Path, stamp: tuple) -> str:
-    digest = hashlib.sha256()
+    """sha256 of the names and sha256s of `folder`'s weight files; `stamp` (names, sizes, times) keys the cache."""
     files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
-    for path in files:
-        digest.update(path.name.encode() + b"\0")
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 22), b""):
-                digest.update(block)
-    return digest.hexdigest()
+    return hashlib.sha256("".join(f"{path.name}\0{sha256_of(path)}\n" for path in files).encode()).hexdigest()
 
 
 def backbone_fingerprint(backbone: str | None) -> str | None:
@@ -243,13 +238,8 @@ class ResultsStore:
     def rows(self) -> list[dict]:
         if not self.path.exists():
             return []
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as error:
-            line = self.path.read_bytes()[: error.start].count(b"\n") + 1
-            raise ValueError(f"{self.path}:{line}: not UTF-8 ({error.reason})") from None
         rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in enumerate(read_text(self.path).splitlines(), start=1):
             if not line.strip():
                 continue
             try:

@@ -309,7 +309,7 @@ def files_of(folder) -> dict:
 
 
 def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves_the_old_one(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
-    from dwatt.onnx_runtime import sha256_of
+    from dwatt.atomic import sha256_of
 
     folder = fresh_copy(exported_ner, tmp_path)
     config = json.loads((folder / "dwatt_export.json").read_text())
@@ -369,7 +369,7 @@ def test_a_re_export_killed_at_any_point_leaves_the_old_export_or_the_new_one(ch
     ("another tokenizer", r"tokenizer\.json: not the file this export was written with"),
     ("truncate the int8 graph", r"model_int8\.onnx: not the file this export was written with"),
     ("remove the graph", r"model\.onnx: missing from the export"),
-    ("config not JSON", r"dwatt_export\.json: not JSON"),
+    ("config not JSON", r"dwatt_export\.json:1: not JSON"),
     ("config without graphs", r"dwatt_export\.json: lacks 'graphs'"),
     ("another task", r"model\.onnx: logits of shape .* are not a cls model's; dwatt_export\.json says task 'cls'"),
     ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),

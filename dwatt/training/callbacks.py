@@ -3,7 +3,6 @@ the run's one progress bar."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +16,7 @@ from transformers import (
 
 from modeling_dwatt import BACKBONE_PREFIX
 
-from ..atomic import give_usual_modes, write_json_atomically
+from ..atomic import give_usual_modes, read_json, write_json_atomically
 from ..lora import is_lora_parameter
 from ..run_config import MODES
 # What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
@@ -116,9 +115,9 @@ class BestDevCallback(TrainerCallback):
         if not (folder / BEST_STATE).is_file():
             return
         try:
-            saved = json.loads((folder / BEST_STATE).read_text(encoding="utf-8"))
+            saved = read_json(folder / BEST_STATE)
             self.curve, self.best = saved["curve"], saved["best"]
-        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{folder / BEST_STATE}: not a best-dev record ({type(error).__name__}: {error}); remove "
                              f"{folder} to resume from the checkpoint before it, or start again without --resume") from None
         try:

@@ -7,7 +7,6 @@ import copy
 import math
 import os
 import platform
-import shutil
 import sys
 import time
 from collections import OrderedDict
@@ -255,17 +254,15 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
     a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are."""
     from safetensors import SafetensorError
 
-    staging = scratch_folder(folder)
     try:
-        model.save_pretrained(staging, heads_only=heads_only)
-        tokenizer.save_pretrained(staging)
-        give_usual_modes(staging)
-        replace_folder(staging, folder)
+        with scratch_folder(folder) as staging:
+            model.save_pretrained(staging, heads_only=heads_only)
+            tokenizer.save_pretrained(staging)
+            give_usual_modes(staging)
+            replace_folder(staging, folder)
     except (OSError, SafetensorError) as error:
         raise OSError(f"{folder}: the checkpoint could not be written ({error}); the scores are in "
                       f"{folder.parent / 'results.json'}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
