@@ -1,7 +1,7 @@
 """dwatt: Depth-Wise Attention (DWAtt) layer fusion for pretrained encoders.
 
-The model classes live in the two top-level files that travel with every checkpoint (`configuration_dwatt.py`,
-`modeling_dwatt.py`); this package re-exports them and adds the library around them: data, few-shot sampling, the
+The model classes live in the top-level files that travel with every checkpoint (`configuration_dwatt.py`,
+`modeling_dwatt.py` and the siblings it imports); this package re-exports them and adds the library around them: data, few-shot sampling, the
 feature cache, training, serving and the CLI.
 
 The re-exported names load on first use (PEP 562), and the first of the model names to load registers DWAtt with

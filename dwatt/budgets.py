@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 from transformers import get_linear_schedule_with_warmup, set_seed
 
-from modeling_dwatt import LastLayer, RobertaDWAttForTokenClassification
+from modeling_dwatt import RobertaDWAttForTokenClassification
 
 from .features import FeatureCache
 
@@ -176,7 +176,7 @@ class LinearProbes:
         the one layer cached."""
         trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
         return (isinstance(model, RobertaDWAttForTokenClassification) and type(model).head is RobertaDWAttForTokenClassification.head
-                and isinstance(model.dwatt.fusion, LastLayer) and model.fuse_labelled_positions_only
+                and model.dwatt.fusion.passes_layer_through and model.fuse_labelled_positions_only
                 and tuple(trainable) == cls.PARAMETERS and isinstance(dataset, FeatureCache) and dataset.labels is not None
                 and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1))
 

@@ -17,15 +17,9 @@ from torch import nn
 from transformers.utils import cached_file
 
 from configuration_dwatt import DWAttConfig
-from modeling_dwatt import (
-    BACKBONE_IDENTITY,
-    BACKBONE_PREFIX,
-    HUB_KWARGS,
-    DWAttForMaskedLM,
-    DWAttForSequenceClassification,
-    DWAttForTokenClassification,
-    backbone_kwargs,
-)
+from backbones_dwatt import backbone_kwargs
+from modeling_dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
+from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from .atomic import read_json
 from .checkpoints import checkpoint_task

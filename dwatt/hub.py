@@ -1,6 +1,6 @@
 """The Hub side: model cards and pushes of head-only (or full) checkpoints through huggingface_hub's upload API.
 
-Network code lives here, in the library, and never in the two remote-code files that travel with checkpoints.
+Network code lives here, in the library, and never in the remote-code files that travel with checkpoints.
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}"{trust_tokenizer})',
         "```",
         "",
-        "`trust_remote_code=True` runs the two files of this repository, `configuration_dwatt.py` and `modeling_dwatt.py`;",
-        "they import only torch and transformers. Pin `revision=` to a commit you have read.",
+        "`trust_remote_code=True` runs the `*_dwatt.py` files of this repository (`modeling_dwatt.py` and the files it",
+        "imports); they import only torch and transformers. Pin `revision=` to a commit you have read.",
     ]
     if has_tokenizer:
         lines += [

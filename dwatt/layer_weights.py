@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from modeling_dwatt import DepthWiseAttention, ScalarMix
+from fusions_dwatt import FUSION_CLASSES
 
 
 def has_layer_weights(model) -> bool:
-    return isinstance(model.dwatt.fusion, (DepthWiseAttention, ScalarMix))
+    return model.dwatt.fusion.weighs_layers
 
 
 def entity_type(label: str) -> str:
@@ -28,7 +28,8 @@ def layer_weights_by_type(model, dataset, collator, label_names: list[str], batc
     (tokenised rows or `FeatureCache` items) and `collator` batches them.
     """
     if not has_layer_weights(model):
-        raise ValueError(f"fusion {model.config.fusion!r} has no layer weights; only dwatt and scalar_mix do")
+        weighing = [name for name, fusion in FUSION_CLASSES.items() if fusion.weighs_layers]
+        raise ValueError(f"fusion {model.config.fusion!r} has no layer weights; only {' and '.join(weighing)} do")
     types = [entity_type(name) for name in label_names]
     names = list(dict.fromkeys(types))
     type_of_label = torch.tensor([names.index(t) for t in types])

@@ -3,21 +3,22 @@
 Training uses PEFT, the well-kept library for it: `peft.inject_adapter_in_model` puts its LoRA layers into the
 backbone in place, so the model stays a dwatt model that the stock `Trainer` trains like any other (the fusion and
 head train fully, the backbone's own weights stay frozen). What leaves training needs no PEFT: a head-only checkpoint
-carries the adapters' `A` and `B` matrices beside the head (`modeling_dwatt.LoRAUpdates`), and loading merges
+carries the adapters' `A` and `B` matrices beside the head (`lora_dwatt.LoRAUpdates`), and loading merges
 `W + (alpha / rank) * B @ A` into the backbone it fetches, in plain torch; a full checkpoint stores the merged
 backbone (`DWAttPreTrainedModel.merged_state_dict`).
 """
 
 from __future__ import annotations
 
-from modeling_dwatt import backbone_family, lora_target_layers
+from backbones_dwatt import backbone_family
+from lora_dwatt import lora_target_layers
 
 DEFAULT_RANK = 8
 
 
 def default_targets(model) -> list[str]:
     """The layers LoRA adapts by default: the attention projections of the backbone's family (its row in
-    `modeling_dwatt.FAMILIES`)."""
+    `backbones_dwatt.FAMILIES`)."""
     return list(backbone_family(model.config.encoder_config).lora_targets)
 
 

@@ -176,7 +176,7 @@ def test_base_plus_n_continues_a_local_global_alternation_by_layer_index(tmp_pat
                                                       num_extra_layers=3).eval()
     extra = model.dwatt.fusion.layer
     assert [layer.self_attn.is_sliding for layer in extra] == [False, True, False]  # positions 3, 4, 5: full, sliding, full
-    from modeling_dwatt import backbone_family
+    from backbones_dwatt import backbone_family
 
     ids = torch.randint(3, 99, (2, 6))
     mask = torch.ones_like(ids)

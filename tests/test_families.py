@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
 from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED, is_decoder_only
-from modeling_dwatt import lora_target_layers
+from lora_dwatt import lora_target_layers
 from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.features import FeatureCollator, build_feature_cache
 from dwatt.lora import add_lora, default_targets

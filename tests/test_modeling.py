@@ -184,7 +184,7 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
             model = cls(tiny_config("roberta", fusion)).eval()
             folder = tmp_path / f"{task}-{fusion}"
             model.save_pretrained(folder)
-            assert {"modeling_dwatt.py", "configuration_dwatt.py"} <= {p.name for p in folder.iterdir()}
+            assert {"modeling_dwatt.py", "configuration_dwatt.py", "fusions_dwatt.py"} <= {p.name for p in folder.iterdir()}
             with torch.no_grad():
                 expected = model(input_ids=ids, attention_mask=mask).logits
             cases.append((task, folder, expected, model.config.to_dict(), model.state_dict()))
@@ -313,7 +313,7 @@ def test_a_batch_without_any_target_has_zero_loss_and_gradients(fusion):
 def test_dwatt_output_is_the_papers_formula_whatever_the_memory_layout_of_the_layers():
     """h = z_L + sum_n softmax_n(q . k_n) v_n, q = 1 + elu(z_L + f^Q(z_L)), written plainly, against the fused
     implementation fed a contiguous (batch, layers, ...) stack and the layer-major view `DWAttModel` builds."""
-    from modeling_dwatt import DepthWiseAttention
+    from fusions_dwatt import DepthWiseAttention
 
     fusion = DepthWiseAttention(tiny_config("roberta", "dwatt"))
     with torch.no_grad():

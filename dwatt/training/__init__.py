@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from ..data import CONLL_LABELS
-from modeling_dwatt import BACKBONE_PREFIX
+from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
 from ..run_config import MODES

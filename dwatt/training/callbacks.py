@@ -14,7 +14,7 @@ from transformers import (
     TrainerCallback,
 )
 
-from modeling_dwatt import BACKBONE_PREFIX
+from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, read_json, write_json_atomically
 from ..lora import is_lora_parameter

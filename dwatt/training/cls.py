@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding
 
-from configuration_dwatt import FUSIONS
+from fusions_dwatt import FUSION_CLASSES
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
 from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
@@ -35,20 +35,16 @@ from .common import (
     train_run,
 )
 
-# Fusions linear in the layers: with mean pooling, the mean over tokens commutes with them, so their cache holds
-# one mean vector per layer per sentence.
-LINEAR_FUSIONS = ("base", "concat", "scalar_mix")
-
-
 def cache_pooling(fusion: str, pooling: str) -> str | None:
     """What the FE cache keeps per sentence (`build_feature_cache`'s `pooled`): only the first (last) position for a
-    per-token fusion read at its first (last) token, each layer's mean for a linear fusion read by its mean, else every
-    token (DWAtt with mean pooling is non-linear per token; Base+n attends over all tokens)."""
-    if fusion not in FUSIONS:
+    per-token fusion read at its first (last) token, each layer's mean for a fusion linear in the layers read by its
+    mean (the mean over tokens commutes with it), else every token (DWAtt with mean pooling is non-linear per token;
+    Base+n attends over all tokens)."""
+    if fusion not in FUSION_CLASSES:
         raise ValueError(f"unknown fusion {fusion!r}")
-    if pooling in ("first", "last") and fusion != "base_plus_n":
+    if pooling in ("first", "last") and FUSION_CLASSES[fusion].per_token:
         return pooling
-    if pooling == "mean" and fusion in LINEAR_FUSIONS:
+    if pooling == "mean" and FUSION_CLASSES[fusion].linear_in_layers:
         return "mean"
     return None
 
@@ -194,4 +190,4 @@ def run_classification(config: RunConfig) -> dict:
     return finish_run(config, model, setup.tokenizer, results, started)
 
 
-__all__ = ["LINEAR_FUSIONS", "cache_pooling", "prepare_classification", "run_classification"]
+__all__ = ["cache_pooling", "prepare_classification", "run_classification"]

@@ -22,7 +22,8 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_dwatt import BACKBONE_PREFIX, RobertaDWAttForTokenClassification
+from modeling_dwatt import RobertaDWAttForTokenClassification
+from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
 from ..distributed import cpu_only, device, is_main_process, launched_processes, per_device_batch_size

@@ -1,0 +1,347 @@
+# Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
+"""Backbone families for DWAtt: what the fusions and the models need to know of a pretrained encoder or decoder LLM
+beyond what `AutoModel` gives (where its layers live, how one more is built, what a layer takes besides the hidden
+states, its masked-LM head's shape), one record per family that differs from BERT's way (`FAMILIES`).
+
+Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
+transformers.
+"""
+
+import copy
+import inspect
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from transformers import AutoModel, PreTrainedModel
+from transformers.masking_utils import create_bidirectional_mask
+from transformers.utils import logging
+
+try:
+    from .configuration_dwatt import is_decoder_only
+except ImportError:  # imported as a top-level module of the installed project rather than as remote code
+    from configuration_dwatt import is_decoder_only
+
+
+def _first_setting(config, names: tuple[str, ...], default):
+    """The first of `names` that the encoder config sets (families name the same setting differently)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def layer_norm_eps(config) -> float:
+    return _first_setting(config, ("layer_norm_eps", "norm_eps"), 1e-12)
+
+
+def dropout_probability(config) -> float:
+    return _first_setting(config, ("hidden_dropout_prob", "dropout", "classifier_dropout"), 0.1)
+
+
+def classifier_dropout(config) -> float:
+    """Dropout before a classification head: `classifier_dropout`, else the backbone's own."""
+    return dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
+
+
+def _attribute(module: nn.Module, path: str):
+    for name in path.split("."):
+        module = getattr(module, name, None) if not name.isdigit() else module[int(name)]
+        if module is None:
+            return None
+    return module
+
+
+class BackboneFamily:
+    """
+    What DWAtt needs to know of a backbone family beyond what `AutoModel` gives: where its transformer layers live,
+    how one is built, what a layer takes besides the hidden states (its attention-mask format, its position signal),
+    and whether its attention is causal. The default is BERT's way (`encoder.layer`, a 4-D bidirectional mask),
+    which RoBERTa, XLM-R, CamemBERT, ELECTRA and most BERT descendants share; the families that differ override one
+    method each, and decoder-only language models share `DecoderFamily`.
+    """
+
+    layer_list = "encoder.layer"
+    # Decoder-only: each token sees only what precedes it, and positions count from the first non-padding token.
+    causal = False
+    # The linear layers that carry LoRA's low-rank updates by default: the attention's query and value projections.
+    lora_targets: tuple[str, ...] = ("query", "value")
+
+    def __init__(self, lora_targets: tuple[str, ...] | None = None):
+        if lora_targets is not None:
+            self.lora_targets = lora_targets
+
+    def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
+        layers = _attribute(backbone, self.layer_list)
+        return layers if isinstance(layers, nn.ModuleList) and len(layers) else None
+
+    def new_layer(self, layer_class: type[nn.Module], config, position: int) -> nn.Module:
+        """A fresh layer that continues the backbone's stack at `position` (0-based, so L is the first extra one)."""
+        accepted = inspect.signature(layer_class.__init__).parameters
+        return layer_class(config, layer_idx=position) if "layer_idx" in accepted else layer_class(config)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers) -> list[tuple[tuple, dict]]:
+        """The positional and keyword arguments of each of `layers` after the hidden states."""
+        mask = create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+        return [((mask,), {}) for _ in layers]
+
+    def lm_head_size(self, config) -> int:
+        """Width of the masked-LM head's dense layer (ALBERT and ELECTRA project down to the embedding size)."""
+        return getattr(config, "embedding_size", None) or config.hidden_size
+
+    def lm_head_activation(self, config) -> str:
+        return _first_setting(config, ("hidden_act", "activation", "hidden_activation"), "gelu")
+
+    def lm_head_bias(self, config, part: str) -> bool:
+        """Whether the head's `dense`, `norm` or `decoder` part has a bias."""
+        return True
+
+
+class MPNetFamily(BackboneFamily):
+    """Every MPNet layer also takes the encoder's shared relative position bias."""
+
+    lora_targets = ("q", "v")
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        (mask,), _ = super().layer_inputs(backbone, hidden_states, attention_mask, layers)[0]
+        bias = backbone.encoder.compute_position_bias(hidden_states)
+        return [((mask,), {"position_bias": bias}) for _ in layers]
+
+
+class RoFormerFamily(BackboneFamily):
+    """Every RoFormer layer rotates its queries and keys by the encoder's sinusoidal positions."""
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        (mask,), _ = super().layer_inputs(backbone, hidden_states, attention_mask, layers)[0]
+        positions = backbone.encoder.embed_positions(hidden_states.shape[:-1], 0)[None, None, :, :]
+        return [((mask,), {"sinusoidal_pos": positions}) for _ in layers]
+
+
+class DebertaFamily(BackboneFamily):
+    """DeBERTa (v1, v2, v3): the encoder's own mask format and its disentangled relative positions."""
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        encoder = backbone.encoder
+        if attention_mask is None:
+            attention_mask = torch.ones(hidden_states.shape[:2], dtype=torch.long, device=hidden_states.device)
+        kwargs = {
+            "relative_pos": encoder.get_rel_pos(hidden_states),
+            "rel_embeddings": encoder.get_rel_embedding(),
+        }
+        return [((encoder.get_attention_mask(attention_mask),), kwargs) for _ in layers]
+
+
+class ModernBertFamily(BackboneFamily):
+    """ModernBERT: layers under `layers`, global and sliding-window (local) attention alternating, rotary positions
+    per attention type. Extra layers continue the alternation."""
+
+    layer_list = "layers"
+
+    def new_layer(self, layer_class, config, position):
+        every = getattr(config, "global_attn_every_n_layers", 1) or 1
+        wanted = "full_attention" if position % every == 0 else "sliding_attention"
+        # The layer reads its type from config.layer_types[index]; index 0 has no input norm (it reads the
+        # embeddings), so an extra layer takes the last index of its type above 0.
+        candidates = [i for i, kind in enumerate(config.layer_types) if kind == wanted and i > 0]
+        return layer_class(config, layer_idx=candidates[-1] if candidates else len(config.layer_types) - 1)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        from transformers.masking_utils import create_bidirectional_sliding_window_mask
+
+        mask_kwargs = {"config": backbone.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
+        masks = {
+            "full_attention": create_bidirectional_mask(**mask_kwargs),
+            "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kwargs),
+        }
+        positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None]  # ModernBERT's own default
+        return [
+            ((), {"attention_mask": masks[layer.attention_type],
+                  "position_embeddings": backbone.rotary_emb(hidden_states, positions, layer.attention_type)})
+            for layer in layers
+        ]
+
+    def lm_head_activation(self, config) -> str:
+        return config.classifier_activation
+
+    def lm_head_bias(self, config, part: str) -> bool:
+        return {"dense": config.classifier_bias, "norm": config.norm_bias, "decoder": config.decoder_bias}[part]
+
+
+class ElectraFamily(BackboneFamily):
+    """ELECTRA's masked-LM head is its generator's, whose activation is always GELU."""
+
+    def lm_head_activation(self, config) -> str:
+        return "gelu"
+
+
+class DistilBertFamily(BackboneFamily):
+    layer_list = "transformer.layer"
+    lora_targets = ("q_lin", "v_lin")
+
+
+class AlbertFamily(BackboneFamily):
+    """ALBERT shares one layer group across its depth; extra layers are fresh, unshared layers of that group's class."""
+
+    layer_list = "encoder.albert_layer_groups.0.albert_layers"
+
+
+class _EndOfDryRun(Exception):
+    """Raised by the last `_LayerInputsRecorder` of a dry run: the backbone has handed every layer its inputs."""
+
+
+class _LayerInputsRecorder:
+    """Stands in for the `forward` of one of the backbone's layers during a dry run: keeps the arguments the backbone
+    hands the layer and passes the hidden states through without the layer's work. It replaces the method on the
+    layer object, not the layer in its list, so that the module tree stays the same (as `torch.export` requires)."""
+
+    def __init__(self, index: int, store: dict, last: bool):
+        self.index, self.store, self.last = index, store, last
+
+    def __call__(self, hidden_states, *args, **kwargs):
+        self.store[self.index] = (args, kwargs)
+        if self.last:
+            raise _EndOfDryRun
+        return hidden_states
+
+
+def _keeper(store: dict, index: int):
+    """A forward pre-hook that keeps a layer's arguments after the hidden states in `store[index]`."""
+
+    def keep(module, args, kwargs):
+        store[index] = (args[1:], dict(kwargs))
+
+    return keep
+
+
+def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Position ids counted from each row's first non-padding token: 0, 1, ... whichever side the padding is on."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _continue_pattern(values: list, count: int) -> list:
+    """`count` more values of a per-layer setting: its shortest period repeated, or its last value where it has none
+    (Gemma's 5 local : 1 global continues as 5 : 1; Qwen2's full-then-sliding as sliding)."""
+    period = next(p for p in range(1, len(values) + 1) if all(v == values[i % p] for i, v in enumerate(values)))
+    if period == len(values):
+        return [values[-1]] * count
+    return [values[(len(values) + i) % period] for i in range(count)]
+
+
+class DecoderFamily(BackboneFamily):
+    """
+    Decoder-only language models (Llama, Qwen, Mistral, Gemma, Phi, OLMo, GPT-2, GPT-NeoX, ...): causal attention,
+    layers under `layers` (GPT-2's `h`). Their layers take what the model computes once from the mask and the
+    positions (a causal or sliding-window mask, rotary embeddings per attention type, ALiBi), each family in its own
+    format, so `layer_inputs` lets the backbone compute them itself: a dry run of its forward with every layer
+    replaced by a recorder that keeps what the layer receives and skips the layer's work. An extra layer at position
+    L + i gets what the backbone hands its last layer of the same kind, and is built with the per-layer settings
+    (`layer_types`, ...) continued by layer index.
+    """
+
+    causal = True
+    layer_list = "layers"
+    layer_lists = ("layers", "h", "blocks", "decoder.layers", "transformer.h", "model.layers")
+    lora_targets = ("q_proj", "v_proj")
+
+    def layers(self, backbone: nn.Module) -> nn.ModuleList | None:
+        for path in (self.layer_list, *self.layer_lists):
+            layers = _attribute(backbone, path)
+            if isinstance(layers, nn.ModuleList) and len(layers):
+                return layers
+        return None
+
+    @staticmethod
+    def per_layer_settings(config) -> dict[str, list]:
+        """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
+        depth = config.num_hidden_layers
+        return {key: value for key, value in config.to_dict().items() if isinstance(value, list) and len(value) == depth}
+
+    def kinds(self, config, count: int) -> list[tuple]:
+        """What the layers at positions 0..count-1 are (their per-layer settings), continued past the backbone's."""
+        settings = [values + _continue_pattern(values, max(0, count - len(values)))
+                    for values in self.per_layer_settings(config).values()]
+        return [tuple(values[position] for values in settings) for position in range(count)]
+
+    def new_layer(self, layer_class, config, position):
+        extended = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
+        for key, values in self.per_layer_settings(config).items():
+            setattr(extended, key, values + _continue_pattern(values, position - config.num_hidden_layers + 1))
+        return super().new_layer(layer_class, extended, position)
+
+    def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
+        own = self.layers(backbone)
+        recorded: dict[int, tuple] = {}
+        originals = list(own)
+        accepted = inspect.signature(backbone.forward).parameters
+        inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask, "use_cache": False}
+        if attention_mask is not None and "position_ids" in accepted:
+            inputs["position_ids"] = positions_from_mask(attention_mask)
+        for index, layer in enumerate(own):
+            layer.forward = _LayerInputsRecorder(index, recorded, last=index == len(own) - 1)
+        try:
+            backbone(**{k: v for k, v in inputs.items() if k in accepted or k == "inputs_embeds"})
+        except _EndOfDryRun:
+            pass
+        finally:
+            for layer in originals:
+                del layer.forward  # the class's own again
+        return [recorded[j] for j in self.source_layers(backbone.config, len(layers))]
+
+    def source_layers(self, config, count: int) -> list[int]:
+        """For each of `count` extra layers, the index of the backbone's layer whose inputs it takes: the last of
+        the same kind (its per-layer settings continued)."""
+        depth = config.num_hidden_layers
+        kinds = self.kinds(config, depth + count)
+        return [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1) for i in range(count)]
+
+
+FAMILIES: dict[str, BackboneFamily] = {
+    "mpnet": MPNetFamily(),
+    "roformer": RoFormerFamily(),
+    "deberta": DebertaFamily(lora_targets=("in_proj",)),
+    "deberta-v2": DebertaFamily(lora_targets=("query_proj", "value_proj")),
+    "modernbert": ModernBertFamily(lora_targets=("Wqkv",)),
+    # Decoders whose attention projects queries, keys and values in one layer.
+    "gpt2": DecoderFamily(lora_targets=("c_attn",)),
+    "gpt_bigcode": DecoderFamily(lora_targets=("c_attn",)),
+    "gpt_neox": DecoderFamily(lora_targets=("query_key_value",)),
+    "falcon": DecoderFamily(lora_targets=("query_key_value",)),
+    "bloom": DecoderFamily(lora_targets=("query_key_value",)),
+    "phi3": DecoderFamily(lora_targets=("qkv_proj",)),
+    "mpt": DecoderFamily(lora_targets=("Wqkv",)),
+    "electra": ElectraFamily(),
+    "distilbert": DistilBertFamily(),
+    "albert": AlbertFamily(),
+}
+"""Backbone families that differ from BERT's way, keyed by `model_type`: any other decoder-only family gets
+`DecoderFamily()` (`is_decoder_only`), any other encoder `BackboneFamily()`."""
+
+
+def backbone_family(config) -> BackboneFamily:
+    if config.model_type in FAMILIES:
+        return FAMILIES[config.model_type]
+    return DecoderFamily() if is_decoder_only(config) else BackboneFamily()
+
+
+@contextmanager
+def _quiet_loading(quiet: bool = True):
+    """Silence transformers' load report where missing or unused weights are expected."""
+    verbosity = logging.get_verbosity()
+    if quiet:
+        logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+
+
+def backbone_class(encoder_config) -> type[PreTrainedModel]:
+    """The class `AutoModel` builds for an encoder config."""
+    return AutoModel._model_mapping[type(encoder_config)]
+
+
+def backbone_kwargs(encoder_config) -> dict:
+    """Construction arguments for the backbone: no pooler, where the class has one to leave out."""
+    accepted = inspect.signature(backbone_class(encoder_config).__init__).parameters
+    return {"add_pooling_layer": False} if "add_pooling_layer" in accepted else {}
