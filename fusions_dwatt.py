@@ -22,8 +22,8 @@ try:
 except ImportError:  # imported as a top-level module of the installed project rather than as remote code
     from backbones_dwatt import backbone_family, layer_norm_eps
 
-if TYPE_CHECKING:
-    from configuration_dwatt import DWAttConfig
+if TYPE_CHECKING:  # relative, for annotations only: transformers' import check of remote code skips it
+    from .configuration_dwatt import DWAttConfig
 
 
 class LayerFusion(nn.Module):

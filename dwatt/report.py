@@ -359,7 +359,8 @@ def fair_answer(table: pd.DataFrame) -> str:
         answer = "no fusion beats a head on the best single layer (the 95% CI of every paired difference reaches 0 or below)"
     else:
         answer = "a fusion beats the best single layer in " + "; ".join(
-            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} F1)"
+            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} F1"
+            f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
             for row in wins.itertuples()) + f", of {len(fusions)} fusion-setting pairs"
     gap = ""
     if not last.empty:
