@@ -13,14 +13,22 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers import AutoModel, PreTrainedModel
+from transformers import AutoModel, PretrainedConfig, PreTrainedModel
 from transformers.masking_utils import create_bidirectional_mask
 from transformers.utils import logging
 
-try:
-    from .configuration_dwatt import is_decoder_only
-except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from configuration_dwatt import is_decoder_only
+
+
+def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
+    """Whether the backbone is a decoder-only language model (Llama, Qwen, Gemma, Mistral, Phi, GPT-2, ...): its family
+    has a causal-LM class and no masked-LM one. Its tokens see only what precedes them."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    family = encoder_config.model_type
+    return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def _first_setting(config, names: tuple[str, ...], default):
@@ -65,6 +73,8 @@ class BackboneFamily:
     layer_list = "encoder.layer"
     # Decoder-only: each token sees only what precedes it, and positions count from the first non-padding token.
     causal = False
+    # Why layers of the family's own kind cannot run on top of it (Base+n), for a family that cannot; None: they can.
+    extra_layers_refused: str | None = None
     # The linear layers that carry LoRA's low-rank updates by default: the attention's query and value projections.
     lora_targets: tuple[str, ...] = ("query", "value")
 

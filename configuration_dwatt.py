@@ -9,29 +9,20 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
-"""Layer-fusion methods: Depth-Wise Attention, layer concatenation, n extra transformer layers on top,
-last layer only, and an ELMo-style scalar mix."""
+try:
+    from .backbones_dwatt import is_decoder_only
+    from .fusions_dwatt import FUSION_CLASSES
+except ImportError:  # imported as top-level modules of the installed project rather than as remote code
+    from backbones_dwatt import is_decoder_only
+    from fusions_dwatt import FUSION_CLASSES
+
+FUSIONS = tuple(FUSION_CLASSES)
+"""Layer-fusion methods (`fusions_dwatt.FUSION_CLASSES`): Depth-Wise Attention, layer concatenation, n extra
+transformer layers on top, last layer only, and an ELMo-style scalar mix."""
 # How sequence classification pools the fused tokens into one vector (see `DWAttConfig.pooling`).
 POOLINGS = ("mean", "first", "last")
 
-# Encoder families whose layers cannot be called from outside with what the encoder gives them, so that the
-# paper's Base+n has no faithful form there; `DWAttConfig` refuses the fusion for them when it is built.
-BASE_PLUS_N_UNSUPPORTED: dict[str, str] = {}
-
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
-
-
-def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
-    """Whether the backbone is a decoder-only language model (Llama, Qwen, Gemma, Mistral, Phi, GPT-2, ...): its family
-    has a causal-LM class and no masked-LM one. Its tokens see only what precedes them."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    family = encoder_config.model_type
-    return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> list[int]:
@@ -227,27 +218,9 @@ class DWAttConfig(PretrainedConfig):
             self.validate_lora()
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
-        family = self.encoder_config.model_type
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
-            depth = self.encoder_config.num_hidden_layers
-            chosen = parse_fused_layers(self.fused_layers, depth)  # raises on a bad spec
-            if self.fusion == "base" and single_layer(self.fused_layers) is None and chosen != list(range(1, depth + 1)):
-                raise ValueError(
-                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} names several layers, but the 'base' head reads "
-                    f"one: give one layer number (1..{depth}), or mix layers with dwatt, concat or scalar_mix"
-                )
-            if self.fusion == "base_plus_n" and chosen != list(range(1, depth + 1)):
-                raise ValueError(
-                    f"DWAttConfig: `fused_layers` {self.fused_layers!r} chooses layers, but the 'base_plus_n' fusion "
-                    "builds on the last layer only; leave it 'all', read one layer with base, or mix with dwatt, "
-                    "concat or scalar_mix"
-                )
-        if self.fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED:
-            working = ", ".join(f for f in FUSIONS if f != "base_plus_n")
-            raise ValueError(
-                f"DWAttConfig: fusion 'base_plus_n' cannot be built on the {family!r} family "
-                f"({BASE_PLUS_N_UNSUPPORTED[family]}); the fusions that work here: {working}"
-            )
+            parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
+            FUSION_CLASSES[self.fusion].check_config(self)
         for key in ("hidden_size", "num_hidden_layers"):
             if not isinstance(getattr(self.encoder_config, key, None), int):
                 raise ValueError(
@@ -273,6 +246,11 @@ class DWAttConfig(PretrainedConfig):
     def fused_layer_numbers(self) -> list[int]:
         """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending, L last."""
         return parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)
+
+    @property
+    def single_fused_layer(self) -> int | None:
+        """The one layer `fused_layers` names, if it names exactly one (a number, not a range or a list)."""
+        return single_layer(self.fused_layers)
 
     @property
     def read_layer(self) -> int:
@@ -334,5 +312,5 @@ def register_auto_classes() -> None:
 if __name__ == "configuration_dwatt":
     register_auto_classes()
 
-__all__ = ["AUTO_MODELS", "BASE_PLUS_N_UNSUPPORTED", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "register_auto_classes",
+__all__ = ["AUTO_MODELS", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "register_auto_classes",
            "single_layer"]

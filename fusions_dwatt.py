@@ -37,6 +37,7 @@ class LayerFusion(nn.Module):
 
     What the model asks of a fusion is declared here, on its class, and nowhere else:
     - `name`: its value of `DWAttConfig.fusion`; `display_name`: how tables and figures name it;
+      `hyperparameters`: the config keys of its own (as a model card lists them);
     - `per_token`: each token's output depends on that token's hidden states alone, so it can run on some positions;
     - `weighs_layers`: it returns per-layer weights (`output_layer_weights`);
     - `needs_layer_inputs`: it runs layers of the backbone's own kind (Base+n);
@@ -44,13 +45,15 @@ class LayerFusion(nn.Module):
       before it (a mean-pooled classifier's cache then keeps one mean vector per layer);
     - `passes_layer_through`: its output is the one layer it reads, unchanged (a head on it is a linear probe);
     - `stack_dim`: the memory layout it reads the stacked layers in (1: batch-major), so that stacking costs no copy;
-    - `read_layers(config)`: which hidden states it reads (indices, 0 = the embedding output);
+    - `read_layers(config)`: which hidden states it reads (indices, 0 = the embedding output), and
+      `check_config(config)`: what of the config it refuses;
     - `reads_layer_by_layer(device)`: whether it takes the layers as a list there;
     - `init_weights(std)`: the initialisation of its own parameters (linear maps and norms get the model's).
     """
 
     name: str = ""
     display_name: str = ""
+    hyperparameters: tuple[str, ...] = ()
     per_token: bool = True
     weighs_layers: bool = False
     needs_layer_inputs: bool = False
@@ -65,6 +68,10 @@ class LayerFusion(nn.Module):
     def read_layers(cls, config: "DWAttConfig") -> list[int]:
         """The fused layers of `config.fused_layers` (all by default), z_L last, after the embedding output if asked."""
         return [0] * config.include_embeddings + config.fused_layer_numbers
+
+    @classmethod
+    def check_config(cls, config: "DWAttConfig") -> None:
+        """Raise `ValueError`, naming the key, where the config asks what this fusion cannot do."""
 
     def reads_layer_by_layer(self, device: torch.device) -> bool:
         return False
@@ -126,6 +133,7 @@ class DepthWiseAttention(LayerFusion):
     """
 
     name, display_name, weighs_layers = "dwatt", "DWAtt", True
+    hyperparameters = ("d_pos", "query_bottleneck", "value_bottleneck")
     stack_dim = 0  # reads the layers layer-major: its value MLPs are one batched matmul over the layer axis
 
     def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
@@ -262,6 +270,15 @@ class LastLayer(LayerFusion):
     def read_layers(cls, config: "DWAttConfig") -> list[int]:
         return [config.read_layer]
 
+    @classmethod
+    def check_config(cls, config: "DWAttConfig") -> None:
+        depth = config.encoder_config.num_hidden_layers
+        if config.single_fused_layer is None and config.fused_layer_numbers != list(range(1, depth + 1)):
+            raise ValueError(
+                f"DWAttConfig: `fused_layers` {config.fused_layers!r} names several layers, but the {cls.name!r} head "
+                f"reads one: give one layer number (1..{depth}), or mix layers with {mixing_fusions()}"
+            )
+
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None) -> tuple[torch.Tensor, None]:
         return last_layer, None
 
@@ -274,6 +291,7 @@ class ExtraLayers(LayerFusion):
     """
 
     name, display_name = "base_plus_n", "Base+n"
+    hyperparameters = ("num_extra_layers",)
     per_token, needs_layer_inputs = False, True
 
     def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
@@ -297,12 +315,35 @@ class ExtraLayers(LayerFusion):
     def read_layers(cls, config: "DWAttConfig") -> list[int]:
         return [config.encoder_config.num_hidden_layers]
 
+    @classmethod
+    def check_config(cls, config: "DWAttConfig") -> None:
+        encoder = config.encoder_config
+        if config.fused_layer_numbers != list(range(1, encoder.num_hidden_layers + 1)):
+            raise ValueError(
+                f"DWAttConfig: `fused_layers` {config.fused_layers!r} chooses layers, but the {cls.name!r} fusion "
+                f"builds on the last layer only; leave it 'all', read one layer with {LastLayer.name}, or mix with "
+                f"{mixing_fusions()}"
+            )
+        refused = backbone_family(encoder).extra_layers_refused
+        if refused:
+            working = ", ".join(name for name in FUSION_CLASSES if name != cls.name)
+            raise ValueError(
+                f"DWAttConfig: fusion {cls.name!r} cannot be built on the {encoder.model_type!r} family ({refused}); "
+                f"the fusions that work here: {working}"
+            )
+
     def forward(self, layers, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]) -> tuple[torch.Tensor, None]:
         hidden_states = last_layer
         for layer, (args, kwargs) in zip(self.layer, layer_inputs):
             output = layer(hidden_states, *args, **kwargs)
             hidden_states = output[0] if isinstance(output, tuple) else output
         return hidden_states, None
+
+
+def mixing_fusions() -> str:
+    """The fusions that mix several layers, for messages: "dwatt, concat or scalar_mix"."""
+    names = [name for name, fusion in FUSION_CLASSES.items() if fusion.per_token and not fusion.passes_layer_through]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 FUSION_CLASSES: dict[str, type[LayerFusion]] = {

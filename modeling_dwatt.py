@@ -31,14 +31,16 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, layer_norm_eps, positions_from_mask
-    from .configuration_dwatt import AUTO_MODELS, DWAttConfig, is_decoder_only
+    from .backbones_dwatt import (DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only,
+                                  layer_norm_eps, positions_from_mask)
+    from .configuration_dwatt import AUTO_MODELS, DWAttConfig
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, layer_norm_eps, positions_from_mask
-    from configuration_dwatt import AUTO_MODELS, DWAttConfig, is_decoder_only
+    from backbones_dwatt import (DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only,
+                                 layer_norm_eps, positions_from_mask)
+    from configuration_dwatt import AUTO_MODELS, DWAttConfig
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
     from lora_dwatt import LoRAUpdates
     from pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm

@@ -13,7 +13,8 @@ from pathlib import Path
 import yaml
 from huggingface_hub import HfApi
 
-from configuration_dwatt import is_decoder_only
+from backbones_dwatt import is_decoder_only
+from fusions_dwatt import FUSION_CLASSES
 
 from .data import is_local_path
 from .errors import HubError
@@ -35,15 +36,22 @@ def _dataset_id(name: str | None) -> str | None:
 def fusion_reads(config) -> str:
     """What the fusion reads, for the model card: the last layer (and its extra layers) or the layers it mixes."""
     depth = config.encoder_config.num_hidden_layers
-    if config.fusion == "base":
+    fusion = FUSION_CLASSES[config.fusion]
+    if fusion.passes_layer_through:
         layer = config.read_layer
         return f"(the last of the backbone's {depth} layers)" if layer == depth else f"(layer {layer} of the backbone's {depth})"
-    if config.fusion == "base_plus_n":
+    if fusion.needs_layer_inputs:
         extra = config.num_extra_layers
         return f"({extra} extra layer{'s' if extra != 1 else ''} over the last of the backbone's {depth})"
     count = len(config.fused_layer_numbers)
     chosen = "all" if count == depth else f"{count} (`{config.fused_layers}`)"
     return f"over {chosen} of the backbone's {depth} layers" + (" and its embedding output" if config.include_embeddings else "")
+
+
+def fusion_settings(config) -> str:
+    """The fusion's own hyper-parameters, for the model card: " (d_pos 24, query_bottleneck 0.5, ...)"."""
+    keys = FUSION_CLASSES[config.fusion].hyperparameters
+    return f" ({', '.join(f'{key} {getattr(config, key)}' for key in keys)})" if keys else ""
 
 
 def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True,
@@ -109,8 +117,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
-        f"- Fusion: `{config.fusion}` {fusion_reads(config)}"
-        + (f" (d_pos {config.d_pos}, bottlenecks {config.query_bottleneck}/{config.value_bottleneck})" if config.fusion == "dwatt" else ""),
+        f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}",
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
         + (("; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "

@@ -16,7 +16,7 @@ import pandas as pd
 
 from .atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import BEST_LAYER, LAST_LAYER, fair_comparison, is_fair_grid, probe_curve, verdicts
+from .selection import BEST_LAYER, LAST_LAYER, coverage, fair_comparison, is_fair_grid, probe_curve, verdicts
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -343,6 +343,22 @@ def verdict_lines(table: pd.DataFrame) -> str:
 DATASET_NAMES = {"conll2003": "CoNLL-03"}
 
 
+def coverage_table(covered: pd.DataFrame) -> str:
+    """The coverage of a fair grid (`selection.coverage`) as a pipe table, one row per backbone, dataset and N, one
+    column per method: complete trials of planned, and runs held of planned where a trial is incomplete."""
+    if covered.empty:
+        return ""
+    cells = covered.assign(cell=[
+        f"{row.complete_trials}/{row.trials}" + ("" if row.runs == row.planned_runs else f" ({row.runs}/{row.planned_runs} runs)")
+        for row in covered.itertuples()])
+    table = cells.pivot_table(index=["backbone", "dataset", "n_shot"], columns="method", values="cell", aggfunc="first",
+                              sort=False).reset_index()
+    table.columns.name = None
+    table = table.rename(columns={"n_shot": "N"}).assign(N=lambda t: t.N.map(lambda n: f"{n:g}"))
+    return ("Trials complete (every learning rate tried, every layer for the probe) of the trials the grid has; runs "
+            "held of planned where short.\n\n" + markdown(table))
+
+
 def fair_answer(table: pd.DataFrame) -> str:
     """The fair comparison's answer in a sentence, from the settings (backbone, N) with at least two trials: which
     fusion beats the best single layer where, or that none does; and how far the last layer trails it."""
@@ -383,6 +399,8 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     (output / "tables" / "fair_verdicts.md").write_text(answers)
     answer = fair_answer(table) if not table.empty else ""
     (output / "tables" / "fair_answer.md").write_text(answer)
+    covered = coverage_table(coverage(frame))
+    (output / "tables" / "coverage.md").write_text(covered)
     # the dev scores the choices were made on stay in the CSV files: a table shows test scores only
     probe = markdown(curve.drop(columns="dev_f1").assign(layer=curve.layer.astype(int), test_f1=curve.test_f1.round(2)))
     (output / "tables" / "probe.md").write_text(probe)
@@ -391,6 +409,7 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
              "single layer's layer) is chosen per trial by the best dev F1 (seqeval micro-F1 x 100, best epoch); the "
              "table reports the test F1 of that choice, mean ± 95% CI (Student's t) over trials, and its difference "
              "to the best single layer's, paired by trial.\n", answer, answers, fair,
+             "## Coverage: the runs the stores hold against the grid their rows span\n", covered,
              "## A Base head on each layer (test F1 at the dev-chosen learning rate, mean over trials)\n", probe]
     figures = output / "figures"
     figures.mkdir(parents=True, exist_ok=True)

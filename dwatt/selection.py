@@ -18,6 +18,8 @@ from .summaries import confidence_interval
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
+# What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
+METHOD_OF_FUSION = {"base": "Base (probe)", **FUSION_METHODS}
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
 
 
@@ -32,7 +34,7 @@ def is_fair_grid(frame: pd.DataFrame) -> bool:
 def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
     """NER runs with their method: the fusion's name, or, for a Base head, whether it reads the last layer."""
     runs = frame[(frame.task == "ner") & frame.test_f1.notna()].copy()
-    runs["method"] = [FUSION_METHODS.get(fusion, fusion) for fusion in runs.fusion]
+    runs["method"] = [METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion]
     return runs
 
 
@@ -94,6 +96,39 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
                 "at_largest_rate": bool(len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
             })
+    return pd.DataFrame.from_records(records)
+
+
+def coverage(frame: pd.DataFrame) -> pd.DataFrame:
+    """
+    Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
+    row has, the N values any row of the dataset has, every method any row has, each method at every learning rate
+    it was tried at on that backbone and at the rates every method was tried at somewhere (the grid's own), and the
+    single-layer heads on every layer of the backbone. A setting with
+    `complete_trials` below `trials` is not yet what the grid planned; the tables speak for what is there.
+    """
+    runs = with_methods(frame)
+    if runs.empty:
+        return pd.DataFrame()
+    trials = sorted(runs.trial.unique())
+    methods = [method for method in METHOD_OF_FUSION.values() if method in set(runs.method)]
+    # the grid's own rates: those every method was tried at somewhere (a rate past the grid's edge is one method's)
+    shared_rates = set.intersection(*(set(runs[runs.method == method].learning_rate) for method in methods))
+    records = []
+    for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
+        depth = on_backbone.backbone_layers.max() if on_backbone.backbone_layers.notna().any() else on_backbone.layer.max()
+        for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
+            setting = on_backbone[on_backbone.n_shot == n_shot]
+            for method in methods:
+                rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
+                cells_per_trial = len(rates) * (int(depth) if method == METHOD_OF_FUSION["base"] else 1)
+                mine = setting[setting.method == method].drop_duplicates(["trial", "learning_rate", "layer"])
+                per_trial = mine.groupby("trial").size()
+                records.append({
+                    "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "method": method,
+                    "complete_trials": int((per_trial >= cells_per_trial).sum()), "trials": len(trials),
+                    "runs": len(mine), "planned_runs": cells_per_trial * len(trials),
+                })
     return pd.DataFrame.from_records(records)
 
 

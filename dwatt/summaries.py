@@ -14,13 +14,14 @@ from pathlib import Path
 import pandas as pd
 
 from configuration_dwatt import single_layer
+from fusions_dwatt import FUSION_CLASSES
 
 from .atomic import read_text
 from .portable import backbone_label
 from .run_config import NOT_DEFINING
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
-FUSION_NAMES = {"base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
+FUSION_NAMES = {name: FUSION_CLASSES[name].display_name for name in sorted(FUSION_CLASSES)}  # tables' column order
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
 # 1k and 100 sentences, a proxy for the size of the language's Wikipedia.
 TIERS = ((20_000, "high"), (5_000, "medium"), (1_000, "low"), (0, "very low"))

@@ -74,7 +74,7 @@ class RunSpec:
     def budget_group(self) -> "RunSpec":
         """The spec with what runs trained together may differ in blanked (`dwatt.budgets.train_heads`): the epoch
         budget, the learning rate, and for heads on one layer the layer."""
-        return replace(self, epochs=0, learning_rate=None, layers=None if self.fusion == "base" else self.layers)
+        return replace(self, epochs=0, learning_rate=None, layers=None if probes_layers(self.fusion) else self.layers)
 
     def run_config(self, output_root: str | Path, **overrides) -> RunConfig:
         return RunConfig(
@@ -135,7 +135,7 @@ def grid(
     for dataset, backbone, trial, n, e, mode, pooling, fusion, rate in itertools.product(
         datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions, rates
     ):
-        layers = probed(backbone, probe_layers) if fusion == "base" and probe_layers is not None else [None]
+        layers = probed(backbone, probe_layers) if probes_layers(fusion) and probe_layers is not None else [None]
         specs += [RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences, rate,
                           pooling, layer) for layer in layers]
     return specs
@@ -340,7 +340,22 @@ def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
     Base and Base+n read, which then need no backbone pass of their own (`features.FeatureMemo`). Units keep their
     order, and so do the specs within each of the two kinds."""
     units = list(dict.fromkeys(work_unit(spec) for spec in specs))
-    return sorted(specs, key=lambda spec: (units.index(work_unit(spec)), spec.fusion in ("base", "base_plus_n")))
+    return sorted(specs, key=lambda spec: (units.index(work_unit(spec)), reads_one_layer(spec.fusion)))
+
+
+def probes_layers(fusion: str) -> bool:
+    """Whether a grid of `fusion` may spread over the backbone's layers, one head per layer (a probe): heads that pass
+    the one layer they read through (`LayerFusion.passes_layer_through`)."""
+    from fusions_dwatt import FUSION_CLASSES  # here, not at the top: reading the command line imports no torch
+
+    return FUSION_CLASSES[fusion].passes_layer_through
+
+
+def reads_one_layer(fusion: str) -> bool:
+    """Whether `fusion` reads one layer of the backbone (Base, Base+n) rather than mixing several."""
+    from fusions_dwatt import FUSION_CLASSES
+
+    return FUSION_CLASSES[fusion].passes_layer_through or FUSION_CLASSES[fusion].needs_layer_inputs
 
 
 def stackable(spec: RunSpec, engine: str, use_cache: bool = True) -> bool:

@@ -17,7 +17,9 @@ from datasets import Dataset
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
 
-from configuration_dwatt import FUSIONS, BASE_PLUS_N_UNSUPPORTED, is_decoder_only
+from backbones_dwatt import FAMILIES as FAMILY_RECORDS, BackboneFamily, is_decoder_only
+from configuration_dwatt import FUSIONS
+from fusions_dwatt import FUSION_CLASSES
 from lora_dwatt import lora_target_layers
 from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.features import FeatureCollator, build_feature_cache
@@ -102,8 +104,14 @@ def has_mlm_head(family: str) -> bool:
     return family in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
+def refused(family: str, fusion: str) -> str | None:
+    """Why `fusion` cannot be built on `family`, or None."""
+    record = FAMILY_RECORDS.get(family)  # the families not in the table take BERT's or the decoders' way, which can
+    return record.extra_layers_refused if record and FUSION_CLASSES[fusion.split(":")[0]].needs_layer_inputs else None
+
+
 def works(family: str, fusion: str) -> bool:
-    return not (fusion == "base_plus_n" and family in BASE_PLUS_N_UNSUPPORTED)
+    return refused(family, fusion) is None
 
 
 def is_decoder(family: str) -> bool:
@@ -273,7 +281,9 @@ def test_masked_lm_head_is_the_familys_own(saved, family):
 
 def test_a_family_without_base_plus_n_fails_when_the_config_is_built(monkeypatch):
     """No family in FAMILIES needs it today; the refusal is checked on a family marked as unable."""
-    monkeypatch.setitem(BASE_PLUS_N_UNSUPPORTED, "bert", "its layers need inputs the encoder keeps to itself")
+    unable = BackboneFamily()
+    unable.extra_layers_refused = "its layers need inputs the encoder keeps to itself"
+    monkeypatch.setitem(FAMILY_RECORDS, "bert", unable)
     with pytest.raises(ValueError, match=r"'base_plus_n' cannot be built on the 'bert' family .*work here: dwatt, concat, base, scalar_mix"):
         DWAttConfig(encoder_config=encoder_config("bert"), fusion="base_plus_n")
     DWAttConfig(encoder_config=encoder_config("bert"), fusion="dwatt")
@@ -293,7 +303,7 @@ def support_table() -> str:
     header = "| family (`model_type`) | attention | " + " | ".join(f"`{f}`" for f in FUSIONS) + " | masked LM |"
     lines = [header, "|" + "---|" * (len(FUSIONS) + 3)]
     for family, (attention, _) in ALL_FAMILIES.items():
-        marks = ["yes" if works(family, f) else f"no: {BASE_PLUS_N_UNSUPPORTED[family]}" for f in FUSIONS]
+        marks = ["yes" if works(family, f) else f"no: {refused(family, f)}" for f in FUSIONS]
         head = "no: a causal LM" if is_decoder(family) else "yes" if has_mlm_head(family) else "no head"
         lines.append(f"| {family} | {attention} | " + " | ".join(marks) + f" | {head} |")
     return "\n".join(lines)

@@ -365,3 +365,18 @@ def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
     assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
     assert 'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"' in capsys.readouterr().err
+
+
+def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(tmp_path):
+    rows = [fair_row("base", trial, rate, 0.5, 0.5, layer) for trial in range(3) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(3) for rate in (1e-4, 1e-3)]
+    rows += [fair_row("dwatt", 0, 1e-2, 0.6, 0.6)]  # past the grid's edge, in one trial
+    rows += [fair_row("base", 0, 1e-4, 0.5, 0.5, layer, n=128) for layer in (1, 2)]  # N = 128: a probe begun
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_report([store], tmp_path / "out", title="fair")
+    table = (tmp_path / "out" / "tables" / "coverage.md").read_text().splitlines()
+    assert table[2:] == ["| backbone | dataset | N | Base (probe) | DWAtt |", "|---|---|---|---|---|",
+                         "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
+                         "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |"]
+    assert "## Coverage" in (tmp_path / "out" / "report.md").read_text()

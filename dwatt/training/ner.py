@@ -13,6 +13,7 @@ from transformers import (
 )
 
 from configuration_dwatt import single_layer
+from fusions_dwatt import FUSION_CLASSES
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
 from ..console import example_input
@@ -207,7 +208,7 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
 
     started = RunClock()
     first = configs[0]
-    may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if first.fusion == "base" else ())
+    may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if FUSION_CLASSES[first.fusion].passes_layer_through else ())
     shared = {k: v for k, v in asdict(first).items() if k not in may_differ}
     for config in configs[1:]:
         differs = sorted(k for k, v in asdict(config).items() if k in shared and shared[k] != v)
@@ -317,7 +318,7 @@ def load_trained(config: RunConfig):
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
     """The backbone layer (1..L) each Base head of `configs` reads, or None for other fusions."""
-    if configs[0].fusion != "base":
+    if not FUSION_CLASSES[configs[0].fusion].passes_layer_through:
         return None
     read = [single_layer(config.layers) for config in configs]
     if None in read:  # the last layer, the default
