@@ -199,7 +199,7 @@ class DWAttModel(DWAttPreTrainedModel):
         super().__init__(config)
         self.backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
         accepted = inspect.signature(self.backbone.forward).parameters
-        self._takes_token_types = "token_type_ids" in accepted
+        self.takes_token_types = "token_type_ids" in accepted
         self._takes_use_cache = "use_cache" in accepted  # a decoder's key/value cache: never read here
         self._counts_positions_from_mask = backbone_family(config.encoder_config).causal and "position_ids" in accepted
         self.fusion = FUSION_CLASSES[config.fusion](config, self.backbone)
@@ -242,7 +242,7 @@ class DWAttModel(DWAttPreTrainedModel):
         if isinstance(backbone_hidden_states, (tuple, list)):
             states = tuple(backbone_hidden_states)
             if len(states) == self.config.encoder_config.num_hidden_layers + 1:
-                return self._stack(states)
+                return self.stack_layers(states)
             if len(states) == len(self.fused_layer_indices) > 1 and self._reads_layer_by_layer(states[0].device):
                 return list(states)  # exactly the fused layers, for a fusion that reads them one by one
             backbone_hidden_states = torch.stack(states, dim=1)
@@ -270,14 +270,14 @@ class DWAttModel(DWAttPreTrainedModel):
 
     @property
     def stack_layout(self) -> tuple[tuple[int, ...], int]:
-        """Which hidden states `_stack` stacks and along which memory axis (the fusion's `stack_dim`, default 1):
+        """Which hidden states `stack_layers` stacks and along which memory axis (the fusion's `stack_dim`, default 1):
         fusions with equal layouts can share one stacked tensor."""
         return tuple(self.fused_layer_indices), self.fusion.stack_dim
 
     def _reads_layer_by_layer(self, device: torch.device) -> bool:
         return self.fusion.reads_layer_by_layer(device)
 
-    def _stack(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor | list[torch.Tensor]:
+    def stack_layers(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor | list[torch.Tensor]:
         """The fused layers as a `(batch, layers, seq, hidden)` view, laid out in memory the way the fusion reads
         them (its `stack_dim`), so that it reshapes without copying; a single layer (Base, Base+n) is not copied,
         nor are the layers of a fusion that reads them one by one here (a list then)."""
@@ -304,7 +304,7 @@ class DWAttModel(DWAttPreTrainedModel):
         each row's first non-padding token, so that padding on either side changes nothing (transformers' own
         default counts from the first position, padding included).
         """
-        if not self._takes_token_types:
+        if not self.takes_token_types:
             inputs.pop("token_type_ids", None)
         mask = inputs.get("attention_mask")
         if self._counts_positions_from_mask and mask is not None and inputs.get("position_ids") is None:
@@ -363,7 +363,7 @@ class DWAttModel(DWAttPreTrainedModel):
                 output_attentions=output_attentions,
                 **kwargs,
             )
-            layers = self._stack(all_hidden_states)
+            layers = self.stack_layers(all_hidden_states)
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
@@ -578,7 +578,7 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
         self.lm_head.decoder = new_embeddings
 
     @classmethod
-    def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
         return load_masked_lm(name_or_path, load_kwargs)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:

@@ -73,7 +73,7 @@ class PretrainedBackboneMixin:
         load_kwargs = dict(load_kwargs or {})
         if revision is not None:
             load_kwargs["revision"] = revision
-        pretrained = cls._load_pretrained_backbone(name_or_path, load_kwargs)
+        pretrained = cls.load_pretrained_backbone(name_or_path, load_kwargs)
         backbone = pretrained.base_model
         if num_labels is not None:
             config_kwargs["num_labels"] = num_labels
@@ -91,7 +91,9 @@ class PretrainedBackboneMixin:
         return model
 
     @classmethod
-    def _load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+        """The pretrained backbone `name_or_path` as this task model starts from it (the masked-LM model loads its
+        head too); shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         with _quiet_loading():  # the checkpoint's pooler weights are unused on purpose: no load report
             return AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
@@ -266,7 +268,7 @@ class PretrainedBackboneMixin:
             load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k != "revision"}
             if revision is not None:
                 load_kwargs["revision"] = revision
-            pretrained = cls._load_pretrained_backbone(source, load_kwargs)
+            pretrained = cls.load_pretrained_backbone(source, load_kwargs)
             model._attach_pretrained_backbone(pretrained, source, adopt_head=bool(lm_head_missing))
             if getattr(model.dwatt, "lora", None) is not None:  # W + (alpha / rank) B A: a plain, merged backbone
                 model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)

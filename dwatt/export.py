@@ -63,7 +63,7 @@ def _quiet_exporter():
 
 def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
-    return ["input_ids", "attention_mask"] + (["token_type_ids"] if model.dwatt._takes_token_types else [])
+    return ["input_ids", "attention_mask"] + (["token_type_ids"] if model.dwatt.takes_token_types else [])
 
 
 def check_batch(tokenizer, inputs: list[str]) -> dict[str, torch.Tensor]:

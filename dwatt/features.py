@@ -22,8 +22,7 @@ from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
 from .distributed import launched_processes, split_and_gather
-
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+from .tokenization import MODEL_INPUTS
 
 
 def model_inputs(tokens):

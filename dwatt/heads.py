@@ -97,7 +97,7 @@ def _pretrained_backbone(model_class, config, backbone_name_or_path: str | None,
     load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
     if config.backbone_revision and not backbone_name_or_path:
         load["revision"] = config.backbone_revision
-    return model_class._load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load)
+    return model_class.load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load)
 
 
 class SharedBackboneHeads(nn.Module):
@@ -227,7 +227,7 @@ class SharedBackboneHeads(nn.Module):
         for name, head in self.heads.items():
             layout = head.dwatt.stack_layout
             if layout not in stacked:  # heads that read the same layers the same way share one stacked tensor
-                stacked[layout] = head.dwatt._stack(hidden)
+                stacked[layout] = head.dwatt.stack_layers(hidden)
             outputs[name] = head(
                 backbone_hidden_states=stacked[layout],
                 attention_mask=attention_mask,

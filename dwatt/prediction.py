@@ -18,7 +18,7 @@ from itertools import islice
 
 import numpy as np
 
-from .tokenization import encode_words
+from .tokenization import MODEL_INPUTS, encode_words
 
 # Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
 # (benchmarks/results/predict_speed_cpu.md, batch-size sweep).
@@ -26,7 +26,6 @@ BATCH_SIZE = 32
 # Inputs per chunk, in batches: sorted within a chunk, written when the whole chunk is done. 64 batches of 32 CoNLL
 # sentences pad 5% of their tokens, 16 pad 18%.
 CHUNK_BATCHES = 64
-MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:

@@ -157,7 +157,10 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
     return rows, counts
 
 
+MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+"""The tokenizer's outputs a DWAtt model takes (a backbone without token types ignores them)."""
+
 __all__ = [
-    "BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_saved_tokenizer",
+    "BYTE_LEVEL_BPE_MODELS", "MODEL_INPUTS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_saved_tokenizer",
     "load_tokenizer",
 ]

@@ -49,13 +49,13 @@ def inputs():
 def test_each_head_equals_its_checkpoint_loaded_alone(backbone, tmp_path, monkeypatch):
     folders = head_folders(backbone, tmp_path)
     loads = []
-    original = DWAttForTokenClassification._load_pretrained_backbone.__func__
+    original = DWAttForTokenClassification.load_pretrained_backbone.__func__
 
     def counting(cls, name_or_path, load_kwargs):
         loads.append(name_or_path)
         return original(cls, name_or_path, load_kwargs)
 
-    monkeypatch.setattr(DWAttForTokenClassification, "_load_pretrained_backbone", classmethod(counting))
+    monkeypatch.setattr(DWAttForTokenClassification, "load_pretrained_backbone", classmethod(counting))
     shared = SharedBackboneHeads.from_pretrained({name: str(path) for name, path in folders.items()})
     assert loads == [str(backbone)]  # the backbone is loaded once for all heads
     monkeypatch.undo()
