@@ -243,7 +243,7 @@ class DWAttModel(DWAttPreTrainedModel):
             states = tuple(backbone_hidden_states)
             if len(states) == self.config.encoder_config.num_hidden_layers + 1:
                 return self.stack_layers(states)
-            if len(states) == len(self.fused_layer_indices) > 1 and self._reads_layer_by_layer(states[0].device):
+            if len(states) == len(self.fused_layer_indices) > 1 and self.fusion.reads_layer_by_layer(states[0].device):
                 return list(states)  # exactly the fused layers, for a fusion that reads them one by one
             backbone_hidden_states = torch.stack(states, dim=1)
         if backbone_hidden_states.dim() != 4:
@@ -274,9 +274,6 @@ class DWAttModel(DWAttPreTrainedModel):
         fusions with equal layouts can share one stacked tensor."""
         return tuple(self.fused_layer_indices), self.fusion.stack_dim
 
-    def _reads_layer_by_layer(self, device: torch.device) -> bool:
-        return self.fusion.reads_layer_by_layer(device)
-
     def stack_layers(self, hidden_states: tuple[torch.Tensor, ...]) -> torch.Tensor | list[torch.Tensor]:
         """The fused layers as a `(batch, layers, seq, hidden)` view, laid out in memory the way the fusion reads
         them (its `stack_dim`), so that it reshapes without copying; a single layer (Base, Base+n) is not copied,
@@ -285,7 +282,7 @@ class DWAttModel(DWAttPreTrainedModel):
         selected = [hidden_states[i] for i in indices]
         if len(selected) == 1:
             return selected[0].unsqueeze(1)
-        if self._reads_layer_by_layer(selected[0].device):
+        if self.fusion.reads_layer_by_layer(selected[0].device):
             return selected
         return torch.stack(selected, dim=stack_dim).movedim(stack_dim, 1)
 

@@ -31,6 +31,11 @@ def is_fair_grid(frame: pd.DataFrame) -> bool:
     return probes or frame.groupby([*SAMPLE, "fusion"]).learning_rate.nunique().max() > 1
 
 
+def backbone_depth(runs: pd.DataFrame):
+    """The backbone's last layer L, where the rows say how deep it is; else the deepest layer a probe read."""
+    return runs.backbone_layers.max() if runs.backbone_layers.notna().any() else runs.layer.max()
+
+
 def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
     """NER runs with their method: the fusion's name, or, for a Base head, whether it reads the last layer."""
     runs = frame[(frame.task == "ner") & frame.test_f1.notna()].copy()
@@ -45,7 +50,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
         base = sample[sample.fusion == "base"]
         if not base.empty:
             # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
-            depth = base.backbone_layers.max() if base.backbone_layers.notna().any() else base.layer.max()
+            depth = backbone_depth(base)
             last = base[base.layer == depth]
             if not last.empty:
                 picks.append(_best(last).assign(method=LAST_LAYER))
@@ -116,7 +121,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     shared_rates = set.intersection(*(set(runs[runs.method == method].learning_rate) for method in methods))
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
-        depth = on_backbone.backbone_layers.max() if on_backbone.backbone_layers.notna().any() else on_backbone.layer.max()
+        depth = backbone_depth(on_backbone)
         for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
             setting = on_backbone[on_backbone.n_shot == n_shot]
             for method in methods:
