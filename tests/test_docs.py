@@ -31,8 +31,10 @@ FENCE = re.compile(r"^```(\w*)[ \t]*$")
 NEEDS = re.compile(r"^<!-- needs: (network|gpu)\b.*-->$")
 RUNNABLE = {"bash", "sh", "python"}
 README_LINES = 300
-REPOSITORY_FILES = ("mkdocs.yml", "docs", "README.md", "SECURITY.md", "dwatt", "modeling_dwatt.py",
-                    "configuration_dwatt.py", "benchmarks", "notebooks")
+# The remote-code files by their pattern: a block run from the clone imports them from there, and a checkpoint it saves
+# copies each one the models file imports relatively.
+REPOSITORY_FILES = ("mkdocs.yml", "docs", "README.md", "SECURITY.md", "dwatt", "benchmarks", "notebooks",
+                    *sorted(path.name for path in REPO.glob("*_dwatt.py")))
 
 
 def fenced_blocks() -> list[tuple[str, str, str, str | None]]:
