@@ -9,6 +9,7 @@ transformers.
 
 import copy
 import inspect
+import re
 from contextlib import contextmanager
 
 import torch
@@ -221,7 +222,56 @@ def _keeper(store: dict, index: int):
     def keep(module, args, kwargs):
         store[index] = (args[1:], dict(kwargs))
 
+    keep.dwatt_keeper = True
     return keep
+
+
+def _output_keeper(store: dict):
+    """A forward hook that keeps a layer's output hidden states in `store["output"]` (a layer called several times,
+    as ALBERT's shared one is, leaves its last output)."""
+
+    def keep(module, args, output):
+        store["output"] = output[0] if isinstance(output, (tuple, list)) else output
+
+    keep.dwatt_keeper = True
+    return keep
+
+
+def remove_keepers(backbone: nn.Module) -> None:
+    """Remove the keepers (`_keeper`, `_output_keeper`) installed on `backbone`'s modules: a deep copy of a backbone
+    carries its hooks, which would fill the stores of the model it was copied from."""
+    for module in backbone.modules():
+        for hooks in (module._forward_hooks, module._forward_pre_hooks):
+            for key in [key for key, hook in hooks.items() if getattr(hook, "dwatt_keeper", False)]:
+                del hooks[key]
+                for flags in (module._forward_hooks_with_kwargs, module._forward_hooks_always_called,
+                              module._forward_pre_hooks_with_kwargs):
+                    flags.pop(key, None)
+
+
+def per_layer_settings(config) -> dict[str, list]:
+    """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
+    depth = config.num_hidden_layers
+    return {key: value for key, value in config.to_dict().items() if isinstance(value, list) and len(value) == depth}
+
+
+def cut_config(config, depth: int):
+    """A copy of a backbone config with its first `depth` layers only (its per-layer settings cut alike): the
+    backbone that runs layers 1..depth and holds no weight past them."""
+    cut = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
+    for key, values in per_layer_settings(config).items():
+        setattr(cut, key, values[:depth])
+    cut.num_hidden_layers = depth
+    return cut
+
+
+def layers_past_pattern(backbone: nn.Module, encoder_config, depth: int) -> str:
+    """A regular expression for the state-dict keys (`backbone.` and after) of the layers past `depth` of a
+    backbone built from `encoder_config` (of which `backbone` may hold fewer)."""
+    layers = backbone_family(encoder_config).layers(backbone)
+    path = next((name for name, module in backbone.named_modules() if module is layers), None)
+    past = "|".join(str(index) for index in range(depth, encoder_config.num_hidden_layers))
+    return rf"(^|\.)backbone\.{re.escape(path)}\.({past})\." if path and past else r"$^"
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -261,21 +311,15 @@ class DecoderFamily(BackboneFamily):
                 return layers
         return None
 
-    @staticmethod
-    def per_layer_settings(config) -> dict[str, list]:
-        """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
-        depth = config.num_hidden_layers
-        return {key: value for key, value in config.to_dict().items() if isinstance(value, list) and len(value) == depth}
-
     def kinds(self, config, count: int) -> list[tuple]:
         """What the layers at positions 0..count-1 are (their per-layer settings), continued past the backbone's."""
         settings = [values + _continue_pattern(values, max(0, count - len(values)))
-                    for values in self.per_layer_settings(config).values()]
+                    for values in per_layer_settings(config).values()]
         return [tuple(values[position] for values in settings) for position in range(count)]
 
     def new_layer(self, layer_class, config, position):
         extended = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
-        for key, values in self.per_layer_settings(config).items():
+        for key, values in per_layer_settings(config).items():
             setattr(extended, key, values + _continue_pattern(values, position - config.num_hidden_layers + 1))
         return super().new_layer(layer_class, extended, position)
 

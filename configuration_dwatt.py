@@ -144,6 +144,10 @@ class DWAttConfig(PretrainedConfig):
             that carry one) and `dropout`; `merged` says whether the backbone weights of this checkpoint already
             include the updates (a full save) or the updates travel beside the head (a head-only save, merged into
             the backbone when loaded).
+        backbone_depth (`int`, *optional*):
+            How many of the backbone's L layers the model holds and runs. Defaults to the deepest layer its fusion
+            reads (`run_depth`): a head on layer k of L runs layers 1..k only, and its checkpoint stores only those.
+            Set it (k..L) to keep deeper layers, as a model whose cache feeds heads on deeper layers does.
         heads_only (`bool`, *optional*, defaults to `False`):
             Set in the config of a head-only checkpoint, whose weights file holds no backbone tensor: loading it
             fetches the backbone from `backbone_name_or_path`.
@@ -178,6 +182,7 @@ class DWAttConfig(PretrainedConfig):
         backbone_revision: str | None = None,
         lora: dict | None = None,
         heads_only: bool = False,
+        backbone_depth: int | None = None,
         **kwargs,
     ):
         self.encoder_config = _as_encoder_config(encoder_config)
@@ -196,6 +201,7 @@ class DWAttConfig(PretrainedConfig):
         self.backbone_revision = backbone_revision
         self.lora = dict(lora) if lora else None
         self.heads_only = heads_only
+        self.backbone_depth = backbone_depth
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.validate_fusion()
@@ -221,12 +227,24 @@ class DWAttConfig(PretrainedConfig):
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
             parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
             FUSION_CLASSES[self.fusion].check_config(self)
+            self.validate_backbone_depth()
         for key in ("hidden_size", "num_hidden_layers"):
             if not isinstance(getattr(self.encoder_config, key, None), int):
                 raise ValueError(
                     f"DWAttConfig: the {self.encoder_config.model_type!r} encoder config has no integer `{key}`; "
                     "DWAtt needs an encoder that returns one hidden state per layer"
                 )
+
+    def validate_backbone_depth(self) -> None:
+        depth, deepest = self.backbone_depth, self.deepest_read_layer
+        if depth is None:
+            return
+        total = self.encoder_config.num_hidden_layers
+        if isinstance(depth, bool) or not isinstance(depth, int) or not deepest <= depth <= total:
+            raise ValueError(
+                f"DWAttConfig: `backbone_depth` must be an integer from {deepest} (the deepest layer the "
+                f"{self.fusion!r} fusion reads) to {total} (the backbone's layers), got {depth!r}"
+            )
 
     def validate_lora(self) -> None:
         lora = self.lora
@@ -256,6 +274,16 @@ class DWAttConfig(PretrainedConfig):
     def read_layer(self) -> int:
         """The backbone layer (1..L) the 'base' head reads: the one `fused_layers` names, or the last, L."""
         return single_layer(self.fused_layers) or self.encoder_config.num_hidden_layers
+
+    @property
+    def deepest_read_layer(self) -> int:
+        """The deepest backbone layer (1..L) the fusion reads."""
+        return max(1, *FUSION_CLASSES[self.fusion].read_layers(self))
+
+    @property
+    def run_depth(self) -> int:
+        """How many backbone layers the model holds and runs: `backbone_depth`, else the deepest layer it reads."""
+        return self.backbone_depth if self.backbone_depth is not None else self.deepest_read_layer
 
     @property
     def num_fused_layers(self) -> int:

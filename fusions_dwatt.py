@@ -305,8 +305,10 @@ class ExtraLayers(LayerFusion):
                 f"({type(backbone).__name__}); they are not at `{family.layer_list}`"
             )
         depth = encoder.num_hidden_layers
+        # The backbone's own config object (never cut here: Base+n reads z_L), with the settings it was built with
+        # (the attention implementation, which decides the format of the mask the extra layers get).
         self.layer = nn.ModuleList(
-            family.new_layer(type(layers[0]), encoder, depth + i) for i in range(config.num_extra_layers)
+            family.new_layer(type(layers[0]), backbone.config, depth + i) for i in range(config.num_extra_layers)
         )
         for part in self.layer.modules():  # initialised the backbone's way (`DWAttPreTrainedModel._init_weights`)
             part._dwatt_extra_layer_part = True

@@ -9,6 +9,7 @@ what they are made of sits beside it, one concept per file, and travels with it 
 (pretrained backbones and head-only checkpoints). Each imports only torch and transformers.
 """
 
+import copy
 import inspect
 from dataclasses import dataclass
 
@@ -31,15 +32,17 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import (DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only,
-                                  layer_norm_eps, positions_from_mask)
+    from .backbones_dwatt import (DecoderFamily, _keeper, _output_keeper, backbone_family, backbone_kwargs,
+                                  classifier_dropout, cut_config, is_decoder_only, layer_norm_eps, layers_past_pattern,
+                                  per_layer_settings, positions_from_mask, remove_keepers)
     from .configuration_dwatt import AUTO_MODELS, DWAttConfig
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import (DecoderFamily, _keeper, backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only,
-                                 layer_norm_eps, positions_from_mask)
+    from backbones_dwatt import (DecoderFamily, _keeper, _output_keeper, backbone_family, backbone_kwargs,
+                                 classifier_dropout, cut_config, is_decoder_only, layer_norm_eps, layers_past_pattern,
+                                 per_layer_settings, positions_from_mask, remove_keepers)
     from configuration_dwatt import AUTO_MODELS, DWAttConfig
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
     from lora_dwatt import LoRAUpdates
@@ -162,6 +165,13 @@ class DWAttPreTrainedModel(PreTrainedModel):
             )
         return (model, info) if output_loading_info else model
 
+    def post_init(self) -> None:
+        super().post_init()
+        dwatt = getattr(self, "dwatt", self)
+        if dwatt.is_cut:  # a checkpoint saved whole before models were cut holds the layers past the cut: unused
+            ignored = set(self._keys_to_ignore_on_load_unexpected or ())
+            self._keys_to_ignore_on_load_unexpected = ignored | {dwatt.uncut_layers_pattern()}
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         std = getattr(self.config.encoder_config, "initializer_range", 0.02)
@@ -197,7 +207,7 @@ class DWAttModel(DWAttPreTrainedModel):
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
-        self.backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
+        self.backbone = AutoModel.from_config(self.backbone_config, **backbone_kwargs(config.encoder_config))
         accepted = inspect.signature(self.backbone.forward).parameters
         self.takes_token_types = "token_type_ids" in accepted
         self._takes_use_cache = "use_cache" in accepted  # a decoder's key/value cache: never read here
@@ -206,20 +216,75 @@ class DWAttModel(DWAttPreTrainedModel):
         # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
         if config.lora and not config.lora["merged"] and config.heads_only:
             self.lora = LoRAUpdates(config, self.backbone)
-        self.keep_layer_inputs()
+        self.use_backbone(self.backbone)
         self.post_init()
 
-    def keep_layer_inputs(self) -> None:
-        """Base+n on a decoder: forward pre-hooks on the backbone's own layers keep what the backbone hands each of
-        them after the hidden states (its masks, rotary embeddings, ...) in `self._layer_inputs`, by index, for the
-        extra layers of the same kind. Installed once per backbone (when built, and when a pretrained one is
-        attached), so that the forward pass installs nothing and stays one graph for `torch.compile`."""
+    @property
+    def backbone_config(self):
+        """The config of the backbone this model holds: the encoder's, cut to `config.run_depth` layers where the
+        fusion reads no layer past that."""
+        encoder = self.config.encoder_config  # copied: cutting the backbone later edits its config in place
+        return cut_config(encoder, self.config.run_depth) if self.is_cut else copy.deepcopy(encoder)
+
+    @property
+    def is_cut(self) -> bool:
+        """Whether the backbone runs fewer than all its layers (`config.run_depth` < L)."""
+        return self.config.run_depth < self.config.encoder_config.num_hidden_layers
+
+    def uncut_layers_pattern(self) -> str:
+        """A regular expression for the state-dict keys of the backbone's layers past `config.run_depth`."""
+        return layers_past_pattern(self.backbone, self.config.encoder_config, self.config.run_depth)
+
+    def use_backbone(self, backbone: nn.Module) -> None:
+        """Make `backbone` this model's and install what reads its layers on the way. Forward hooks keep what
+        `backbone_outputs` needs beyond the hidden states the backbone returns: for a cut backbone, its last layer's
+        own output (families with a final norm return that layer normed, where the uncut backbone's hidden states
+        hold it as it is); for Base+n on a decoder, what the backbone hands each of its layers after the hidden states
+        (masks, rotary embeddings, ...), by index, for the extra layers of the same kind. Installed once per backbone
+        (when built, and when a pretrained one is attached), so that the forward pass installs nothing and stays one
+        graph for `torch.compile`."""
+        self.backbone = backbone
         self._layer_inputs: dict[int, tuple] = {}
+        self._cut_output: dict[str, torch.Tensor] = {}
+        remove_keepers(backbone)  # a copy of another model's backbone carries that model's
         family = backbone_family(self.config.encoder_config)
+        layers = family.layers(backbone)
+        if self.is_cut and layers is not None:
+            layers[-1].register_forward_hook(_output_keeper(self._cut_output))
         if self.fusion.needs_layer_inputs and isinstance(family, DecoderFamily):
-            self._source_layers = family.source_layers(self.backbone.config, len(self.fusion.layer))
-            for index, layer in enumerate(family.layers(self.backbone)):
+            self._source_layers = family.source_layers(backbone.config, len(self.fusion.layer))
+            for index, layer in enumerate(layers):
                 layer.register_forward_pre_hook(_keeper(self._layer_inputs, index), with_kwargs=True)
+
+    def cut_backbone(self, depth: int | None = None) -> None:
+        """
+        Drop the backbone's layers past `depth` (default: the deepest layer the fusion reads), so that it runs
+        layers 1..depth only and a checkpoint saved from here on stores only those; `config.backbone_depth` records
+        the depth (None where it is the default). The outputs do not change: what the fusion reads is computed the
+        same way. A head trained on a model that kept deeper layers (a probe's heads share one backbone) is cut
+        this way before it is saved for serving.
+        """
+        depth = self.config.deepest_read_layer if depth is None else depth
+        running = self.backbone.config
+        previous, self.config.backbone_depth = self.config.backbone_depth, depth
+        try:
+            self.config.validate_backbone_depth()
+            if depth > running.num_hidden_layers:
+                raise ValueError(f"cut_backbone: the backbone holds {running.num_hidden_layers} layers, not {depth}")
+        except ValueError:
+            self.config.backbone_depth = previous
+            raise
+        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
+        if layers is None:
+            raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
+        if len(layers) == running.num_hidden_layers:  # one module per layer (ALBERT's layer is shared: kept)
+            del layers[depth:]
+        cut = cut_config(running, depth)
+        for key in (*per_layer_settings(running), "num_hidden_layers"):
+            setattr(running, key, getattr(cut, key))  # in place: the backbone's modules hold this config object
+        if depth == self.config.deepest_read_layer:
+            self.config.backbone_depth = None
+        self.use_backbone(self.backbone)
 
     @property
     def fused_layer_indices(self) -> list[int]:
@@ -238,10 +303,15 @@ class DWAttModel(DWAttPreTrainedModel):
     def set_input_embeddings(self, value: nn.Module) -> None:
         self.backbone.set_input_embeddings(value)
 
+    @property
+    def _all_states(self) -> tuple[int, ...]:
+        """How many hidden states a backbone run returns: all L + 1, or run_depth + 1 from the cut backbone."""
+        return self.config.encoder_config.num_hidden_layers + 1, self.config.run_depth + 1
+
     def _select_layers(self, backbone_hidden_states) -> torch.Tensor | list[torch.Tensor]:
         if isinstance(backbone_hidden_states, (tuple, list)):
             states = tuple(backbone_hidden_states)
-            if len(states) == self.config.encoder_config.num_hidden_layers + 1:
+            if len(states) in self._all_states:
                 return self.stack_layers(states)
             if len(states) == len(self.fused_layer_indices) > 1 and self.fusion.reads_layer_by_layer(states[0].device):
                 return list(states)  # exactly the fused layers, for a fusion that reads them one by one
@@ -254,7 +324,7 @@ class DWAttModel(DWAttPreTrainedModel):
         wanted = self.fused_layer_indices
         available = backbone_hidden_states.shape[1]
         num_all = self.config.encoder_config.num_hidden_layers + 1
-        if available == num_all:
+        if available in self._all_states:
             if wanted == list(range(len(wanted))) and len(wanted) == available:
                 return backbone_hidden_states
             if wanted == list(range(wanted[0], wanted[-1] + 1)):
@@ -313,7 +383,8 @@ class DWAttModel(DWAttPreTrainedModel):
         outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
                                 return_dict=True)
         attentions = outputs.attentions if output_attentions else None
-        return (*outputs.hidden_states[:-1], outputs.last_hidden_state), attentions
+        last = self._cut_output.pop("output", None) if self.is_cut else None
+        return (*outputs.hidden_states[:-1], outputs.last_hidden_state if last is None else last), attentions
 
     def forward(
         self,
@@ -575,8 +646,8 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
         self.lm_head.decoder = new_embeddings
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
-        return load_masked_lm(name_or_path, load_kwargs)
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
+        return load_masked_lm(name_or_path, load_kwargs, depth)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         adopt_masked_lm_head(self.lm_head, pretrained)

@@ -14,11 +14,11 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 from transformers.utils import logging
 
 try:
-    from .backbones_dwatt import _quiet_loading, backbone_kwargs
+    from .backbones_dwatt import _quiet_loading, backbone_kwargs, cut_config, per_layer_settings
     from .configuration_dwatt import DWAttConfig
     from .lora_dwatt import _lora_key, adapted_layers, low_rank_delta
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import _quiet_loading, backbone_kwargs
+    from backbones_dwatt import _quiet_loading, backbone_kwargs, cut_config, per_layer_settings
     from configuration_dwatt import DWAttConfig
     from lora_dwatt import _lora_key, adapted_layers, low_rank_delta
 
@@ -73,29 +73,35 @@ class PretrainedBackboneMixin:
         load_kwargs = dict(load_kwargs or {})
         if revision is not None:
             load_kwargs["revision"] = revision
-        pretrained = cls.load_pretrained_backbone(name_or_path, load_kwargs)
-        backbone = pretrained.base_model
         if num_labels is not None:
             config_kwargs["num_labels"] = num_labels
-        config = DWAttConfig(
-            encoder_config=backbone.config,
-            fusion=fusion,
-            backbone_name_or_path=str(name_or_path),
-            backbone_revision=revision,
-            **config_kwargs,
-        )
-        model = cls(config)
+        settings = dict(fusion=fusion, backbone_name_or_path=str(name_or_path), backbone_revision=revision, **config_kwargs)
+        encoder = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
+        # Only the layers the model runs are loaded (a head on layer k of L: 1..k).
+        depth = DWAttConfig(encoder_config=encoder, **settings).run_depth
+        pretrained = cls.load_pretrained_backbone(name_or_path, load_kwargs, depth=depth)
+        config = DWAttConfig(encoder_config=uncut_config(pretrained.base_model.config, encoder), **settings)
+        # Built whole, then cut: the random backbone drawn before the fusion and head is as large as an uncut one's,
+        # so that a seed gives them the same weights whatever depth the model runs.
+        whole = copy.deepcopy(config)
+        whole.backbone_depth = encoder.num_hidden_layers
+        model = cls(whole)
+        if depth < encoder.num_hidden_layers:
+            model.dwatt.cut_backbone(config.backbone_depth)
         model._attach_pretrained_backbone(pretrained, name_or_path, adopt_head=True)
         if dtype is not None:
             model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)
         return model
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
         """The pretrained backbone `name_or_path` as this task model starts from it (the masked-LM model loads its
-        head too); shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
+        head too), with its first `depth` layers only where given (the weights past them are not read);
+        shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
-        with _quiet_loading():  # the checkpoint's pooler weights are unused on purpose: no load report
+        if depth is not None and depth < config.num_hidden_layers:
+            config = cut_config(config, depth)
+        with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
             return AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
@@ -105,7 +111,7 @@ class PretrainedBackboneMixin:
         """Make a loaded pretrained backbone `self.dwatt.backbone` (in the place of the one this model was built
         with, in its dtype, device and attention implementation), after checking it is the same architecture and
         shape as the one this model was built (or trained) for."""
-        ours, theirs = self.config.encoder_config, pretrained.base_model.config
+        ours, theirs = self.dwatt.backbone.config, pretrained.base_model.config
         differences = [
             f"{key} {getattr(theirs, key, None)!r} instead of {getattr(ours, key, None)!r}"
             for key in BACKBONE_IDENTITY
@@ -130,8 +136,7 @@ class PretrainedBackboneMixin:
         wanted = getattr(built.config, "_attn_implementation", None)
         if wanted and wanted != getattr(loaded.config, "_attn_implementation", None) and hasattr(loaded, "set_attn_implementation"):
             loaded.set_attn_implementation(wanted)
-        self.dwatt.backbone = loaded.train(built.training)
-        self.dwatt.keep_layer_inputs()
+        self.dwatt.use_backbone(loaded.train(built.training))
         if adopt_head:
             self._adopt_pretrained_head(pretrained)
 
@@ -268,7 +273,7 @@ class PretrainedBackboneMixin:
             load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k != "revision"}
             if revision is not None:
                 load_kwargs["revision"] = revision
-            pretrained = cls.load_pretrained_backbone(source, load_kwargs)
+            pretrained = cls.load_pretrained_backbone(source, load_kwargs, depth=config.run_depth)
             model._attach_pretrained_backbone(pretrained, source, adopt_head=bool(lm_head_missing))
             if getattr(model.dwatt, "lora", None) is not None:  # W + (alpha / rank) B A: a plain, merged backbone
                 model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)
@@ -278,9 +283,25 @@ class PretrainedBackboneMixin:
         return (model, info) if output_loading_info else model
 
 
-def load_masked_lm(name_or_path: str, load_kwargs: dict) -> PreTrainedModel:
-    """A pretrained masked LM (backbone and head); a backbone without a head is loaded with a warning."""
-    model, info = AutoModelForMaskedLM.from_pretrained(name_or_path, output_loading_info=True, **load_kwargs)
+def uncut_config(config, encoder):
+    """`config` (a loaded backbone's, perhaps cut) with the depth and per-layer settings of `encoder`, the backbone's
+    own config: what a DWAtt config records, whatever depth the model runs."""
+    full = copy.deepcopy(config)
+    for key, values in per_layer_settings(encoder).items():
+        setattr(full, key, values)
+    full.num_hidden_layers = encoder.num_hidden_layers
+    return full
+
+
+def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
+    """A pretrained masked LM (backbone and head; its first `depth` layers only where given); a backbone without a
+    head is loaded with a warning."""
+    config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
+    cut = depth is not None and depth < config.num_hidden_layers
+    with _quiet_loading(cut):  # the layers past `depth` are unused on purpose: no load report
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            name_or_path, config=cut_config(config, depth) if cut else config, output_loading_info=True, **load_kwargs
+        )
     prefix = model.base_model_prefix
     head_missing = [key for key in info["missing_keys"] if not key.startswith(prefix + ".")]
     if head_missing:

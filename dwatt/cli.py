@@ -18,9 +18,9 @@ from .checkpoints import load_checkpoint
 from .names import FUSIONS, POOLINGS, QUANTIZATIONS, RUNTIMES
 from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, TagWriter, write_all
 from .prediction import BATCH_SIZE, CHUNK_BATCHES
+from .probe import PROBE_LEARNING_RATES
 from .run_config import FE_LEARNING_RATE, MODES, SAMPLINGS, RunConfig, default_learning_rate
 
-PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
 
@@ -342,35 +342,14 @@ def _sweep(args: argparse.Namespace) -> int:
 
 
 def _probe(args: argparse.Namespace) -> int:
-    """A Base head on each chosen layer at each learning rate, trained together per trial on one feature cache;
-    prints dev F1 by layer and learning rate, and the layer and rate chosen on dev with their test F1."""
-    _report_modules("probe")
-    from .selection import chosen_on_dev, with_methods
-    from .summaries import runs_frame, without_duplicates
-    from .sweep import ResultsStore, grid, run_sweep
+    """A Base head on each chosen layer at each learning rate (see `dwatt.probe`); prints the dev score by layer and
+    rate, the layer and rate chosen on dev (each trial's own choice too), and where the figure and the model are."""
+    from .probe import ProbeSettings, run_probe, summary_lines, table_lines
 
-    specs = grid(fusions=("base",), n_shots=(args.n_shot,), epochs=(args.epochs,), trials=args.trials,
-                 datasets=(args.dataset,), backbones=(args.backbone,), data_dir=args.data_dir,
-                 dev_sentences=args.dev_sentences, learning_rates=args.learning_rates, probe_layers=args.layers)
-    overrides = {"cache_dtype": args.cache_dtype, "evaluate_test": True}
-    run_sweep(specs, args.results, args.output_root, progress=not args.quiet, engine="budgets", **overrides)
-    rows = ResultsStore(args.results).finished(specs, overrides, "budgets").values()
-    frame = runs_frame(without_duplicates([row | {"_path": args.results} for row in rows]))
-    table = frame.pivot_table(index="layer", columns="learning_rate", values="f1", aggfunc="mean")
-    print(f"dev F1 by layer and learning rate ({args.trials} trial{'s' * (args.trials > 1)}, mean):")
-    print("  layer  " + "".join(f"{rate:>9g}" for rate in table.columns))
-    for layer, scores in table.iterrows():
-        print(f"  {int(layer):>5}  " + "".join(f"{score:9.2f}" for score in scores))
-    picks = chosen_on_dev(with_methods(frame))
-    for method in ("best single layer", "last layer"):
-        chosen = picks[picks.method == method]
-        if chosen.empty:
-            print(f"{method}: not probed (--layers leaves it out)")
-            continue
-        choices = ", ".join(f"layer {int(layer)} at {rate:g}" for layer, rate in zip(chosen.layer, chosen.learning_rate))
-        print(f"{method} (chosen on dev, per trial: {choices}): dev F1 {chosen.f1.mean():.2f}, "
-              f"test F1 {chosen.test_f1.mean():.2f}")
-    print(f"rows in {args.results}")
+    names = {f.name for f in fields(ProbeSettings)}
+    settings = ProbeSettings(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.quiet)
+    outcome = run_probe(settings)
+    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {args.results}"]))
     return 0
 
 
@@ -493,22 +472,32 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true")
     _add_threads_argument(sweep)
     sweep.set_defaults(handler=_sweep)
-    probe = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best")
+    probe = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best; "
+                                              "saves the chosen head, cut at its layer")
     probe.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
-    probe.add_argument("--dataset", default="conll2003", help="conll2003 or wikiann:<lang>")
-    probe.add_argument("--data-dir", default=None)
-    probe.add_argument("--n-shot", type=int, default=32, help="N x C training sentences (default 32)")
+    probe.add_argument("--task", default="ner", choices=("ner", "cls"), help="ner, or cls: text classification")
+    probe.add_argument("--dataset", default=None,
+                       help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset or a folder")
+    probe.add_argument("--data-dir", default=None, help="folder of the dataset's files (CoNLL files; cls: CSV/TSV/JSONL)")
+    probe.add_argument("--n-shot", type=int, default=32, help="N: N x C sentences (cls: N examples per class; default 32)")
     probe.add_argument("--epochs", type=int, default=25)
-    probe.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1")
+    probe.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1: each trial's choice is printed")
     probe.add_argument("--layers", default="all", help="the layers to probe: all, every:k, a-b or a list")
-    # Linear heads on frozen layers chose 3e-3, the largest rate of the fair comparison's grid, in every trial there,
+    probe.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: as for dwatt train")
+    probe.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
+    probe.add_argument("--pair-column", default=None, help="cls: a second text column (default: detected)")
+    probe.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
     # and 5e-5 never: the probe's grid spans 3e-4..1e-2.
     probe.add_argument("--learning-rates", type=_csv(float), default=PROBE_LEARNING_RATES, dest="learning_rates",
-                       help=f"comma-separated peak learning rates (default {','.join(f'{r:g}' for r in PROBE_LEARNING_RATES)})")
+                       help="comma-separated (default: %(default)s; the fair comparison's heads chose 3e-4..1e-2)")
     probe.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     probe.add_argument("--cache-dtype", default="float16", choices=("float16", "bfloat16", "float32"))
+    probe.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
     probe.add_argument("--results", default="runs/probe/results.jsonl")
     probe.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    probe.add_argument("--output", default=None,
+                       help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside the results)")
+    probe.add_argument("--no-save", action="store_false", dest="save_model", help="do not save the chosen head (the table and the figure only)")
     probe.add_argument("--quiet", action="store_true")
     _add_threads_argument(probe)
     probe.set_defaults(handler=_probe)

@@ -200,7 +200,14 @@ def cache_lengths(dataset, scored_positions_only: bool = False, pooled: str | No
 def cached_layers(model, layers: Sequence[int] | None = None) -> list[int]:
     """The hidden states a feature cache keeps (indices into the backbone's hidden states, 0 = the embedding output):
     `layers`, or those the model's fusion reads."""
-    return list(layers) if layers is not None else list(model.dwatt.fused_layer_indices)
+    indices = list(layers) if layers is not None else list(model.dwatt.fused_layer_indices)
+    depth = model.config.run_depth
+    if any(index > depth for index in indices):
+        raise ValueError(
+            f"cannot cache layers {[index for index in indices if index > depth]}: the model runs its backbone through "
+            f"layer {depth} only; build it with backbone_depth={max(indices)} to cache deeper layers"
+        )
+    return indices
 
 
 def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool = False, pooled: str | None = None,

@@ -8,6 +8,7 @@ alone (tests/test_heads.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from torch import nn
 from transformers.utils import cached_file
 
 from configuration_dwatt import DWAttConfig
-from backbones_dwatt import backbone_kwargs
+from backbones_dwatt import backbone_kwargs, cut_config, layers_past_pattern
 from modeling_dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
@@ -92,12 +93,13 @@ def _backbone_part(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors.items() if k.startswith(BACKBONE_PREFIX)}
 
 
-def _pretrained_backbone(model_class, config, backbone_name_or_path: str | None, hub_kwargs: dict):
-    """The pretrained model a head-only checkpoint names (or `backbone_name_or_path`), at the recorded revision."""
+def _pretrained_backbone(model_class, config, backbone_name_or_path: str | None, hub_kwargs: dict, depth: int | None = None):
+    """The pretrained model a head-only checkpoint names (or `backbone_name_or_path`), at the recorded revision, with
+    its first `depth` layers (all by default)."""
     load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
     if config.backbone_revision and not backbone_name_or_path:
         load["revision"] = config.backbone_revision
-    return model_class.load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load)
+    return model_class.load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load, depth=depth)
 
 
 class SharedBackboneHeads(nn.Module):
@@ -119,7 +121,9 @@ class SharedBackboneHeads(nn.Module):
         self.heads = nn.ModuleDict(heads)
         for head in self.heads.values():
             head.dwatt.backbone = backbone
-        self.runner = next(iter(self.heads.values())).dwatt  # every head's `dwatt` now holds the same backbone
+        # The backbone runs as deep as the deepest head reads, as that head's own model would run it.
+        self.runner = max((head.dwatt for head in self.heads.values()), key=lambda dwatt: dwatt.config.run_depth)
+        self.runner.use_backbone(backbone)
         self.eval()
 
     @property
@@ -162,7 +166,9 @@ class SharedBackboneHeads(nn.Module):
                         f"{key} {mine.get(key)!r} vs {theirs.get(key)!r}"
                     )
         tensors = {name: _checkpoint_tensors(path, hub_kwargs) for name, path in named.items()}
-        backbone = cls._shared_backbone(configs[first], tensors[first], named[first], backbone_name_or_path, hub_kwargs)
+        # One backbone pass as deep as the deepest head reads: loaded from that head's checkpoint (or the named one).
+        deepest = max(configs, key=lambda name: configs[name].run_depth)
+        backbone = cls._shared_backbone(configs[deepest], tensors[deepest], named[deepest], backbone_name_or_path, hub_kwargs)
         reference = backbone.state_dict()
         heads = {}
         for name, config in configs.items():
@@ -181,10 +187,17 @@ class SharedBackboneHeads(nn.Module):
         from transformers import AutoModel
 
         model_class = TASK_CLASSES[checkpoint_task(config)]
+        depth = config.run_depth
         if config.heads_only or backbone_name_or_path:
-            return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs).base_model.eval()
-        backbone = AutoModel.from_config(config.encoder_config, **backbone_kwargs(config.encoder_config))
-        missing, unexpected = backbone.load_state_dict(_backbone_part(tensors), strict=False)
+            return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).base_model.eval()
+        encoder = config.encoder_config
+        backbone_config = cut_config(encoder, depth) if depth < encoder.num_hidden_layers else encoder
+        backbone = AutoModel.from_config(backbone_config, **backbone_kwargs(encoder))
+        stored = _backbone_part(tensors)
+        if depth < encoder.num_hidden_layers:  # saved whole before models were cut: the layers past the cut unused
+            past = re.compile(layers_past_pattern(backbone, encoder, depth))
+            stored = {key: value for key, value in stored.items() if not past.search("backbone." + key)}
+        missing, unexpected = backbone.load_state_dict(stored, strict=False)
         if missing or unexpected:
             raise ValueError(f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
         return backbone.eval()

@@ -48,6 +48,15 @@ def fusion_reads(config) -> str:
     return f"over {chosen} of the backbone's {depth} layers" + (" and its embedding output" if config.include_embeddings else "")
 
 
+def backbone_run(config) -> str:
+    """How much of the backbone the model runs, for the model card."""
+    depth, total = config.run_depth, config.encoder_config.num_hidden_layers
+    if depth == total:
+        return f"runs all {total} layers"
+    return (f"runs layers 1–{depth} of {total} (the layers past the deepest one the fusion reads are dropped: "
+            f"{total - depth} of {total} not computed, not stored)")
+
+
 def fusion_settings(config) -> str:
     """The fusion's own hyper-parameters, for the model card: " (d_pos 24, query_bottleneck 0.5, ...)"."""
     keys = FUSION_CLASSES[config.fusion].hyperparameters
@@ -118,6 +127,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
         f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}",
+        f"- Backbone: {backbone_run(config)}",
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
         + (("; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "

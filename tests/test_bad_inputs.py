@@ -222,7 +222,7 @@ def swept_without_test(env: Env) -> list[str]:
                  "--epochs", "1", "--trials", "1", "--backbone", str(env.backbone), "--data-dir", str(env.conll),
                  "--engine", "budgets", "--results", str(store), "--quiet"]) == 0
     return ["probe", "--backbone", str(env.backbone), "--data-dir", str(env.conll), "--layers", "1", "--n-shot", "1",
-            "--epochs", "1", "--learning-rates", "1e-3", "--results", str(store), "--quiet"]
+            "--epochs", "1", "--learning-rates", "1e-3", "--results", str(store), "--quiet", "--test"]
 
 
 def run_with_results(env: Env, text: str) -> Path:

@@ -205,24 +205,39 @@ def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(t
 def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
                                                                                          tmp_path, capsys):
     from dwatt.cli import main
+    from dwatt.probe import PROBE_LEARNING_RATES
 
     results = tmp_path / "probe.jsonl"
     argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
-            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(results), "--quiet"]
+            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(results), "--quiet", "--test"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(rows) == 3 * 2 and {r["config"]["layers"] for r in rows} == {"1", "2", "3"}
     assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
-    best = max(rows, key=lambda r: r["best_dev_f1"])
+    best = max(rows, key=lambda r: (r["best_dev_f1"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
     layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
-    assert f"best single layer (chosen on dev, per trial: layer {layer} at {rate:g}): dev F1 {100 * best['best_dev_f1']:.2f}" in printed
-    assert f"test F1 {100 * best['test_scores']['f1']:.2f}" in printed
+    assert (f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev F1 {100 * best['best_dev_f1']:.2f}, "
+            f"test F1 {100 * best['test_scores']['f1']:.2f}") in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
-    assert main(argv) == 0  # resumed: nothing left to train, the same rows
+    # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
+    folder = tmp_path / "chosen" / "model"
+    assert f"model: {folder} (runs layers 1-{layer} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "chosen" / "results.json").read_text())
+    assert saved["best_dev_f1"] == best["best_dev_f1"] and saved["test_scores"]["f1"] == best["test_scores"]["f1"]
+    model = RobertaDWAttForTokenClassification.from_pretrained(folder)
+    assert model.config.read_layer == int(layer) and model.dwatt.backbone.config.num_hidden_layers == int(layer)
+    card = (folder / "README.md").read_text()
+    assert "## How this head was chosen" in card and f"chose layer {layer} at {rate:g}" in card
+    assert f"runs layers 1–{layer} of 3" in card or int(layer) == 3
+    assert PROBE_LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2)
+    model_file = folder / "model.safetensors"
+    stamp = model_file.stat().st_mtime_ns
+    assert main(argv) == 0  # resumed: nothing left to train, the same rows, the chosen model kept as it is
+    assert model_file.stat().st_mtime_ns == stamp
     from dwatt.cli import build_parser
 
-    assert build_parser().parse_args(["probe"]).learning_rates == (3e-4, 1e-3, 3e-3, 1e-2)
+    assert build_parser().parse_args(["probe"]).learning_rates == PROBE_LEARNING_RATES
     assert [json.loads(line) for line in results.read_text().splitlines()] == rows
     assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
     assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
@@ -237,7 +252,8 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
 
     def probe(results):
         return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1",
-                     "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet"])
+                     "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet", "--test",
+                     "--no-save"])
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt

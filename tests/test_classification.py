@@ -381,3 +381,37 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
                         lambda labels, n, seed: [i for i, label in enumerate(labels) if label == 1])
     with pytest.raises(ValueError, match=r"the training sample \(2 per class, seed 3\) holds one class \('x'\)"):
         prepare_classification(config)
+
+
+def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_saves_the_chosen_head(tiny_backbone, tiny_topics, tmp_path, capsys):
+    """A probe for text classification on TSV files with columns of the user's naming: each head on one layer, read
+    out of one cache of every layer, scores what `dwatt train --fusion base --layers k` alone scores; the chosen head
+    is saved cut at its layer and `dwatt predict` runs it."""
+    from dwatt.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.csv", "dev.csv"):
+        lines = (tiny_topics / name).read_text().splitlines()
+        write(data / name.replace(".csv", ".tsv"), "sentence\ttopic\n" + "".join(line.replace(",", "\t") + "\n" for line in lines[1:]))
+    options = ["--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--text-column", "sentence",
+               "--label-column", "topic", "--n-shot", "3", "--epochs", "3", "--cache-dtype", "float32"]
+    results = tmp_path / "probe" / "results.jsonl"
+    assert main(["probe", *options, "--learning-rates", "5e-3,5e-2", "--results", str(results), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
+    assert printed.splitlines()[0].startswith("dev accuracy by layer and learning rate")
+    best = max(rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
+    layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
+    assert f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}" in printed
+    alone = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
+    assert main(["train", *options, "--fusion", "base", "--layers", "1", "--lr", "5e-2", "--batch-size", "16",
+                 "--output-dir", str(tmp_path / "alone"), "--no-save", "--quiet"]) == 0
+    trained = json.loads((tmp_path / "alone" / "results.json").read_text())
+    assert [e["accuracy"] for e in trained["dev_curve"]] == [e["accuracy"] for e in alone["dev_curve"]]
+    model = tmp_path / "probe" / "chosen" / "model"
+    assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
+    capsys.readouterr()
+    assert main(["predict", str(model), "lamb to boycott"]) == 0
+    assert capsys.readouterr().out.strip()

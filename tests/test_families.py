@@ -250,6 +250,33 @@ def test_fusion_builds_trains_reloads_as_remote_code_and_caches_exactly(saved, f
             torch.testing.assert_close(out if task == "cls" else out[keep], alone, atol=1e-5, rtol=0, msg=side)
 
 
+CUT_CELLS = [cell for cell in CELLS if cell[1] == "base:2"]
+
+
+@pytest.mark.parametrize("family, fusion, task", CUT_CELLS, ids=["-".join(cell) for cell in CUT_CELLS])
+def test_a_head_on_layer_k_runs_the_backbone_through_k_only_with_the_uncut_models_outputs(saved, family, fusion, task):
+    """A decoder's hidden state k < L comes before its final norm, its last one after: the cut model reads layer 2 as
+    the uncut one does, although layer 2 is its last."""
+    if not installed(family):
+        pytest.skip(f"this transformers has no {family!r} model")
+    cell = saved["cells"][(family, fusion, task)]
+    cut = cell["model"]
+    assert cut.dwatt.is_cut and cut.dwatt.backbone.config.num_hidden_layers == 2
+    assert cut.config.encoder_config.num_hidden_layers == 3
+    uncut = TASKS[task].from_backbone(str(saved["root"] / "backbones" / family), fusion="base", num_labels=5,
+                                      fused_layers="2", backbone_depth=3).eval()
+    uncut.load_state_dict({k: v for k, v in cut.state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False)
+    assert not uncut.dwatt.is_cut and uncut.dwatt.backbone.config.num_hidden_layers == 3
+    with torch.no_grad():
+        expected = uncut(input_ids=saved["ids"], attention_mask=saved["mask"]).logits
+    torch.testing.assert_close(cell["logits"], expected, atol=1e-5, rtol=0)
+    stored = sum(p.numel() for p in cut.parameters())
+    if family == "albert":  # one layer shared across the depth: the cut runs it twice instead of three times
+        assert stored == sum(p.numel() for p in uncut.parameters())
+    else:
+        assert stored < sum(p.numel() for p in uncut.parameters())
+
+
 @pytest.mark.parametrize("family, fusion, task", LORA_CELLS, ids=["-".join(cell) for cell in LORA_CELLS])
 def test_lora_adapts_every_family_and_its_checkpoints_reload_without_dwatt_or_peft(saved, family, fusion, task):
     if not installed(family):

@@ -28,11 +28,17 @@ def head_folders(backbone, root) -> dict[str, object]:
         "ner-base-plus-n": (DWAttForTokenClassification, "base_plus_n", True, 7),
         "ner-scalar-mix": (DWAttForTokenClassification, "scalar_mix", True, 5),
         "mlm-dwatt": (DWAttForMaskedLM, "dwatt", True, None),
+        # heads on one layer: their models run the backbone through that layer only (cut); the shared pass goes deeper
+        "ner-base-layer-1": (DWAttForTokenClassification, "base:1", True, 5),
+        "ner-base-layer-2-full": (DWAttForTokenClassification, "base:2", False, 4),
     }
     folders = {}
     for seed, (name, (cls, fusion, heads_only, labels)) in enumerate(specs.items()):
         torch.manual_seed(seed)
-        model = trained_like(cls.from_backbone(str(backbone), fusion=fusion, **({"num_labels": labels} if labels else {})))
+        fusion, _, layer = fusion.partition(":")
+        options = ({"num_labels": labels} if labels else {}) | ({"fused_layers": layer} if layer else {})
+        model = trained_like(cls.from_backbone(str(backbone), fusion=fusion, **options))
+        assert model.dwatt.is_cut == bool(layer)
         model.save_pretrained(root / name, heads_only=heads_only)
         folders[name] = root / name
     return folders
@@ -51,9 +57,9 @@ def test_each_head_equals_its_checkpoint_loaded_alone(backbone, tmp_path, monkey
     loads = []
     original = DWAttForTokenClassification.load_pretrained_backbone.__func__
 
-    def counting(cls, name_or_path, load_kwargs):
+    def counting(cls, name_or_path, load_kwargs, depth=None):
         loads.append(name_or_path)
-        return original(cls, name_or_path, load_kwargs)
+        return original(cls, name_or_path, load_kwargs, depth)
 
     monkeypatch.setattr(DWAttForTokenClassification, "load_pretrained_backbone", classmethod(counting))
     shared = SharedBackboneHeads.from_pretrained({name: str(path) for name, path in folders.items()})

@@ -84,9 +84,11 @@ class ClassificationSetup:
         return to_model_labels(by_length(tokenize_texts(dataset, self.tokenizer)), self.model_ids)
 
 
-def prepare_classification(config: RunConfig) -> ClassificationSetup:
+def prepare_classification(config: RunConfig, cache_layers: list[int] | None = None) -> ClassificationSetup:
     """Sample N examples per class with `config.seed`, tokenise, build the model (initialised with the same seed),
-    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`).
+    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`):
+    of the layers the model reads, or of `cache_layers` (hidden-state indices 0..k, the model then keeping the
+    backbone's layers through k): a probe's heads, one on each layer, read one cache of them all.
     The model's classes are those of its training examples: an evaluation label they lack is warned about once
     (`warn_about_unseen_labels`) and its rows are scored as errors, never as a class the model could guess."""
     from ..data import load_tokenizer
@@ -124,6 +126,7 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
         backbone, config.fusion, config.seed, model_class=RobertaDWAttForSequenceClassification,
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
+        **({"backbone_depth": max(cache_layers)} if cache_layers else {}),
     )
     freeze = set_training_mode(model, config)
     cached: str | bool = False
@@ -131,7 +134,8 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
     if config.caches_features:
         start = time.perf_counter()
         pooled = cache_pooling(config.fusion, model.config.pooling)
-        train_set, dev_set = feature_caches(model, backbone, config, (train_tokens, {"pooled": pooled}), (dev_tokens, {"pooled": pooled}))
+        train_set, dev_set = feature_caches(model, backbone, config, (train_tokens, {"pooled": pooled}),
+                                            (dev_tokens, {"pooled": pooled}), layers=cache_layers)
         collator, cached = FeatureCollator(dtype=model.dtype), pooled or "tokens"
         cache_seconds = time.perf_counter() - start
     else:
@@ -142,14 +146,15 @@ def prepare_classification(config: RunConfig) -> ClassificationSetup:
                                {label: entry["rows"] for label, entry in unseen.items()})
 
 
-def run_classification(config: RunConfig) -> dict:
+def run_classification(config: RunConfig, cache_layers: list[int] | None = None) -> dict:
     """
     One few-shot text classification run: N examples per class (`config.n_shot`; all with `None`), trained with
     the `Trainer` (FE with the sentence feature cache, or FT), the evaluation split scored after every epoch,
     ending with the best epoch's model (by accuracy). Writes `results.json` and the checkpoint like NER runs.
+    `cache_layers`: see `prepare_classification`.
     """
     started = RunClock()
-    setup = prepare_classification(config)
+    setup = prepare_classification(config, cache_layers)
     model = setup.model
     best = BestDevCallback(metric="eval_accuracy", key="accuracy")
     trainer, train_output, last_checkpoint = train_run(
@@ -166,6 +171,7 @@ def run_classification(config: RunConfig) -> dict:
         "num_train_examples": len(setup.train),
         "train_pool_size": len(setup.data["train"]),
         "num_dev_examples": len(setup.dev),
+        "backbone_layers": model.config.encoder_config.num_hidden_layers,
         "example_input": example_input("cls", setup.dev, separator=setup.tokenizer.sep_token),
         "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
         "best_dev_accuracy": best.best["accuracy"],
@@ -182,7 +188,8 @@ def run_classification(config: RunConfig) -> dict:
     if config.evaluate_test:
         tokens = setup.tokens(setup.data["test"])
         if setup.cached:
-            [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}))
+            [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}),
+                                    layers=cache_layers)
         else:
             test = model_inputs(tokens)
         trainer.compute_metrics = ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))

@@ -68,19 +68,20 @@ class InitialModels:
               **config_kwargs) -> RobertaDWAttForTokenClassification:
         cls = model_class
         key = (backbone, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
-        if key in self._heads and backbone in self._backbones:
+        held = self._heads.get(key)
+        if held is not None and (backbone, held[0].run_depth) in self._backbones:
             self.hits += 1
             self._heads.move_to_end(key)
-            config, head = self._heads[key]
+            config, head = held
             with torch.device("meta"):
                 model = cls(copy.deepcopy(config))
-            model.dwatt.backbone = copy.deepcopy(self._backbones[backbone])
+            model.dwatt.use_backbone(copy.deepcopy(self._backbones[backbone, config.run_depth]))
             model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
         else:
             self.misses += 1
             set_seed(seed)
             model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
-            self._backbones.setdefault(backbone, copy.deepcopy(model.dwatt.backbone))
+            self._backbones.setdefault((backbone, model.config.run_depth), copy.deepcopy(model.dwatt.backbone))
             head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
             self._heads[key] = (copy.deepcopy(model.config), head)
             while len(self._heads) > self.max_heads:

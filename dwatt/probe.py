@@ -1,0 +1,314 @@
+"""
+Which layer? `dwatt probe`: a Base head on each chosen layer of a frozen backbone at each of several learning rates,
+trained on one feature cache per trial; the layer and rate chosen on dev; a figure of the dev score by layer; and
+the chosen head saved as an ordinary checkpoint that runs the backbone only through its layer.
+
+NER heads of one trial train together (`run_ner_together`, the budgets engine); text-classification heads train one
+after the other with the `Trainer`, each reading its layer out of one cache of every layer (pooled sentence vectors).
+The choice is the (layer, rate) with the best dev score averaged over the trials; each trial's own choice is printed
+beside it, to show how stable it is. The saved head is trial 0's at that choice, trained again alone into its own
+folder (the same seed, sample and cache values give the same head as in the probe), cut at its layer.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .run_config import RunConfig
+
+PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+# What a probe scores on dev and test, by task: the run's own selection metric.
+METRICS = {"ner": ("best_dev_f1", "f1", "F1"), "cls": ("best_dev_accuracy", "accuracy", "accuracy")}
+
+
+@dataclass
+class ProbeSettings:
+    """What `dwatt probe` is asked: the data and backbone as `dwatt train` takes them, the layers and rates to
+    try, how many trials, whether to score test, and where the rows, the figure and the chosen model go."""
+
+    backbone: str | None = None
+    task: str = "ner"
+    dataset: str | None = None
+    data_dir: str | None = None
+    n_shot: int = 32
+    epochs: int = 25
+    trials: int = 1
+    layers: str = "all"
+    learning_rates: tuple[float, ...] = PROBE_LEARNING_RATES
+    dev_sentences: int | None = None
+    pooling: str | None = None
+    text_column: str | None = None
+    pair_column: str | None = None
+    label_column: str | None = None
+    cache_dtype: str = "float16"
+    test: bool = False
+    results: str = "runs/probe/results.jsonl"
+    output_root: str | None = None
+    output: str | None = None
+    save_model: bool = True
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.task not in METRICS:
+            raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
+        if self.task != "cls" and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
+            raise ValueError("--pooling and the --*-column options are for text classification: add --task cls")
+
+    @property
+    def folder(self) -> Path:
+        """Where the figure and the chosen model go: `output`, else beside the results file."""
+        return Path(self.output) if self.output else Path(self.results).parent
+
+    def overrides(self) -> dict:
+        """The `RunConfig` fields every run of the probe shares beyond its spec."""
+        columns = {key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)}
+        return {"cache_dtype": self.cache_dtype, **({"evaluate_test": True} if self.test else {}), **columns}
+
+
+@dataclass
+class ProbeOutcome:
+    """What a probe found: every run's scores by (trial, layer, rate), the choice, and where its files are."""
+
+    task: str
+    scores: dict[tuple[int, int, float], dict]  # (trial, layer, rate) -> {"dev": ..., "test": ...} (x 100)
+    chosen: tuple[int, float]
+    chosen_per_trial: dict[int, tuple[int, float]]
+    dev_size: int | None
+    depth: int | None = None  # the backbone's layer count, as the rows record it
+    figure: Path | None = None
+    model: Path | None = None
+    saved: dict = field(default_factory=dict)
+
+    @property
+    def layers(self) -> list[int]:
+        return sorted({layer for _, layer, _ in self.scores})
+
+    @property
+    def rates(self) -> list[float]:
+        return sorted({rate for _, _, rate in self.scores})
+
+    @property
+    def trials(self) -> list[int]:
+        return sorted({trial for trial, _, _ in self.scores})
+
+    def depth_text(self) -> str:
+        return str(self.depth) if self.depth is not None else "L"
+
+    def mean(self, layer: int, rate: float, split: str = "dev") -> float:
+        values = [self.scores[trial, layer, rate][split] for trial in self.trials if (trial, layer, rate) in self.scores]
+        values = [value for value in values if value is not None]
+        return statistics.fmean(values) if values else math.nan
+
+
+def probe_specs(settings: ProbeSettings):
+    from .sweep import grid
+
+    return grid(fusions=("base",), task=settings.task, n_shots=(settings.n_shot,), epochs=(settings.epochs,),
+                trials=settings.trials, datasets=(settings.dataset or default_dataset(settings.task),),
+                backbones=(settings.backbone,), data_dir=settings.data_dir, dev_sentences=settings.dev_sentences,
+                learning_rates=settings.learning_rates, probe_layers=settings.layers, poolings=(settings.pooling,))
+
+
+def default_dataset(task: str) -> str:
+    from .run_config import DEFAULT_DATASETS
+
+    return DEFAULT_DATASETS[task]
+
+
+def run_probe(settings: ProbeSettings) -> ProbeOutcome:
+    """Train (or resume) every head of the probe into `settings.results`, choose on dev, draw the figure and save
+    the chosen head (unless `save_model` is off)."""
+    from .sweep import ResultsStore, run_sweep
+
+    specs = probe_specs(settings)
+    overrides = settings.overrides()
+    engine = "budgets" if settings.task == "ner" else "trainer"
+    runner = None
+    if settings.task == "cls":  # every head reads its layer out of one cache of all the probed layers' depth
+        deepest = max(int(spec.layers) for spec in specs)
+        runner = _classification_runner(list(range(deepest + 1)))
+    run_sweep(specs, settings.results, settings.output_root, runner=runner, progress=settings.progress, engine=engine,
+              **overrides)
+    rows = ResultsStore(settings.results).finished(specs, overrides, engine)
+    outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
+    outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
+    if settings.save_model:
+        chosen = next(spec for spec in specs if spec.trial == outcome.trials[0]
+                      and (int(spec.layers), spec.learning_rate) == outcome.chosen)
+        outcome.model, outcome.saved = save_chosen(chosen, settings, outcome)
+    return outcome
+
+
+def _classification_runner(cache_layers: list[int]):
+    def run(config: RunConfig) -> dict:
+        from .training.cls import run_classification
+
+        return run_classification(config, cache_layers=cache_layers)
+
+    return run
+
+
+def choose(task: str, rows: list[dict]) -> ProbeOutcome:
+    """The probe's scores by (trial, layer, rate), and the (layer, rate) with the best mean dev score over the
+    trials (ties: the shallower layer, then the smaller rate), with each trial's own choice."""
+    dev_key, test_key, _ = METRICS[task]
+    scores = {}
+    for row in rows:
+        config = row["config"]
+        test = row.get("test_scores", {}).get(test_key)
+        scores[row.get("seed", config.get("seed")), int(config["layers"]), config["learning_rate"]] = {
+            "dev": 100 * row[dev_key], "test": None if test is None else 100 * test}
+    if not scores:
+        raise ValueError("the probe has no finished run to choose from")
+    sizes = {row.get("num_dev_sentences", row.get("num_dev_examples")) for row in rows}
+    depths = {row.get("backbone_layers") for row in rows} - {None}
+    outcome = ProbeOutcome(task, scores, (0, 0.0), {}, sizes.pop() if len(sizes) == 1 else None,
+                           depths.pop() if len(depths) == 1 else None)
+    candidates = sorted({(layer, rate) for _, layer, rate in scores})
+    outcome.chosen = max(candidates, key=lambda pair: (outcome.mean(*pair), -pair[0], -pair[1]))
+    for trial in outcome.trials:
+        own = [(layer, rate) for t, layer, rate in scores if t == trial]
+        outcome.chosen_per_trial[trial] = max(own, key=lambda pair: (scores[trial, *pair]["dev"], -pair[0], -pair[1]))
+    return outcome
+
+
+def table_lines(outcome: ProbeOutcome) -> list[str]:
+    """The dev score by layer (rows) and learning rate (columns), mean over the trials, as printed."""
+    _, _, metric = METRICS[outcome.task]
+    trials = len(outcome.trials)
+    lines = [f"dev {metric} by layer and learning rate ({trials} trial{'s' * (trials > 1)}, mean):",
+             "  layer  " + "".join(f"{rate:>9g}" for rate in outcome.rates)]
+    for layer in outcome.layers:
+        lines.append(f"  {layer:>5}  " + "".join(f"{outcome.mean(layer, rate):9.2f}" for rate in outcome.rates))
+    return lines
+
+
+def summary_lines(outcome: ProbeOutcome) -> list[str]:
+    """The choice, its scores, how stable it was across trials, and where the figure and the model are."""
+    _, _, metric = METRICS[outcome.task]
+    layer, rate = outcome.chosen
+    test = outcome.mean(layer, rate, "test")
+    lines = [f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
+             f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")]
+    if len(outcome.trials) > 1:
+        picks = ", ".join(f"layer {pick_layer} at {pick_rate:g}" for pick_layer, pick_rate in outcome.chosen_per_trial.values())
+        agree = sum(pick[0] == layer for pick in outcome.chosen_per_trial.values())
+        lines.append(f"each trial's own choice: {picks} ({agree} of {len(outcome.trials)} on layer {layer})")
+    last = max(outcome.layers)
+    if last != layer and outcome.depth is not None and last == outcome.depth:
+        best_rate = max(outcome.rates, key=lambda r: outcome.mean(last, r))
+        lines.append(f"the last layer ({last}) at its best rate {best_rate:g}: dev {metric} {outcome.mean(last, best_rate):.2f}")
+    if outcome.figure:
+        lines.append(f"figure: {outcome.figure}")
+    if outcome.model:
+        lines.append(f"model: {outcome.model} (runs layers 1-{layer} of {outcome.depth_text()}; "
+                     f"dwatt predict {outcome.model} \"...\", dwatt export {outcome.model} OUT --quantize int8)")
+    return lines
+
+
+def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | None:
+    """Dev score by layer, one line per learning rate, the chosen layer and rate marked; test beside it (the chosen
+    rate's test score by layer) where the probe scored test. None, with a note, where matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ModuleNotFoundError:
+        print('no figure: it needs matplotlib (pip install "dwatt[report]")')
+        return None
+    _, _, metric = METRICS[outcome.task]
+    has_test = any(score["test"] is not None for score in outcome.scores.values())
+    figure, axis = plt.subplots(figsize=(6.4, 3.8))
+    layers = outcome.layers
+    for rate in outcome.rates:
+        axis.plot(layers, [outcome.mean(layer, rate) for layer in layers], "o-", markersize=3, linewidth=1.2,
+                  label=f"dev, lr {rate:g}")
+    layer, rate = outcome.chosen
+    axis.plot([layer], [outcome.mean(layer, rate)], marker="*", markersize=14, color="black", linestyle="none",
+              label=f"chosen: layer {layer}, lr {rate:g}")
+    if has_test:
+        axis.plot(layers, [outcome.mean(k, rate, "test") for k in layers], "s--", color="black", markersize=3,
+                  linewidth=1, label=f"test, lr {rate:g}")
+    trials = len(outcome.trials)
+    backbone = Path(settings.backbone).name if settings.backbone else "the default backbone"
+    axis.set(xlabel="layer", ylabel=f"{metric} (x 100)",
+             title=f"{backbone}: a head on each layer ({trials} trial{'s' * (trials > 1)}, mean)")
+    axis.set_xticks(layers if len(layers) <= 16 else layers[:: math.ceil(len(layers) / 16)])
+    axis.grid(alpha=0.3)
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[Path, dict]:
+    """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
+    layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
+    from .checkpoints import load_checkpoint
+    from .hub import model_card
+    from .training import run_ner_together
+    from .training.cls import run_classification
+
+    folder = settings.folder / "chosen"
+    config = spec.run_config(settings.folder, **settings.overrides())
+    config.output_dir, config.save_model, config.progress = str(folder), True, False
+    model_folder = folder / "model"
+    results = _finished(config, folder)  # a probe run again keeps the head it saved for the same choice
+    if results is None:
+        results = run_ner_together([config])[0] if settings.task == "ner" else run_classification(config)
+    model, _, _ = load_checkpoint(str(model_folder))
+    card = model_card(model, results, heads_only=False, has_tokenizer=True)
+    (model_folder / "README.md").write_text(card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n")
+    return model_folder, results
+
+
+def _finished(config: RunConfig, folder: Path) -> dict | None:
+    """The results of the run `config` asks for, where `folder` holds it finished with its model."""
+    from dataclasses import asdict
+
+    from .atomic import read_json
+    from .sweep import run_settings
+
+    if not (folder / "results.json").is_file() or not (folder / "model" / "config.json").is_file():
+        return None
+    saved = read_json(folder / "results.json")
+    return saved if run_settings(saved.get("config", {})) == run_settings(asdict(config)) else None
+
+
+def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict) -> list[str]:
+    """The model card's account of how this head was chosen."""
+    dev_key, test_key, metric = METRICS[outcome.task]
+    layer, rate = outcome.chosen
+    test = results.get("test_scores", {}).get(test_key)
+    dev_size = f"{outcome.dev_size} dev {'sentences' if outcome.task == 'ner' else 'examples'}" if outcome.dev_size else "the dev split"
+    lines = [
+        "## How this head was chosen",
+        "",
+        f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} of the frozen backbone at learning "
+        f"rates {', '.join(f'{r:g}' for r in outcome.rates)} ({len(outcome.layers) * len(outcome.rates)} candidates, "
+        f"{len(outcome.trials)} trial{'s' * (len(outcome.trials) > 1)}, N = {settings.n_shot}, {settings.epochs} epochs) "
+        f"and chose layer {layer} at {rate:g}, the best mean dev {metric} over the trials on {dev_size}.",
+        "",
+        f"- This head (trial {outcome.trials[0]}): dev {metric} {100 * results[dev_key]:.2f}"
+        + ("" if test is None else f", test {metric} {100 * test:.2f}"),
+        f"- The model runs layers 1-{layer} of the backbone's {outcome.depth_text()}: the layers past it are not "
+        "computed and not stored.",
+    ]
+    if len(outcome.trials) > 1:
+        lines.append("- Each trial's own choice: " + ", ".join(
+            f"layer {pick[0]} at {pick[1]:g}" for pick in outcome.chosen_per_trial.values()))
+    return lines
+
+
+def _span(layers: list[int]) -> str:
+    return f"{layers[0]}-{layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2 else \
+        ", ".join(map(str, layers))
+
+
+__all__ = ["PROBE_LEARNING_RATES", "ProbeOutcome", "ProbeSettings", "choose", "run_probe", "summary_lines", "table_lines"]
