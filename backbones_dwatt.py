@@ -216,37 +216,49 @@ class _LayerInputsRecorder:
         return hidden_states
 
 
-def _keeper(store: dict, index: int):
-    """A forward pre-hook that keeps a layer's arguments after the hidden states in `store[index]`."""
-
-    def keep(module, args, kwargs):
-        store[index] = (args[1:], dict(kwargs))
-
-    keep.dwatt_keeper = True
-    return keep
+KEPT = "_dwatt_kept"
 
 
-def _output_keeper(store: dict):
-    """A forward hook that keeps a layer's output hidden states in `store["output"]` (a layer called several times,
-    as ALBERT's shared one is, leaves its last output)."""
+def _keep_inputs(module, args, kwargs):
+    """Forward pre-hook (`keep_layer_io`): the layer's arguments after the hidden states."""
+    getattr(module, KEPT)["inputs"] = (args[1:], dict(kwargs))
 
-    def keep(module, args, output):
-        store["output"] = output[0] if isinstance(output, (tuple, list)) else output
 
-    keep.dwatt_keeper = True
-    return keep
+def _keep_output(module, args, output):
+    """Forward hook (`keep_layer_io`): the layer's output hidden states (a layer called several times, as ALBERT's
+    shared one is, leaves its last output)."""
+    getattr(module, KEPT)["output"] = output[0] if isinstance(output, (tuple, list)) else output
+
+
+def keep_layer_io(layer: nn.Module, inputs: bool = False, output: bool = False) -> None:
+    """Hooks that keep what `layer` receives besides the hidden states (`inputs`) or what it returns (`output`) in a
+    store on the layer itself, read with `kept`: a deep copy of the backbone, or a module the ONNX exporter traced,
+    keeps hook and store together."""
+    setattr(layer, KEPT, {})
+    if inputs:
+        layer.register_forward_pre_hook(_keep_inputs, with_kwargs=True)
+    if output:
+        layer.register_forward_hook(_keep_output)
+
+
+def kept(layer: nn.Module, what: str):
+    """What `layer`'s hook kept in its last call (`"inputs"` or `"output"`), taken out of its store; None if nothing."""
+    store = getattr(layer, KEPT, None)
+    return None if store is None else store.pop(what, None)
 
 
 def remove_keepers(backbone: nn.Module) -> None:
-    """Remove the keepers (`_keeper`, `_output_keeper`) installed on `backbone`'s modules: a deep copy of a backbone
-    carries its hooks, which would fill the stores of the model it was copied from."""
+    """Remove the hooks `keep_layer_io` installed on `backbone`'s modules, and their stores."""
+    keepers = (_keep_inputs, _keep_output)
     for module in backbone.modules():
         for hooks in (module._forward_hooks, module._forward_pre_hooks):
-            for key in [key for key, hook in hooks.items() if getattr(hook, "dwatt_keeper", False)]:
+            for key in [key for key, hook in hooks.items() if hook in keepers]:
                 del hooks[key]
                 for flags in (module._forward_hooks_with_kwargs, module._forward_hooks_always_called,
                               module._forward_pre_hooks_with_kwargs):
                     flags.pop(key, None)
+        if hasattr(module, KEPT):
+            delattr(module, KEPT)
 
 
 def per_layer_settings(config) -> dict[str, list]:

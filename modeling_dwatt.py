@@ -32,16 +32,16 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import (DecoderFamily, _keeper, _output_keeper, backbone_family, backbone_kwargs,
-                                  classifier_dropout, cut_config, is_decoder_only, layer_norm_eps, layers_past_pattern,
+    from .backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs,
+                                  classifier_dropout, cut_config, is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
                                   per_layer_settings, positions_from_mask, remove_keepers)
     from .configuration_dwatt import AUTO_MODELS, DWAttConfig
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import (DecoderFamily, _keeper, _output_keeper, backbone_family, backbone_kwargs,
-                                 classifier_dropout, cut_config, is_decoder_only, layer_norm_eps, layers_past_pattern,
+    from backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs,
+                                 classifier_dropout, cut_config, is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
                                  per_layer_settings, positions_from_mask, remove_keepers)
     from configuration_dwatt import AUTO_MODELS, DWAttConfig
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
@@ -244,17 +244,30 @@ class DWAttModel(DWAttPreTrainedModel):
         (when built, and when a pretrained one is attached), so that the forward pass installs nothing and stays one
         graph for `torch.compile`."""
         self.backbone = backbone
-        self._layer_inputs: dict[int, tuple] = {}
-        self._cut_output: dict[str, torch.Tensor] = {}
-        remove_keepers(backbone)  # a copy of another model's backbone carries that model's
+        remove_keepers(backbone)  # a backbone attached again, or one another model used
         family = backbone_family(self.config.encoder_config)
         layers = family.layers(backbone)
         if self.is_cut and layers is not None:
-            layers[-1].register_forward_hook(_output_keeper(self._cut_output))
-        if self.fusion.needs_layer_inputs and isinstance(family, DecoderFamily):
+            keep_layer_io(layers[-1], output=True)
+        self._keeps_layer_inputs = self.fusion.needs_layer_inputs and isinstance(family, DecoderFamily)
+        if self._keeps_layer_inputs:
             self._source_layers = family.source_layers(backbone.config, len(self.fusion.layer))
-            for index, layer in enumerate(layers):
-                layer.register_forward_pre_hook(_keeper(self._layer_inputs, index), with_kwargs=True)
+            for layer in layers:
+                keep_layer_io(layer, inputs=True)
+
+    def _take_layer_inputs(self) -> list[tuple]:
+        """What each of the backbone's layers received in this run besides the hidden states (Base+n on a decoder),
+        taken out of the keepers; empty where none keeps them."""
+        if not self._keeps_layer_inputs:
+            return []
+        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
+        recorded = [kept(layer, "inputs") for layer in layers]
+        return recorded if all(inputs is not None for inputs in recorded) else []
+
+    def _kept(self, what: str, index: int = -1):
+        """What the hook on the backbone's layer `index` kept in this run (see `use_backbone`)."""
+        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
+        return None if layers is None else kept(layers[index], what)
 
     def cut_backbone(self, depth: int | None = None) -> None:
         """
@@ -383,7 +396,7 @@ class DWAttModel(DWAttPreTrainedModel):
         outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
                                 return_dict=True)
         attentions = outputs.attentions if output_attentions else None
-        last = self._cut_output.pop("output", None) if self.is_cut else None
+        last = self._kept("output") if self.is_cut else None
         return (*outputs.hidden_states[:-1], outputs.last_hidden_state if last is None else last), attentions
 
     def forward(
@@ -416,12 +429,10 @@ class DWAttModel(DWAttPreTrainedModel):
         """
         output_hidden_states = _flag(output_hidden_states, self.config.output_hidden_states)
         output_attentions = _flag(output_attentions, self.config.output_attentions)
-        all_hidden_states = attentions = recorded = None
+        all_hidden_states = attentions = None
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
-            recorded = self._layer_inputs  # filled by the backbone's run where Base+n on a decoder keeps them
-            recorded.clear()
             all_hidden_states, attentions = self.backbone_outputs(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -436,12 +447,14 @@ class DWAttModel(DWAttPreTrainedModel):
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         layer_inputs = None
-        if self.fusion.needs_layer_inputs and recorded:  # kept by the backbone's own run (Base+n on a decoder)
-            layer_inputs = [recorded[j] for j in self._source_layers]
-        elif self.fusion.needs_layer_inputs:  # cached hidden states: the family computes the layer inputs
-            family = backbone_family(self.config.encoder_config)
-            layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
-        self._layer_inputs.clear()  # what the backbone's run, or a decoder's dry run, left in the keepers
+        if self.fusion.needs_layer_inputs:
+            recorded = self._take_layer_inputs()  # kept by the backbone's own run (Base+n on a decoder)
+            if backbone_hidden_states is None and recorded:
+                layer_inputs = [recorded[j] for j in self._source_layers]
+            else:  # cached hidden states: the family computes the layer inputs
+                family = backbone_family(self.config.encoder_config)
+                layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
+                self._take_layer_inputs()  # what a decoder's dry run left in the keepers
         if token_mask is None or not self.fusion.per_token:
             fused, layer_weights = self.fusion(layers, last_layer, layer_inputs)
         elif traced():  # one graph: every position fused, the others zeroed

@@ -1,0 +1,83 @@
+"""A model cut at the layer it reads, along the paths a user takes it: saved full and head-only, reloaded (and run
+through `pipeline()` as remote code in a process without dwatt), `dwatt predict`, `dwatt export` fp32 and int8, and
+shared heads beside an uncut head; on an encoder and a decoder LLM. Cut against uncut logits on every family:
+`test_families.py`."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoTokenizer
+
+from dwatt import DWAttForTokenClassification
+from dwatt.cli import main
+from dwatt.hub import model_card
+
+from .conftest import run_without_dwatt
+from .test_prediction import trained_like
+
+LINES = ["peter blackburn rejects german call", "eu call to boycott british lamb", "brussels"]
+
+
+def saved_heads(backbone, root):
+    """The same trained-like Base head on layer 2 of 3, cut (the default) and uncut, saved full; a DWAtt head too."""
+    torch.manual_seed(0)
+    cut = trained_like(DWAttForTokenClassification.from_backbone(str(backbone), fusion="base", fused_layers="2", num_labels=5))
+    uncut = DWAttForTokenClassification.from_backbone(str(backbone), fusion="base", fused_layers="2", num_labels=5,
+                                                      backbone_depth=3).eval()
+    uncut.load_state_dict({k: v for k, v in cut.state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False)
+    torch.manual_seed(1)
+    mixing = trained_like(DWAttForTokenClassification.from_backbone(str(backbone), fusion="dwatt", num_labels=3))
+    folders = {}
+    for name, model, heads_only in (("cut", cut, False), ("cut-head", cut, True), ("uncut", uncut, False),
+                                    ("dwatt", mixing, True)):
+        model.save_pretrained(root / name, heads_only=heads_only)
+        AutoTokenizer.from_pretrained(backbone).save_pretrained(root / name)
+        folders[name] = root / name
+    return cut, uncut, folders
+
+
+def predicted(capsys, source, *argv) -> list[dict]:
+    capsys.readouterr()
+    assert main(["predict", *argv, "--jsonl", str(source), "--quiet"]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+@pytest.mark.parametrize("backbone_name", ["tiny_backbone", "tiny_decoder"])
+def test_a_cut_model_saves_loads_predicts_exports_and_shares_a_backbone_as_the_uncut_one(backbone_name, request, tmp_path,
+                                                                                        capsys):
+    backbone = request.getfixturevalue(backbone_name)
+    cut, uncut, folders = saved_heads(backbone, tmp_path)
+    stored = {name: set(load_file(folders[name] / "model.safetensors")) for name in ("cut", "uncut")}
+    assert stored["cut"] < stored["uncut"]  # the layer past the cut is not stored
+    assert "runs layers 1–2 of 3" in model_card(cut) and "runs all 3 layers" in model_card(uncut)
+    source = tmp_path / "in.txt"
+    source.write_text("\n".join(LINES) + "\n")
+    reference = predicted(capsys, source, str(folders["uncut"]))
+    for name in ("cut", "cut-head"):
+        assert [row["tags"] for row in predicted(capsys, source, str(folders[name]))] == \
+            [row["tags"] for row in reference], name
+    # Exported, fp32 and int8: the cut graph tags as the uncut model does (fp32), and is smaller.
+    for name in ("cut", "uncut"):
+        assert main(["export", str(folders[name]), str(tmp_path / f"{name}-onnx"), "--quantize", "int8"]) == 0
+    exported = predicted(capsys, source, str(tmp_path / "cut-onnx"))
+    assert [row["tags"] for row in exported] == [row["tags"] for row in reference]
+    assert len(predicted(capsys, source, str(tmp_path / "cut-onnx"), "--quantize", "int8")) == len(LINES)
+    sizes = {name: (tmp_path / f"{name}-onnx" / "model.onnx").stat().st_size for name in ("cut", "uncut")}
+    assert sizes["cut"] < sizes["uncut"]
+    # Shared heads: one backbone pass as deep as the deepest head (DWAtt reads layer 3), the cut head's tags as alone.
+    shared = predicted(capsys, source, "--heads", f"{folders['cut-head']},{folders['dwatt']}")
+    alone = predicted(capsys, source, str(folders["dwatt"]))
+    assert [row["tags"]["cut-head"] for row in shared] == [row["tags"] for row in reference]
+    assert [row["tags"]["dwatt"] for row in shared] == [row["tags"] for row in alone]
+    # Remote code through pipeline(), in a process that cannot import dwatt: the cut checkpoints as the uncut one.
+    run_without_dwatt(f"""
+        from transformers import pipeline
+        outputs = {{}}
+        for name in ("cut", "cut-head", "uncut"):
+            tagger = pipeline("token-classification", model={str(tmp_path)!r} + "/" + name, trust_remote_code=True)
+            assert tagger.model.dwatt.backbone.config.num_hidden_layers == (3 if name == "uncut" else 2)
+            outputs[name] = [[(e["word"], e["entity"], round(e["score"], 4)) for e in entities] for entities in tagger({LINES!r})]
+        assert outputs["cut"] == outputs["uncut"] == outputs["cut-head"], outputs
+    """, tmp_path)
