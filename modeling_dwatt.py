@@ -32,16 +32,16 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs,
-                                  classifier_dropout, cut_config, is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
+    from .backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs, classifier_dropout, cut_config,
+                                  is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
                                   per_layer_settings, positions_from_mask, remove_keepers)
     from .configuration_dwatt import AUTO_MODELS, DWAttConfig
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs,
-                                 classifier_dropout, cut_config, is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
+    from backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs, classifier_dropout, cut_config,
+                                 is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
                                  per_layer_settings, positions_from_mask, remove_keepers)
     from configuration_dwatt import AUTO_MODELS, DWAttConfig
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
@@ -240,7 +240,8 @@ class DWAttModel(DWAttPreTrainedModel):
         `backbone_outputs` needs beyond the hidden states the backbone returns: for a cut backbone, its last layer's
         own output (families with a final norm return that layer normed, where the uncut backbone's hidden states
         hold it as it is); for Base+n on a decoder, what the backbone hands each of its layers after the hidden states
-        (masks, rotary embeddings, ...), by index, for the extra layers of the same kind. Installed once per backbone
+        (masks, rotary embeddings, ...), for the extra layers of the same kind; each kept on the layer itself
+        (`keep_layer_io`), so that a deep copy or an exported trace keeps hook and store together. Installed once per backbone
         (when built, and when a pretrained one is attached), so that the forward pass installs nothing and stays one
         graph for `torch.compile`."""
         self.backbone = backbone
@@ -279,6 +280,9 @@ class DWAttModel(DWAttPreTrainedModel):
         """
         depth = self.config.deepest_read_layer if depth is None else depth
         running = self.backbone.config
+        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
+        if layers is None:
+            raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
         previous, self.config.backbone_depth = self.config.backbone_depth, depth
         try:
             self.config.validate_backbone_depth()
@@ -287,9 +291,6 @@ class DWAttModel(DWAttPreTrainedModel):
         except ValueError:
             self.config.backbone_depth = previous
             raise
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        if layers is None:
-            raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
         if len(layers) == running.num_hidden_layers:  # one module per layer (ALBERT's layer is shared: kept)
             del layers[depth:]
         cut = cut_config(running, depth)

@@ -99,10 +99,13 @@ class PretrainedBackboneMixin:
         head too), with its first `depth` layers only where given (the weights past them are not read);
         shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
-        if depth is not None and depth < config.num_hidden_layers:
+        layers = config.num_hidden_layers
+        if depth is not None and depth < layers:
             config = cut_config(config, depth)
         with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
-            return AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
+            model = AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
+        model.source_layers = layers  # how deep the pretrained backbone is, whatever depth was loaded
+        return model
 
     def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
@@ -111,11 +114,13 @@ class PretrainedBackboneMixin:
         """Make a loaded pretrained backbone `self.dwatt.backbone` (in the place of the one this model was built
         with, in its dtype, device and attention implementation), after checking it is the same architecture and
         shape as the one this model was built (or trained) for."""
-        ours, theirs = self.dwatt.backbone.config, pretrained.base_model.config
+        ours, theirs = self.config.encoder_config, pretrained.base_model.config
+        found = {key: getattr(theirs, key, None) for key in BACKBONE_IDENTITY}
+        found["num_hidden_layers"] = getattr(pretrained, "source_layers", found["num_hidden_layers"])  # loaded cut
         differences = [
-            f"{key} {getattr(theirs, key, None)!r} instead of {getattr(ours, key, None)!r}"
+            f"{key} {found[key]!r} instead of {getattr(ours, key, None)!r}"
             for key in BACKBONE_IDENTITY
-            if getattr(theirs, key, None) != getattr(ours, key, None)
+            if found[key] != getattr(ours, key, None)
         ]
         if differences:
             raise ValueError(
@@ -302,6 +307,7 @@ def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = Non
         model, info = AutoModelForMaskedLM.from_pretrained(
             name_or_path, config=cut_config(config, depth) if cut else config, output_loading_info=True, **load_kwargs
         )
+    model.source_layers = config.num_hidden_layers
     prefix = model.base_model_prefix
     head_missing = [key for key in info["missing_keys"] if not key.startswith(prefix + ".")]
     if head_missing:

@@ -129,35 +129,39 @@ def main(argv: list[str] | None = None) -> dict:
         "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": True, "int8_tag_agreement": round(int8_agreement, 4),
         **sizes,
     }
-    target = TARGETS.get(name)
-    mib = 1 << 20
+    results_files.write(args.output, f"probe_serving_{name}", result, readme_text(result))
+    return result
+
+
+def readme_text(result: dict) -> str:
+    """The Markdown of one backbone's result: the timings against the pipeline, the checks and the sizes."""
+    median, ratio, sizes = result["median_seconds"], result["ratio_to_pipeline"], result
+    target, bound, mib = result["pipeline_target"], result["cut_vs_uncut_bound"], 1 << 20
+    environment = result["environment"]
     lines = [
-        f"## Serving a probe-chosen head: {name}, layer {config.read_layer} of {total}",
-        "",
-        f"`{result['command']}` on {result['environment']['device_name']} (torch {torch.__version__}; int8 kernels "
-        f"exact on 8-bit activations: {result['environment'].get('int8_8bit_activations_exact')}), {len(words)} "
-        f"CoNLL-03 test sentences, median of {args.rounds} interleaved rounds; the pipeline timed twice a round, the "
-        f"noise control: **{timings['noise_control']:.2f}**.",
+        f"**{result['backbone']}, the probe's layer {result['layer']} of {result['backbone_layers']}** "
+        f"(`{result['command']}`; {environment['device_name']}, torch {environment['torch']}, int8 kernels exact on "
+        f"8-bit activations: {environment.get('int8_8bit_activations_exact')}): {result['sentences']} CoNLL-03 test "
+        f"sentences, median of {result['rounds']} interleaved rounds; the pipeline timed twice a round, the noise "
+        f"control: **{result['noise_control']:.2f}**.",
         "",
         "| what | seconds | × pipeline batch 32 |",
         "|---|---:|---:|",
-        *[f"| {key} | {median[key]:.2f} | {ratio[key]:.2f} |" for key in (BASELINE, CONTROL, CUT, UNCUT, "cut model fp32 (PyTorch)")],
+        *[f"| {key} | {median[key]:.2f} | {ratio[key]:.2f} |" for key in median],
         "",
         f"- The cut int8 export takes **{ratio[CUT]:.2f}×** the pipeline's time"
         + (f" (target ≤ {target}: {'met' if ratio[CUT] <= target else 'not met'})" if target else "")
-        + f"; against the same head's uncut int8 export **{cut_vs_uncut:.2f}×** (bound k/L + 0.15 = {bound:.2f}: "
-        f"{'met' if cut_vs_uncut <= bound else 'not met'}).",
-        f"- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and the cut fp32 export's "
-        f"equal them; the int8 export agrees with fp32 on {100 * int8_agreement:.1f}% of the sentences.",
-        f"- Sizes: checkpoint {sizes['checkpoint_bytes']['cut'] / mib:.1f} MiB cut, "
-        f"{sizes['checkpoint_bytes']['uncut'] / mib:.1f} MiB uncut; export fp32 "
-        f"{sizes['export_bytes']['cut']['fp32'] / mib:.1f} / {sizes['export_bytes']['uncut']['fp32'] / mib:.1f} MiB, "
-        f"int8 {sizes['export_bytes']['cut']['int8'] / mib:.1f} / {sizes['export_bytes']['uncut']['int8'] / mib:.1f} MiB "
-        "(cut / uncut).",
+        + f"; against the same head's uncut int8 export **{result['cut_vs_uncut']:.2f}×** (bound k/L + 0.15 = "
+        f"{bound:.2f}: {'met' if result['cut_vs_uncut'] <= bound else 'not met'}).",
+        "- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and so do the cut fp32 "
+        f"export's; the int8 export agrees with fp32 on {100 * result['int8_tag_agreement']:.1f}% of the sentences.",
+        f"- Sizes (cut / uncut): checkpoint {sizes['checkpoint_bytes']['cut'] / mib:.1f} / "
+        f"{sizes['checkpoint_bytes']['uncut'] / mib:.1f} MiB; export fp32 {sizes['export_bytes']['cut']['fp32'] / mib:.1f}"
+        f" / {sizes['export_bytes']['uncut']['fp32'] / mib:.1f} MiB, int8 {sizes['export_bytes']['cut']['int8'] / mib:.1f}"
+        f" / {sizes['export_bytes']['uncut']['int8'] / mib:.1f} MiB.",
         "",
     ]
-    results_files.write(args.output, f"probe_serving_{name}", result, "\n".join(lines))
-    return result
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

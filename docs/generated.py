@@ -66,6 +66,8 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "benchmarks/results/grid_speed_cpu.json": lambda s: _module("benchmarks", "grid_speed").readme_text(_json(s)),
     "benchmarks/results/fe_cache_cpu.json": lambda s: _module("benchmarks", "fe_cache").readme_text(_json(s)),
     "benchmarks/results/probe_speed_cpu.json": lambda s: _module("benchmarks", "probe_speed").readme_text(_json(s)),
+    "benchmarks/results/probe_serving_all-MiniLM-L6-v2.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
+    "benchmarks/results/probe_serving_SmolLM2-135M-Instruct-q4.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
     "benchmarks/results/int8_accuracy_cpu.md": _table_lines,
     "benchmarks/results/quantization_speed_cpu.md": _table_lines,
     "tests/test_families.py#support_table": _support("support_table"),

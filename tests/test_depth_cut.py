@@ -58,6 +58,8 @@ def test_a_cut_model_saves_loads_predicts_exports_and_shares_a_backbone_as_the_u
     for name in ("cut", "cut-head"):
         assert [row["tags"] for row in predicted(capsys, source, str(folders[name]))] == \
             [row["tags"] for row in reference], name
+    int8 = predicted(capsys, source, str(folders["cut"]), "--quantize", "int8")  # PyTorch's dynamic int8, in place
+    assert [len(row["tags"]) for row in int8] == [len(row["tags"]) for row in reference]
     # Exported, fp32 and int8: the cut graph tags as the uncut model does (fp32), and is smaller.
     for name in ("cut", "uncut"):
         assert main(["export", str(folders[name]), str(tmp_path / f"{name}-onnx"), "--quantize", "int8"]) == 0
@@ -81,3 +83,17 @@ def test_a_cut_model_saves_loads_predicts_exports_and_shares_a_backbone_as_the_u
             outputs[name] = [[(e["word"], e["entity"], round(e["score"], 4)) for e in entities] for entities in tagger({LINES!r})]
         assert outputs["cut"] == outputs["uncut"] == outputs["cut-head"], outputs
     """, tmp_path)
+
+
+def test_a_cut_head_only_checkpoint_refuses_a_backbone_of_another_depth_though_its_first_layers_fit(tiny_backbone, tmp_path):
+    """The cut model loads only the layers it runs, yet a backbone deeper or shallower than the one it was trained on
+    is another model: refused, naming both depths."""
+    from .conftest import save_tiny_backbone
+
+    torch.manual_seed(0)
+    head = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="2", num_labels=5)
+    head.save_pretrained(tmp_path / "head", heads_only=True)
+    deeper = save_tiny_backbone(tmp_path / "deeper", "bert", num_hidden_layers=4)
+    with pytest.raises(ValueError, match=r"not the one this model was built for: num_hidden_layers 4 instead of 3"):
+        DWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(deeper))
+    assert DWAttForTokenClassification.from_pretrained(tmp_path / "head").dwatt.backbone.config.num_hidden_layers == 2
