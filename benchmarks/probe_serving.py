@@ -3,12 +3,15 @@ int8, against transformers' `pipeline("token-classification")` at batch 32 on a 
 backbone's last layer (`AutoModelForTokenClassification`, a random linear head: speed does not depend on its values),
 on CoNLL-03 test sentences.
 
-The same head uncut (the backbone's L layers kept: `backbone_depth=L`, its head weights copied) is exported alike, so
-that the cut's own gain is measured in the same run: the cut int8 export against the uncut int8 export, whose ratio
-issue 42 bounds by k/L + 0.15. In process, each model loaded beforehand, timed in interleaved rounds with the order
-rotated; the pipeline at batch 32 runs twice a round under two names, the noise control. Checked, not timed: the cut
-model's fp32 tags equal the uncut model's (PyTorch, every sentence), and the cut fp32 export's equal them too; the
-int8 export's agreement with fp32 is recorded. Sizes of the checkpoints and the exports, cut and uncut.
+The same head uncut (the backbone's L layers kept: `backbone_depth=L`, its head weights copied) runs beside it, so
+that the cut's own gain is measured in the same run: in PyTorch (fp32, the cut model against the uncut one) and as
+exports (int8, cut against uncut; issue 42 bounds the ratio by k/L + 0.15). The exporter's graph optimisation drops
+the layers whose outputs nothing reads, so an uncut head's export may already run only layers 1..k: the layers each
+graph holds are counted and recorded. In process, each model loaded beforehand, timed in interleaved rounds with the
+order rotated; the pipeline at batch 32 runs twice a round under two names, the noise control. Checked, not timed: the
+cut model's fp32 tags equal the uncut model's (PyTorch, every sentence), and the cut fp32 export's equal them too; the
+int8 export's agreement with fp32 is recorded. Sizes of the checkpoints and the exports (with their weight files),
+cut and uncut.
 
     dwatt probe --backbone models/all-MiniLM-L6-v2 --n-shot 32 --dev-sentences 1000 --test --results runs/probe-minilm/results.jsonl
     python benchmarks/probe_serving.py --chosen runs/probe-minilm/chosen/model --sentences 2000 --rounds 3
@@ -19,6 +22,7 @@ Writes `results/probe_serving_<backbone>.json` and `.md` next to this file (or i
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -36,8 +40,11 @@ from dwatt.prediction import predict_tags
 
 HERE = Path(__file__).resolve().parent
 BASELINE, CONTROL = "pipeline batch 32", "pipeline batch 32 again"
-CUT, UNCUT = "cut export int8", "uncut export int8"
-TARGETS = {"all-MiniLM-L6-v2": 0.35, "SmolLM2-135M-Instruct-q4": 0.25}  # issue 42: cut int8 / pipeline
+CUT, UNCUT, CUT_FP32 = "cut export int8", "uncut export int8", "cut export fp32"
+CUT_TORCH, UNCUT_TORCH = "cut model fp32 (PyTorch)", "uncut model fp32 (PyTorch)"
+# Issue 42's targets against the pipeline: MiniLM's head cut, exported and int8; SmolLM2's head cut (its fastest form
+# that tags as fp32 does is what counts: int8 is recorded with its agreement).
+TARGETS = {"all-MiniLM-L6-v2": ("cut export int8", 0.35), "SmolLM2-135M-Instruct-q4": ("cut export fp32", 0.25)}
 
 
 def sentences(count: int) -> list[list[str]]:
@@ -47,6 +54,19 @@ def sentences(count: int) -> list[list[str]]:
 
 def folder_bytes(folder: Path, names: tuple[str, ...] | None = None) -> int:
     return sum(path.stat().st_size for path in folder.iterdir() if path.is_file() and (names is None or path.name in names))
+
+
+def graph_layers(graph: Path) -> int:
+    """How many of the backbone's layers an ONNX graph holds weights of (distinct layer indices in its initializers)."""
+    import onnx
+
+    names = [tensor.name for tensor in onnx.load(str(graph), load_external_data=False).graph.initializer]
+    return len({match.group(1) for name in names if (match := re.search(r"\.(?:layer|layers|h)\.(\d+)\.", name))})
+
+
+def export_bytes(folder: Path, graph: str) -> int:
+    """A graph's size with its external weights file, where it has one (`model.onnx.data`)."""
+    return sum(path.stat().st_size for path in folder.iterdir() if path.name in (graph, graph + ".data"))
 
 
 def uncut_twin(chosen: Path, folder: Path) -> DWAttForTokenClassification:
@@ -73,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--chosen", required=True, help="the checkpoint `dwatt probe` saved (OUTPUT/chosen/model)")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
@@ -105,18 +126,22 @@ def main(argv: list[str] | None = None) -> dict:
         settings = {
             BASELINE: lambda: plain(texts, batch_size=32),
             CUT: lambda: predict_tags(exports["cut"]["int8"], tokenizer, words),
+            CUT_FP32: lambda: predict_tags(exports["cut"][None], tokenizer, words),
             UNCUT: lambda: predict_tags(exports["uncut"]["int8"], tokenizer, words),
-            "cut model fp32 (PyTorch)": lambda: predict_tags(cut, tokenizer, words),
+            CUT_TORCH: lambda: predict_tags(cut, tokenizer, words),
+            UNCUT_TORCH: lambda: predict_tags(whole, tokenizer, words),
         }
-        timings = results_files.interleaved_timings(settings, args.rounds, control=BASELINE, warmup=1)
+        timings = results_files.interleaved_timings(settings, args.rounds, control=BASELINE, warmup=args.warmup)
         median = timings["median"]
         sizes = {"checkpoint_bytes": {"cut": folder_bytes(chosen, ("model.safetensors",)),
                                       "uncut": folder_bytes(work / "uncut", ("model.safetensors",))},
-                 "export_bytes": {kind: {graph: (work / f"{kind}-onnx" / file).stat().st_size
+                 "export_bytes": {kind: {graph: export_bytes(work / f"{kind}-onnx", file)
                                          for graph, file in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))}
-                                  for kind in ("cut", "uncut")}}
+                                  for kind in ("cut", "uncut")},
+                 "graph_layers": {kind: graph_layers(work / f"{kind}-onnx" / "model.onnx") for kind in ("cut", "uncut")}}
     ratio = {key: value / median[BASELINE] for key, value in median.items()}
     cut_vs_uncut = median[CUT] / median[UNCUT]
+    torch_cut_vs_uncut = median[CUT_TORCH] / median[UNCUT_TORCH]
     bound = depth / total + 0.15
     result = {
         "backbone": name, "layer": config.read_layer, "depth": depth, "backbone_layers": total,
@@ -125,7 +150,8 @@ def main(argv: list[str] | None = None) -> dict:
         "median_seconds": {key: round(value, 3) for key, value in median.items()},
         "ratio_to_pipeline": {key: round(value, 3) for key, value in ratio.items()},
         "noise_control": round(timings["noise_control"], 3),
-        "cut_vs_uncut": round(cut_vs_uncut, 3), "cut_vs_uncut_bound": round(bound, 3),
+        "cut_vs_uncut": round(cut_vs_uncut, 3), "cut_vs_uncut_torch": round(torch_cut_vs_uncut, 3),
+        "cut_vs_uncut_bound": round(bound, 3),
         "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": True, "int8_tag_agreement": round(int8_agreement, 4),
         **sizes,
     }
@@ -149,12 +175,21 @@ def readme_text(result: dict) -> str:
         "|---|---:|---:|",
         *[f"| {key} | {median[key]:.2f} | {ratio[key]:.2f} |" for key in median],
         "",
-        f"- The cut int8 export takes **{ratio[CUT]:.2f}×** the pipeline's time"
-        + (f" (target ≤ {target}: {'met' if ratio[CUT] <= target else 'not met'})" if target else "")
-        + f"; against the same head's uncut int8 export **{result['cut_vs_uncut']:.2f}×** (bound k/L + 0.15 = "
-        f"{bound:.2f}: {'met' if result['cut_vs_uncut'] <= bound else 'not met'}).",
+        f"- The cut int8 export takes **{ratio[CUT]:.2f}×** the pipeline's time, the cut fp32 export "
+        f"**{ratio[CUT_FP32]:.2f}×**"
+        + (f" (target for the {target[0]} ≤ {target[1]}: {'met' if ratio[target[0]] <= target[1] else 'not met'})."
+           if target else "."),
+        f"- The cut itself, against the same head uncut: in PyTorch **{result['cut_vs_uncut_torch']:.2f}×** (k/L + 0.15 "
+        f"= {bound:.2f}: {'within' if result['cut_vs_uncut_torch'] <= bound else 'above'}); as int8 exports "
+        f"**{result['cut_vs_uncut']:.2f}×** ({'within' if result['cut_vs_uncut'] <= bound else 'above'} that bound): "
+        f"the exported graphs hold {result['graph_layers']['cut']} and {result['graph_layers']['uncut']} of the "
+        f"{result['backbone_layers']} layers"
+        + (", the exporter having dropped the uncut head's unread layers itself." if
+           result['graph_layers']['uncut'] < result['backbone_layers'] else "."),
         "- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and so do the cut fp32 "
-        f"export's; the int8 export agrees with fp32 on {100 * result['int8_tag_agreement']:.1f}% of the sentences.",
+        f"export's; the int8 export tags {100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does"
+        + (": too far from fp32 to serve (dynamic int8 of this backbone's activations loses the tags)."
+           if result["int8_tag_agreement"] < 0.5 else "."),
         f"- Sizes (cut / uncut): checkpoint {sizes['checkpoint_bytes']['cut'] / mib:.1f} / "
         f"{sizes['checkpoint_bytes']['uncut'] / mib:.1f} MiB; export fp32 {sizes['export_bytes']['cut']['fp32'] / mib:.1f}"
         f" / {sizes['export_bytes']['uncut']['fp32'] / mib:.1f} MiB, int8 {sizes['export_bytes']['cut']['int8'] / mib:.1f}"

@@ -415,3 +415,18 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     capsys.readouterr()
     assert main(["predict", str(model), "lamb to boycott"]) == 0
     assert capsys.readouterr().out.strip()
+
+
+def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_saves_a_cut_head(tiny_decoder, tiny_topics, tmp_path, capsys):
+    from dwatt.cli import main
+
+    results = tmp_path / "probe" / "results.jsonl"
+    assert main(["probe", "--task", "cls", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_topics), "--n-shot", "3",
+                 "--epochs", "2", "--learning-rates", "5e-2", "--layers", "1,2", "--trials", "2", "--results", str(results),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 2 * 2 and {row["pooling"] for row in rows} == {"last"}
+    assert "each trial's own choice: layer" in printed
+    model = RobertaDWAttForSequenceClassification.from_pretrained(tmp_path / "probe" / "chosen" / "model")
+    assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer
