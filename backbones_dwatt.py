@@ -9,7 +9,6 @@ transformers.
 
 import copy
 import inspect
-import re
 from contextlib import contextmanager
 
 import torch
@@ -216,74 +215,10 @@ class _LayerInputsRecorder:
         return hidden_states
 
 
-KEPT = "_dwatt_kept"
-
-
-def _keep_inputs(module, args, kwargs):
-    """Forward pre-hook (`keep_layer_io`): the layer's arguments after the hidden states."""
-    getattr(module, KEPT)["inputs"] = (args[1:], dict(kwargs))
-
-
-def _keep_output(module, args, output):
-    """Forward hook (`keep_layer_io`): the layer's output hidden states (a layer called several times, as ALBERT's
-    shared one is, leaves its last output)."""
-    getattr(module, KEPT)["output"] = output[0] if isinstance(output, (tuple, list)) else output
-
-
-def keep_layer_io(layer: nn.Module, inputs: bool = False, output: bool = False) -> None:
-    """Hooks that keep what `layer` receives besides the hidden states (`inputs`) or what it returns (`output`) in a
-    store on the layer itself, read with `kept`: a deep copy of the backbone, or a module the ONNX exporter traced,
-    keeps hook and store together."""
-    setattr(layer, KEPT, {})
-    if inputs:
-        layer.register_forward_pre_hook(_keep_inputs, with_kwargs=True)
-    if output:
-        layer.register_forward_hook(_keep_output)
-
-
-def kept(layer: nn.Module, what: str):
-    """What `layer`'s hook kept in its last call (`"inputs"` or `"output"`), taken out of its store; None if nothing."""
-    store = getattr(layer, KEPT, None)
-    return None if store is None else store.pop(what, None)
-
-
-def remove_keepers(backbone: nn.Module) -> None:
-    """Remove the hooks `keep_layer_io` installed on `backbone`'s modules, and their stores."""
-    keepers = (_keep_inputs, _keep_output)
-    for module in backbone.modules():
-        for hooks in (module._forward_hooks, module._forward_pre_hooks):
-            for key in [key for key, hook in hooks.items() if hook in keepers]:
-                del hooks[key]
-                for flags in (module._forward_hooks_with_kwargs, module._forward_hooks_always_called,
-                              module._forward_pre_hooks_with_kwargs):
-                    flags.pop(key, None)
-        if hasattr(module, KEPT):
-            delattr(module, KEPT)
-
-
 def per_layer_settings(config) -> dict[str, list]:
     """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
     depth = config.num_hidden_layers
     return {key: value for key, value in config.to_dict().items() if isinstance(value, list) and len(value) == depth}
-
-
-def cut_config(config, depth: int):
-    """A copy of a backbone config with its first `depth` layers only (its per-layer settings cut alike): the
-    backbone that runs layers 1..depth and holds no weight past them."""
-    cut = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
-    for key, values in per_layer_settings(config).items():
-        setattr(cut, key, values[:depth])
-    cut.num_hidden_layers = depth
-    return cut
-
-
-def layers_past_pattern(backbone: nn.Module, encoder_config, depth: int) -> str:
-    """A regular expression for the state-dict keys (`backbone.` and after) of the layers past `depth` of a
-    backbone built from `encoder_config` (of which `backbone` may hold fewer)."""
-    layers = backbone_family(encoder_config).layers(backbone)
-    path = next((name for name, module in backbone.named_modules() if module is layers), None)
-    past = "|".join(str(index) for index in range(depth, encoder_config.num_hidden_layers))
-    return rf"(^|\.)backbone\.{re.escape(path)}\.({past})\." if path and past else r"$^"
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

@@ -5,11 +5,11 @@ A pretrained encoder computes layer outputs z_1..z_L; a small fusion module mixe
 token, which feeds a token-classification, masked-LM or sequence-classification head. This file holds the models;
 what they are made of sits beside it, one concept per file, and travels with it inside every DWAtt checkpoint
 (`trust_remote_code=True`): `configuration_dwatt.py` (the config), `backbones_dwatt.py` (backbone families),
-`fusions_dwatt.py` (the fusions and their table), `lora_dwatt.py` (LoRA in plain torch) and `pretrained_dwatt.py`
-(pretrained backbones and head-only checkpoints). Each imports only torch and transformers.
+`depth_dwatt.py` (how deep the backbone runs), `fusions_dwatt.py` (the fusions and their table), `lora_dwatt.py` (LoRA
+in plain torch) and `pretrained_dwatt.py` (pretrained backbones and head-only checkpoints). Each imports only torch and
+transformers.
 """
 
-import copy
 import inspect
 from dataclasses import dataclass
 
@@ -32,18 +32,18 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs, classifier_dropout, cut_config,
-                                  is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
-                                  per_layer_settings, positions_from_mask, remove_keepers)
+    from .backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
+                                  is_decoder_only, layer_norm_eps, positions_from_mask)
     from .configuration_dwatt import AUTO_MODELS, DWAttConfig
+    from .depth_dwatt import BackboneDepthMixin
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import (DecoderFamily, backbone_family, backbone_kwargs, classifier_dropout, cut_config,
-                                 is_decoder_only, keep_layer_io, kept, layer_norm_eps, layers_past_pattern,
-                                 per_layer_settings, positions_from_mask, remove_keepers)
+    from backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
+                                 is_decoder_only, layer_norm_eps, positions_from_mask)
     from configuration_dwatt import AUTO_MODELS, DWAttConfig
+    from depth_dwatt import BackboneDepthMixin
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
     from lora_dwatt import LoRAUpdates
     from pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
@@ -193,7 +193,7 @@ class DWAttPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
 
 
-class DWAttModel(DWAttPreTrainedModel):
+class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
     """
     A pretrained encoder (`self.backbone`) plus a layer-fusion module (`self.fusion`), returning the fused
     representation of every token. The fusion method is `config.fusion`; see [`DWAttConfig`].
@@ -218,87 +218,6 @@ class DWAttModel(DWAttPreTrainedModel):
             self.lora = LoRAUpdates(config, self.backbone)
         self.use_backbone(self.backbone)
         self.post_init()
-
-    @property
-    def backbone_config(self):
-        """The config of the backbone this model holds: the encoder's, cut to `config.run_depth` layers where the
-        fusion reads no layer past that."""
-        encoder = self.config.encoder_config  # copied: cutting the backbone later edits its config in place
-        return cut_config(encoder, self.config.run_depth) if self.is_cut else copy.deepcopy(encoder)
-
-    @property
-    def is_cut(self) -> bool:
-        """Whether the backbone runs fewer than all its layers (`config.run_depth` < L)."""
-        return self.config.run_depth < self.config.encoder_config.num_hidden_layers
-
-    def uncut_layers_pattern(self) -> str:
-        """A regular expression for the state-dict keys of the backbone's layers past `config.run_depth`."""
-        return layers_past_pattern(self.backbone, self.config.encoder_config, self.config.run_depth)
-
-    def use_backbone(self, backbone: nn.Module) -> None:
-        """Make `backbone` this model's and install what reads its layers on the way. Forward hooks keep what
-        `backbone_outputs` needs beyond the hidden states the backbone returns: for a cut backbone, its last layer's
-        own output (families with a final norm return that layer normed, where the uncut backbone's hidden states
-        hold it as it is); for Base+n on a decoder, what the backbone hands each of its layers after the hidden states
-        (masks, rotary embeddings, ...), for the extra layers of the same kind; each kept on the layer itself
-        (`keep_layer_io`), so that a deep copy or an exported trace keeps hook and store together. Installed once per backbone
-        (when built, and when a pretrained one is attached), so that the forward pass installs nothing and stays one
-        graph for `torch.compile`."""
-        self.backbone = backbone
-        remove_keepers(backbone)  # a backbone attached again, or one another model used
-        family = backbone_family(self.config.encoder_config)
-        layers = family.layers(backbone)
-        if self.is_cut and layers is not None:
-            keep_layer_io(layers[-1], output=True)
-        self._keeps_layer_inputs = self.fusion.needs_layer_inputs and isinstance(family, DecoderFamily)
-        if self._keeps_layer_inputs:
-            self._source_layers = family.source_layers(backbone.config, len(self.fusion.layer))
-            for layer in layers:
-                keep_layer_io(layer, inputs=True)
-
-    def _take_layer_inputs(self) -> list[tuple]:
-        """What each of the backbone's layers received in this run besides the hidden states (Base+n on a decoder),
-        taken out of the keepers; empty where none keeps them."""
-        if not self._keeps_layer_inputs:
-            return []
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        recorded = [kept(layer, "inputs") for layer in layers]
-        return recorded if all(inputs is not None for inputs in recorded) else []
-
-    def _kept(self, what: str, index: int = -1):
-        """What the hook on the backbone's layer `index` kept in this run (see `use_backbone`)."""
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        return None if layers is None else kept(layers[index], what)
-
-    def cut_backbone(self, depth: int | None = None) -> None:
-        """
-        Drop the backbone's layers past `depth` (default: the deepest layer the fusion reads), so that it runs
-        layers 1..depth only and a checkpoint saved from here on stores only those; `config.backbone_depth` records
-        the depth (None where it is the default). The outputs do not change: what the fusion reads is computed the
-        same way. A head trained on a model that kept deeper layers (a probe's heads share one backbone) is cut
-        this way before it is saved for serving.
-        """
-        depth = self.config.deepest_read_layer if depth is None else depth
-        running = self.backbone.config
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        if layers is None:
-            raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
-        previous, self.config.backbone_depth = self.config.backbone_depth, depth
-        try:
-            self.config.validate_backbone_depth()
-            if depth > running.num_hidden_layers:
-                raise ValueError(f"cut_backbone: the backbone holds {running.num_hidden_layers} layers, not {depth}")
-        except ValueError:
-            self.config.backbone_depth = previous
-            raise
-        if len(layers) == running.num_hidden_layers:  # one module per layer (ALBERT's layer is shared: kept)
-            del layers[depth:]
-        cut = cut_config(running, depth)
-        for key in (*per_layer_settings(running), "num_hidden_layers"):
-            setattr(running, key, getattr(cut, key))  # in place: the backbone's modules hold this config object
-        if depth == self.config.deepest_read_layer:
-            self.config.backbone_depth = None
-        self.use_backbone(self.backbone)
 
     @property
     def fused_layer_indices(self) -> list[int]:

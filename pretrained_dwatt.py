@@ -14,12 +14,14 @@ from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrained
 from transformers.utils import logging
 
 try:
-    from .backbones_dwatt import _quiet_loading, backbone_kwargs, cut_config, per_layer_settings
+    from .backbones_dwatt import _quiet_loading, backbone_kwargs, per_layer_settings
     from .configuration_dwatt import DWAttConfig
+    from .depth_dwatt import cut_config
     from .lora_dwatt import _lora_key, adapted_layers, low_rank_delta
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import _quiet_loading, backbone_kwargs, cut_config, per_layer_settings
+    from backbones_dwatt import _quiet_loading, backbone_kwargs, per_layer_settings
     from configuration_dwatt import DWAttConfig
+    from depth_dwatt import cut_config
     from lora_dwatt import _lora_key, adapted_layers, low_rank_delta
 
 logger = logging.get_logger(__name__)

@@ -18,7 +18,8 @@ from torch import nn
 from transformers.utils import cached_file
 
 from configuration_dwatt import DWAttConfig
-from backbones_dwatt import backbone_kwargs, cut_config, layers_past_pattern
+from backbones_dwatt import backbone_kwargs
+from depth_dwatt import cut_config, layers_past_pattern
 from modeling_dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 

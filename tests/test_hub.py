@@ -216,8 +216,8 @@ def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_pa
     assert upload == "upload_folder" and upload_repo == "someone/dwatt-ner"
     assert upload_kwargs["commit_message"] == "Upload head-only DWAtt checkpoint (dwatt)" and upload_kwargs["revision"] == "main"
     files = upload_kwargs["files"]
-    remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "fusions_dwatt.py", "lora_dwatt.py",
-                   "pretrained_dwatt.py"}
+    remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
+                   "lora_dwatt.py", "pretrained_dwatt.py"}
     assert set(files) == {"config.json", "model.safetensors", "README.md", "results.json"} | remote_code
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
     assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))

@@ -18,13 +18,16 @@ def remote_code_files() -> tuple[str, ...]:
 
 REMOTE_CODE = remote_code_files()
 # `inspect` reads constructor and forward signatures (which arguments an encoder family's classes accept); `copy`
-# copies a decoder's config to build Base+n's extra layers with its per-layer settings continued.
-ALLOWED_MODULES = {"torch", "transformers", "typing", "math", "dataclasses", "contextlib", "inspect", "copy", "__future__"}
+# copies a decoder's config to build Base+n's extra layers with its per-layer settings continued; `re` names the
+# state-dict keys of the layers past a cut (a pattern for transformers' loader).
+ALLOWED_MODULES = {"torch", "transformers", "typing", "math", "dataclasses", "contextlib", "inspect", "copy", "re",
+                   "__future__"}
 SIBLINGS = {Path(name).stem for name in REMOTE_CODE}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
 # One concept per file: the models file holds the models (its budget is that of issue 43's cut), each sibling one
-# concept (the config, backbone families, fusions, LoRA, pretrained backbones and head-only checkpoints). A concept that
+# concept (the config, backbone families, the backbone's depth, fusions, LoRA, pretrained backbones and head-only
+# checkpoints). A concept that
 # outgrows its budget is a new file, not a larger budget.
 LINE_BUDGET = {"modeling_dwatt.py": 700}
 SIBLING_BUDGET = 400
