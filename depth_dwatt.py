@@ -19,10 +19,13 @@ except ImportError:  # imported as a top-level module of the installed project r
     from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings
 
 
-def cut_config(config, depth: int):
+def cut_config(config, depth: int | None):
     """A copy of a backbone config with its first `depth` layers only (its per-layer settings cut alike): the
-    backbone that runs layers 1..depth and holds no weight past them."""
+    backbone that runs layers 1..depth and holds no weight past them. All its layers where `depth` is None or not
+    fewer: the copy is the config as it is."""
     cut = copy.deepcopy(config)  # with its private settings (the attention implementation) kept
+    if depth is None or depth >= config.num_hidden_layers:
+        return cut
     for key, values in per_layer_settings(config).items():
         setattr(cut, key, values[:depth])
     cut.num_hidden_layers = depth
@@ -92,8 +95,7 @@ class BackboneDepthMixin:
     def backbone_config(self):
         """The config of the backbone this model holds: the encoder's, cut to `config.run_depth` layers where the
         fusion reads no layer past that."""
-        encoder = self.config.encoder_config  # copied: cutting the backbone later edits its config in place
-        return cut_config(encoder, self.config.run_depth) if self.is_cut else copy.deepcopy(encoder)
+        return cut_config(self.config.encoder_config, self.config.run_depth)  # a copy: `cut_backbone` edits it
 
     @property
     def is_cut(self) -> bool:

@@ -101,9 +101,7 @@ class PretrainedBackboneMixin:
         head too), with its first `depth` layers only where given (the weights past them are not read);
         shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
-        layers = config.num_hidden_layers
-        if depth is not None and depth < layers:
-            config = cut_config(config, depth)
+        layers, config = config.num_hidden_layers, cut_config(config, depth)
         with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
             model = AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
         model.source_layers = layers  # how deep the pretrained backbone is, whatever depth was loaded
@@ -307,7 +305,7 @@ def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = Non
     cut = depth is not None and depth < config.num_hidden_layers
     with _quiet_loading(cut):  # the layers past `depth` are unused on purpose: no load report
         model, info = AutoModelForMaskedLM.from_pretrained(
-            name_or_path, config=cut_config(config, depth) if cut else config, output_loading_info=True, **load_kwargs
+            name_or_path, config=cut_config(config, depth), output_loading_info=True, **load_kwargs
         )
     model.source_layers = config.num_hidden_layers
     prefix = model.base_model_prefix

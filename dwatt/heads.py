@@ -192,12 +192,10 @@ class SharedBackboneHeads(nn.Module):
         if config.heads_only or backbone_name_or_path:
             return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).base_model.eval()
         encoder = config.encoder_config
-        backbone_config = cut_config(encoder, depth) if depth < encoder.num_hidden_layers else encoder
-        backbone = AutoModel.from_config(backbone_config, **backbone_kwargs(encoder))
-        stored = _backbone_part(tensors)
-        if depth < encoder.num_hidden_layers:  # saved whole before models were cut: the layers past the cut unused
-            past = re.compile(layers_past_pattern(backbone, encoder, depth))
-            stored = {key: value for key, value in stored.items() if not past.search("backbone." + key)}
+        backbone = AutoModel.from_config(cut_config(encoder, depth), **backbone_kwargs(encoder))
+        # A checkpoint saved whole before models were cut holds the layers past the cut (none when it is not cut).
+        past = re.compile(layers_past_pattern(backbone, encoder, depth))
+        stored = {key: value for key, value in _backbone_part(tensors).items() if not past.search("backbone." + key)}
         missing, unexpected = backbone.load_state_dict(stored, strict=False)
         if missing or unexpected:
             raise ValueError(f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
