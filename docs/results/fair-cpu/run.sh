@@ -8,7 +8,7 @@
 # still chosen at the largest rate tried in every trial (below). Each backbone's grid runs as two
 # shards side by side, one thread each (two cores); a stopped grid resumes where it stopped when run again.
 # The backbones are the folders ../shared/models/fetch.sh writes (minilm, mpnet, smollm2) under models/.
-# SmolLM2's N = 32 runs at 1e-2 and its N = 128 trials 0 and 1 (but Base+n in trial 1) ran on an H100 with
+# SmolLM2's N = 32 runs at 1e-2 and its N = 128 runs (but four ScalarMix runs of trial 0) ran on an H100 with
 # benchmarks/device_fair.sh, the same sweep in the same stores (their rows say device cuda); this script resumes the rest.
 set -euo pipefail
 # Run from the repository root.
