@@ -383,7 +383,10 @@ def fair_answer(table: pd.DataFrame) -> str:
         least, most = (f"{-value:.1f}" for value in (last.minus_best_layer.max(), last.minus_best_layer.min()))
         gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} F1"
     datasets = ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
-    return f"On {datasets} test F1, each method at its own learning rate chosen on dev ({scope}), {answer}{gap}.\n"
+    sizes = sorted(judged.dev_sentences.dropna().unique()) if "dev_sentences" in judged else []
+    dev = f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} sentences" if sizes else "the dev split"
+    return (f"On {datasets} test F1, each method at its own learning rate chosen on {dev} ({scope}), "
+            f"{answer}{gap}.\n")
 
 
 def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:

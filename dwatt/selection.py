@@ -70,6 +70,12 @@ def _rates_text(rates) -> str:
     return ", ".join(f"{rate:g}" for rate in rates)
 
 
+def _dev_sentences(runs: pd.DataFrame) -> float:
+    """How many dev sentences the runs were chosen on (NaN where a row does not say: the whole dev split)."""
+    sizes = runs.num_dev_sentences.dropna().unique() if "num_dev_sentences" in runs else []
+    return float(sizes[0]) if len(sizes) == 1 else math.nan
+
+
 def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backbone, dataset, N and method: test F1 of the dev-chosen runs (mean, 95% CI, trials), the chosen
     learning rates (and layers) among the rates tried, whether every trial chose the largest rate tried, and the
@@ -92,7 +98,7 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
                 "test_f1": mine.test_f1.mean(), "test_ci95": confidence_interval(mine.test_f1), "trials": len(mine),
-                "dev_f1": mine.f1.mean(),
+                "dev_f1": mine.f1.mean(), "dev_sentences": _dev_sentences(mine),
                 "learning_rates": _rates_text(mine.learning_rate),
                 "learning_rates_tried": _rates_text(tried),
                 "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",

@@ -224,6 +224,7 @@ def fair_row(fusion, trial, rate, dev, test, layer=None, n=32):
     row["config"] |= {"learning_rate": rate, "layers": str(layer) if layer is not None else "all"}
     row["test_scores"] = {"f1": test}
     row["backbone_layers"] = 3
+    row["num_dev_sentences"] = 200
     row.pop("dev_layer_weights", None)
     return row
 
@@ -260,7 +261,8 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
                                      "trial (a larger one might score higher): last layer, best single layer.")
     assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
-    assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (deep at N = 32), a fusion "
+    assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on a dev set of 200 sentences "
+                      "(deep at N = 32), a fusion "
                       "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1 over 3 trials), of 1 fusion-setting "
                       "pairs; the last layer trails the best one by 10.0 F1.\n")
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
@@ -283,11 +285,12 @@ def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
     table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4,
                           "method": ["best single layer", "last layer", "DWAtt", "Concat"],
                           "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan, 2.0, 3.0, 1.0]})
-    assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on dev (m at N = 32), no "
-                                  "fusion beats a head on the best single layer (the 95% CI of every paired difference "
+    assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on the dev split (m at N = "
+                                  "32), no fusion beats a head on the best single layer (the 95% CI of every paired difference "
                                   "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
     assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
     assert fair_answer(table.assign(dataset="wikiann:sw")).startswith("On wikiann:sw test F1")
+    assert "chosen on a dev set of 1000 sentences (m at" in fair_answer(table.assign(dev_sentences=1000.0))
 
 
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
