@@ -288,13 +288,14 @@ def write_full_report(frame: pd.DataFrame, output: Path, title: str, sources: st
 
 
 def fair_table(table: pd.DataFrame) -> str:
-    """One table per backbone: each method's test F1 at its dev-chosen learning rate (and layer)."""
+    """One table per backbone: each method's test score at its dev-chosen learning rate (and layer)."""
     parts = []
     for (backbone, dataset, epochs), rows in table.groupby(["backbone", "dataset", "epochs"], sort=False):
+        metric = rows.metric.iloc[0]
         lines = pd.DataFrame({
             "N": [f"{n:g}" for n in rows.n_shot],
             "method": rows.method,
-            "test F1": [with_interval(m, c) for m, c in zip(rows.test_f1, rows.test_ci95)],
+            f"test {metric}": [with_interval(m, c) for m, c in zip(rows.test_score, rows.test_ci95)],
             "− best single layer": [with_interval(m, c, sign=True) if not pd.isna(m) else "" for m, c in
                                     zip(rows.minus_best_layer, rows.minus_best_layer_ci95)],
             "learning rate (per trial)": rows.learning_rates,
@@ -306,14 +307,14 @@ def fair_table(table: pd.DataFrame) -> str:
             tried = f"Learning rates tried: {grids[0]}.\n\n"
         else:
             tried, lines["learning rates tried"] = "", rows.learning_rates_tried.to_numpy()
-        parts.append(f"**{backbone}, {dataset}, FE, {epochs} epochs: test F1 of the run chosen on dev**\n\n"
+        parts.append(f"**{backbone}, {dataset}, FE, {epochs} epochs: test {metric} of the run chosen on dev**\n\n"
                      + tried + markdown(lines))
     return "\n".join(parts)
 
 
 def verdict_lines(table: pd.DataFrame) -> str:
     """One line per backbone and N of a `fair_comparison` table: which fusions beat the best single layer, which are
-    level with it, which trail it (test F1, paired by trial, 95% CI), and where the last layer stands."""
+    level with it, which trail it (the test score, paired by trial, 95% CI), and where the last layer stands."""
     lines = []
     for (backbone, dataset, n_shot, epochs), rows in table.groupby(["backbone", "dataset", "n_shot", "epochs"], sort=False):
         best, mine = rows[rows.method == BEST_LAYER], verdicts(rows)
@@ -326,7 +327,7 @@ def verdict_lines(table: pd.DataFrame) -> str:
         last = mine[mine.method == LAST_LAYER]
         trials = int(best.trials.iloc[0])
         parts = [f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
-                 f"layer {best.test_f1.iloc[0]:.2f} (layer {best.layers.iloc[0]}). Fusions that beat it: {listed('beats')}; "
+                 f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). Fusions that beat it: {listed('beats')}; "
                  f"level with it (95% CI spans 0): {listed('level')}; that trail it: {listed('trails')}"]
         if (mine.verdict == "one trial").any():
             parts.append(f"; one trial, no interval yet: {listed('one trial')}")
@@ -340,7 +341,11 @@ def verdict_lines(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n" if lines else ""
 
 
-DATASET_NAMES = {"conll2003": "CoNLL-03"}
+DATASET_NAMES = {"conll2003": "CoNLL-03", "ag_news": "AG News"}
+# A difference in each metric, in words; and how each is computed
+METRIC_UNITS = {"F1": "F1", "accuracy": "accuracy points"}
+METRIC_DEFINITIONS = {"F1": "seqeval micro-F1 x 100", "accuracy": "accuracy x 100"}
+DEV_ITEMS = {"F1": "sentences", "accuracy": "texts"}
 
 
 def coverage_table(covered: pd.DataFrame) -> str:
@@ -370,22 +375,25 @@ def fair_answer(table: pd.DataFrame) -> str:
     last = judged[judged.method == LAST_LAYER]
     scope = "; ".join(f"{backbone} at N = {', '.join(f'{n:g}' for n in sorted(shots))}"
                       for backbone, shots in judged.groupby("backbone").n_shot.unique().items())
+    metric = " and ".join(dict.fromkeys(judged.metric)) if "metric" in judged else "F1"
+    unit = METRIC_UNITS.get(metric, metric)
     wins = fusions[fusions.verdict == "beats"]
     if wins.empty:
         answer = "no fusion beats a head on the best single layer (the 95% CI of every paired difference reaches 0 or below)"
     else:
         answer = "a fusion beats the best single layer in " + "; ".join(
-            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} F1"
+            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
             for row in wins.itertuples()) + f", of {len(fusions)} fusion-setting pairs"
     gap = ""
     if not last.empty:
         least, most = (f"{-value:.1f}" for value in (last.minus_best_layer.max(), last.minus_best_layer.min()))
-        gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} F1"
+        gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} {unit}"
     datasets = ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
     sizes = sorted(judged.dev_sentences.dropna().unique()) if "dev_sentences" in judged else []
-    dev = f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} sentences" if sizes else "the dev split"
-    return (f"On {datasets} test F1, each method at its own learning rate chosen on {dev} ({scope}), "
+    dev = (f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {DEV_ITEMS.get(metric, 'examples')}" if sizes
+           else "the dev split")
+    return (f"On {datasets} test {metric}, each method at its own learning rate chosen on {dev} ({scope}), "
             f"{answer}{gap}.\n")
 
 
@@ -405,21 +413,24 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     covered = coverage_table(coverage(frame))
     (output / "tables" / "coverage.md").write_text(covered)
     # the dev scores the choices were made on stay in the CSV files: a table shows test scores only
-    probe = markdown(curve.drop(columns="dev_f1").assign(layer=curve.layer.astype(int), test_f1=curve.test_f1.round(2)))
+    metric = table.metric.iloc[0] if not table.empty else "F1"
+    probe = markdown(curve.drop(columns=["dev_score", "metric"]).assign(
+        layer=curve.layer.astype(int), test_score=curve.test_score.round(2)).rename(
+        columns={"test_score": f"test {metric}"})) if not curve.empty else ""
     (output / "tables" / "probe.md").write_text(probe)
     parts = [f"# {title}\n",
              f"Generated by `dwatt report` from {sources} ({len(frame)} runs). Each method's learning rate (and the best "
-             "single layer's layer) is chosen per trial by the best dev F1 (seqeval micro-F1 x 100, best epoch); the "
-             "table reports the test F1 of that choice, mean ± 95% CI (Student's t) over trials, and its difference "
-             "to the best single layer's, paired by trial.\n", answer, answers, fair,
+             f"single layer's layer) is chosen per trial by the best dev {metric} ({METRIC_DEFINITIONS.get(metric, metric)}, "
+             f"best epoch); the table reports the test {metric} of that choice, mean ± 95% CI (Student's t) over "
+             "trials, and its difference to the best single layer's, paired by trial.\n", answer, answers, fair,
              "## Coverage: the runs the stores hold against the grid their rows span\n", covered,
-             "## A Base head on each layer (test F1 at the dev-chosen learning rate, mean over trials)\n", probe]
+             f"## A Base head on each layer (test {metric} at the dev-chosen learning rate, mean over trials)\n", probe]
     figures = output / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     figure = figure_probe(frame)
     if figure is not None:
         save(figure, figures, "probe")
-        parts.append("![test F1 by layer, fusions as lines](figures/probe.png)\n")
+        parts.append(f"![test {metric} by layer, fusions as lines](figures/probe.png)\n")
     report = output / "report.md"
     report.write_text("\n".join(parts))
     return report

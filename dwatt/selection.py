@@ -16,6 +16,8 @@ import pandas as pd
 from .summaries import confidence_interval
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
+# The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
+SCORES = {"ner": ("f1", "test_f1", "F1"), "cls": ("accuracy", "test_accuracy", "accuracy")}
 FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
@@ -25,10 +27,11 @@ SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
 
 def is_fair_grid(frame: pd.DataFrame) -> bool:
     """Whether `frame` (`summaries.runs_frame`) holds runs scored on test at several learning rates or layers."""
-    if frame.empty or "test_f1" not in frame or frame.test_f1.isna().all():
+    runs = with_methods(frame)
+    if runs.empty:
         return False
-    probes = frame[frame.fusion == "base"].layer.nunique() > 1
-    return probes or frame.groupby([*SAMPLE, "fusion"]).learning_rate.nunique().max() > 1
+    probes = runs[runs.fusion == "base"].layer.nunique() > 1
+    return probes or runs.groupby([*SAMPLE, "fusion"]).learning_rate.nunique().max() > 1
 
 
 def backbone_depth(runs: pd.DataFrame):
@@ -37,10 +40,14 @@ def backbone_depth(runs: pd.DataFrame):
 
 
 def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
-    """NER runs with their method: the fusion's name, or, for a Base head, whether it reads the last layer."""
-    runs = frame[(frame.task == "ner") & frame.test_f1.notna()].copy()
-    runs["method"] = [METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion]
-    return runs
+    """The runs scored on test (NER and text classification) with their method (the fusion's name; the probe for
+    a Base head) and their task's scores: `dev_score`, `test_score` and the `metric` they are (`SCORES`)."""
+    parts = [frame[(frame.task == task) & frame[test].notna()].assign(dev_score=lambda runs, dev=dev: runs[dev],
+                                                                      test_score=lambda runs, test=test: runs[test],
+                                                                      metric=metric)
+             for task, (dev, test, metric) in SCORES.items() if not frame.empty and test in frame]
+    runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
+    return runs.assign(method=[METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion])
 
 
 def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
@@ -63,7 +70,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _best(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs.loc[[runs.f1.idxmax()]]
+    return runs.loc[[runs.dev_score.idxmax()]]
 
 
 def _rates_text(rates) -> str:
@@ -77,9 +84,9 @@ def _dev_sentences(runs: pd.DataFrame) -> float:
 
 
 def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per backbone, dataset, N and method: test F1 of the dev-chosen runs (mean, 95% CI, trials), the chosen
-    learning rates (and layers) among the rates tried, whether every trial chose the largest rate tried, and the
-    paired test-F1 difference to the best single layer."""
+    """Per backbone, dataset, N and method: the test score of the dev-chosen runs (mean, 95% CI, trials; the task's
+    `metric`), the chosen learning rates (and layers) among the rates tried, whether every trial chose the largest
+    rate tried, and the paired difference in test score to the best single layer."""
     runs = with_methods(frame)
     picks = chosen_on_dev(runs)
     if picks.empty:
@@ -88,17 +95,18 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
         lambda rates: sorted(rates.unique()))
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
-        best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_f1
+        best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_score
         for method in METHODS:
             mine = setting[setting.method == method]
             if mine.empty:
                 continue
-            differences = (mine.set_index("trial").test_f1 - best_layer).dropna()
+            differences = (mine.set_index("trial").test_score - best_layer).dropna()
             tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, mine.fusion.iloc[0])]
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
-                "test_f1": mine.test_f1.mean(), "test_ci95": confidence_interval(mine.test_f1), "trials": len(mine),
-                "dev_f1": mine.f1.mean(), "dev_sentences": _dev_sentences(mine),
+                "metric": mine.metric.iloc[0], "test_score": mine.test_score.mean(),
+                "test_ci95": confidence_interval(mine.test_score), "trials": len(mine),
+                "dev_score": mine.dev_score.mean(), "dev_sentences": _dev_sentences(mine),
                 "learning_rates": _rates_text(mine.learning_rate),
                 "learning_rates_tried": _rates_text(tried),
                 "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
@@ -160,8 +168,8 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per backbone, dataset, N and layer: the Base head's test F1 at its dev-chosen learning rate, mean over
-    trials (the figure's curve), beside its dev F1."""
+    """Per backbone, dataset, N and layer: the Base head's test score at its dev-chosen learning rate, mean over
+    trials (the figure's curve), beside its dev score."""
     runs = with_methods(frame)
     base = runs[runs.fusion == "base"]
     if base.empty:
@@ -169,8 +177,9 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
     picks = [_best(group) for _, group in base.groupby([*SAMPLE, "layer"])]
     chosen = pd.concat(picks, ignore_index=True)
     return (chosen.groupby(["backbone", "dataset", "n_shot", "epochs", "layer"])
-            .agg(test_f1=("test_f1", "mean"), dev_f1=("f1", "mean"), trials=("trial", "count")).reset_index())
+            .agg(metric=("metric", "first"), test_score=("test_score", "mean"), dev_score=("dev_score", "mean"),
+                 trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "chosen_on_dev", "fair_comparison", "is_fair_grid",
            "probe_curve", "verdict", "verdicts", "with_methods"]

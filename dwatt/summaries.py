@@ -154,6 +154,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "layer": read_layer(row),
                 "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
+                "test_accuracy": 100 * row["test_scores"]["accuracy"] if "accuracy" in row.get("test_scores", {}) else math.nan,
             }
         )
     frame = pd.DataFrame.from_records(records)

@@ -246,9 +246,9 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
     best = table.loc["best single layer"]
     assert best.layers == "2, 2, 2" and best.learning_rates == "0.001, 0.001, 0.001"
-    assert best.test_f1 == pytest.approx(100 * (0.65 + 0.01 - 0.02))  # the dev choice's test F1, mean of 3 trials
+    assert best.test_score == pytest.approx(100 * (0.65 + 0.01 - 0.02))  # the dev choice's test F1, mean of 3 trials
     last = table.loc["last layer"]
-    assert last.layers == "3, 3, 3" and last.test_f1 == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+    assert last.layers == "3, 3, 3" and last.test_score == pytest.approx(100 * (0.55 + 0.01 - 0.02))
     assert table.loc["DWAtt"].learning_rates == "0.0001, 0.0001, 0.0001"
     assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
     assert math.isnan(best.minus_best_layer)
@@ -269,7 +269,7 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
     # layer 1: 1e-3 wins on dev (its test F1, 0.53-0.55), not 1e-4 (0.9 on test)
-    assert list(probe.layer) == [1, 2, 3] and probe.test_f1.iloc[0] == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+    assert list(probe.layer) == [1, 2, 3] and probe.test_score.iloc[0] == pytest.approx(100 * (0.55 + 0.01 - 0.02))
 
 
 def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_excludes_zero():
@@ -383,3 +383,31 @@ def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(
                          "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
                          "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |"]
     assert "## Coverage" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_reports_test_accuracy(tmp_path):
+    def cls_row(fusion, trial, rate, dev, test, layer=None):
+        return {"task": "cls", "seed": trial, "best_dev_accuracy": dev, "test_scores": {"accuracy": test, "macro_f1": test},
+                "backbone_layers": 2, "num_dev_examples": 800,
+                "config": {"backbone": "/m/enc", "fusion": fusion, "mode": "fe", "dataset": "ag_news", "n_shot": 16,
+                           "epochs": 20, "task": "cls", "learning_rate": rate,
+                           "layers": str(layer) if layer is not None else "all"}}
+
+    rows = []
+    for trial in range(3):
+        for rate in (1e-3, 1e-2):
+            for layer in (1, 2):  # layer 1 at 1e-2 is best on dev
+                rows.append(cls_row("base", trial, rate, 0.5 + 0.2 * (layer == 1) + 0.1 * (rate == 1e-2), 0.7 + 0.01 * trial, layer))
+            rows.append(cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial))
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair").read_text()
+    table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
+    assert set(table.metric) == {"accuracy"} and table.loc["best single layer"].layers == "1, 1, 1"
+    assert table.loc["DWAtt"].learning_rates == "0.001, 0.001, 0.001"
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(5.0)
+    assert "| N | method | test accuracy |" in report and "test accuracy of the run chosen on dev" in report
+    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
+    assert answer.startswith("On AG News test accuracy, each method at its own learning rate chosen on a dev set of 800 "
+                             "texts (enc at N = 16), a fusion beats the best single layer in DWAtt on enc at N = 16 "
+                             "(+5.00 ± 0.00 accuracy points over 3 trials)")
