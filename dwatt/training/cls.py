@@ -126,7 +126,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         backbone, config.fusion, config.seed, model_class=RobertaDWAttForSequenceClassification,
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
-        **({"backbone_depth": max(cache_layers)} if cache_layers else {}),
+        cache_layers=cache_layers,
     )
     freeze = set_training_mode(model, config)
     cached: str | bool = False

@@ -65,8 +65,12 @@ class InitialModels:
         self.hits = self.misses = 0
 
     def build(self, backbone: str, fusion: str, seed: int, model_class=RobertaDWAttForTokenClassification,
-              **config_kwargs) -> RobertaDWAttForTokenClassification:
+              cache_layers: list[int] | None = None, **config_kwargs) -> RobertaDWAttForTokenClassification:
+        """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
+        the heads of a probe read, whose shared backbone runs as deep as the deepest of them."""
         cls = model_class
+        if cache_layers:
+            config_kwargs["backbone_depth"] = max(cache_layers)
         key = (backbone, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
         held = self._heads.get(key)
         if held is not None and (backbone, held[0].run_depth) in self._backbones:

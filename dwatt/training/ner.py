@@ -110,8 +110,7 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)},
         **config.model_options(),
-        # the heads of a probe share one backbone, run as deep as the deepest layer any of them reads
-        **({"backbone_depth": max(cache_layers)} if cache_layers else {}),
+        cache_layers=cache_layers,
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = set_training_mode(model, config)
