@@ -16,7 +16,7 @@ import pandas as pd
 
 from .atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import BEST_LAYER, LAST_LAYER, coverage, fair_comparison, is_fair_grid, probe_curve, verdicts
+from .selection import BEST_LAYER, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid, probe_curve, verdicts
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -364,6 +364,29 @@ def coverage_table(covered: pd.DataFrame) -> str:
             "held of planned where short.\n\n" + markdown(table))
 
 
+def dev_size_words(table: pd.DataFrame) -> str:
+    """The dev sets a `fair_comparison` table's choices were made on, in words."""
+    metric = table.metric.iloc[0] if "metric" in table and not table.empty else "F1"
+    sizes = sorted(table.dev_sentences.dropna().unique()) if "dev_sentences" in table else []
+    return (f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {DEV_ITEMS.get(metric, 'examples')}" if sizes
+            else "the dev split")
+
+
+def regret_table(table: pd.DataFrame) -> str:
+    """Selection regret of a `fair_comparison` table as a pipe table, one row per backbone, dataset and N, one
+    column per method: the test score of the run chosen on dev minus the best test score among the runs the method
+    chose from, mean ± 95% CI over trials (0 where dev chose what test would have)."""
+    if table.empty:
+        return ""
+    # rounded first: a regret of -1e-15 (float noise in a difference of equal scores) is 0, not "-0.00"
+    cells = table.assign(cell=[with_interval(round(r, 9) + 0.0, c, sign=True) for r, c in zip(table.regret, table.regret_ci95)])
+    pivot = cells.pivot_table(index=["backbone", "dataset", "n_shot"], columns="method", values="cell", aggfunc="first",
+                              sort=False).reset_index()
+    pivot.columns.name = None
+    pivot = pivot[["backbone", "dataset", "n_shot", *[m for m in METHODS if m in pivot]]]
+    return markdown(pivot.rename(columns={"n_shot": "N"}).assign(N=lambda t: t.N.map(lambda n: f"{n:g}")))
+
+
 def fair_answer(table: pd.DataFrame) -> str:
     """The fair comparison's answer in a sentence, from the settings (backbone, N) with at least two trials: which
     fusion beats the best single layer where, or that none does; and how far the last layer trails it."""
@@ -390,10 +413,7 @@ def fair_answer(table: pd.DataFrame) -> str:
         least, most = (f"{-value:.1f}" for value in (last.minus_best_layer.max(), last.minus_best_layer.min()))
         gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} {unit}"
     datasets = ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
-    sizes = sorted(judged.dev_sentences.dropna().unique()) if "dev_sentences" in judged else []
-    dev = (f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {DEV_ITEMS.get(metric, 'examples')}" if sizes
-           else "the dev split")
-    return (f"On {datasets} test {metric}, each method at its own learning rate chosen on {dev} ({scope}), "
+    return (f"On {datasets} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} ({scope}), "
             f"{answer}{gap}.\n")
 
 
@@ -410,6 +430,8 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     (output / "tables" / "fair_verdicts.md").write_text(answers)
     answer = fair_answer(table) if not table.empty else ""
     (output / "tables" / "fair_answer.md").write_text(answer)
+    regrets = regret_table(table)
+    (output / "tables" / "regret.md").write_text(regrets)
     covered = coverage_table(coverage(frame))
     (output / "tables" / "coverage.md").write_text(covered)
     # the dev scores the choices were made on stay in the CSV files: a table shows test scores only
@@ -423,6 +445,11 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
              f"single layer's layer) is chosen per trial by the best dev {metric} ({METRIC_DEFINITIONS.get(metric, metric)}, "
              f"best epoch); the table reports the test {metric} of that choice, mean ± 95% CI (Student's t) over "
              "trials, and its difference to the best single layer's, paired by trial.\n", answer, answers, fair,
+             "## Selection regret: what choosing on dev cost\n",
+             f"The test {metric} of each method's run chosen on dev minus the best test {metric} among the runs it chose "
+             "from (its learning rates; for the best single layer, every layer at every rate; each run at its dev-chosen "
+             f"epoch), mean ± 95% CI over trials: 0 where dev chose what test would have. Dev set: "
+             f"{dev_size_words(table)}.\n", regrets,
              "## Coverage: the runs the stores hold against the grid their rows span\n", covered,
              f"## A Base head on each layer (test {metric} at the dev-chosen learning rate, mean over trials)\n", probe]
     figures = output / "figures"

@@ -10,6 +10,7 @@ trial (a trial's runs share one few-shot sample).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pandas as pd
 
@@ -50,22 +51,26 @@ def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(method=[METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion])
 
 
+def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
+    """`(method, runs)` for each method of one sample: the runs among which the method chooses on dev."""
+    base = sample[sample.fusion == "base"]
+    if not base.empty:
+        # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
+        last = base[base.layer == backbone_depth(base)]
+        if not last.empty:
+            yield LAST_LAYER, last
+        yield BEST_LAYER, base
+    for fusion, method in FUSION_METHODS.items():
+        own = sample[sample.fusion == fusion]
+        if not own.empty:
+            yield method, own
+
+
 def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per sample and method: the run each method picks on dev (ties: the first in grid order)."""
-    picks = []
-    for keys, sample in runs.groupby(SAMPLE, dropna=False):
-        base = sample[sample.fusion == "base"]
-        if not base.empty:
-            # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
-            depth = backbone_depth(base)
-            last = base[base.layer == depth]
-            if not last.empty:
-                picks.append(_best(last).assign(method=LAST_LAYER))
-            picks.append(_best(base).assign(method=BEST_LAYER))
-        for fusion, method in FUSION_METHODS.items():
-            own = sample[sample.fusion == fusion]
-            if not own.empty:
-                picks.append(_best(own).assign(method=method))
+    """One row per sample and method: the run each method picks on dev (ties: the first in grid order), with
+    `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken)."""
+    picks = [_best(among).assign(method=method, best_test_score=among.test_score.max())
+             for _, sample in runs.groupby(SAMPLE, dropna=False) for method, among in candidates(sample)]
     return pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
@@ -110,6 +115,9 @@ def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
                 "learning_rates": _rates_text(mine.learning_rate),
                 "learning_rates_tried": _rates_text(tried),
                 "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
+                # selection regret: how much test score the choice on dev left among the method's own candidates
+                "regret": (mine.test_score - mine.best_test_score).mean(),
+                "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
                 "minus_best_layer": differences.mean() if method != BEST_LAYER and len(differences) else math.nan,
                 "minus_best_layer_ci95": confidence_interval(differences) if method != BEST_LAYER else math.nan,
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
@@ -181,5 +189,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
                  trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
            "probe_curve", "verdict", "verdicts", "with_methods"]

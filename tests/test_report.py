@@ -252,6 +252,12 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert table.loc["DWAtt"].learning_rates == "0.0001, 0.0001, 0.0001"
     assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
     assert math.isnan(best.minus_best_layer)
+    # selection regret: dev took layer 2 at 1e-3, test would have taken layer 1 at 1e-4 (0.9)
+    assert best.regret == pytest.approx(100 * (0.63 + 0.01 - 0.9)) and table.loc["DWAtt"].regret == 0 == last.regret
+    regret = (tmp_path / "out" / "tables" / "regret.md").read_text()
+    assert regret.splitlines()[:3] == ["| backbone | dataset | N | last layer | best single layer | DWAtt |",
+                                       "|---|---|---|---|---|---|", "| deep | conll2003 | 32 | +0.00 ± 0.00 | -26.00 ± 2.48 | +0.00 ± 0.00 |"]
+    assert regret in report.read_text() and "Dev set: a dev set of 200 sentences." in report.read_text()
     text = report.read_text()
     assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
