@@ -2,12 +2,14 @@
 
 Runs that differ only in their epoch budget (the paper's 25/50/75/100), their peak learning rate, or, for a head
 on one layer (a probe), the layer it reads, share the few-shot sample, the initialisation, the order of the
-batches and the dropout masks. `train_heads` keeps one copy of the trainable parameters per `HeadCopy`, each with
-its own AdamW and linear schedule (decaying to 0 at the end of its own budget), and feeds every batch to all copies
-that have not reached their budget, each copy its own layer of the cached stack where it names one: either
-batched, `torch.func.vmap` over the stacked copies with `randomness="same"` (every copy gets the dropout masks a
-lone run draws), or one copy after the other with the random state restored in between; heads that are linear maps
-of single layers (probes) run as `LinearProbes`, one product per layer over the cache's labelled rows. Each copy is
+batches and the dropout masks. `train_heads` keeps one copy of the trainable parameters per `HeadCopy`, stacked
+(`StackedHeads`: one tensor per parameter, the copies on its first axis), optimised together by `StackedAdamW`
+(each copy its own AdamW, linear schedule decaying to 0 at the end of its own budget, and gradient clipping), and
+feeds every batch to all copies that have not reached their budget, each copy its own layer of the cached stack where
+it names one: either batched, `torch.func.vmap` over the stacked tensors with `randomness="same"` (every copy gets the
+dropout masks a lone run draws; each product of the head is one batched product over the copies), or one copy after
+the other with the random state restored in between; heads that are linear maps of single layers (probes) run as
+`LinearProbes`, one product per layer over the cache's labelled rows. Each copy is
 scored on the dev split after each of its epochs and keeps its best weights.
 
 Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_budgets.py), while the data
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
-from transformers import get_linear_schedule_with_warmup, set_seed
+from transformers import set_seed
 
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
@@ -82,8 +84,10 @@ LAYERS_INPUT = "backbone_hidden_states"
 
 
 class StackedHeads:
-    """The trainable parameters of `model`, one copy per head; runs `model` with any subset of the copies, each on
-    its own layer of the cached stack where `layers` names one."""
+    """The trainable parameters of `model`, one copy per head, held stacked: one tensor per parameter whose first axis
+    is the copy. Runs `model` with any subset of the copies (each on its own layer of the cached stack where `layers`
+    names one), either all at once (`vectorize`: `torch.func.vmap` over the stacked tensors, so each of the head's
+    products is one batched product over the copies) or one copy after the other."""
 
     def __init__(self, model: torch.nn.Module, copies: int, vectorize: bool, layers: Sequence[int | None] | None = None):
         self.model, self.vectorize = model, vectorize
@@ -92,10 +96,14 @@ class StackedHeads:
             raise ValueError(f"{copies} copies but {len(self.layers)} layers")
         if len({layer is None for layer in self.layers}) > 1:
             raise ValueError("either every copy reads one layer of the stack, or none does")
-        start = {name: p.detach().clone() for name, p in model.named_parameters() if p.requires_grad}
+        start = {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
         if not start:
             raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
-        self.copies = [{name: t.clone().requires_grad_() for name, t in start.items()} for _ in range(copies)]
+        self.parameters = {name: t.unsqueeze(0).repeat(copies, *[1] * t.dim()).requires_grad_() for name, t in start.items()}
+
+    def copy(self, k: int) -> dict[str, torch.Tensor]:
+        """Copy `k`'s parameters: views into the stacked tensors (gradients flow back into them)."""
+        return {name: t[k] for name, t in self.parameters.items()}
 
     def batches(self, dataset, collator, order: Sequence[int], batch_size: int, device: torch.device):
         """The model's batches of `dataset` in `order`, on `device`."""
@@ -115,11 +123,16 @@ class StackedHeads:
         layer = self.layers[k]
         return batch if layer is None else {**batch, LAYERS_INPUT: batch[LAYERS_INPUT][:, layer : layer + 1]}
 
+    def _active(self, active: list[int]) -> dict[str, torch.Tensor]:
+        if active == list(range(len(self.layers))):
+            return self.parameters
+        index = torch.tensor(active, device=next(iter(self.parameters.values())).device)
+        return {name: t.index_select(0, index) for name, t in self.parameters.items()}
+
     def _run_all(self, active: list[int], batch: dict, output, randomness: str = "error") -> torch.Tensor:
         """`output(model output)` of each active copy, stacked: one vmap over the copies (and over their layers of
         the stack, for probes)."""
-        copies = [self.copies[k] for k in active]
-        stacked = {name: torch.stack([c[name] for c in copies]) for name in copies[0]}
+        stacked = self._active(active)
         if self.layers[active[0]] is None:
             return vmap(lambda p: output(self._call(p, batch)), randomness=randomness)(stacked)
         chosen = batch[LAYERS_INPUT][:, [self.layers[k] for k in active]].unsqueeze(2)  # (batch, copies, 1, seq, hidden)
@@ -135,7 +148,7 @@ class StackedHeads:
         state, losses = _rng_state(device), []
         for k in active:
             _set_rng_state(state, device)
-            losses.append(self._call(self.copies[k], self._input(k, batch)).loss)
+            losses.append(self._call(self.copy(k), self._input(k, batch)).loss)
         return torch.stack(losses)
 
     @torch.no_grad()
@@ -143,10 +156,67 @@ class StackedHeads:
         """Arg-max label ids `(copies, batch, seq)` of the `active` copies (model in eval mode)."""
         if self.vectorize:
             return self._run_all(active, batch, lambda out: out.logits).argmax(-1)
-        return torch.stack([self._call(self.copies[k], self._input(k, batch)).logits.argmax(-1) for k in active])
+        return torch.stack([self._call(self.copy(k), self._input(k, batch)).logits.argmax(-1) for k in active])
 
     def state(self, k: int) -> dict[str, torch.Tensor]:
-        return {name: t.detach().to("cpu", copy=True) for name, t in self.copies[k].items()}
+        return {name: t[k].detach().to("cpu", copy=True) for name, t in self.parameters.items()}
+
+
+class StackedAdamW:
+    """
+    AdamW for stacked copies (`StackedHeads.parameters`), each copy with its own peak learning rate and linear decay
+    to 0 at the end of its own budget, its gradient norm clipped on its own: the `Trainer`'s optimisation
+    (`torch.optim.AdamW` with `get_linear_schedule_with_warmup` and no warm-up, `clip_grad_norm_` per copy), as a
+    few elementwise operations over all the copies at once instead of one optimiser per copy. Copy k's update is
+    torch's, operation for operation (tests/test_budgets.py checks it against `torch.optim.AdamW`).
+    """
+
+    def __init__(self, parameters: dict[str, torch.Tensor], learning_rates: Sequence[float], total_steps: Sequence[int],
+                 max_grad_norm: float = 1.0, betas: tuple[float, float] = ADAMW["betas"], eps: float = ADAMW["eps"]):
+        self.parameters, self.max_grad_norm, self.betas, self.eps = parameters, max_grad_norm, betas, eps
+        self.peaks, self.total_steps = list(learning_rates), list(total_steps)
+        self.exp_avg = {name: torch.zeros_like(t) for name, t in parameters.items()}
+        self.exp_avg_sq = {name: torch.zeros_like(t) for name, t in parameters.items()}
+        self.steps = 0  # every copy still training has taken as many steps as the others
+
+    @torch.no_grad()
+    def step(self, active: list[int]) -> None:
+        """One step of the `active` copies (each with the gradient it holds), then their gradients zeroed."""
+        everyone = active == list(range(len(self.peaks)))
+        device = next(iter(self.parameters.values())).device
+        index = None if everyone else torch.tensor(active, device=device)
+        pick = (lambda t: t) if everyone else (lambda t: t.index_select(0, index))
+        grads = {name: pick(t.grad) if t.grad is not None else torch.zeros_like(pick(t)) for name, t in self.parameters.items()}
+        # clip_grad_norm_ per copy: the norm of the norms of each of its gradients
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()], dim=1)
+        total = torch.linalg.vector_norm(norms, dim=1)
+        scale = torch.clamp(self.max_grad_norm / (total + 1e-6), max=1.0)
+        self.steps += 1
+        beta1, beta2 = self.betas
+        bias_correction1, bias_correction2 = 1 - beta1**self.steps, 1 - beta2**self.steps
+        step_sizes = torch.tensor([-self.learning_rate_at(k, self.steps - 1) / bias_correction1 for k in active],
+                                  dtype=torch.float64)
+        for name, parameter in self.parameters.items():
+            shape = (len(active),) + (1,) * (parameter.dim() - 1)
+            grad = grads[name].mul_(scale.view(shape))
+            exp_avg, exp_avg_sq = pick(self.exp_avg[name]), pick(self.exp_avg_sq[name])
+            exp_avg.lerp_(grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+            denom = (exp_avg_sq.sqrt() / bias_correction2**0.5).add_(self.eps)
+            # addcdiv_'s `value * exp_avg / denom`, with each copy's own value
+            update = exp_avg.mul(step_sizes.to(device, parameter.dtype).view(shape)).div_(denom)
+            if everyone:
+                parameter.add_(update)
+            else:
+                parameter.index_add_(0, index, update)
+                self.exp_avg[name].index_copy_(0, index, exp_avg)
+                self.exp_avg_sq[name].index_copy_(0, index, exp_avg_sq)
+            parameter.grad = None
+
+    def learning_rate_at(self, k: int, step: int) -> float:
+        """Copy k's learning rate at `step` (counted from 0): the linear schedule's, without warm-up."""
+        total = self.total_steps[k]
+        return self.peaks[k] * max(0.0, float(total - step) / float(max(1, total)))
 
 
 class LinearProbes:
@@ -164,7 +234,7 @@ class LinearProbes:
 
     def __init__(self, model: torch.nn.Module, copies: int, layers: Sequence[int]):
         self.stacked = StackedHeads(model, copies, vectorize=False, layers=layers)
-        self.copies, self.dropout, self.dtype = self.stacked.copies, model.dropout, model.dtype
+        self.parameters, self.dropout, self.dtype = self.stacked.parameters, model.dropout, model.dtype
         # a copy that names no layer reads the stack as it is: a Base head's one layer, the stack's last
         layers = [-1 if layer is None else layer for layer in layers]
         self.read = sorted(set(layers))  # the cached layers some copy reads, gathered once per batch
@@ -205,9 +275,11 @@ class LinearProbes:
         for k in active:
             readers.setdefault(self.slab[k], []).append(k)
         pieces, order = [], []
+        device = features.device
         for slab, ks in readers.items():
-            weight = torch.cat([self.copies[k]["classifier.weight"] for k in ks])
-            bias = torch.cat([self.copies[k]["classifier.bias"] for k in ks])
+            index = torch.tensor(ks, device=device)
+            weight = self.parameters["classifier.weight"].index_select(0, index).flatten(0, 1)
+            bias = self.parameters["classifier.bias"].index_select(0, index).flatten(0, 1)
             pieces.append(F.linear(features[slab], weight, bias).unflatten(-1, (len(ks), -1)))  # (positions, copies, labels)
             order += ks
         logits = torch.cat(pieces, dim=1).transpose(0, 1)
@@ -238,7 +310,9 @@ class LinearProbes:
         """Each head's (`states`, reading `layers`) predicted label ids on `dataset`, batch by batch, and the labels:
         the inputs of `NERMetrics.score_ids`, for every head from one pass over the cache."""
         heads, device = cls(model, len(states), layers), next(model.parameters()).device
-        heads.copies[:] = [{name: state[name].to(device, model.dtype) for name in cls.PARAMETERS} for state in states]
+        with torch.no_grad():
+            for name in cls.PARAMETERS:
+                heads.parameters[name].copy_(torch.stack([state[name] for state in states]))
         everyone, predicted, labels = list(range(len(states))), [], []
         for batch in heads.batches(dataset, None, range(len(dataset)), batch_size, device):
             predicted.append(heads.predicted_ids(everyone, batch).cpu())
@@ -293,8 +367,8 @@ def train_heads(
     else:
         heads = StackedHeads(model, len(copies), vectorize, layers)
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizers = [torch.optim.AdamW(p.values(), lr=c.learning_rate, **ADAMW) for p, c in zip(heads.copies, copies)]
-    schedules = [get_linear_schedule_with_warmup(o, 0, steps_per_epoch * e) for o, e in zip(optimizers, budgets)]
+    optimizer = StackedAdamW(heads.parameters, [c.learning_rate for c in copies],
+                             [steps_per_epoch * e for e in budgets], max_grad_norm)
     order_generator = torch.Generator().manual_seed(seed)
     dev_batches = list(heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device))
     dev_labels = [heads.labels(b) for b in dev_batches]
@@ -308,11 +382,7 @@ def train_heads(
         order = torch.randperm(len(train_set), generator=order_generator).tolist()
         for batch in heads.batches(train_set, collator, order, batch_size, device):
             heads.losses(active, batch).sum().backward()
-            for k in active:
-                torch.nn.utils.clip_grad_norm_(heads.copies[k].values(), max_grad_norm)
-                optimizers[k].step()
-                schedules[k].step()
-                optimizers[k].zero_grad(set_to_none=True)
+            optimizer.step(active)
             step += 1
         model.eval()
         evaluated = time.perf_counter()
@@ -332,4 +402,4 @@ def train_heads(
     return outcomes, timings
 
 
-__all__ = ["BudgetOutcome", "HeadCopy", "LinearProbes", "StackedHeads", "train_heads"]
+__all__ = ["BudgetOutcome", "HeadCopy", "LinearProbes", "StackedAdamW", "StackedHeads", "train_heads"]
