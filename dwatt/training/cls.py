@@ -25,6 +25,7 @@ from .common import (
     RunConfig,
     by_length,
     cache_facts,
+    dev_held_out,
     dev_subset,
     ensure_writable,
     feature_caches,
@@ -98,11 +99,15 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     backbone = backbone_folder(config.backbone)
     data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
     if config.evaluate_test and "test" not in data:
-        where = config.data_dir or config.dataset
-        why = (" (offline, AG News's own test split is where both of the vendored splits come from)"
-               if config.dataset == "ag_news" and config.data_dir is None else "")
-        raise ValueError(f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, or point "
-                         "--data-dir at a folder with a test file")
+        rest = dev_held_out(data["validation"], config)
+        if rest is None:
+            where = config.data_dir or config.dataset
+            why = (" (offline, AG News's own test split is where both of the vendored splits come from)"
+                   if config.dataset == "ag_news" and config.data_dir is None else "")
+            raise ValueError(f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, give "
+                             "--dev-sentences below the dev split's size (test is then the rest of it), or point "
+                             "--data-dir at a folder with a test file")
+        data["test"] = rest
     label_names = list(data["train"].features["label"].names)
     train, sampled_ids = data["train"], list(range(len(data["train"])))
     if config.n_shot is not None:
@@ -186,6 +191,7 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
         "cache_seconds": round(setup.cache_seconds, 3),
     } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test:
+        results["num_test_examples"] = len(setup.data["test"])
         tokens = setup.tokens(setup.data["test"])
         if setup.cached:
             [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}),

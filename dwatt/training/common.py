@@ -294,6 +294,15 @@ def dev_subset(dev, config: RunConfig):
     return dev
 
 
+def dev_held_out(dev, config: RunConfig):
+    """The dev split's examples outside its `config.dev_sentences` subset (`dev_subset`), in their order: a test set
+    no choice was made on, for data without a test split; None where the subset is the whole split."""
+    if config.dev_sentences is None or config.dev_sentences >= len(dev):
+        return None
+    chosen = set(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    return dev.select([i for i in range(len(dev)) if i not in chosen])
+
+
 def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict],
                    layers: list[int] | None = None) -> list:
     """
