@@ -21,6 +21,7 @@ from .summaries import (  # noqa: E402
     FUSION_NAMES,
     MODE_NAMES,
     TIERS,
+    TOKEN_WEIGHTED,
     backbone_layers,
     conll_fe_grid,
     depth_grid,
@@ -249,7 +250,7 @@ def figure_wikiann_tiers(frame: pd.DataFrame):
 
 def figure_layer_weights(frame: pd.DataFrame):
     """New: DWAtt's mean attention over layers per gold entity type, at the largest N and budget of a dataset."""
-    runs = frame[(frame.fusion == "dwatt") & frame.layer_weights.notna() & (frame["mode"] == "fe")]
+    runs = frame[frame.fusion.isin(TOKEN_WEIGHTED) & frame.layer_weights.notna() & (frame["mode"] == "fe")]
     if runs.empty:
         return None
     datasets = list(dict.fromkeys(["conll2003", "wikiann:en", *runs.dataset]))
@@ -279,7 +280,7 @@ def figure_layer_weights_by_depth(frame: pd.DataFrame):
     """New: where DWAtt looks on backbones of different depths (the depth grid, CoNLL-03 FE): its mean weight on each
     layer per gold entity type at the largest N, one panel per backbone (a 30-layer decoder LLM beside encoders)."""
     runs = depth_grid(frame)
-    runs = runs[(runs.fusion == "dwatt") & runs.layer_weights.notna()]
+    runs = runs[runs.fusion.isin(TOKEN_WEIGHTED) & runs.layer_weights.notna()]
     if runs.empty:
         return None
     backbones = sorted(set(runs.backbone), key=lambda b: -backbone_layers(runs).get(b, 0))

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from .summaries import confidence_interval
+from .summaries import PROBE_FUSION, confidence_interval
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
@@ -22,7 +22,7 @@ SCORES = {"ner": ("f1", "test_f1", "F1"), "cls": ("accuracy", "test_accuracy", "
 FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
-METHOD_OF_FUSION = {"base": "Base (probe)", **FUSION_METHODS}
+METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **FUSION_METHODS}
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
 
 
@@ -31,7 +31,7 @@ def is_fair_grid(frame: pd.DataFrame) -> bool:
     runs = with_methods(frame)
     if runs.empty:
         return False
-    probes = runs[runs.fusion == "base"].layer.nunique() > 1
+    probes = runs[runs.fusion == PROBE_FUSION].layer.nunique() > 1
     return probes or runs.groupby([*SAMPLE, "fusion"]).learning_rate.nunique().max() > 1
 
 
@@ -53,7 +53,7 @@ def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
 
 def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
     """`(method, runs)` for each method of one sample: the runs among which the method chooses on dev."""
-    base = sample[sample.fusion == "base"]
+    base = sample[sample.fusion == PROBE_FUSION]
     if not base.empty:
         # the backbone's last layer L where the rows say how deep it is (a probe of some layers may leave it out)
         last = base[base.layer == backbone_depth(base)]
@@ -148,7 +148,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
             setting = on_backbone[on_backbone.n_shot == n_shot]
             for method in methods:
                 rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
-                cells_per_trial = len(rates) * (int(depth) if method == METHOD_OF_FUSION["base"] else 1)
+                cells_per_trial = len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1)
                 mine = setting[setting.method == method].drop_duplicates(["trial", "learning_rate", "layer"])
                 per_trial = mine.groupby("trial").size()
                 records.append({
@@ -179,7 +179,7 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
     """Per backbone, dataset, N and layer: the Base head's test score at its dev-chosen learning rate, mean over
     trials (the figure's curve), beside its dev score."""
     runs = with_methods(frame)
-    base = runs[runs.fusion == "base"]
+    base = runs[runs.fusion == PROBE_FUSION]
     if base.empty:
         return pd.DataFrame()
     picks = [_best(group) for _, group in base.groupby([*SAMPLE, "layer"])]

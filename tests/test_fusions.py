@@ -74,8 +74,6 @@ def test_a_fusion_that_passes_its_layer_through_returns_it_unchanged(name):
 # Where a fusion is still told apart by its name outside the table (issue 43 goes on): each file's count may only fall.
 DISPATCH = re.compile(r"""fusion\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
                       r"""isinstance\([^)]*\b(DepthWiseAttention|ScalarMix|LastLayer|LayerConcat|ExtraLayers)\b""")
-# The experiment side: the fair comparison's single-layer rows and DWAtt's own layer-weight figures.
-NOT_YET = {"dwatt/selection.py": 3, "dwatt/figures.py": 2}
 
 
 def test_no_fusion_is_told_apart_by_name_outside_the_table_but_where_listed():
@@ -84,7 +82,7 @@ def test_no_fusion_is_told_apart_by_name_outside_the_table_but_where_listed():
         count = sum(bool(DISPATCH.search(line)) for line in path.read_text().splitlines())
         if count:
             found[path.relative_to(ROOT).as_posix()] = count
-    assert found == NOT_YET
+    assert found == {}
 
 
 def test_the_dispatch_pattern_catches_what_it_claims_to():
