@@ -5,16 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from .atomic import read_json
-
-TASK_OF_ARCHITECTURE = {"ForTokenClassification": "ner", "ForMaskedLM": "mlm", "ForSequenceClassification": "cls"}
+from .tasks import TASKS, task_of_architectures
 
 
 def checkpoint_task(config) -> str:
     """`"ner"`, `"mlm"` or `"cls"`, from the architecture a checkpoint's config records."""
-    for architecture in getattr(config, "architectures", None) or []:
-        for suffix, task in TASK_OF_ARCHITECTURE.items():
-            if architecture.endswith(suffix):
-                return task
+    task = task_of_architectures(getattr(config, "architectures", None))
+    if task is not None:
+        return task.name
     raise ValueError(
         f"the checkpoint's config names no DWAtt task model (architectures: {getattr(config, 'architectures', None)}); "
         "expected a token-classification, masked-LM or sequence-classification checkpoint saved by dwatt"
@@ -62,12 +60,8 @@ def check_dtypes(config: dict, file: Path, prefix: str = "") -> None:
 def load_checkpoint(path: str | Path):
     """The model (in eval mode), its tokenizer and its task (`checkpoint_task`) from a checkpoint folder or id, with
     this package's model classes (registered with the Auto classes first)."""
-    from transformers import (
-        AutoConfig,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
+    import transformers
+    from transformers import AutoConfig
 
     from .auto import register_auto_classes
     from .tokenization import load_tokenizer
@@ -76,7 +70,7 @@ def load_checkpoint(path: str | Path):
     check_checkpoint_folder(path)
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)
-    auto = {"mlm": AutoModelForMaskedLM, "cls": AutoModelForSequenceClassification}.get(task, AutoModelForTokenClassification)
+    auto = getattr(transformers, TASKS[task].auto_class)
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 

@@ -20,6 +20,7 @@ from .predict_lines import HeadsWriter, InputLines, LabelWriter, MaskWriter, Tag
 from .prediction import BATCH_SIZE, CHUNK_BATCHES
 from .probe import PROBE_LEARNING_RATES
 from .run_config import FE_LEARNING_RATE, MODES, SAMPLINGS, RunConfig, default_learning_rate
+from .tasks import TASKS
 
 PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than this
 
@@ -27,7 +28,7 @@ PROGRESS_FROM = 300  # `dwatt predict` shows a bar for files of more lines than 
 def _add_train_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RunConfig()
     parser.add_argument("--backbone", default=None, help="Hub id or folder of the backbone, an encoder or a decoder LLM (default: MiniLM from PyPI)")
-    parser.add_argument("--task", default=defaults.task, choices=("ner", "mlm", "cls"),
+    parser.add_argument("--task", default=defaults.task, choices=tuple(TASKS),
                         help="ner; mlm (needs --data-dir of WikiText-2); cls: text classification (default data: AG News)")
     parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
     parser.add_argument("--mode", default=defaults.mode, choices=MODES,
@@ -85,7 +86,7 @@ def _train(args: argparse.Namespace) -> int:
         config.learning_rate = default_learning_rate(config.mode)
     config.lora_targets = list(config.lora_targets) if config.lora_targets else None
     config.progress, config.verbose = args.verbosity != "quiet", args.verbosity == "verbose"
-    if config.n_shot == 0 or config.task == "mlm":
+    if config.n_shot == 0 or not TASKS[config.task].few_shot:
         config.n_shot = None
     results = run(config)
     if not is_main_process():  # under torchrun/accelerate launch, one summary for the run
@@ -475,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     probe = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best; "
                                               "saves the chosen head, cut at its layer")
     probe.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
-    probe.add_argument("--task", default="ner", choices=("ner", "cls"), help="ner, or cls: text classification")
+    probe.add_argument("--task", default="ner", choices=tuple(name for name, task in TASKS.items() if task.labelled), help="ner, or cls: text classification")
     probe.add_argument("--dataset", default=None,
                        help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset or a folder")
     probe.add_argument("--data-dir", default=None, help="folder of the dataset's files (CoNLL files; cls: CSV/TSV/JSONL)")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from .tasks import TASKS
+
 VERBOSITIES = ("quiet", "normal", "verbose")
 
 
@@ -70,9 +72,6 @@ def headline(results: dict) -> str:
             f"{results['wall_seconds']:.0f} s; results in {where}")
 
 
-# The `next` hint's input when a run has no evaluation example of its own to show (older results files).
-EXAMPLE_INPUTS = {"ner": "Peter Blackburn visited Brussels .", "mlm": "Paris is the {mask} of France .",
-                  "cls": "Stocks rallied after the central bank held interest rates steady ."}
 EXAMPLE_WORDS = 12  # a readable length for the `next` hint's example
 
 
@@ -125,7 +124,7 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     lines.append(f"results   {output_dir / 'results.json'}")
     model = output_dir / "model"
     if results["config"].get("save_model", True):
-        example = results.get("example_input") or EXAMPLE_INPUTS[results.get("task", "ner")].format(mask=mask_token)
+        example = results.get("example_input") or TASKS[results.get("task", "ner")].example_input.format(mask=mask_token)
         lines.append(f"model     {model}")
         lines.append(f"next      dwatt predict {shlex.quote(str(model))} {shlex.quote(example)}")
     else:

@@ -20,13 +20,12 @@ from transformers.utils import cached_file
 from configuration_dwatt import DWAttConfig
 from backbones_dwatt import backbone_kwargs
 from depth_dwatt import cut_config, layers_past_pattern
-from modeling_dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from .atomic import read_json
 from .checkpoints import checkpoint_task
+from .tasks import model_class as task_model_class
 
-TASK_CLASSES = {"ner": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 
 
@@ -187,7 +186,7 @@ class SharedBackboneHeads(nn.Module):
     def _shared_backbone(config, tensors, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
         from transformers import AutoModel
 
-        model_class = TASK_CLASSES[checkpoint_task(config)]
+        model_class = task_model_class(checkpoint_task(config))
         depth = config.run_depth
         if config.heads_only or backbone_name_or_path:
             return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).base_model.eval()
@@ -204,7 +203,7 @@ class SharedBackboneHeads(nn.Module):
     @staticmethod
     def _head(config, tensors, backbone, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
         """The checkpoint's model without a backbone of its own: built on the meta device, its head tensors assigned."""
-        model_class = TASK_CLASSES[checkpoint_task(config)]
+        model_class = task_model_class(checkpoint_task(config))
         config.heads_only = False
         with torch.device("meta"):
             model = model_class(config)

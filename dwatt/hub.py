@@ -19,11 +19,9 @@ from fusions_dwatt import FUSION_CLASSES
 from .data import is_local_path
 from .errors import HubError
 from .defaults import known_hub_id
+from .tasks import TASKS, task_of_architectures
 
 TAGS = ["dwatt", "layer-fusion"]
-TASK_TAGS = {"RobertaDWAttForTokenClassification": "token-classification", "RobertaDWAttForMaskedLM": "fill-mask",
-             "RobertaDWAttForSequenceClassification": "text-classification"}
-AUTO_CLASSES = {"fill-mask": "AutoModelForMaskedLM", "text-classification": "AutoModelForSequenceClassification"}
 DATASET_IDS = {"conll2003": "conll2003", "wikiann": "wikiann", "wikitext": "wikitext", "ag_news": "ag_news"}
 
 
@@ -71,8 +69,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
     `trust_remote_code=True`.
     """
     config = model.config
-    architecture = type(model).__name__
-    pipeline_tag = TASK_TAGS.get(architecture, "token-classification")
+    task = task_of_architectures([type(model).__name__]) or TASKS["ner"]
+    pipeline_tag = task.pipeline_tag
     run = (results or {}).get("config", {})
     dataset = _dataset_id(run.get("dataset"))
     metadata: dict = {
@@ -106,7 +104,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
                 ],
             }
         ]
-    auto_class = AUTO_CLASSES.get(pipeline_tag, "AutoModelForTokenClassification")
+    auto_class = task.auto_class
     tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
     trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
@@ -121,7 +119,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "",
         f"# {repo_id or 'DWAtt checkpoint'}",
         "",
-        f"A `{config.fusion}` layer-fusion model ({architecture}) over the "
+        f"A `{config.fusion}` layer-fusion model ({type(model).__name__}) over the "
         f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{config.backbone_name_or_path}`"
         + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",

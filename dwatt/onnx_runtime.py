@@ -19,12 +19,12 @@ import numpy as np
 
 from .atomic import read_json, sha256_of
 from .errors import first_line
+from .tasks import TASKS
 
 EXPORT_CONFIG = "dwatt_export.json"
 GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
 FILES_KEY = "sha256"  # dwatt_export.json's record of every other file of the folder: name -> sha256
 REQUIRED = ("task", "id2label", "inputs", "graphs")
-TASKS = {"ner": 3, "mlm": 3, "cls": 2}  # the task -> the rank of its logits
 
 
 def read_export_config(folder: Path) -> dict:
@@ -40,7 +40,7 @@ def read_export_config(folder: Path) -> dict:
     if export["task"] not in TASKS:
         raise ValueError(f"{path}: task {export['task']!r} is not one of {', '.join(TASKS)}")
     labels = export["id2label"]
-    if not isinstance(labels, dict) or (export["task"] != "mlm" and len(labels) < 2):
+    if not isinstance(labels, dict) or (TASKS[export["task"]].labelled and len(labels) < 2):
         raise ValueError(f"{path}: id2label needs at least two labels, got {labels!r}")
     graphs = export["graphs"]
     if not isinstance(graphs, dict) or "fp32" not in graphs:
@@ -126,9 +126,9 @@ class OnnxModel:
         if logits is None:
             raise ValueError(f"{graph}: the graph has no 'logits' output")
         task, shape = self.export["task"], logits.shape
-        if len(shape) != TASKS[task]:
+        if len(shape) != TASKS[task].logits_rank:
             raise ValueError(f"{graph}: logits of shape {shape} are not a {task} model's; {EXPORT_CONFIG} says task {task!r}")
-        if task != "mlm" and isinstance(shape[-1], int) and shape[-1] != self.config.num_labels:
+        if TASKS[task].labelled and isinstance(shape[-1], int) and shape[-1] != self.config.num_labels:
             raise ValueError(f"{graph}: the graph scores {shape[-1]} labels, {EXPORT_CONFIG}'s id2label has "
                              f"{self.config.num_labels}")
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .run_config import RunConfig
+from .tasks import TASKS
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 # What a probe scores on dev and test, by task: the run's own selection metric.
@@ -113,9 +114,8 @@ def probe_specs(settings: ProbeSettings):
 
 
 def default_dataset(task: str) -> str:
-    from .run_config import DEFAULT_DATASETS
 
-    return DEFAULT_DATASETS[task]
+    return TASKS[task].default_dataset
 
 
 def run_probe(settings: ProbeSettings) -> ProbeOutcome:
@@ -286,7 +286,7 @@ def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict
     dev_key, test_key, metric = METRICS[outcome.task]
     layer, rate = outcome.chosen
     test = results.get("test_scores", {}).get(test_key)
-    dev_size = f"{outcome.dev_size} dev {'sentences' if outcome.task == 'ner' else 'examples'}" if outcome.dev_size else "the dev split"
+    dev_size = f"{outcome.dev_size} dev {TASKS[outcome.task].items}" if outcome.dev_size else "the dev split"
     lines = [
         "## How this head was chosen",
         "",

@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .names import FUSIONS
+from .tasks import TASKS, task_named
 
 MODES = ("fe", "ft", "lora")  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
-TASKS = {"ner": 16, "mlm": 8, "cls": 16}  # task -> batch size (the paper's for NER and MLM)
-# The dataset a task runs on when none is named: the vendored CoNLL-03 copy, WikiText-2, the vendored AG News split.
-DEFAULT_DATASETS = {"ner": "conll2003", "mlm": "wikitext2", "cls": "ag_news"}
 SAMPLINGS = ("uniform", "per_class", "sentences")
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.sweep.run_settings`, `dwatt.summaries.run_identity`).
@@ -100,12 +98,11 @@ class RunConfig:
             raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
         if self.dev_sentences is not None and self.dev_sentences <= 0:
             raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
-        if self.task not in TASKS:
-            raise ValueError(f"--task: unknown task {self.task!r}; expected one of {', '.join(TASKS)}")
+        task = task_named(self.task)
         if self.dataset is None:
-            self.dataset = DEFAULT_DATASETS[self.task]
+            self.dataset = task.default_dataset
         if self.batch_size is None:
-            self.batch_size = TASKS[self.task]
+            self.batch_size = task.batch_size
         if self.batch_size <= 0:
             raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
@@ -131,4 +128,4 @@ def default_learning_rate(mode: str) -> float:
     return FE_LEARNING_RATE if mode == "fe" else RunConfig.learning_rate
 
 
-__all__ = ["DEFAULT_DATASETS", "FE_LEARNING_RATE", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = ["FE_LEARNING_RATE", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]

@@ -15,10 +15,11 @@ from collections.abc import Iterator
 import pandas as pd
 
 from .summaries import PROBE_FUSION, confidence_interval
+from .tasks import TASKS
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
-SCORES = {"ner": ("f1", "test_f1", "F1"), "cls": ("accuracy", "test_accuracy", "accuracy")}
+SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
 FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.

@@ -19,6 +19,7 @@ from fusions_dwatt import FUSION_CLASSES
 from .atomic import read_text
 from .portable import backbone_label
 from .run_config import NOT_DEFINING
+from .tasks import TASKS
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {name: FUSION_CLASSES[name].display_name for name in sorted(FUSION_CLASSES)}  # tables' column order
@@ -129,7 +130,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     for row in rows:
         config = row["config"]
         task = row.get("task", config.get("task", "ner"))
-        dataset = {"ner": config.get("dataset") or "conll2003", "cls": config.get("dataset") or "ag_news"}.get(task, "wikitext2")
+        dataset = config.get("dataset") or TASKS[task].default_dataset
         records.append(
             {
                 "task": task,
@@ -138,7 +139,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "backbone": backbone_label(config["backbone"]),
                 "mode": config["mode"],
                 "fusion": config["fusion"],
-                "n_shot": config.get("n_shot") if task in ("ner", "cls") else None,
+                "n_shot": config.get("n_shot") if TASKS[task].few_shot else None,
                 "epochs": config["epochs"],
                 "trial": row.get("seed", config.get("seed")),
                 "f1": 100 * row["best_dev_f1"] if "best_dev_f1" in row else math.nan,

@@ -32,7 +32,8 @@ from tqdm.auto import tqdm
 from .atomic import read_text, sha256_of, write_text_atomically
 from .errors import SweepBusyError
 from .portable import backbone_folder, backbone_label, portable_path, portable_results
-from .run_config import DEFAULT_DATASETS, NOT_DEFINING, TASKS, RunConfig
+from .run_config import NOT_DEFINING, RunConfig
+from .tasks import TASKS
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
@@ -161,8 +162,9 @@ def run_settings(config: dict) -> dict:
     today's runs."""
     settings = {key: value for key, value in (asdict(RunConfig()) | config).items() if key not in NOT_DEFINING}
     task = settings["task"]
-    settings["dataset"] = settings["dataset"] or DEFAULT_DATASETS.get(task)  # as `RunConfig.validate` fills them
-    settings["batch_size"] = settings["batch_size"] or TASKS.get(task)
+    if task in TASKS:  # as `RunConfig.validate` fills them
+        settings["dataset"] = settings["dataset"] or TASKS[task].default_dataset
+        settings["batch_size"] = settings["batch_size"] or TASKS[task].batch_size
     settings["backbone"] = portable_path(backbone_folder(settings["backbone"]))
     settings["data_dir"] = portable_path(settings["data_dir"])
     return settings
