@@ -11,6 +11,8 @@ matmul measured twice a round as the noise control; each figure is the median ov
 
     python benchmarks/engine_throughput.py                            # MiniLM, one thread, 5 rates, N = 32
     python benchmarks/engine_throughput.py --backbone models/all-mpnet-base-v2 --threads 2
+    python benchmarks/engine_throughput.py --backbone random-large --tokenizer .tok   # on the GPU machine: RoBERTa-large's
+                                                                                      # shape, random weights
 
 Writes `results/engine_throughput_<backbone>_<device>.json` and `.md` next to this file (or into --output).
 """
@@ -28,6 +30,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from transformers import AutoConfig
 
 import results_files
+from grid_speed import random_large_backbone
 from dwatt.budgets import HeadCopy, train_heads
 from dwatt.defaults import default_backbone_path
 from dwatt.portable import backbone_folder, portable_path
@@ -74,7 +77,9 @@ class Setting:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backbone", default=None, help="default: the embedded MiniLM")
+    parser.add_argument("--backbone", default=None, help="default: the embedded MiniLM; random-large: RoBERTa-large's "
+                        "shape with random weights (grid_speed.random_large_backbone)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder for random-large (default: MiniLM's)")
     parser.add_argument("--fusions", default="dwatt,concat,scalar_mix")
     parser.add_argument("--n-shot", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=2)
@@ -85,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    backbone = args.backbone or str(default_backbone_path())
     work = tempfile.mkdtemp(prefix="dwatt-engine-")
+    if args.backbone == "random-large":
+        backbone = str(random_large_backbone(Path(work) / "random-large", args.tokenizer))
+    else:
+        backbone = args.backbone or str(default_backbone_path())
+    name = "random-large" if args.backbone == "random-large" else portable_path(backbone).split("/")[-1]
 
     def prepared(fusion: str, cache_layers: list[int] | None = None, layers: str = "all"):
         config = RunConfig(backbone=backbone, fusion=fusion, layers=layers, n_shot=args.n_shot, epochs=args.epochs,
@@ -125,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    "copies": len(settings[name].copies)}
             for name in settings}
     result = {
-        "settings": {"backbone": portable_path(backbone), "n_shot": args.n_shot, "epochs": args.epochs,
+        "settings": {"backbone": name if args.backbone == "random-large" else portable_path(backbone), "n_shot": args.n_shot, "epochs": args.epochs,
                      "dev_sentences": args.dev_sentences, "rounds": args.rounds, "learning_rates": list(RATES),
                      "threads": args.threads, "batch_size": 16},
         "matmul_gflop_per_second": round(peak / 1e9, 2),
@@ -142,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
              "| head | copies | train seconds | GFLOP | GFLOP/s | fraction of matmul |", "|---|---|---|---|---|---|"]
     lines += [f"| {name} | {row['copies']} | {row['train_seconds']:.2f} | {row['gflop']:.2f} | {row['gflop_per_second']:.2f} "
               f"| {row['fraction_of_matmul']:.3f} |" for name, row in rows.items()]
-    results_files.write(args.output, f"engine_throughput_{portable_path(backbone).split('/')[-1]}_{device.type}", result, "\n".join(lines) + "\n")
+    results_files.write(args.output, f"engine_throughput_{name}_{device.type}", result, "\n".join(lines) + "\n")
     return 0
 
 
