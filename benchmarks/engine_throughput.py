@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         backbone = str(random_large_backbone(Path(work) / "random-large", args.tokenizer))
     else:
         backbone = args.backbone or str(default_backbone_path())
-    name = "random-large" if args.backbone == "random-large" else portable_path(backbone).split("/")[-1]
+    backbone_name = "random-large" if args.backbone == "random-large" else portable_path(backbone).split("/")[-1]
 
     def prepared(fusion: str, cache_layers: list[int] | None = None, layers: str = "all"):
         config = RunConfig(backbone=backbone, fusion=fusion, layers=layers, n_shot=args.n_shot, epochs=args.epochs,
@@ -120,12 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     flops = {name: setting.flops() for name, setting in settings.items()}
     seconds: dict[str, list[float]] = {name: [] for name in [MATMUL, *settings, MATMUL + results_files.AGAIN]}
     matmul_flops = 0.0
-    for _, name in results_files.rotated_rounds(seconds, args.rounds):
-        if name.startswith(MATMUL):
+    for _, setting in results_files.rotated_rounds(seconds, args.rounds):
+        if setting.startswith(MATMUL):
             spent, matmul_flops = matmul_seconds(device)
-            seconds[name].append(spent)
+            seconds[setting].append(spent)
         else:
-            seconds[name].append(settings[name].train())
+            seconds[setting].append(settings[setting].train())
     median = {name: statistics.median(values) for name, values in seconds.items()}
     peak = matmul_flops / median[MATMUL]
     rows = {name: {"train_seconds": round(median[name], 3), "gflop": round(flops[name] / 1e9, 3),
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                    "copies": len(settings[name].copies)}
             for name in settings}
     result = {
-        "settings": {"backbone": name if args.backbone == "random-large" else portable_path(backbone), "n_shot": args.n_shot, "epochs": args.epochs,
+        "settings": {"backbone": backbone_name if args.backbone == "random-large" else portable_path(backbone), "n_shot": args.n_shot, "epochs": args.epochs,
                      "dev_sentences": args.dev_sentences, "rounds": args.rounds, "learning_rates": list(RATES),
                      "threads": args.threads, "batch_size": 16},
         "matmul_gflop_per_second": round(peak / 1e9, 2),
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
              "| head | copies | train seconds | GFLOP | GFLOP/s | fraction of matmul |", "|---|---|---|---|---|---|"]
     lines += [f"| {name} | {row['copies']} | {row['train_seconds']:.2f} | {row['gflop']:.2f} | {row['gflop_per_second']:.2f} "
               f"| {row['fraction_of_matmul']:.3f} |" for name, row in rows.items()]
-    results_files.write(args.output, f"engine_throughput_{name}_{device.type}", result, "\n".join(lines) + "\n")
+    results_files.write(args.output, f"engine_throughput_{backbone_name}_{device.type}", result, "\n".join(lines) + "\n")
     return 0
 
 
