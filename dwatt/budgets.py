@@ -59,6 +59,9 @@ class BudgetOutcome:
     best: dict | None = None
     best_state: dict[str, torch.Tensor] | None = None
     copy: HeadCopy | None = None
+    # the same, chosen on a second, smaller dev sample (`train_heads(sample_score=...)`), where there is one
+    sample_best: dict | None = None
+    sample_best_state: dict[str, torch.Tensor] | None = None
 
 
 def _to(batch: dict, device: torch.device) -> dict:
@@ -335,6 +338,7 @@ def train_heads(
     vectorize: bool = True,
     metric: str = "f1",
     linear_probes: bool | None = None,
+    sample_score: Callable[[list[torch.Tensor], list[torch.Tensor]], dict] | None = None,
 ) -> tuple[list[BudgetOutcome], dict]:
     """
     Train one copy of `model`'s trainable parameters per `HeadCopy` on `train_set` (items for `collator`, e.g. a
@@ -343,6 +347,9 @@ def train_heads(
     `metric`. `model` must be in FE form (backbone frozen), and, for copies that name a layer, a head on one layer
     fed the whole cached stack; it is left with its own weights untouched. `linear_probes`: train linear heads on
     one layer each as `LinearProbes` (default: wherever they fit), else by running the model (`StackedHeads`).
+    `sample_score`: a second scoring of the same dev predictions (a smaller dev sample, as a few-shot user has): each
+    curve point also holds its `sample_<metric>`, and each copy keeps its best point and weights by it too
+    (`BudgetOutcome.sample_best`, `sample_best_state`).
     Returns the outcomes in the order of `copies` and timings (`train_seconds`, `eval_seconds`).
     """
     copies = list(copies)
@@ -388,9 +395,14 @@ def train_heads(
         evaluated = time.perf_counter()
         predicted = [heads.predicted_ids(active, batch).cpu() for batch in dev_batches]
         for position, k in enumerate(active):
-            metrics = score([ids[position] for ids in predicted], dev_labels)
+            mine = [ids[position] for ids in predicted]
+            metrics = score(mine, dev_labels)
             point = {"epoch": float(epoch), "step": step, metric: metrics[metric]}
             outcome = outcomes[k]
+            if sample_score is not None:
+                point[f"sample_{metric}"] = sample_score(mine, dev_labels)[metric]
+                if outcome.sample_best is None or point[f"sample_{metric}"] > outcome.sample_best[f"sample_{metric}"]:
+                    outcome.sample_best, outcome.sample_best_state = dict(point), heads.state(k)
             outcome.curve.append(point)
             if outcome.best is None or point[metric] > outcome.best[metric]:
                 outcome.best = dict(point, metrics=metrics)

@@ -335,7 +335,8 @@ def _sweep(args: argparse.Namespace) -> int:
         specs = shard(specs, index, count)
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
-    overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {})}
+    overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {}),
+                 **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine, **overrides)
     finished = ResultsStore(results).finished(specs, overrides, args.engine)
     print(f"{len(finished)} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
@@ -470,6 +471,9 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument("--probe-layers", default=None, dest="probe_layers", metavar="LAYERS",
                        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
     sweep.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
+    sweep.add_argument("--few-shot-dev", action="store_true",
+                       help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
+                            "--engine budgets), and score that choice on test too")
     sweep.add_argument("--quiet", action="store_true")
     _add_threads_argument(sweep)
     sweep.set_defaults(handler=_sweep)

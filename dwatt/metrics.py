@@ -156,6 +156,19 @@ class NERMetrics:
             predictions += batch_predictions
         return self.score(references, predictions)
 
+    def score_sample(self, predicted: Sequence, labels: Sequence, size: int, seed: int) -> dict[str, float]:
+        """`score_ids` over `size` of the eval set's sentences drawn uniformly with `seed` (`sample_sentences` over
+        the sentences with a labelled token, in scoring order): the same sentences for every call on one eval set.
+        Exact: chunks never cross sentences. IOB tags only."""
+        from .sampling import sample_sentences
+
+        if self.iob is None:
+            raise ValueError("scoring a sample of the dev sentences needs IOB tags (B-, I-, O)")
+        gold, guessed, starts = self.flat_ids(predicted, labels)
+        sentence = np.cumsum(starts) - 1  # each scored position's sentence, in scoring order
+        chosen = np.isin(sentence, sample_sentences(int(starts.sum()), min(size, int(starts.sum())), seed))
+        return self.iob.scores(gold[chosen], guessed[chosen], starts[chosen])
+
     def score(self, references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
         return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))
 

@@ -417,6 +417,24 @@ def fair_answer(table: pd.DataFrame) -> str:
             f"{answer}{gap}.\n")
 
 
+def few_shot_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
+    """The fair comparison again with every choice (epoch, learning rate, layer) made on each trial's few-shot dev
+    sample, where the runs made one (`RunConfig.few_shot_dev`): its answer, verdicts, regret and table, written
+    beside the others (`*_few_shot_dev.md`)."""
+    table = fair_comparison(frame, few_shot_dev=True)
+    if table.empty:
+        return []
+    texts = {"fair_answer": fair_answer(table), "fair_verdicts": verdict_lines(table), "regret": regret_table(table),
+             "fair_comparison": fair_table(table)}
+    for name, text in texts.items():
+        (tables / f"{name}_few_shot_dev.md").write_text(text)
+    return ["## Chosen as a few-shot user chooses: on a dev sample as large as the training sample\n",
+            f"Every choice made again on each trial's own dev sample ({dev_size_words(table)}, drawn uniformly from "
+            "the dev sentences above, another draw each trial), each choice's test score as before.\n",
+            texts["fair_answer"], texts["fair_verdicts"], "**Selection regret on the few-shot dev sample**\n",
+            texts["regret"], texts["fair_comparison"]]
+
+
 def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:
     """The report of a fair-comparison grid (`dwatt.selection`): every method at its own learning rate, the best
     single layer among all, chosen on dev and scored on test; the probe of every layer; the figure."""
@@ -452,6 +470,7 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
              f"{dev_size_words(table)}.\n", regrets,
              "## Coverage: the runs the stores hold against the grid their rows span\n", covered,
              f"## A Base head on each layer (test {metric} at the dev-chosen learning rate, mean over trials)\n", probe]
+    parts += few_shot_dev_sections(frame, output / "tables")
     figures = output / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     figure = figure_probe(frame)

@@ -30,7 +30,10 @@ class RunConfig:
     cost cut for large dev splits on a CPU; the same subset for every run). `layers` picks the layers the fusion
     mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list). `mode="lora"` trains low-rank adapters of
     `lora_rank` on the backbone's `lora_targets` (default: its family's attention projections), scaled by
-    `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with `lora_dropout`, beside the fusion and head."""
+    `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with `lora_dropout`, beside the fusion and head.
+    `few_shot_dev` (NER runs trained together): each run also chooses its epoch on a dev sample as large as its
+    training sample (that many of the dev sentences, drawn uniformly, seeded by the trial: what a few-shot user holds
+    out), and its test scores are taken for that choice too (`few_shot_dev` in the results)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -58,6 +61,7 @@ class RunConfig:
     resume: bool = False
     pooling: str | None = None
     layers: str = "all"
+    few_shot_dev: bool = False
     lora_rank: int = 8
     lora_alpha: float | None = None
     lora_dropout: float = 0.05
@@ -99,6 +103,9 @@ class RunConfig:
         if self.dev_sentences is not None and self.dev_sentences <= 0:
             raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
         task = task_named(self.task)
+        if self.few_shot_dev and (task.score != "f1" or self.n_shot is None):  # a sample of sentences scored by F1
+            raise ValueError("few_shot_dev: a second choice on a dev sample as large as the training sample is for "
+                             "few-shot NER runs trained together (dwatt sweep --engine budgets)")
         if self.dataset is None:
             self.dataset = task.default_dataset
         if self.batch_size is None:

@@ -41,13 +41,19 @@ def backbone_depth(runs: pd.DataFrame):
     return runs.backbone_layers.max() if runs.backbone_layers.notna().any() else runs.layer.max()
 
 
-def with_methods(frame: pd.DataFrame) -> pd.DataFrame:
+def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
     """The runs scored on test (NER and text classification) with their method (the fusion's name; the probe for
-    a Base head) and their task's scores: `dev_score`, `test_score` and the `metric` they are (`SCORES`)."""
+    a Base head) and their task's scores: `dev_score`, `test_score` and the `metric` they are (`SCORES`).
+    `few_shot_dev`: the scores of each run's choice on its few-shot dev sample instead (NER runs that made one), and
+    `num_dev_sentences` that sample's size."""
+    scores = ({task: (f"sample_{dev}", f"sample_test_{dev}", metric) for task, (dev, _, metric) in SCORES.items()}
+              if few_shot_dev else SCORES)
     parts = [frame[(frame.task == task) & frame[test].notna()].assign(dev_score=lambda runs, dev=dev: runs[dev],
                                                                       test_score=lambda runs, test=test: runs[test],
                                                                       metric=metric)
-             for task, (dev, test, metric) in SCORES.items() if not frame.empty and test in frame]
+             for task, (dev, test, metric) in scores.items() if not frame.empty and test in frame]
+    if few_shot_dev:
+        parts = [part.assign(num_dev_sentences=part.sample_sentences) for part in parts]
     runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
     return runs.assign(method=[METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion])
 
@@ -89,11 +95,12 @@ def _dev_sentences(runs: pd.DataFrame) -> float:
     return float(sizes[0]) if len(sizes) == 1 else math.nan
 
 
-def fair_comparison(frame: pd.DataFrame) -> pd.DataFrame:
+def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
     """Per backbone, dataset, N and method: the test score of the dev-chosen runs (mean, 95% CI, trials; the task's
     `metric`), the chosen learning rates (and layers) among the rates tried, whether every trial chose the largest
-    rate tried, and the paired difference in test score to the best single layer."""
-    runs = with_methods(frame)
+    rate tried, and the paired difference in test score to the best single layer. `few_shot_dev`: every choice
+    made on each trial's few-shot dev sample instead (`with_methods`)."""
+    runs = with_methods(frame, few_shot_dev)
     picks = chosen_on_dev(runs)
     if picks.empty:
         return pd.DataFrame()

@@ -124,6 +124,15 @@ def read_layer(row: dict) -> float:
     return float(layer) if layer is not None else float(row.get("backbone_layers", math.nan))
 
 
+def few_shot_dev_columns(chosen: dict | None) -> dict:
+    """A run's choice on its few-shot dev sample as columns: its dev F1 there, the test F1 of that choice, the sample's
+    size (NaN where the run made no such choice)."""
+    chosen = chosen or {}
+    return {"sample_f1": 100 * chosen["best_f1"] if "best_f1" in chosen else math.nan,
+            "sample_test_f1": 100 * chosen["test_scores"]["f1"] if "f1" in chosen.get("test_scores", {}) else math.nan,
+            "sample_sentences": chosen.get("sentences", math.nan)}
+
+
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     """One line per run: the setting, the trial, and its scores (F1 x 100, perplexities)."""
     records = []
@@ -160,6 +169,8 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
                 "test_accuracy": 100 * row["test_scores"]["accuracy"] if "accuracy" in row.get("test_scores", {}) else math.nan,
+                # the same run's choice on a few-shot dev sample (`RunConfig.few_shot_dev`), where it made one
+                **few_shot_dev_columns(row.get("few_shot_dev")),
             }
         )
     frame = pd.DataFrame.from_records(records)

@@ -315,3 +315,28 @@ def test_stacked_adamw_steps_each_copy_as_torch_adamw_with_its_schedule_and_clip
             for name in start:
                 torch.testing.assert_close(stacked[name][k], alone[k][name], rtol=0, atol=0, msg=f"{name} {k} {step}")
     assert all(t.grad is None for t in stacked.values())
+
+
+@pytest.mark.parametrize("fusion", ["base", "dwatt"])
+def test_a_few_shot_dev_sample_chooses_its_own_epoch_and_changes_nothing_else(tiny_backbone, tiny_conll, tmp_path, fusion):
+    """With few_shot_dev, each run also chooses its epoch on a dev sample as large as its training sample: the
+    run's own curve, choice and test scores stay as they are; the sample's choice is the best of its curve, and its
+    test scores are those of that epoch's weights (linear probes and the model alike)."""
+    layers = ("1", "3") if fusion == "base" else ("all",)
+    def made(few_shot_dev, where, **kwargs):
+        return [config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion=fusion, layers=layer,
+                       learning_rate=rate, epochs=4, evaluate_test=True, few_shot_dev=few_shot_dev)
+                for layer in layers for rate in (5e-3, 5e-2)]
+    plain = run_ner_together(made(False, "plain"))
+    sampled = run_ner_together(made(True, "sampled"))
+    model_path = run_ner_together(made(True, "model"), linear_probes=False, vectorize=False)
+    for alone, mine, theirs in zip(plain, sampled, model_path):
+        assert [p["f1"] for p in mine["dev_curve"]] == [p["f1"] for p in alone["dev_curve"]]
+        assert mine["test_scores"] == pytest.approx(alone["test_scores"]) and "few_shot_dev" not in alone
+        chosen = mine["few_shot_dev"]
+        curve = [p["sample_f1"] for p in mine["dev_curve"]]
+        assert chosen["sentences"] == mine["num_train_sentences"] and chosen["best_f1"] == max(curve)
+        assert chosen["best_epoch"] == mine["dev_curve"][curve.index(max(curve))]["epoch"]
+        assert chosen["test_scores"] == pytest.approx(theirs["few_shot_dev"]["test_scores"], abs=1e-6)
+    with pytest.raises(ValueError, match="few_shot_dev: the choice on a few-shot dev sample is made by runs trained together"):
+        run_ner(made(True, "trainer")[0])

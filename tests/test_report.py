@@ -417,3 +417,25 @@ def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_repo
     assert answer.startswith("On AG News test accuracy, each method at its own learning rate chosen on a dev set of 800 "
                              "texts (enc at N = 16), a fusion beats the best single layer in DWAtt on enc at N = 16 "
                              "(+5.00 ± 0.00 accuracy points over 3 trials)")
+
+
+def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_sample(tmp_path):
+    rows = []
+    for trial in range(3):
+        for layer in (1, 2):
+            for rate in (1e-4, 1e-3):
+                # On the 1000 dev sentences layer 2 at 1e-3 wins; on the small sample, layer 1 at 1e-4 (its test: 0.5)
+                row = fair_row("base", trial, rate, 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3), 0.6 + 0.01 * trial, layer)
+                small = 0.9 if (layer, rate) == (1, 1e-4) else 0.4
+                row["few_shot_dev"] = {"sentences": 128, "best_f1": small, "best_epoch": 3.0, "test_scores": {"f1": 0.5}}
+                rows.append(row)
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair").read_text()
+    tables = tmp_path / "out" / "tables"
+    small = (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "| 32 | best single layer | 50.00 ± 0.00 |" in small and "| 1, 1, 1 |" in small
+    assert "| 32 | best single layer | 61.00 ± 2.48 |" in (tables / "fair_comparison.md").read_text()
+    # regret on the sample: its choice's test 0.5 against the best test among the candidates' sample choices, 0.5
+    assert "+0.00 ± 0.00" in (tables / "regret_few_shot_dev.md").read_text()
+    assert "## Chosen as a few-shot user chooses" in report and "a dev set of 128 sentences" in report

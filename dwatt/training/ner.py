@@ -176,6 +176,9 @@ def run_ner(config: RunConfig) -> dict:
     backbone, train with `Trainer` (FE with the feature cache, or FT), score the dev split after every epoch,
     and end with the best dev model. Writes `results.json` (and the checkpoint under `model/`) to `output_dir`.
     """
+    if config.few_shot_dev:
+        raise ValueError("few_shot_dev: the choice on a few-shot dev sample is made by runs trained together "
+                         "(dwatt sweep --engine budgets --few-shot-dev), not by the Trainer")
     started = RunClock()
     setup = prepare_ner(config)
     model = setup.model
@@ -230,6 +233,9 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
     copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if probes else None)
               for c, layer in zip(configs, read or [None] * len(configs))]
     metrics = setup.metrics()
+    sample_size = len(setup.train)  # a few-shot user's dev set: as many sentences as the training sample
+    sample_score = ((lambda predicted, labels: metrics.score_sample(predicted, labels, sample_size, first.seed))
+                    if first.few_shot_dev else None)
     trained = [load_trained(config) for config in configs]
     if all(record is not None for record in trained):  # a group killed after training: its copies are final
         outcomes, timings = [outcome for outcome, _ in trained], trained[0][1]
@@ -238,7 +244,7 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
             model, setup.train_set, setup.dev_set, setup.collator, copies, metrics.score_ids,
             seed=first.seed, batch_size=first.batch_size,
             vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
-            linear_probes=linear_probes,
+            linear_probes=linear_probes, sample_score=sample_score,
         )
         for config, outcome in zip(configs, outcomes):
             save_trained(config, outcome, timings)
@@ -247,8 +253,12 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
     test = scored_test_split(setup, cache_layers) if first.evaluate_test and "test" in setup.data else None
     test_predictions = None  # of every head at once, where they are linear probes
     layers = [copy.layer for copy in copies]
+    sample_test_predictions = None
     if test is not None and linear_probes is not False and LinearProbes.fits(model, layers, test[0]):
         test_predictions = LinearProbes.predict(model, [outcome.best_state for outcome in outcomes], layers, test[0])
+        if first.few_shot_dev:
+            sample_test_predictions = LinearProbes.predict(
+                model, [outcome.sample_best_state for outcome in outcomes], layers, test[0])
     all_results = []
     own_layers = model.config.fused_layers
     for index, (config, copy, outcome) in enumerate(zip(configs, copies, outcomes)):
@@ -263,6 +273,17 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
             results["test_scores"] = test[1].score_ids(test_predictions[0][index], test_predictions[1])
         elif test is not None:
             results["test_scores"] = evaluate_features(model, test[0], setup.collator, test[1], layer=copy.layer)
+        if first.few_shot_dev:
+            results["few_shot_dev"] = {"sentences": sample_size, "seed": first.seed,
+                                       "best_f1": outcome.sample_best["sample_f1"], "best_epoch": outcome.sample_best["epoch"]}
+            if sample_test_predictions is not None:
+                results["few_shot_dev"]["test_scores"] = test[1].score_ids(sample_test_predictions[0][index],
+                                                                           sample_test_predictions[1])
+            elif test is not None:
+                model.load_state_dict(outcome.sample_best_state, strict=False)
+                results["few_shot_dev"]["test_scores"] = evaluate_features(model, test[0], setup.collator, test[1],
+                                                                           layer=copy.layer)
+                model.load_state_dict(outcome.best_state, strict=False)  # what the run saves
         all_results.append(finish_run(config, model, setup.tokenizer, results, started))
     for config in configs:  # results.json now holds what the record kept
         for name in TRAINED_RECORD:
@@ -274,6 +295,7 @@ def run_ner_together(configs: list[RunConfig], vectorize: bool | None = None, li
 # A copy's training, kept in its run folder from the moment it is final until its results are written, so that a
 # group stopped while scoring test (the slow part on a deep backbone) resumes without training again.
 TRAINED_RECORD = ("dwatt_trained.json", "dwatt_trained.safetensors")
+SAMPLE_PREFIX = "few_shot_dev::"  # the copy's weights at the epoch its few-shot dev sample chose
 
 
 def trained_identity(config: RunConfig) -> dict:
@@ -291,9 +313,11 @@ def save_trained(config: RunConfig, outcome, timings: dict) -> None:
         return
     folder = Path(config.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    save_file({key: value.contiguous() for key, value in outcome.best_state.items()}, str(folder / TRAINED_RECORD[1]))
+    tensors = dict(outcome.best_state) | {SAMPLE_PREFIX + key: value for key, value in (outcome.sample_best_state or {}).items()}
+    save_file({key: value.contiguous() for key, value in tensors.items()}, str(folder / TRAINED_RECORD[1]))
     write_json_atomically(folder / TRAINED_RECORD[0], {"identity": trained_identity(config), "epochs": outcome.epochs,
-                                                       "best": outcome.best, "curve": outcome.curve, "timings": timings})
+                                                       "best": outcome.best, "curve": outcome.curve, "timings": timings,
+                                                       "sample_best": outcome.sample_best})
 
 
 def load_trained(config: RunConfig):
@@ -314,7 +338,10 @@ def load_trained(config: RunConfig):
         state = load_file(str(folder / TRAINED_RECORD[1]))
     except (OSError, ValueError, KeyError, TypeError, SafetensorError):
         return None
-    return BudgetOutcome(record["epochs"], record["curve"], record["best"], state), record["timings"]
+    sample = {key.removeprefix(SAMPLE_PREFIX): value for key, value in state.items() if key.startswith(SAMPLE_PREFIX)}
+    best = {key: value for key, value in state.items() if not key.startswith(SAMPLE_PREFIX)}
+    return (BudgetOutcome(record["epochs"], record["curve"], record["best"], best, sample_best=record.get("sample_best"),
+                          sample_best_state=sample or None), record["timings"])
 
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
