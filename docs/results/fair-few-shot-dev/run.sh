@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The fair comparison's CoNLL-03 grid at N = 32 run again with --few-shot-dev: every run also chooses its epoch on a
+# dev sample as large as its training sample (N x C = 128 sentences, drawn uniformly from the 1000 fixed dev
+# sentences, another draw each trial), and that choice is scored on test too. The report then makes every choice
+# (epoch, learning rate, layer) both on the 1000 sentences and on the trial's 128, with each method's selection
+# regret. Same grid as ../fair-cpu/run.sh (its rates, the probe's 3e-2 on MiniLM), its own stores: the runs' own
+# numbers are those of the fair grid's runs, which are left as they are.
+set -euo pipefail
+# Run from the repository root.
+for BACKBONE in models/all-MiniLM-L6-v2; do
+  NAME=$(basename "$BACKBONE")
+  for SHARD in 0 1; do
+    (dwatt sweep --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all \
+       --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+       --backbones "$BACKBONE" --test --few-shot-dev --engine budgets \
+       --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 \
+       --output-root runs/fair-few-shot-dev --quiet
+     dwatt sweep --fusions base --probe-layers all --learning-rates 3e-2 --n-shots 32 --epochs 25 --trials 3 \
+       --dev-sentences 1000 --backbones "$BACKBONE" --test --few-shot-dev --engine budgets \
+       --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 \
+       --output-root runs/fair-few-shot-dev --quiet) &
+  done
+  wait
+done
+dwatt report docs/results/fair-few-shot-dev/fair.*.jsonl --output docs/results/fair-few-shot-dev/report \
+  --title "Fair comparison, chosen on 1000 dev sentences and on a few-shot dev sample"
