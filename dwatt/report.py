@@ -8,7 +8,6 @@ confidence interval from Student's t distribution; a setting with one trial has 
 
 from __future__ import annotations
 
-import argparse
 import os
 from pathlib import Path
 
@@ -480,17 +479,3 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     report = output / "report.md"
     report.write_text("\n".join(parts))
     return report
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dwatt report", description="tables and figures from results files")
-    parser.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
-    parser.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
-    parser.add_argument("--title", default="Results")
-    args = parser.parse_args(argv)
-    print(write_report(args.results, args.output, args.title))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
