@@ -240,7 +240,7 @@ def test_pipelines_serve_decoder_checkpoints_where_dwatt_is_not_installed(tiny_d
 def test_a_data_parallel_run_on_a_decoder_equals_one_process(tiny_decoder, tiny_conll, tmp_path):
     from safetensors.torch import load_file
 
-    from .test_distributed import config_for, launch
+    from .helpers import config_for, launch
 
     alone = run(config_for(tiny_decoder, tiny_conll, tmp_path / "alone", evaluate_test=False))
     weights = load_file(str(tmp_path / "alone" / "model" / "model.safetensors"))

@@ -15,7 +15,7 @@ from dwatt.cli import main
 from dwatt.hub import model_card
 
 from .conftest import run_without_dwatt
-from .test_prediction import trained_like
+from .helpers import with_random_head as trained_like
 
 LINES = ["peter blackburn rejects german call", "eu call to boycott british lamb", "brussels"]
 

@@ -2,9 +2,6 @@
 
 import json
 import re
-import subprocess
-import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -13,34 +10,7 @@ from safetensors.torch import load_file
 
 from dwatt.training import RunConfig, run
 
-WORKER = Path(__file__).with_name("distributed_worker.py")
-
-
-def launch(config: RunConfig, tmp_path: Path, processes: int = 2) -> list[dict]:
-    """Run `config` under torchrun; return each process's record (files written, results, final weights)."""
-    record = tmp_path / "record"
-    record.mkdir()
-    (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-         str(WORKER), str(tmp_path / "config.json"), str(record)],
-        capture_output=True, text=True, timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    records = []
-    for rank in range(processes):
-        records.append(json.loads((record / f"rank{rank}.json").read_text()))
-        records[-1]["weights"] = load_file(str(record / f"rank{rank}.safetensors"))
-    return records
-
-
-def config_for(tiny_backbone, tiny_conll, output_dir: Path, **kwargs) -> RunConfig:
-    # 2 x 4 entity types = 8 sentences and a global batch of 8: one optimizer step per epoch, so the order of the
-    # sentences within an epoch cannot matter; no dropout in the head (the backbone is frozen, in eval mode).
-    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=8,
-                    learning_rate=5e-3, output_dir=str(output_dir), progress=False, cache_dtype="float32",
-                    evaluate_test=True, extra={"classifier_dropout": 0.0})
-    return RunConfig(**(defaults | kwargs))
+from .helpers import config_for, launch
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from dwatt.quantization import FullRangeDynamicLinear, full_range_activations_ex
 
 from .conftest import save_tiny_backbone
 from .test_families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
-from .test_prediction import trained_like
+from .helpers import with_random_head as trained_like
 
 pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")
 pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[export]'")

@@ -12,7 +12,7 @@ from dwatt.cli import main
 from dwatt.heads import SharedBackboneHeads
 
 from .conftest import save_tiny_backbone
-from .test_hub import trained_like
+from .helpers import trained_like
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from dwatt.cli import main
 from dwatt.hub import model_card, push_to_hub
 
 from .conftest import run_without_dwatt, save_tiny_backbone
+from .helpers import RecordingApi, trained_like
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM"}
@@ -30,15 +31,6 @@ def inputs():
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0
     return ids, mask
-
-
-def trained_like(model):
-    """Perturb every trainable non-backbone weight, so that a reload that silently re-initialised one would show."""
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if parameter.requires_grad and not name.startswith("dwatt.backbone."):
-                parameter.add_(torch.randn_like(parameter) * 0.05)
-    return model.eval()
 
 
 def stored_keys(folder: Path) -> set[str]:
@@ -186,23 +178,6 @@ def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_de
                                                              fused_layers=layers, num_extra_layers=1)
     card = model_card(model, RESULTS, "someone/dwatt-ner")
     assert f"over the decoder LLM `{tiny_decoder}`" in card and reads in card, card
-
-
-class RecordingApi:
-    """Stands in for huggingface_hub.HfApi at its API boundary and records what the upload would send."""
-
-    def __init__(self, *args, **kwargs):
-        self.calls = []
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", repo_id, kwargs))
-        return type("RepoUrl", (), {"repo_id": repo_id})()
-
-    def upload_folder(self, *, repo_id, folder_path, commit_message, **kwargs):
-        folder = Path(folder_path)
-        files = {p.name: p.read_bytes() for p in folder.iterdir()}
-        self.calls.append(("upload_folder", repo_id, {"files": files, "commit_message": commit_message, **kwargs}))
-        return type("CommitInfo", (), {"commit_url": f"https://hub.invalid/{repo_id}/commit/1"})()
 
 
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):

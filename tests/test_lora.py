@@ -191,7 +191,7 @@ def test_lora_mode_trains_only_the_adapters_fusion_and_head_and_keeps_the_backbo
 
 
 def test_cli_train_in_lora_mode_then_evaluate_predict_and_push(tiny_backbone, tiny_conll, tmp_path, capsys, monkeypatch):
-    from .test_hub import RecordingApi
+    from .helpers import RecordingApi
 
     out = tmp_path / "run"
     assert main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--mode", "lora", "--n-shot", "2",
@@ -218,7 +218,7 @@ def test_cli_train_in_lora_mode_then_evaluate_predict_and_push(tiny_backbone, ti
 def test_a_data_parallel_lora_run_keeps_every_process_in_step(tiny_backbone, tiny_conll, tmp_path):
     """Two processes train one LoRA run (the backbone in train mode, its dropout on, as in FT): the same adapters,
     fusion and head on both, one writer, and a small head-only checkpoint holding the adapters."""
-    from .test_distributed import config_for, launch
+    from .helpers import config_for, launch
 
     ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "lora", mode="lora", evaluate_test=False), tmp_path)
     adapters = [name for name in ranks[0]["weights"] if ".lora_" in name]

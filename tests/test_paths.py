@@ -18,7 +18,7 @@ from dwatt.cli import main
 from dwatt.training import BestDevCallback
 
 from .conftest import write_tiny_datasets
-from .test_hub import RecordingApi
+from .helpers import RecordingApi
 
 AXES = {
     "task": ("ner", "mlm", "cls"),

@@ -15,6 +15,7 @@ from dwatt.data import load_tokenizer
 from dwatt.prediction import classify, fill_masks, length_sorted_batches, predict_tags
 
 from .conftest import DECODER_CORPUS, WORDS, save_tiny_backbone
+from .helpers import with_random_head
 
 SENTENCES = [
     ["peter", "blackburn"],
@@ -23,16 +24,6 @@ SENTENCES = [
     (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[:37],  # windows
     ["lamb", "to", "brussels", "peter"],
 ]
-
-
-def trained_like(model):
-    """Random non-zero heads, so that wrong positions or padding would show in the outputs."""
-    torch.manual_seed(5)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if not name.startswith("dwatt.backbone."):
-                parameter.add_(torch.randn_like(parameter) * 0.3)
-    return model.eval()
 
 
 def short_tokenizer(folder):
@@ -44,7 +35,7 @@ def short_tokenizer(folder):
 @pytest.mark.parametrize("fusion", FUSIONS)
 def test_batched_tags_equal_each_sentence_alone_windows_included(fusion, tiny_backbone):
     torch.manual_seed(0)
-    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=7))
+    model = with_random_head(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=7))
     tokenizer = short_tokenizer(tiny_backbone)
     alone = [predict_tags(model, tokenizer, [words], batch_size=1)[0] for words in SENTENCES]
     for batch_size in (2, 3, 32):
@@ -54,7 +45,7 @@ def test_batched_tags_equal_each_sentence_alone_windows_included(fusion, tiny_ba
 
 def test_batched_tags_on_a_decoder_equal_each_sentence_alone(tiny_decoder):
     torch.manual_seed(0)
-    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=7))
+    model = with_random_head(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=7))
     tokenizer = load_tokenizer(tiny_decoder)
     sentences = [line.split() for line in DECODER_CORPUS]
     alone = [predict_tags(model, tokenizer, [words], batch_size=1)[0] for words in sentences]
@@ -65,7 +56,7 @@ def test_batched_tags_on_a_decoder_equal_each_sentence_alone(tiny_decoder):
 def test_batched_class_probabilities_equal_each_text_alone(backbone, request):
     folder = request.getfixturevalue(backbone)
     torch.manual_seed(0)
-    model = trained_like(DWAttForSequenceClassification.from_backbone(str(folder), num_labels=4))
+    model = with_random_head(DWAttForSequenceClassification.from_backbone(str(folder), num_labels=4))
     tokenizer = load_tokenizer(folder)
     texts = [" ".join(words) for words in SENTENCES] + DECODER_CORPUS
     alone = [classify(model, tokenizer, [text], batch_size=1)[0] for text in texts]
@@ -79,7 +70,7 @@ def test_batched_mask_fills_equal_each_text_alone(tmp_path, tiny_backbone):
     folder = save_tiny_backbone(tmp_path / "mlm", "bert", vocab_size=16)
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
     torch.manual_seed(0)
-    model = trained_like(DWAttForMaskedLM.from_backbone(str(folder)))
+    model = with_random_head(DWAttForMaskedLM.from_backbone(str(folder)))
     tokenizer = load_tokenizer(folder)
     texts = ["peter [MASK]", "eu rejects [MASK] call to boycott british [MASK] lamb", "[MASK]"]
     alone = [fill_masks(model, tokenizer, [text], batch_size=1)[0] for text in texts]
@@ -99,7 +90,7 @@ def test_batches_are_sorted_by_length_and_cut_to_size():
 @pytest.fixture
 def tagger(tiny_backbone, tmp_path):
     torch.manual_seed(0)
-    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=7))
+    model = with_random_head(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=7))
     model.save_pretrained(tmp_path / "model")
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path / "model")
     return tmp_path / "model"
@@ -165,7 +156,7 @@ def checkpoints(tiny_backbone, tmp_path) -> dict:
         ("mlm", DWAttForMaskedLM.from_backbone(str(mlm_backbone))),
     ):
         folders[task] = tmp_path / task
-        trained_like(model).save_pretrained(folders[task])
+        with_random_head(model).save_pretrained(folders[task])
         AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folders[task])
     return folders
 

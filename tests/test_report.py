@@ -439,3 +439,15 @@ def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_s
     # regret on the sample: its choice's test 0.5 against the best test among the candidates' sample choices, 0.5
     assert "+0.00 ± 0.00" in (tables / "regret_few_shot_dev.md").read_text()
     assert "## Chosen as a few-shot user chooses" in report and "a dev set of 128 sentences" in report
+
+
+def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_grid():
+    from dwatt.selection import coverage
+    from dwatt.summaries import runs_frame
+
+    rows = [fair_row("base", 0, rate, 0.5, 0.5, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("concat", 0, rate, 0.5, 0.5) for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("dwatt", 0, 1e-4, 0.5, 0.5)]  # one rate of three so far
+    covered = coverage(runs_frame(rows)).set_index("method")
+    assert covered.loc["DWAtt"].planned_runs == 3 and covered.loc["DWAtt"].complete_trials == 0
+    assert covered.loc["Concat"].complete_trials == 1 and covered.loc["Base (probe)"].planned_runs == 9

@@ -1,0 +1,77 @@
+"""Helpers several test files share (test files import these, never each other)."""
+
+import json
+import subprocess
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from dwatt.training import RunConfig
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def trained_like(model):
+    """Perturb every trainable non-backbone weight, so that a reload that silently re-initialised one would show."""
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if parameter.requires_grad and not name.startswith("dwatt.backbone."):
+                parameter.add_(torch.randn_like(parameter) * 0.05)
+    return model.eval()
+
+
+def with_random_head(model):
+    """Random non-zero heads (seeded), so that wrong positions or padding would show in the outputs."""
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if not name.startswith("dwatt.backbone."):
+                parameter.add_(torch.randn_like(parameter) * 0.3)
+    return model.eval()
+
+
+class RecordingApi:
+    """Stands in for huggingface_hub.HfApi at its API boundary and records what the upload would send."""
+
+    def __init__(self, *args, **kwargs):
+        self.calls = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", repo_id, kwargs))
+        return type("RepoUrl", (), {"repo_id": repo_id})()
+
+    def upload_folder(self, *, repo_id, folder_path, commit_message, **kwargs):
+        folder = Path(folder_path)
+        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        self.calls.append(("upload_folder", repo_id, {"files": files, "commit_message": commit_message, **kwargs}))
+        return type("CommitInfo", (), {"commit_url": f"https://hub.invalid/{repo_id}/commit/1"})()
+
+
+def launch(config: RunConfig, tmp_path: Path, processes: int = 2) -> list[dict]:
+    """Run `config` under torchrun; return each process's record (files written, results, final weights)."""
+    record = tmp_path / "record"
+    record.mkdir()
+    (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+         str(WORKER), str(tmp_path / "config.json"), str(record)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    records = []
+    for rank in range(processes):
+        records.append(json.loads((record / f"rank{rank}.json").read_text()))
+        records[-1]["weights"] = load_file(str(record / f"rank{rank}.safetensors"))
+    return records
+
+
+def config_for(tiny_backbone, tiny_conll, output_dir: Path, **kwargs) -> RunConfig:
+    # 2 x 4 entity types = 8 sentences and a global batch of 8: one optimizer step per epoch, so the order of the
+    # sentences within an epoch cannot matter; no dropout in the head (the backbone is frozen, in eval mode).
+    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=8,
+                    learning_rate=5e-3, output_dir=str(output_dir), progress=False, cache_dtype="float32",
+                    evaluate_test=True, extra={"classifier_dropout": 0.0})
+    return RunConfig(**(defaults | kwargs))
