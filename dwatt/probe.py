@@ -22,7 +22,7 @@ from .tasks import TASKS
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 # What a probe scores on dev and test, by task: the run's own selection metric.
-METRICS = {"ner": ("best_dev_f1", "f1", "F1"), "cls": ("best_dev_accuracy", "accuracy", "accuracy")}
+METRICS = {name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled}
 
 
 @dataclass
@@ -114,7 +114,6 @@ def probe_specs(settings: ProbeSettings):
 
 
 def default_dataset(task: str) -> str:
-
     return TASKS[task].default_dataset
 
 

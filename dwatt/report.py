@@ -45,6 +45,7 @@ from .summaries import (  # noqa: F401  (re-exported: the report's API reads run
     tier_summary,
     without_duplicates,
 )
+from .tasks import TASKS
 
 # The paper's numbers that our README compares against (DWAtt, COLING 2024): Figure 2 at N=128 and 100 epochs,
 # RoBERTa-large, FE; Table 3, WikiText-2 test perplexity, FT.
@@ -344,7 +345,7 @@ DATASET_NAMES = {"conll2003": "CoNLL-03", "ag_news": "AG News"}
 # A difference in each metric, in words; and how each is computed
 METRIC_UNITS = {"F1": "F1", "accuracy": "accuracy points"}
 METRIC_DEFINITIONS = {"F1": "seqeval micro-F1 x 100", "accuracy": "accuracy x 100"}
-DEV_ITEMS = {"F1": "sentences", "accuracy": "texts"}
+DEV_ITEMS = {task.score_name: task.items for task in TASKS.values()}  # what a dev set of each metric holds
 
 
 def coverage_table(covered: pd.DataFrame) -> str:

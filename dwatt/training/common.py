@@ -288,19 +288,26 @@ def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
     return freeze
 
 
+def _dev_subset_ids(dev, config: RunConfig) -> list[int] | None:
+    """The rows of the fixed random `config.dev_sentences` subset of the dev split, or None where it is the whole."""
+    if config.dev_sentences is not None and config.dev_sentences < len(dev):
+        return sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED)
+    return None
+
+
 def dev_subset(dev, config: RunConfig):
     """The dev split, or the fixed random `config.dev_sentences` of it (the same subset for every run and trial)."""
-    if config.dev_sentences is not None and config.dev_sentences < len(dev):
-        return dev.select(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
-    return dev
+    ids = _dev_subset_ids(dev, config)
+    return dev if ids is None else dev.select(ids)
 
 
 def dev_held_out(dev, config: RunConfig):
     """The dev split's examples outside its `config.dev_sentences` subset (`dev_subset`), in their order: a test set
     no choice was made on, for data without a test split; None where the subset is the whole split."""
-    if config.dev_sentences is None or config.dev_sentences >= len(dev):
+    ids = _dev_subset_ids(dev, config)
+    if ids is None:
         return None
-    chosen = set(sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED))
+    chosen = set(ids)
     return dev.select([i for i in range(len(dev)) if i not in chosen])
 
 
