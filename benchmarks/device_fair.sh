@@ -8,10 +8,17 @@
 #   call 1:      bash benchmarks/device_fair.sh receive       (carry .dev1 .whl)
 #   call 2:      bash benchmarks/device_fair.sh run SECONDS   (carry .dev2; both shards side by side, stopped
 #                                                              after SECONDS; the stores come back in $OUT)
-# Then append the rows $OUT's stores hold beyond the committed ones to docs/results/fair-cpu/ (the sweep resumes).
+# Then append the rows $OUT's stores hold beyond the committed ones to $STORES (the sweep resumes).
+# The grid is the fair grid (docs/results/fair-cpu) unless the environment says otherwise: STORES (the store folder),
+# N_SHOTS, SHARDS (one per work unit, a trial of one N, runs side by side best) and EXTRA (more sweep options), e.g.
+#   STORES=docs/results/fair-few-shot-dev N_SHOTS=32 SHARDS=3 EXTRA=--few-shot-dev  for the few-shot dev grid.
+# Each shard runs the fusions that read every layer first, then the probe: those are the costly ones on a CPU.
 set -euo pipefail
 NAME=SmolLM2-135M-Instruct-q4
-STORES=docs/results/fair-cpu
+STORES=${STORES:-docs/results/fair-cpu}
+N_SHOTS=${N_SHOTS:-32,128}
+SHARDS=${SHARDS:-2}
+EXTRA=${EXTRA:-}
 case "${1:?prepare|receive|run SECONDS}" in
   prepare)
     bash benchmarks/device_wheels.sh
@@ -45,13 +52,18 @@ state = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items
 save_file(state, f"models/{sys.argv[1]}/model.safetensors", metadata={"format": "pt"})
 PY
     echo "$(cat .dev2/model.sha256)  models/$NAME/model.safetensors" | sha256sum -c -
-    cp "$STORES"/fair.$NAME.shard-*.jsonl "$OUT"/
-    for SHARD in 1 0; do
-      timeout -s INT "${2:?seconds}" python3 -c "from dwatt.cli import entry; entry()" sweep \
-        --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 \
-        --n-shots 32,128 --epochs 25 --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test \
-        --engine budgets --results "$OUT/fair.$NAME.jsonl" --shard "$SHARD/2" --output-root runs/fair \
-        > "$OUT/shard$SHARD.log" 2>&1 &
+    cp "$STORES"/fair.$NAME.shard-*-of-$SHARDS.jsonl "$OUT"/ 2>/dev/null || true
+    deadline=$((SECONDS + ${2:?seconds}))
+    for ((SHARD = 0; SHARD < SHARDS; SHARD++)); do
+      for FUSIONS in "scalar_mix,concat,dwatt,base_plus_n" "base --probe-layers all"; do
+        left=$((deadline - SECONDS)); [ "$left" -gt 0 ] || break
+        # shellcheck disable=SC2086  # FUSIONS and EXTRA are lists of options
+        timeout -s INT "$left" python3 -c "from dwatt.cli import entry; entry()" sweep \
+          --fusions $FUSIONS --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 \
+          --n-shots "$N_SHOTS" --epochs 25 --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test \
+          --engine budgets --results "$OUT/fair.$NAME.jsonl" --shard "$SHARD/$SHARDS" --output-root runs/fair \
+          $EXTRA >> "$OUT/shard$SHARD.log" 2>&1 || true
+      done &
     done
     wait || true
     tail -n 5 "$OUT"/shard*.log
