@@ -5,6 +5,10 @@
 # (epoch, learning rate, layer) both on the 1000 sentences and on the trial's 128, with each method's selection
 # regret. Same grid as ../fair-cpu/run.sh (its rates, the probe's 3e-2 on MiniLM), its own stores: the runs' own
 # numbers are those of the fair grid's runs, which are left as they are.
+# SmolLM2's grid ran on an H100 (its rows say device cuda), one shard per trial, with
+#   STORES=docs/results/fair-few-shot-dev GRID="--n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000" SHARDS=3 \
+#   EXTRA=--few-shot-dev bash benchmarks/device_fair.sh ...
+# (the same sweep as below with --shard i/3); run here, it resumes that store.
 set -euo pipefail
 # Run from the repository root.
 for BACKBONE in models/all-MiniLM-L6-v2; do
@@ -22,5 +26,14 @@ for BACKBONE in models/all-MiniLM-L6-v2; do
   done
   wait
 done
+NAME=SmolLM2-135M-Instruct-q4
+for SHARD in 0 1 2; do
+  dwatt sweep --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all \
+    --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+    --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+    --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/3" --threads 1 \
+    --output-root runs/fair-few-shot-dev --quiet &
+done
+wait
 dwatt report docs/results/fair-few-shot-dev/fair.*.jsonl --output docs/results/fair-few-shot-dev/report \
   --title "Fair comparison, chosen on 1000 dev sentences and on a few-shot dev sample"
