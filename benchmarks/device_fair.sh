@@ -7,16 +7,19 @@
 #   here, once:  bash benchmarks/device_fair.sh prepare       (fills the git-ignored .dev1/ .dev2/ and .whl/)
 #   call 1:      bash benchmarks/device_fair.sh receive       (carry .dev1 .whl)
 #   call 2:      bash benchmarks/device_fair.sh run SECONDS   (carry .dev2; both shards side by side, stopped
-#                                                              after SECONDS; the stores come back in $OUT)
+#                                                              after SECONDS; the stores and logs come back in
+#                                                              $OUT/stores.tar.gz)
 # Then append the rows $OUT's stores hold beyond the committed ones to $STORES (the sweep resumes).
 # The grid is the fair grid (docs/results/fair-cpu) unless the environment says otherwise: STORES (the store folder),
-# N_SHOTS, SHARDS (one per work unit, a trial of one N, runs side by side best) and EXTRA (more sweep options), e.g.
-#   STORES=docs/results/fair-few-shot-dev N_SHOTS=32 SHARDS=3 EXTRA=--few-shot-dev  for the few-shot dev grid.
+# GRID (the sweep's options that make the grid), SHARDS (one per work unit, a trial of one N, side by side is best)
+# and EXTRA (more sweep options), e.g. for the few-shot dev grid and the AG News grid:
+#   STORES=docs/results/fair-few-shot-dev GRID="--n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000" SHARDS=3 EXTRA=--few-shot-dev
+#   STORES=docs/results/fair-agnews GRID="--preset agnews-fe --n-shots 16,64" SHARDS=6 EXTRA=--few-shot-dev
 # Each shard runs the fusions that read every layer first, then the probe: those are the costly ones on a CPU.
 set -euo pipefail
 NAME=SmolLM2-135M-Instruct-q4
 STORES=${STORES:-docs/results/fair-cpu}
-N_SHOTS=${N_SHOTS:-32,128}
+GRID=${GRID:---n-shots 32,128 --epochs 25 --trials 3 --dev-sentences 1000}
 SHARDS=${SHARDS:-2}
 EXTRA=${EXTRA:-}
 case "${1:?prepare|receive|run SECONDS}" in
@@ -57,15 +60,16 @@ PY
     for ((SHARD = 0; SHARD < SHARDS; SHARD++)); do
       for FUSIONS in "scalar_mix,concat,dwatt,base_plus_n" "base --probe-layers all"; do
         left=$((deadline - SECONDS)); [ "$left" -gt 0 ] || break
-        # shellcheck disable=SC2086  # FUSIONS and EXTRA are lists of options
+        # shellcheck disable=SC2086  # FUSIONS, GRID and EXTRA are lists of options
         timeout -s INT "$left" python3 -c "from dwatt.cli import entry; entry()" sweep \
-          --fusions $FUSIONS --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 \
-          --n-shots "$N_SHOTS" --epochs 25 --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test \
+          --fusions $FUSIONS --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 $GRID --backbones "models/$NAME" --test \
           --engine budgets --results "$OUT/fair.$NAME.jsonl" --shard "$SHARD/$SHARDS" --output-root runs/fair \
           $EXTRA >> "$OUT/shard$SHARD.log" 2>&1 || true
       done &
     done
     wait || true
     tail -n 5 "$OUT"/shard*.log
-    wc -l "$OUT"/*.jsonl ;;
+    wc -l "$OUT"/*.jsonl
+    # At most 8 files come back from $OUT: the stores and logs as one archive (the sweeps' lock files stay behind).
+    (cd "$OUT" && tar -czf stores.tar.gz fair.*.jsonl shard*.log && rm -f fair.*.jsonl shard*.log .*.lock) ;;
 esac

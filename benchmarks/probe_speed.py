@@ -29,7 +29,7 @@ from transformers import AutoConfig
 
 import results_files
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.training import RunConfig, run_ner, run_ner_together
+from dwatt.training import RunConfig, run_ner, run_together
 
 HERE = Path(__file__).resolve().parent
 CONTROL = "one Base run (Trainer)"
@@ -73,10 +73,10 @@ def main(argv: list[str] | None = None) -> int:
 
     settings = {
         CONTROL: lambda: record(CONTROL, [run_ner(config(layers, 5e-5, "trainer"))]),
-        "one Base run (heads engine)": lambda: record("engine", run_ner_together([config(layers, 5e-5, "engine")])),
-        "probe, 1 learning rate": lambda: record("probe", run_ner_together(
+        "one Base run (heads engine)": lambda: record("engine", run_together([config(layers, 5e-5, "engine")])),
+        "probe, 1 learning rate": lambda: record("probe", run_together(
             [config(k, 5e-5, "probe") for k in range(1, layers + 1)])),
-        "probe, 4 learning rates": lambda: record("probe4", run_ner_together(
+        "probe, 4 learning rates": lambda: record("probe4", run_together(
             [config(k, rate, "probe4") for k in range(1, layers + 1) for rate in RATES])),
     }
     # The warm-up round builds the feature cache of every layer (and the remembered model) once, for all settings.

@@ -248,3 +248,28 @@ class ClassificationMetrics:
         logits = logits[0] if isinstance(logits, tuple) else logits
         return classification_scores(np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids),
                                      self.label_names, self.unseen)
+
+    @staticmethod
+    def flat_ids(predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
+        """Predicted ids and labels given batch by batch (lists of `(batch,)` arrays or tensors), joined in order."""
+        join = lambda batches: (np.concatenate([np.asarray(b).reshape(-1) for b in batches]) if len(batches)
+                                else np.zeros(0, np.int64))
+        predicted, labels = join(predicted), join(labels)
+        if predicted.shape != labels.shape:
+            raise ValueError(f"predictions cover {predicted.size} examples but the labels {labels.size}")
+        return predicted, labels
+
+    def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
+        """The scores from predicted ids and labels given batch by batch, as `dwatt.budgets.train_heads` produces them."""
+        return classification_scores(*self.flat_ids(predicted, labels), self.label_names, self.unseen)
+
+    def score_sample(self, predicted: Sequence, labels: Sequence, size: int, seed: int) -> dict[str, float]:
+        """`score_ids` over `size` of the eval set's examples drawn uniformly with `seed` (`sample_sentences`, in
+        scoring order): the same examples for every call on one eval set. A sampled row of a class the model has no
+        output for (labelled -100) counts as an error, its class named "unseen" in the per-class scores."""
+        from .sampling import sample_sentences
+
+        predicted, labels = self.flat_ids(predicted, labels)
+        chosen = sample_sentences(len(labels), min(size, len(labels)), seed)
+        unseen = int((labels[chosen] == -100).sum())
+        return classification_scores(predicted[chosen], labels[chosen], self.label_names, {"unseen": unseen} if unseen else None)

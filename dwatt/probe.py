@@ -3,8 +3,8 @@ Which layer? `dwatt probe`: a Base head on each chosen layer of a frozen backbon
 trained on one feature cache per trial; the layer and rate chosen on dev; a figure of the dev score by layer; and
 the chosen head saved as an ordinary checkpoint that runs the backbone only through its layer.
 
-NER heads of one trial train together (`run_ner_together`, the budgets engine); text-classification heads train one
-after the other with the `Trainer`, each reading its layer out of one cache of every layer (pooled sentence vectors).
+The heads of one trial train together (`run_together`, the budgets engine), each reading its layer out of one cache
+of every probed layer (for text classification, pooled sentence vectors).
 The choice is the (layer, rate) with the best dev score averaged over the trials; each trial's own choice is printed
 beside it, to show how stable it is. The saved head is trial 0's at that choice, trained again alone into its own
 folder (the same seed, sample and cache values give the same head as in the probe), cut at its layer.
@@ -124,14 +124,8 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
 
     specs = probe_specs(settings)
     overrides = settings.overrides()
-    engine = "budgets" if settings.task == "ner" else "trainer"
-    runner = None
-    if settings.task == "cls":  # every head reads its layer out of one cache of all the probed layers' depth
-        deepest = max(int(spec.layers) for spec in specs)
-        runner = _classification_runner(list(range(deepest + 1)))
-    run_sweep(specs, settings.results, settings.output_root, runner=runner, progress=settings.progress, engine=engine,
-              **overrides)
-    rows = ResultsStore(settings.results).finished(specs, overrides, engine)
+    run_sweep(specs, settings.results, settings.output_root, progress=settings.progress, engine="budgets", **overrides)
+    rows = ResultsStore(settings.results).finished(specs, overrides, "budgets")
     outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
@@ -139,15 +133,6 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
                       and (int(spec.layers), spec.learning_rate) == outcome.chosen)
         outcome.model, outcome.saved = save_chosen(chosen, settings, outcome)
     return outcome
-
-
-def _classification_runner(cache_layers: list[int]):
-    def run(config: RunConfig) -> dict:
-        from .training.cls import run_classification
-
-        return run_classification(config, cache_layers=cache_layers)
-
-    return run
 
 
 def choose(task: str, rows: list[dict]) -> ProbeOutcome:
@@ -251,8 +236,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
     from .checkpoints import load_checkpoint
     from .hub import model_card
-    from .training import run_ner_together
-    from .training.cls import run_classification
+    from .training import run_together
 
     folder = settings.folder / "chosen"
     config = spec.run_config(settings.folder, **settings.overrides())
@@ -260,7 +244,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     model_folder = folder / "model"
     results = _finished(config, folder)  # a probe run again keeps the head it saved for the same choice
     if results is None:
-        results = run_ner_together([config])[0] if settings.task == "ner" else run_classification(config)
+        results = run_together([config])[0]
     model, _, _ = load_checkpoint(str(model_folder))
     card = model_card(model, results, heads_only=False, has_tokenizer=True)
     (model_folder / "README.md").write_text(card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n")

@@ -103,9 +103,9 @@ class RunConfig:
         if self.dev_sentences is not None and self.dev_sentences <= 0:
             raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
         task = task_named(self.task)
-        if self.few_shot_dev and (task.score != "f1" or self.n_shot is None):  # a sample of sentences scored by F1
+        if self.few_shot_dev and (not task.trains_together or self.n_shot is None):
             raise ValueError("few_shot_dev: a second choice on a dev sample as large as the training sample is for "
-                             "few-shot NER runs trained together (dwatt sweep --engine budgets)")
+                             "few-shot runs trained together (dwatt sweep --engine budgets), of NER or text classification")
         if self.dataset is None:
             self.dataset = task.default_dataset
         if self.batch_size is None:

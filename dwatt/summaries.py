@@ -125,12 +125,19 @@ def read_layer(row: dict) -> float:
 
 
 def few_shot_dev_columns(chosen: dict | None) -> dict:
-    """A run's choice on its few-shot dev sample as columns: its dev F1 there, the test F1 of that choice, the sample's
-    size (NaN where the run made no such choice)."""
+    """A run's choice on its few-shot dev sample as columns: its dev score there and the test score of that choice
+    (`sample_<score>`, `sample_test_<score>` for each few-shot task's score), the sample's size (NaN where the run
+    made no such choice)."""
     chosen = chosen or {}
-    return {"sample_f1": 100 * chosen["best_f1"] if "best_f1" in chosen else math.nan,
-            "sample_test_f1": 100 * chosen["test_scores"]["f1"] if "f1" in chosen.get("test_scores", {}) else math.nan,
-            "sample_sentences": chosen.get("sentences", math.nan)}
+    columns = {}
+    for task in TASKS.values():
+        if task.few_shot:
+            score = task.score
+            columns[f"sample_{score}"] = 100 * chosen[f"best_{score}"] if f"best_{score}" in chosen else math.nan
+            tested = chosen.get("test_scores", {})
+            columns[f"sample_test_{score}"] = 100 * tested[score] if f"best_{score}" in chosen and score in tested else math.nan
+    columns["sample_sentences"] = next((chosen[task.items] for task in TASKS.values() if task.items in chosen), math.nan)
+    return columns
 
 
 def runs_frame(rows: list[dict]) -> pd.DataFrame:

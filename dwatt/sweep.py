@@ -361,9 +361,9 @@ def reads_one_layer(fusion: str) -> bool:
 
 
 def stackable(spec: RunSpec, engine: str, use_cache: bool = True) -> bool:
-    """Whether `spec` may train with others of its budget group (`budget_group`): FE NER with the feature cache,
-    under any engine but "trainer"."""
-    return engine != "trainer" and spec.task == "ner" and spec.mode == "fe" and use_cache
+    """Whether `spec` may train with others of its budget group (`budget_group`): FE with the feature cache, of a task
+    whose runs train together (`Task.trains_together`), under any engine but "trainer"."""
+    return engine != "trainer" and TASKS[spec.task].trains_together and spec.mode == "fe" and use_cache
 
 
 def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str, ...]:
@@ -379,8 +379,8 @@ def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str
 
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
-    The specs as the groups that train together, each with whether it goes through `run_ner_together`: under the
-    "budgets" engine every FE NER run with the feature cache does, its epoch budgets, learning rates (and a Base
+    The specs as the groups that train together, each with whether it goes through `run_together`: under the
+    "budgets" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates (and a Base
     head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups keep
     the order of their first spec.
     """
@@ -421,9 +421,9 @@ def run_sweep(
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     """
     from .distributed import launched_processes  # here, so that reading a sweep's options imports no torch
-    from .training import run, run_ner_together
+    from .training import run, run_together
 
-    runner, budgets_runner = runner or run, budgets_runner or run_ner_together
+    runner, budgets_runner = runner or run, budgets_runner or run_together
     if launched_processes() > 1:
         raise ValueError(
             "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "

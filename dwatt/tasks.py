@@ -1,6 +1,6 @@
 """The tasks dwatt trains and serves, declared once.
 
-Each `Task` says everything about a task that is a fact rather than a procedure: its model class, how a checkpoint's
+Each `Task` says everything about a task that is a fact rather than a procedure, and where its procedures are: its model class, how a checkpoint's
 config names it, the Hub's pipeline tag and the Auto class a checkpoint loads with, the dataset and batch size a run
 takes when none is given, the rank of its logits, the input the console's hint shows when a run has none of its own,
 what its evaluation items are called, and the score a run is chosen by. Importable without torch or transformers (reading the
@@ -30,17 +30,21 @@ class Task:
     labelled: bool  # its head predicts the labels of its data (not the vocabulary)
     score: str  # the dev score a run is chosen by, as results name it (`best_dev_<score>`, `test_scores[<score>]`)
     score_name: str  # how tables call it
+    procedures: str  # the module of its procedures: `run(config)`, and `prepare_together` where runs train together
+    trains_together: bool  # FE runs of it may train as stacked copies of one head (`dwatt.training.together`)
 
 
 TASKS: dict[str, Task] = {task.name: task for task in (
     Task("ner", "DWAttForTokenClassification", "ForTokenClassification", "token-classification",
          "AutoModelForTokenClassification", "conll2003", 16, 3, "Peter Blackburn visited Brussels .", "sentences", True,
-         True, "f1", "F1"),
+         True, "f1", "F1", "dwatt.training.ner", True),
     Task("mlm", "DWAttForMaskedLM", "ForMaskedLM", "fill-mask", "AutoModelForMaskedLM", "wikitext2", 8, 3,
-         "Paris is the {mask} of France .", "blocks", False, False, "perplexity", "perplexity"),
+         "Paris is the {mask} of France .", "blocks", False, False, "perplexity", "perplexity",
+         "dwatt.training.mlm", False),
     Task("cls", "DWAttForSequenceClassification", "ForSequenceClassification", "text-classification",
          "AutoModelForSequenceClassification", "ag_news", 16, 2,
-         "Stocks rallied after the central bank held interest rates steady .", "texts", True, True, "accuracy", "accuracy"),
+         "Stocks rallied after the central bank held interest rates steady .", "texts", True, True, "accuracy", "accuracy",
+         "dwatt.training.cls", True),
 )}
 
 

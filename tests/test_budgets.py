@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 from dwatt.sweep import batches_of_runs, grid, run_sweep
 from dwatt import RobertaDWAttForTokenClassification
-from dwatt.training import InitialModels, RunConfig, run_ner, run_ner_together
+from dwatt.training import InitialModels, RunConfig, run_ner, run_together
 
 
 def config(tiny_backbone, tiny_conll, folder, **kwargs) -> RunConfig:
@@ -27,9 +27,9 @@ def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_c
     # Dropout is on (classifier, and Base+n's extra layers), several batches per epoch, three budgets.
     budgets = (1, 3, 2)
     make = lambda e, where: config(tiny_backbone, tiny_conll, tmp_path / where / str(e), fusion=fusion, epochs=e, save_model=True)
-    together = run_ner_together([make(e, "together") for e in budgets], vectorize=vectorize)
+    together = run_together([make(e, "together") for e in budgets], vectorize=vectorize)
     for e, joint in zip(budgets, together):
-        (alone,) = run_ner_together([make(e, "alone")], vectorize=vectorize)
+        (alone,) = run_together([make(e, "alone")], vectorize=vectorize)
         assert joint["dev_curve"] == alone["dev_curve"] and len(joint["dev_curve"]) == e
         assert joint["trained_together"] == list(budgets) and alone["trained_together"] == [e]
         mine, theirs = weights(tmp_path / "together" / str(e)), weights(tmp_path / "alone" / str(e))
@@ -51,10 +51,10 @@ def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_ba
     def make(layer, rate, where):
         return config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
                       learning_rate=rate, epochs=2, save_model=True, evaluate_test=True)
-    together = run_ner_together([make(layer, rate, "together") for layer, rate in runs], **ENGINES[engine])
+    together = run_together([make(layer, rate, "together") for layer, rate in runs], **ENGINES[engine])
     curves = set()
     for (layer, rate), joint in zip(runs, together):
-        (alone,) = run_ner_together([make(layer, rate, "alone")], **ENGINES[engine])
+        (alone,) = run_together([make(layer, rate, "alone")], **ENGINES[engine])
         assert joint["dev_curve"] == alone["dev_curve"] and joint["trained_together_runs"] == 6
         assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12)
         mine, theirs = weights(tmp_path / "together" / f"{layer}-{rate}"), weights(tmp_path / "alone" / f"{layer}-{rate}")
@@ -79,7 +79,7 @@ def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll
                        layers=layer, learning_rate=rate, epochs=3, save_model=True, extra={"classifier_dropout": dropout},
                        evaluate_test=True)
                 for layer, rate in runs]
-        results[linear] = run_ner_together(made, linear_probes=linear, vectorize=False)
+        results[linear] = run_together(made, linear_probes=linear, vectorize=False)
     for (layer, rate), fast, model_run in zip(runs, results[True], results[False]):
         assert [p["f1"] for p in fast["dev_curve"]] == pytest.approx([p["f1"] for p in model_run["dev_curve"]], abs=1e-12)
         assert fast["test_scores"] == pytest.approx(model_run["test_scores"], abs=1e-12)
@@ -92,11 +92,11 @@ def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll
 def test_linear_probes_are_refused_where_the_head_is_not_one(tiny_backbone, tiny_conll, tmp_path):
     made = config(tiny_backbone, tiny_conll, tmp_path / "x", fusion="scalar_mix")
     with pytest.raises(ValueError, match="linear_probes: only for a Base token classifier"):
-        run_ner_together([made], linear_probes=True)
+        run_together([made], linear_probes=True)
 
 
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
-    runs = {v: run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
+    runs = {v: run_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
     assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx([p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6)
     mine, theirs = weights(tmp_path / "False"), weights(tmp_path / "True")
     for name in mine:
@@ -109,7 +109,7 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
     # decay, clipping), which must be the Trainer's.
     settings = dict(fusion=fusion, batch_size=64, save_model=True, extra={"classifier_dropout": 0.0})
     trainer = run_ner(config(tiny_backbone, tiny_conll, tmp_path / "trainer", **settings))
-    (budgets,) = run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
+    (budgets,) = run_together([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
     assert trainer["engine"] == "trainer" and budgets["engine"] == "budgets"
     assert [p["step"] for p in trainer["dev_curve"]] == [p["step"] for p in budgets["dev_curve"]] == [1, 2, 3]
     assert [p["f1"] for p in trainer["dev_curve"]] == pytest.approx([p["f1"] for p in budgets["dev_curve"]], abs=1e-9)
@@ -125,14 +125,14 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
 def test_runs_trained_together_must_differ_only_in_their_budget(tiny_backbone, tiny_conll, tmp_path):
     first = config(tiny_backbone, tiny_conll, tmp_path / "a")
     with pytest.raises(ValueError, match=r"may differ only in epochs, learning_rate, output_dir, not in \['fusion'\]"):
-        run_ner_together([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
-    with pytest.raises(ValueError, match="only for NER in the FE mode"):
-        run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
+        run_together([first, config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="concat")])
+    with pytest.raises(ValueError, match="only in the FE mode with the feature cache, for these tasks: ner, cls"):
+        run_together([config(tiny_backbone, tiny_conll, tmp_path / "c", mode="ft")])
 
 
 def test_budgets_with_the_same_epochs_twice_are_refused(tiny_backbone, tiny_conll, tmp_path):
     with pytest.raises(ValueError, match=r"HeadCopy\(epochs=2, learning_rate=0.005, layer=None\) comes twice"):
-        run_ner_together([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
+        run_together([config(tiny_backbone, tiny_conll, tmp_path / str(k), epochs=2) for k in range(2)])
 
 
 def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
@@ -327,9 +327,9 @@ def test_a_few_shot_dev_sample_chooses_its_own_epoch_and_changes_nothing_else(ti
         return [config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion=fusion, layers=layer,
                        learning_rate=rate, epochs=4, evaluate_test=True, few_shot_dev=few_shot_dev)
                 for layer in layers for rate in (5e-3, 5e-2)]
-    plain = run_ner_together(made(False, "plain"))
-    sampled = run_ner_together(made(True, "sampled"))
-    model_path = run_ner_together(made(True, "model"), linear_probes=False, vectorize=False)
+    plain = run_together(made(False, "plain"))
+    sampled = run_together(made(True, "sampled"))
+    model_path = run_together(made(True, "model"), linear_probes=False, vectorize=False)
     for alone, mine, theirs in zip(plain, sampled, model_path):
         assert [p["f1"] for p in mine["dev_curve"]] == [p["f1"] for p in alone["dev_curve"]]
         assert mine["test_scores"] == pytest.approx(alone["test_scores"]) and "few_shot_dev" not in alone

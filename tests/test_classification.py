@@ -247,6 +247,69 @@ def test_test_on_data_without_a_test_split_scores_the_dev_examples_outside_the_d
     assert dev_held_out(split, RunConfig(task="cls", dev_sentences=9)) is None
 
 
+def together_config(backbone, topics, folder, **kwargs):
+    from dwatt.training import RunConfig
+
+    defaults = dict(task="cls", backbone=str(backbone), data_dir=str(topics), n_shot=3, epochs=3, batch_size=4,
+                    dev_sentences=5, evaluate_test=True, output_dir=str(folder), progress=False, cache_dtype="float32",
+                    save_model=True)
+    return RunConfig(**(defaults | kwargs))
+
+
+def head_weights(folder: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return {k: v for k, v in load_file(str(folder / "model" / "model.safetensors")).items() if "backbone" not in k}
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
+@pytest.mark.parametrize("fusion", ["base", "scalar_mix", "dwatt"])
+def test_classification_runs_trained_together_end_as_each_alone(fusion, vectorize, tiny_backbone, tiny_topics, tmp_path):
+    """Text classification on the budgets engine: heads on each layer at two rates (a probe, pooled one-vector
+    caches), or budgets at two rates of a fusion (DWAtt's cache holds every token), trained together as stacked
+    copies, each end as that run alone: dev curve, test scores and weights."""
+    from dwatt.training import run_together
+
+    if fusion == "base":
+        runs = [dict(layers=layer, learning_rate=rate, epochs=2) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
+    else:
+        runs = [dict(epochs=epochs, learning_rate=rate) for epochs in (1, 3) for rate in (5e-3, 5e-2)]
+    name = lambda run: "-".join(str(value) for value in run.values())
+    make = lambda run, where: together_config(tiny_backbone, tiny_topics, tmp_path / where / name(run), fusion=fusion, **run)
+    together = run_together([make(run, "together") for run in runs], vectorize=vectorize)
+    curves = set()
+    for run, joint in zip(runs, together):
+        (alone,) = run_together([make(run, "alone")], vectorize=vectorize)
+        assert joint["engine"] == "budgets" and joint["trained_together_runs"] == len(runs)
+        assert joint["dev_curve"] == alone["dev_curve"] and len(joint["dev_curve"]) == run["epochs"]
+        assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12) and joint["num_test_examples"] == 4
+        mine, theirs = head_weights(tmp_path / "together" / name(run)), head_weights(tmp_path / "alone" / name(run))
+        assert mine.keys() == theirs.keys() and mine
+        for key in theirs:
+            torch.testing.assert_close(mine[key], theirs[key], rtol=0, atol=1e-6, msg=key)
+        curves.add(tuple(float(t.flatten()[0]) for t in mine.values()))
+    assert len(curves) == len(runs)  # every copy went its own way
+
+
+def test_a_classification_run_chooses_on_a_few_shot_dev_sample_too(tiny_backbone, tiny_topics, tmp_path):
+    """few_shot_dev on text classification: the runs' own numbers stay; each also chooses its epoch on a dev sample
+    of as many texts as it trained on, and that choice is scored on test."""
+    from dwatt.training import run, run_together
+
+    made = lambda sampled, where: [together_config(tiny_backbone, tiny_topics, tmp_path / where / str(rate), fusion="concat",
+                                                   learning_rate=rate, epochs=4, few_shot_dev=sampled, save_model=False)
+                                   for rate in (5e-3, 5e-2)]
+    for plain, sampled in zip(run_together(made(False, "plain")), run_together(made(True, "sampled"))):
+        assert [p["accuracy"] for p in sampled["dev_curve"]] == [p["accuracy"] for p in plain["dev_curve"]]
+        assert sampled["test_scores"] == pytest.approx(plain["test_scores"]) and "few_shot_dev" not in plain
+        chosen, curve = sampled["few_shot_dev"], [p["sample_accuracy"] for p in sampled["dev_curve"]]
+        assert chosen["texts"] == sampled["num_train_examples"] == 9  # asked for; the 5 dev texts are all there is
+        assert chosen["best_accuracy"] == max(curve) and "accuracy" in chosen["test_scores"]
+        assert chosen["best_epoch"] == sampled["dev_curve"][curve.index(max(curve))]["epoch"]
+    with pytest.raises(ValueError, match="few_shot_dev: the choice on a few-shot dev sample is made by runs trained together"):
+        run(made(True, "trainer")[0])
+
+
 @pytest.mark.parametrize("vendored", [False, True], ids=["folder", "vendored-ag-news"])
 def test_test_on_data_without_a_test_split_is_refused_before_training(vendored, tiny_backbone, tiny_topics, tmp_path, capsys):
     from dwatt.cli import main
@@ -404,8 +467,8 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
 
 def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_saves_the_chosen_head(tiny_backbone, tiny_topics, tmp_path, capsys):
     """A probe for text classification on TSV files with columns of the user's naming: each head on one layer, read
-    out of one cache of every layer, scores what `dwatt train --fusion base --layers k` alone scores; the chosen head
-    is saved cut at its layer and `dwatt predict` runs it."""
+    out of one cache of every layer, scores what that head trained alone scores; the chosen head is saved cut at its
+    layer and `dwatt predict` runs it."""
     from dwatt.cli import main
 
     data = tmp_path / "data"
@@ -424,11 +487,13 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     best = max(rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
     layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
     assert f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}" in printed
-    alone = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
-    assert main(["train", *options, "--fusion", "base", "--layers", "1", "--lr", "5e-2", "--batch-size", "16",
-                 "--output-dir", str(tmp_path / "alone"), "--no-save", "--quiet"]) == 0
-    trained = json.loads((tmp_path / "alone" / "results.json").read_text())
-    assert [e["accuracy"] for e in trained["dev_curve"]] == [e["accuracy"] for e in alone["dev_curve"]]
+    probed = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
+    from dwatt.training import RunConfig, run_together
+
+    alone = RunConfig(**(probed["config"] | {"output_dir": str(tmp_path / "alone"), "save_model": False,
+                                             "backbone": str(tiny_backbone), "data_dir": str(data)}))
+    (trained,) = run_together([alone])
+    assert probed["engine"] == "budgets" and trained["dev_curve"] == probed["dev_curve"]
     model = tmp_path / "probe" / "chosen" / "model"
     assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
     capsys.readouterr()

@@ -3,11 +3,12 @@
 - `common`: a run's configuration (`RunConfig`), the `Trainer`'s arguments, resuming, the initial models and the
   feature caches remembered across the runs of a sweep, and writing the results;
 - `callbacks`: FE/FT freezing, best-dev tracking, exact losses under data parallelism;
-- `ner`: few-shot NER (the `Trainer`, or several epoch budgets trained together);
+- `ner`: few-shot NER;
 - `mlm`: masked LM on WikiText-2;
-- `cls`: few-shot text classification.
+- `cls`: few-shot text classification;
+- `together`: FE runs of one sample trained together by the budgets engine (NER, text classification).
 
-`run(config)` dispatches on `config.task`.
+`run(config)` runs `config.task`'s procedure (`Task.procedures`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from .common import (
     training_arguments,
 )
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
-from .ner import evaluate_features, load_ner_dataset, run_ner, run_ner_together
+from .ner import load_ner_dataset, run_ner
+from .together import evaluate_features, procedures, run_together
 
 
 def run(config: RunConfig) -> dict:
-    """Dispatch on `config.task`: few-shot NER (`run_ner`), masked LM (`run_mlm`) or text classification
-    (`run_classification`); each validates `config`."""
-    return {"mlm": run_mlm, "cls": run_classification}.get(config.task, run_ner)(config)
+    """One run of `config.task` with the `Trainer`: few-shot NER (`run_ner`), masked LM (`run_mlm`) or text
+    classification (`run_classification`); each validates `config`."""
+    return procedures(config.task).run(config)
 
 
 __all__ = [
@@ -64,7 +66,7 @@ __all__ = [
     "run_classification",
     "run_mlm",
     "run_ner",
-    "run_ner_together",
+    "run_together",
     "trainable_parameter_names",
     "training_arguments",
     "write_json_atomically",

@@ -30,6 +30,7 @@ from .common import (
     ensure_writable,
     feature_caches,
     finish_run,
+    refuse_few_shot_dev,
     run_facts,
     scores_only,
     set_training_mode,
@@ -55,6 +56,7 @@ class ClassificationSetup:
     """Everything a few-shot classification run needs before training. `label_names` are the dataset's classes,
     `model_ids` the dataset ids of the model's (those its training examples hold, in the dataset's order)."""
 
+    config: RunConfig
     backbone: str
     data: object
     label_names: list[str]
@@ -146,9 +148,48 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     else:
         train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
         collator = DataCollatorWithPadding(tokenizer)
-    return ClassificationSetup(backbone, data, label_names, model_ids, train, sampled_ids, dev, tokenizer, model, freeze,
+    return ClassificationSetup(config, backbone, data, label_names, model_ids, train, sampled_ids, dev, tokenizer, model, freeze,
                                cached, train_set, dev_set, collator, cache_seconds,
                                {label: entry["rows"] for label, entry in unseen.items()})
+
+
+def classification_results(setup: ClassificationSetup, config: RunConfig, best: dict, curve: list[dict]) -> dict:
+    """The results of a finished run whose best weights are loaded in `setup.model`."""
+    scores = scores_only(best["metrics"], "eval_")
+    return {
+        "config": asdict(config) | {"backbone": setup.backbone},
+        "task": "cls",
+        "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
+        "pooling": setup.model.config.pooling,
+        "seed": config.seed,
+        "num_train_examples": len(setup.train),
+        "train_pool_size": len(setup.data["train"]),
+        "num_dev_examples": len(setup.dev),
+        "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
+        "example_input": example_input("cls", setup.dev, separator=setup.tokenizer.sep_token),
+        "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
+        "best_dev_accuracy": best["accuracy"],
+        "best_dev_macro_f1": scores["macro_f1"],
+        "best_epoch": best["epoch"],
+        "best_dev_scores": scores,
+        "final_dev_accuracy": curve[-1]["accuracy"],
+        "dev_curve": curve,
+        "unseen_labels": setup.unseen_labels,
+        "cached_features": setup.cached,
+        "cache_seconds": round(setup.cache_seconds, 3),
+    } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | (
+        {"num_test_examples": len(setup.data["test"])} if config.evaluate_test else {})
+
+
+def scored_test_split(setup: ClassificationSetup, cache_layers: list[int] | None = None):
+    """The test split tokenised (and cached for FE, of `cache_layers` for probes), with the metrics that score it."""
+    tokens = setup.tokens(setup.data["test"])
+    if setup.cached:
+        pooled = cache_pooling(setup.config.fusion, setup.model.config.pooling)
+        [test] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {"pooled": pooled}), layers=cache_layers)
+    else:
+        test = model_inputs(tokens)
+    return test, ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))
 
 
 def run_classification(config: RunConfig, cache_layers: list[int] | None = None) -> dict:
@@ -158,6 +199,7 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
     ending with the best epoch's model (by accuracy). Writes `results.json` and the checkpoint like NER runs.
     `cache_layers`: see `prepare_classification`.
     """
+    refuse_few_shot_dev(config)
     started = RunClock()
     setup = prepare_classification(config, cache_layers)
     model = setup.model
@@ -166,41 +208,30 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
         config, model, setup.freeze, best, setup.train_set, setup.dev_set, setup.collator,
         ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
     )
-    scores = scores_only(best.best["metrics"], "eval_")
-    results = {
-        "config": asdict(config) | {"backbone": setup.backbone},
-        "task": "cls",
-        "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
-        "pooling": model.config.pooling,
-        "seed": config.seed,
-        "num_train_examples": len(setup.train),
-        "train_pool_size": len(setup.data["train"]),
-        "num_dev_examples": len(setup.dev),
-        "backbone_layers": model.config.encoder_config.num_hidden_layers,
-        "example_input": example_input("cls", setup.dev, separator=setup.tokenizer.sep_token),
-        "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
-        "best_dev_accuracy": best.best["accuracy"],
-        "best_dev_macro_f1": scores["macro_f1"],
-        "best_epoch": best.best["epoch"],
-        "best_dev_scores": scores,
-        "final_dev_accuracy": best.curve[-1]["accuracy"],
-        "dev_curve": best.curve,
-        "engine": "trainer",
-        "unseen_labels": setup.unseen_labels,
-        "cached_features": setup.cached,
-        "cache_seconds": round(setup.cache_seconds, 3),
-    } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | run_facts(model, train_output.metrics, last_checkpoint)
+    results = classification_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
+    results |= run_facts(model, train_output.metrics, last_checkpoint)
     if config.evaluate_test:
-        results["num_test_examples"] = len(setup.data["test"])
-        tokens = setup.tokens(setup.data["test"])
-        if setup.cached:
-            [test] = feature_caches(model, setup.backbone, config, (tokens, {"pooled": cache_pooling(config.fusion, model.config.pooling)}),
-                                    layers=cache_layers)
-        else:
-            test = model_inputs(tokens)
-        trainer.compute_metrics = ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))
+        test, trainer.compute_metrics = scored_test_split(setup, cache_layers)
         results["test_scores"] = scores_only(trainer.evaluate(test, metric_key_prefix="test"), "test_")
     return finish_run(config, model, setup.tokenizer, results, started)
 
 
-__all__ = ["cache_pooling", "prepare_classification", "run_classification"]
+def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
+    """What runs trained together need of text classification (`dwatt.training.together.TrainedTogether`), for
+    `config` and the layers the group's heads read (`cache_layers`, for probes)."""
+    from .together import TrainedTogether
+
+    setup = prepare_classification(config, cache_layers)
+    return TrainedTogether(
+        setup.model, setup.tokenizer, setup.train_set, setup.dev_set, setup.collator, len(setup.train),
+        ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
+        results=lambda run, best, curve: classification_results(setup, run, best, curve),
+        test=lambda: scored_test_split(setup, cache_layers) if config.evaluate_test else None,
+    )
+
+
+run = run_classification  # the task's entry point (`dwatt.training.run`)
+
+
+__all__ = ["cache_pooling", "classification_results", "prepare_classification", "prepare_together", "run_classification",
+           "scored_test_split"]

@@ -212,6 +212,13 @@ def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dat
     return trainer, train_output, last_checkpoint
 
 
+def refuse_few_shot_dev(config: RunConfig) -> None:
+    """A run of the `Trainer` makes no second choice on a few-shot dev sample: runs trained together do."""
+    if config.few_shot_dev:
+        raise ValueError("few_shot_dev: the choice on a few-shot dev sample is made by runs trained together "
+                         "(dwatt sweep --engine budgets --few-shot-dev), not by the Trainer")
+
+
 def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
     return {
         "resumed_from": Path(last_checkpoint).name if last_checkpoint else None,

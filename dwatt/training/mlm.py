@@ -128,3 +128,6 @@ def run_mlm(config: RunConfig) -> dict:
         test_loss = trainer.evaluate(test_masks, metric_key_prefix="test")["test_loss"]
         results.update(test_loss=test_loss, test_perplexity=math.exp(test_loss))
     return finish_run(config, model, tokenizer, results, started)
+
+
+run = run_mlm  # the task's entry point (`dwatt.training.run`)
