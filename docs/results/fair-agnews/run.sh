@@ -3,19 +3,29 @@
 # {16, 64} examples per class, the agnews-fe protocol (20 epochs, 800 fixed dev examples, 3 trials), every method at
 # each of five peak learning rates: a Base head on every single layer (a probe), ScalarMix, Concat, Base+n and DWAtt,
 # each pooled the model's way (mean on an encoder, the last token on a decoder). The report chooses each method's
-# learning rate (and the best single layer) on dev per trial and reports the test accuracy of that choice. Each
-# backbone's grid runs as two shards side by side, one thread each; a stopped grid resumes where it stopped.
+# learning rate (and the best single layer) on dev per trial, on the 800 texts and on a few-shot dev sample as large
+# as the training sample (--few-shot-dev: 4 x N texts drawn from the 800, another draw each trial), and reports the
+# test accuracy of each choice (test: the 1200 vendored validation texts outside the 800).
+# The runs of one sample train together on the budgets engine. Each work unit (an N and a trial) is its own shard;
+# two run side by side, one thread each; a stopped grid resumes where it stopped.
+# SmolLM2's shards 0 and 1 (N = 16 trial 0, N = 64 trial 0's fusions) ran on an H100 with
+#   STORES=docs/results/fair-agnews GRID="--preset agnews-fe --n-shots 16,64" SHARDS=6 EXTRA=--few-shot-dev \
+#   bash benchmarks/device_fair.sh ...
+# (their rows say device cuda); this script resumes the rest. An earlier start of the MiniLM grid on the Trainer
+# engine, without the few-shot dev choice, is kept in trainer-engine/.
 # The backbones are the folders ../shared/models/fetch.sh writes (minilm, smollm2) under models/.
 set -euo pipefail
 # Run from the repository root.
 RATES=5e-5,3e-4,1e-3,3e-3,1e-2
 for BACKBONE in models/all-MiniLM-L6-v2 models/SmolLM2-135M-Instruct-q4; do
   NAME=$(basename "$BACKBONE")
-  for SHARD in 0 1; do
-    dwatt sweep --preset agnews-fe --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all \
-      --learning-rates "$RATES" --n-shots 16,64 --backbones "$BACKBONE" --test \
-      --results "docs/results/fair-agnews/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 \
-      --output-root runs/fair-agnews --quiet &
+  for WORKER in 0 1; do
+    for SHARD in $((WORKER)) $((WORKER + 2)) $((WORKER + 4)); do
+      dwatt sweep --preset agnews-fe --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all \
+        --learning-rates "$RATES" --n-shots 16,64 --backbones "$BACKBONE" --test --few-shot-dev --engine budgets \
+        --results "docs/results/fair-agnews/fair.$NAME.jsonl" --shard "$SHARD/6" --threads 1 \
+        --output-root runs/fair-agnews --quiet
+    done &
   done
   wait
 done
