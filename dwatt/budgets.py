@@ -62,6 +62,8 @@ class BudgetOutcome:
     # the same, chosen on a second, smaller dev sample (`train_heads(sample_score=...)`), where there is one
     sample_best: dict | None = None
     sample_best_state: dict[str, torch.Tensor] | None = None
+    # the weights at the end of the copy's budget: what a run with no dev set to choose an epoch on keeps
+    final_state: dict[str, torch.Tensor] | None = None
 
 
 def _to(batch: dict, device: torch.device) -> dict:
@@ -349,7 +351,8 @@ def train_heads(
     one layer each as `LinearProbes` (default: wherever they fit), else by running the model (`StackedHeads`).
     `sample_score`: a second scoring of the same dev predictions (a smaller dev sample, as a few-shot user has): each
     curve point also holds its `sample_<metric>`, and each copy keeps its best point and weights by it too
-    (`BudgetOutcome.sample_best`, `sample_best_state`).
+    (`BudgetOutcome.sample_best`, `sample_best_state`). Each copy also keeps its weights at the end of its budget
+    (`BudgetOutcome.final_state`).
     Returns the outcomes in the order of `copies` and timings (`train_seconds`, `eval_seconds`).
     """
     copies = list(copies)
@@ -407,6 +410,8 @@ def train_heads(
             if outcome.best is None or point[metric] > outcome.best[metric]:
                 outcome.best = dict(point, metrics=metrics)
                 outcome.best_state = heads.state(k)
+            if epoch == outcome.epochs:
+                outcome.final_state = heads.state(k)
         finished = time.perf_counter()
         timings["train_seconds"] += evaluated - started
         timings["eval_seconds"] += finished - evaluated

@@ -321,7 +321,8 @@ def test_stacked_adamw_steps_each_copy_as_torch_adamw_with_its_schedule_and_clip
 def test_a_few_shot_dev_sample_chooses_its_own_epoch_and_changes_nothing_else(tiny_backbone, tiny_conll, tmp_path, fusion):
     """With few_shot_dev, each run also chooses its epoch on a dev sample as large as its training sample: the
     run's own curve, choice and test scores stay as they are; the sample's choice is the best of its curve, and its
-    test scores are those of that epoch's weights (linear probes and the model alike)."""
+    test scores are those of that epoch's weights (linear probes and the model alike); the last epoch's weights are
+    scored on test too (the no-dev protocol)."""
     layers = ("1", "3") if fusion == "base" else ("all",)
     def made(few_shot_dev, where, **kwargs):
         return [config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion=fusion, layers=layer,
@@ -338,5 +339,10 @@ def test_a_few_shot_dev_sample_chooses_its_own_epoch_and_changes_nothing_else(ti
         assert chosen["sentences"] == mine["num_train_sentences"] and chosen["best_f1"] == max(curve)
         assert chosen["best_epoch"] == mine["dev_curve"][curve.index(max(curve))]["epoch"]
         assert chosen["test_scores"] == pytest.approx(theirs["few_shot_dev"]["test_scores"], abs=1e-6)
+        # and the weights of the last epoch, which a user with no dev set keeps
+        last = mine["last_epoch"]
+        assert last["epoch"] == 4 and last["test_scores"] == pytest.approx(theirs["last_epoch"]["test_scores"], abs=1e-6)
+        if mine["best_epoch"] == 4:
+            assert last["test_scores"] == pytest.approx(mine["test_scores"], abs=1e-12)
     with pytest.raises(ValueError, match="few_shot_dev: the choice on a few-shot dev sample is made by runs trained together"):
         run_ner(made(True, "trainer")[0])

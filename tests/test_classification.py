@@ -306,6 +306,13 @@ def test_a_classification_run_chooses_on_a_few_shot_dev_sample_too(tiny_backbone
         assert chosen["texts"] == sampled["num_train_examples"] == 9  # asked for; the 5 dev texts are all there is
         assert chosen["best_accuracy"] == max(curve) and "accuracy" in chosen["test_scores"]
         assert chosen["best_epoch"] == sampled["dev_curve"][curve.index(max(curve))]["epoch"]
+        assert sampled["last_epoch"]["epoch"] == 4 and "last_epoch" not in plain
+        if sampled["best_epoch"] == 4:
+            assert sampled["last_epoch"]["test_scores"] == pytest.approx(sampled["test_scores"], abs=1e-12)
+    # one epoch: the last epoch is the chosen one, its weights and test scores the run's own
+    (single,) = run_together([together_config(tiny_backbone, tiny_topics, tmp_path / "one", fusion="concat", epochs=1,
+                                              few_shot_dev=True, save_model=False)])
+    assert single["last_epoch"] == {"epoch": 1, "test_scores": pytest.approx(single["test_scores"], abs=1e-12)}
     with pytest.raises(ValueError, match="few_shot_dev: the choice on a few-shot dev sample is made by runs trained together"):
         run(made(True, "trainer")[0])
 

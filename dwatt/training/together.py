@@ -33,6 +33,7 @@ TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
 # group stopped while scoring test (the slow part on a deep backbone) resumes without training again.
 TRAINED_RECORD = ("dwatt_trained.json", "dwatt_trained.safetensors")
 SAMPLE_PREFIX = "few_shot_dev::"  # the copy's weights at the epoch its few-shot dev sample chose
+FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
 
 
 @dataclass
@@ -115,12 +116,16 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
              "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
     test = parts.test()
     layers = [copy.layer for copy in copies]
-    test_predictions = sample_test_predictions = None  # of every head at once, where they are linear probes
+    # with few_shot_dev, also the weights a user with no dev set keeps: the last epoch's (where the group kept them)
+    no_dev = first.few_shot_dev and test is not None and all(outcome.final_state is not None for outcome in outcomes)
+    test_predictions = sample_test_predictions = final_test_predictions = None  # of every head at once, for probes
     if test is not None and linear_probes is not False and LinearProbes.fits(model, layers, test[0]):
-        test_predictions = LinearProbes.predict(model, [outcome.best_state for outcome in outcomes], layers, test[0])
+        predict = lambda states: LinearProbes.predict(model, states, layers, test[0])
+        test_predictions = predict([outcome.best_state for outcome in outcomes])
         if first.few_shot_dev:
-            sample_test_predictions = LinearProbes.predict(
-                model, [outcome.sample_best_state for outcome in outcomes], layers, test[0])
+            sample_test_predictions = predict([outcome.sample_best_state for outcome in outcomes])
+        if no_dev:
+            final_test_predictions = predict([outcome.final_state for outcome in outcomes])
 
     def test_scores(index: int, state: dict, predictions) -> dict:
         if predictions is not None:
@@ -147,6 +152,9 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
             if test is not None:
                 results["few_shot_dev"]["test_scores"] = test_scores(index, outcome.sample_best_state,
                                                                      sample_test_predictions)
+        if no_dev:
+            results["last_epoch"] = {"epoch": outcome.epochs,
+                                     "test_scores": test_scores(index, outcome.final_state, final_test_predictions)}
         model.load_state_dict(outcome.best_state, strict=False)  # what the run saves
         all_results.append(finish_run(config, model, parts.tokenizer, results, started))
     for config in configs:  # results.json now holds what the record kept
@@ -169,7 +177,9 @@ def save_trained(config: RunConfig, outcome, timings: dict) -> None:
         return
     folder = Path(config.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = dict(outcome.best_state) | {SAMPLE_PREFIX + key: value for key, value in (outcome.sample_best_state or {}).items()}
+    tensors = (dict(outcome.best_state)
+               | {SAMPLE_PREFIX + key: value for key, value in (outcome.sample_best_state or {}).items()}
+               | {FINAL_PREFIX + key: value for key, value in (outcome.final_state or {}).items()})
     save_file({key: value.contiguous() for key, value in tensors.items()}, str(folder / TRAINED_RECORD[1]))
     write_json_atomically(folder / TRAINED_RECORD[0], {"identity": trained_identity(config), "epochs": outcome.epochs,
                                                        "best": outcome.best, "curve": outcome.curve, "timings": timings,
@@ -192,10 +202,11 @@ def load_trained(config: RunConfig):
         state = load_file(str(folder / TRAINED_RECORD[1]))
     except (OSError, ValueError, KeyError, TypeError, SafetensorError):
         return None
-    sample = {key.removeprefix(SAMPLE_PREFIX): value for key, value in state.items() if key.startswith(SAMPLE_PREFIX)}
-    best = {key: value for key, value in state.items() if not key.startswith(SAMPLE_PREFIX)}
+    prefixed = lambda prefix: {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
+    best = {key: value for key, value in state.items() if not key.startswith((SAMPLE_PREFIX, FINAL_PREFIX))}
     return (BudgetOutcome(record["epochs"], record["curve"], record["best"], best, sample_best=record.get("sample_best"),
-                          sample_best_state=sample or None), record["timings"])
+                          sample_best_state=prefixed(SAMPLE_PREFIX) or None, final_state=prefixed(FINAL_PREFIX) or None),
+            record["timings"])
 
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
