@@ -15,7 +15,8 @@ import pandas as pd
 
 from .atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import BEST_LAYER, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid, probe_curve, verdicts
+from .selection import (BEST_LAYER, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid, no_dev_comparison,
+                        probe_curve, verdicts)
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -435,6 +436,31 @@ def few_shot_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
             texts["regret"], texts["fair_comparison"]]
 
 
+def no_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
+    """With no dev set (`selection.no_dev_comparison`): the last layer and every fusion at `dwatt train`'s FE rate,
+    each at its last epoch, where the runs scored it; written to `no_dev.md`."""
+    table = no_dev_comparison(frame)
+    if table.empty:
+        return []
+    metric = table.metric.iloc[0]
+    rows = table.assign(
+        N=table.n_shot.map(lambda n: f"{n:g}"),
+        score=[with_interval(m, c) for m, c in zip(table.test_score, table.test_ci95)],
+        minus=[with_interval(m, c, sign=True) if not pd.isna(m) else "" for m, c in zip(table.minus_last_layer, table.minus_last_layer_ci95)],
+    )
+    text = "".join(
+        f"**{backbone}, {dataset}: test {metric} at the last epoch, learning rate {rate:g}**\n\n"
+        + markdown(group.rename(columns={"score": f"test {metric}", "minus": "− last layer"}),
+                   ["N", "method", f"test {metric}", "− last layer", "trials"]) + "\n"
+        for (backbone, dataset, rate), group in rows.groupby(["backbone", "dataset", "learning_rate"], sort=False))
+    (tables / "no_dev.md").write_text(text)
+    return ["## With no dev set: the last epoch at `dwatt train`'s learning rate\n",
+            "A user with no dev set cannot choose a layer, a learning rate or an epoch: the head on the last layer and "
+            f"each fusion train at `dwatt train`'s FE rate and keep their last epoch's weights. Test {metric}, mean ± 95% "
+            "CI over trials, and the difference to the last layer's, paired by trial (runs of `--few-shot-dev`, which "
+            "score their last epoch too).\n", text]
+
+
 def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:
     """The report of a fair-comparison grid (`dwatt.selection`): every method at its own learning rate, the best
     single layer among all, chosen on dev and scored on test; the probe of every layer; the figure."""
@@ -471,6 +497,7 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
              "## Coverage: the runs the stores hold against the grid their rows span\n", covered,
              f"## A Base head on each layer (test {metric} at the dev-chosen learning rate, mean over trials)\n", probe]
     parts += few_shot_dev_sections(frame, output / "tables")
+    parts += no_dev_sections(frame, output / "tables")
     figures = output / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     figure = figure_probe(frame)

@@ -31,9 +31,10 @@ class RunConfig:
     mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list). `mode="lora"` trains low-rank adapters of
     `lora_rank` on the backbone's `lora_targets` (default: its family's attention projections), scaled by
     `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with `lora_dropout`, beside the fusion and head.
-    `few_shot_dev` (NER runs trained together): each run also chooses its epoch on a dev sample as large as its
-    training sample (that many of the dev sentences, drawn uniformly, seeded by the trial: what a few-shot user holds
-    out), and its test scores are taken for that choice too (`few_shot_dev` in the results)."""
+    `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
+    sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
+    few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
+    for its last epoch's weights (`last_epoch`: what a user with no dev set keeps)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"

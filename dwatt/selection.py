@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 import pandas as pd
 
+from .run_config import FE_LEARNING_RATE
 from .summaries import PROBE_FUSION, confidence_interval
 from .tasks import TASKS
 
@@ -134,6 +135,38 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     return pd.DataFrame.from_records(records)
 
 
+def no_dev_comparison(frame: pd.DataFrame, learning_rate: float = FE_LEARNING_RATE) -> pd.DataFrame:
+    """
+    What a user with no dev set gets, per backbone, dataset, N and method: with nothing to choose on, the head on the
+    last layer and each fusion train at `dwatt train`'s FE learning rate (`learning_rate`) and keep their last
+    epoch's weights; their test score (mean, 95% CI, trials) and the paired difference to the last layer's. From the
+    runs that scored their last epoch (`--few-shot-dev`).
+    """
+    runs = with_methods(frame)
+    if runs.empty:
+        return pd.DataFrame()
+    runs = runs.assign(no_dev_score=[row[f"no_dev_test_{SCORES[row.task][0]}"] for _, row in runs.iterrows()])
+    runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == learning_rate)]
+    records = []
+    for (backbone, dataset, n_shot, epochs), setting in runs.groupby(["backbone", "dataset", "n_shot", "epochs"]):
+        base = setting[setting.fusion == PROBE_FUSION]
+        methods = {LAST_LAYER: base[base.layer == backbone_depth(base)]} if not base.empty else {}
+        methods |= {method: setting[setting.fusion == fusion] for fusion, method in FUSION_METHODS.items()}
+        last = methods.get(LAST_LAYER, pd.DataFrame(columns=["trial", "no_dev_score"])).set_index("trial").no_dev_score
+        for method, mine in methods.items():
+            if mine.empty:
+                continue
+            differences = (mine.set_index("trial").no_dev_score - last).dropna()
+            records.append({
+                "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
+                "metric": mine.metric.iloc[0], "learning_rate": learning_rate, "test_score": mine.no_dev_score.mean(),
+                "test_ci95": confidence_interval(mine.no_dev_score), "trials": len(mine),
+                "minus_last_layer": differences.mean() if method != LAST_LAYER and len(differences) else math.nan,
+                "minus_last_layer_ci95": confidence_interval(differences) if method != LAST_LAYER else math.nan,
+            })
+    return pd.DataFrame.from_records(records)
+
+
 def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     """
     Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
@@ -200,4 +233,4 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "probe_curve", "verdict", "verdicts", "with_methods"]
+           "no_dev_comparison", "probe_curve", "verdict", "verdicts", "with_methods"]

@@ -140,6 +140,14 @@ def few_shot_dev_columns(chosen: dict | None) -> dict:
     return columns
 
 
+def last_epoch_columns(last: dict | None) -> dict:
+    """The test score of a run's weights at the end of its budget (`no_dev_test_<score>`, for each few-shot task's
+    score; NaN where the run did not keep them): what a user with no dev set to choose an epoch on gets."""
+    tested = (last or {}).get("test_scores", {})
+    return {f"no_dev_test_{task.score}": 100 * tested[task.score] if task.score in tested else math.nan
+            for task in TASKS.values() if task.few_shot}
+
+
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
     """One line per run: the setting, the trial, and its scores (F1 x 100, perplexities)."""
     records = []
@@ -178,6 +186,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "test_accuracy": 100 * row["test_scores"]["accuracy"] if "accuracy" in row.get("test_scores", {}) else math.nan,
                 # the same run's choice on a few-shot dev sample (`RunConfig.few_shot_dev`), where it made one
                 **few_shot_dev_columns(row.get("few_shot_dev")),
+                **last_epoch_columns(row.get("last_epoch")),
             }
         )
     frame = pd.DataFrame.from_records(records)
