@@ -16,7 +16,7 @@ from dwatt.cli import main
 from dwatt.quantization import FullRangeDynamicLinear, full_range_activations_exact, quantize_int8
 
 from .conftest import save_tiny_backbone
-from .test_families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
+from .families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
 from .helpers import with_random_head as trained_like
 
 pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")

@@ -118,3 +118,15 @@ def test_importing_the_configuration_by_its_name_registers_the_auto_classes_and_
         "assert mapping[DWAttConfig] is modeling_dwatt.RobertaDWAttForTokenClassification\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
+
+
+def test_no_test_file_imports_another():
+    """Test files share helpers through modules that hold no tests (helpers.py, families.py, conftest.py)."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name} imports {name}" for name in names if name.split(".")[-1].startswith("test_")]
+    assert offenders == []
