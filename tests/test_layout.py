@@ -130,3 +130,31 @@ def test_no_test_file_imports_another():
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             offenders += [f"{path.name} imports {name}" for name in names if name.split(".")[-1].startswith("test_")]
     assert offenders == []
+
+
+EXPERIMENT = ("dwatt.report", "dwatt.summaries", "dwatt.selection", "dwatt.figures")  # results tables and figures
+
+
+def test_the_core_imports_neither_the_experiment_side_nor_matplotlib_nor_pandas_itself():
+    """Training, sweeping, probing and serving load without the report's modules and matplotlib (in a fresh
+    interpreter; the probe draws its figure with a function-level import), and no module outside the experiment
+    side imports pandas itself (HF datasets, which reads the data, still loads it)."""
+    import subprocess
+    import sys
+
+    core = ["dwatt", "dwatt.training", "dwatt.sweep", "dwatt.probe", "dwatt.cli", "dwatt.heads", "dwatt.hub",
+            "dwatt.export", "dwatt.prediction", "dwatt.predict_lines", "dwatt.quantization", "dwatt.onnx_runtime"]
+    code = (f"import importlib, sys\nfor name in {core!r}:\n    importlib.import_module(name)\n"
+            f"print(sorted(m for m in sys.modules if m in {EXPERIMENT!r} or m.split('.')[0] == 'matplotlib'))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent).stdout.strip()
+    assert loaded == "[]"
+    pandas_importers = []
+    for path in PACKAGE.rglob("*.py"):
+        if module_name(path) in EXPERIMENT:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            pandas_importers += [module_name(path) for name in names if name.split(".")[0] == "pandas"]
+    assert pandas_importers == []
