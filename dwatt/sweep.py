@@ -33,7 +33,7 @@ from .atomic import read_text, sha256_of, write_text_atomically
 from .errors import SweepBusyError
 from .portable import backbone_folder, backbone_label, portable_path, portable_results
 from .run_config import NOT_DEFINING, RunConfig
-from .tasks import TASKS
+from .tasks import TASKS, task_named
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
@@ -66,7 +66,7 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         backbone = backbone_label(self.backbone) if self.backbone else "default"
-        size = "" if self.task == "mlm" else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
+        size = "" if not TASKS[self.task].few_shot else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
         options = (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "") + (
             f"/{self.pooling}" if self.pooling is not None else "") + (f"/L{self.layers}" if self.layers is not None else "")
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
@@ -85,7 +85,7 @@ class RunSpec:
             mode=self.mode,
             dataset=self.dataset,
             data_dir=self.data_dir,
-            n_shot=None if self.task == "mlm" else self.n_shot,
+            n_shot=self.n_shot if TASKS[self.task].few_shot else None,
             sampling=self.sampling,
             dev_sentences=self.dev_sentences,
             epochs=self.epochs,
@@ -121,7 +121,7 @@ def grid(
     `learning_rates`: each run at each of them (default: `learning_rate` alone). `probe_layers` (`all`, `every:k`,
     `a-b` or a list, as `--layers`): the Base head once on each of these layers of each backbone, a probe of every
     layer (the runs of one sample train together on one feature cache)."""
-    if task == "mlm":
+    if not task_named(task).few_shot:  # masked LM trains on the whole split
         n_shots = (None,)
     rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
     fusions, modes, n_shots, epochs, datasets, backbones, poolings = (
