@@ -147,13 +147,16 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float = FE_LEARNING_RA
         return pd.DataFrame()
     runs = runs.assign(no_dev_score=[row[f"no_dev_test_{SCORES[row.task][0]}"] for _, row in runs.iterrows()])
     runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == learning_rate)]
+    # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
+    picks = [among.assign(method=method) for _, sample in runs.groupby(SAMPLE, dropna=False)
+             for method, among in candidates(sample) if method != BEST_LAYER]
+    if not picks:
+        return pd.DataFrame()
     records = []
-    for (backbone, dataset, n_shot, epochs), setting in runs.groupby(["backbone", "dataset", "n_shot", "epochs"]):
-        base = setting[setting.fusion == PROBE_FUSION]
-        methods = {LAST_LAYER: base[base.layer == backbone_depth(base)]} if not base.empty else {}
-        methods |= {method: setting[setting.fusion == fusion] for fusion, method in FUSION_METHODS.items()}
-        last = methods.get(LAST_LAYER, pd.DataFrame(columns=["trial", "no_dev_score"])).set_index("trial").no_dev_score
-        for method, mine in methods.items():
+    for (backbone, dataset, n_shot, epochs), setting in pd.concat(picks).groupby(["backbone", "dataset", "n_shot", "epochs"]):
+        last = setting[setting.method == LAST_LAYER].set_index("trial").no_dev_score
+        for method in METHODS:
+            mine = setting[setting.method == method]
             if mine.empty:
                 continue
             differences = (mine.set_index("trial").no_dev_score - last).dropna()
