@@ -39,7 +39,7 @@ case "${1:?prepare|receive|run SECONDS}" in
   receive)
     mkdir -p /tmp/dw && cp .dev1/part.aa /tmp/dw/
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    PYTHONPATH=/tmp/site:$PWD python3 -c "import torch, transformers, dwatt.cli, dwatt.budgets; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
+    PYTHONPATH=/tmp/site:$PWD python3 -c "import torch, transformers, dwatt.cli, dwatt.stacked_heads; print(torch.__version__, transformers.__version__, torch.cuda.get_device_name())"
     nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv ;;
   run)
     export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4

@@ -1,6 +1,6 @@
 """The stacked-copies engine's training throughput as a fraction of the machine's matmul throughput, in one run.
 
-`dwatt.budgets.train_heads` trains copies of an FE head (a grid's learning rates; a probe's layers) on one feature
+`dwatt.stacked_heads.train_heads` trains copies of an FE head (a grid's learning rates; a probe's layers) on one feature
 cache. How much of the machine it uses is what this measures: the floating-point operations of the products
 (matrix multiplications and attention, counted by `torch.utils.flop_counter.FlopCounterMode` on one epoch of the same
 copies) per second of training, against the operations per second of one large matrix product measured in the same
@@ -31,7 +31,7 @@ from transformers import AutoConfig
 
 import results_files
 from grid_speed import random_large_backbone
-from dwatt.budgets import HeadCopy, train_heads
+from dwatt.stacked_heads import HeadCopy, train_heads
 from dwatt.defaults import default_backbone_path
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.training import RunConfig

@@ -1,8 +1,8 @@
 """Wall time of a few-shot FE grid with the feature cache: every epoch budget its own `Trainer` run (the plain
-cached loop, one head at a time) against the budgets of a run trained together (`dwatt.budgets`), in one process.
+cached loop, one head at a time) against the budgets of a run trained together (`dwatt.stacked_heads`), in one process.
 
 The engines run in interleaved rounds, the order rotated, the budgets engine timed twice a round as the noise
-control. Each run goes through `dwatt.sweep.run_sweep` into a results file of its own; the feature and model
+control. Each run goes through `dwatt.experiment.sweep.run_sweep` into a results file of its own; the feature and model
 memos are emptied before each, so both pay for computing the backbone's features once per sample and for building
 each fusion's first model of a trial. The time to build a model with and without the memo is measured on its own. Their dev F1 scores are
 not identical run for run (the batch order is drawn differently) but follow the same protocol: the table gives
@@ -29,7 +29,8 @@ from transformers import AutoTokenizer, BertConfig, BertModel
 import results_files
 from dwatt import training
 from dwatt.defaults import ROBERTA_LARGE_SHAPE, default_backbone_path
-from dwatt.sweep import grid, run_sweep
+from dwatt.experiment.grid import grid
+from dwatt.experiment.sweep import run_sweep
 
 HERE = Path(__file__).resolve().parent
 ENGINES = ("budgets", "trainer")

@@ -8,7 +8,7 @@ in an order rotated from round to round:
   batch size, and `--batch-size 1` (one window or text at a time: the path `dwatt predict` took before batching);
 - the same command with `--quantize int8` (PyTorch's dynamic int8), and on the checkpoint's `dwatt export --quantize
   int8` folder, fp32 and int8 (onnxruntime, which an export folder runs in without importing torch);
-- the same DWAtt model in process, `dwatt.prediction` over all inputs in sorted batches;
+- the same DWAtt model in process, `dwatt.serving.prediction` over all inputs in sorted batches;
 - `transformers.pipeline` ("token-classification" / "text-classification") with `AutoModelFor...` on the same
   backbone (a plain linear head), batch 1 and batch 32, the model loaded beforehand;
 - the pipeline at batch 32 a second time, as if it were another model: its ratio is the measurement's own noise.
@@ -46,7 +46,7 @@ from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.classification_data import load_classification_dataset
 from dwatt.data import load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.prediction import BATCH_SIZE, classify, predict_tags
+from dwatt.serving.prediction import BATCH_SIZE, classify, predict_tags
 
 HERE = Path(__file__).resolve().parent
 TASKS = {"conll": "token-classification", "agnews": "text-classification"}

@@ -34,9 +34,9 @@ from transformers import AutoModelForTokenClassification, pipeline
 import results_files
 from dwatt import DWAttForTokenClassification
 from dwatt.data import load_conll2003, load_tokenizer
-from dwatt.onnx_runtime import load_export
+from dwatt.serving.onnx_runtime import load_export
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.prediction import predict_tags
+from dwatt.serving.prediction import predict_tags
 
 HERE = Path(__file__).resolve().parent
 BASELINE, CONTROL = "pipeline batch 32", "pipeline batch 32 again"

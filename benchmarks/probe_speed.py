@@ -5,7 +5,7 @@ On one few-shot CoNLL-03 sample (N x 4 sentences, a fixed dev subset, the cache 
 timing and shared by every setting, as a sweep shares it), in interleaved rounds with the order rotated, the first
 setting timed twice as the noise control:
 - one Base run on the last layer, as `dwatt train --fusion base` trains it (the `Trainer`);
-- the same run through the heads engine (`dwatt.budgets.train_heads`), alone;
+- the same run through the heads engine (`dwatt.stacked_heads.train_heads`), alone;
 - the probe: a Base head on every layer, one learning rate, trained together (`dwatt probe`, `dwatt sweep
   --probe-layers all`);
 - the probe at four learning rates (every layer x 5e-5, 3e-4, 1e-3, 3e-3).

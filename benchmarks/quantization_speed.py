@@ -4,7 +4,7 @@ On a batch of 32 CoNLL-03 dev sentences (padded to the longest), a DWAtt tagger 
 not depend on its values), timed in interleaved rounds with the order rotated, fp32 timed twice as the noise control:
 - PyTorch fp32;
 - PyTorch's dynamic int8 (`torch.ao.quantization.quantize_dynamic` on the backbone and fusion, as
-  `dwatt.quantization.quantize_int8` does), with 8-bit activations on every linear map (the default where the CPU
+  `dwatt.serving.quantization.quantize_int8` does), with 8-bit activations on every linear map (the default where the CPU
   computes them exactly), and with 7-bit ones and the feed-forward up-projections in fp32 (the fallback);
 - torchao's `Int8DynamicActivationInt8WeightConfig` and `Int8WeightOnlyConfig` (when torchao is installed), eager;
 - onnxruntime on the `dwatt export` graph, fp32 and its int8 quantization (when the export extra is installed).
@@ -29,7 +29,7 @@ import results_files
 from dwatt import DWAttForTokenClassification
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.quantization import quantize_int8
+from dwatt.serving.quantization import quantize_int8
 
 HERE = Path(__file__).resolve().parent
 CONTROL = "PyTorch fp32"
@@ -52,8 +52,8 @@ def torchao_ways(model) -> dict:
 def onnx_ways(checkpoint: Path, folder: Path) -> dict:
     if importlib.util.find_spec("onnxruntime") is None or importlib.util.find_spec("onnxscript") is None:
         return {}
-    from dwatt.export import export_onnx
-    from dwatt.onnx_runtime import OnnxModel
+    from dwatt.serving.export import export_onnx
+    from dwatt.serving.onnx_runtime import OnnxModel
 
     export_onnx(checkpoint, folder, quantize="int8")
     return {"onnxruntime fp32": OnnxModel(folder), "onnxruntime int8": OnnxModel(folder, quantize="int8")}

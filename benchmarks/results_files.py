@@ -15,7 +15,7 @@ import torch
 
 def environment(device: torch.device | None = None) -> dict:
     """The versions and the device; on a CPU also whether its int8 kernels multiply 8-bit activations exactly (VNNI:
-    `dwatt.quantization.full_range_activations_exact`), which decides PyTorch's int8 way and its speed."""
+    `dwatt.serving.quantization.full_range_activations_exact`), which decides PyTorch's int8 way and its speed."""
     cuda = torch.cuda.is_available() if device is None else device.type == "cuda"
     found = {
         "torch": torch.__version__,
@@ -23,7 +23,7 @@ def environment(device: torch.device | None = None) -> dict:
         "device_name": torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
     }
     if not cuda:
-        from dwatt.quantization import full_range_activations_exact
+        from dwatt.serving.quantization import full_range_activations_exact
 
         found["int8_8bit_activations_exact"] = full_range_activations_exact()
     return found

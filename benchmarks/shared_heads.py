@@ -1,4 +1,4 @@
-"""k DWAtt heads served as k separate models against one shared backbone pass (`dwatt.heads.SharedBackboneHeads`).
+"""k DWAtt heads served as k separate models against one shared backbone pass (`dwatt.serving.shared_heads.SharedBackboneHeads`).
 
 For k = 1, 2, 4, 8 head-only DWAtt checkpoints on one backbone (MiniLM by default), one batch of real sentences
 (the first `--batch` of the vendored CoNLL-03 dev split): the latency of running the k checkpoints loaded alone, one
@@ -23,7 +23,7 @@ import torch
 from dwatt import DWAttForTokenClassification
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.heads import SharedBackboneHeads
+from dwatt.serving.shared_heads import SharedBackboneHeads
 from results_files import command, environment, interleaved_timings, write
 
 HERE = Path(__file__).resolve().parent

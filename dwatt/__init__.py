@@ -12,7 +12,7 @@ models, so that the command line and the ONNX runtime start quickly.
 from importlib import import_module
 
 from .auto import register_auto_classes
-from .names import FUSIONS, POOLINGS
+from .choices import FUSIONS, POOLINGS
 
 # Where each lazily loaded public name lives.
 _MODEL_NAMES = {
@@ -22,7 +22,7 @@ _MODEL_NAMES = {
         "RobertaDWAttForMaskedLM", "RobertaDWAttForSequenceClassification", "RobertaDWAttForTokenClassification",
         "count_parameters",
     )},
-    "SharedBackboneHeads": "dwatt.heads",
+    "SharedBackboneHeads": "dwatt.serving.shared_heads",
 }
 
 

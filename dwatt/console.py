@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from .tasks import TASKS
+from .tasks import task_named
 
 VERBOSITIES = ("quiet", "normal", "verbose")
 
@@ -57,43 +57,92 @@ def scores_table(scores: dict, types: list[str], average: str = "micro") -> list
 def headline(results: dict) -> str:
     """The summary's last line: the run's result in one line (all that `--quiet` prints)."""
     where = Path(results["config"]["output_dir"]) / "results.json"
-    if results.get("task") == "cls":
+    return f"{console_of(results).headline(results)}; results in {where}"
+
+
+class RunConsole:
+    """How the console tells a run of one task: its headline and its score tables. Each task's record names its own
+    (`Task.console`)."""
+
+    def headline(self, results: dict) -> str:
+        raise NotImplementedError
+
+    def score_lines(self, results: dict) -> list[str]:
+        return []
+
+
+class TaggingConsole(RunConsole):
+    def headline(self, results: dict) -> str:
+        test = f", test F1 {_percent(results['test_scores']['f1'])}" if "test_scores" in results else ""
+        return (f"best dev F1 {_percent(results['best_dev_f1'])} at epoch {results['best_epoch']:g} "
+                f"(final {_percent(results['final_dev_f1'])}){test}; {results['num_train_sentences']} training sentences, "
+                f"{results['wall_seconds']:.0f} s")
+
+    def score_lines(self, results: dict) -> list[str]:
+        lines = [f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:"]
+        lines += scores_table(results["best_dev_scores"], results.get("entity_types", []))
+        if "test_scores" in results:
+            lines.append("test scores of the best dev model:")
+            lines += scores_table(results["test_scores"], results.get("entity_types", []))
+        return lines
+
+
+class ClassificationConsole(RunConsole):
+    def headline(self, results: dict) -> str:
         test = f", test accuracy {_percent(results['test_scores']['accuracy'])}" if "test_scores" in results else ""
         return (f"best dev accuracy {_percent(results['best_dev_accuracy'])} (macro-F1 "
                 f"{_percent(results['best_dev_macro_f1'])}) at epoch {results['best_epoch']:g}{test}; "
-                f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s; results in {where}")
-    if results.get("task") == "mlm":
+                f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s")
+
+    def score_lines(self, results: dict) -> list[str]:
+        lines = [f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
+                 f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:"]
+        lines += scores_table(results["best_dev_scores"], results["labels"], "macro")
+        if "test_scores" in results:
+            lines.append(f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:")
+            lines += scores_table(results["test_scores"], results["labels"], "macro")
+        return lines
+
+
+class MaskedLMConsole(RunConsole):
+    def headline(self, results: dict) -> str:
         test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
         return (f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
-                f"{results['wall_seconds']:.0f} s; results in {where}")
-    test = f", test F1 {_percent(results['test_scores']['f1'])}" if "test_scores" in results else ""
-    return (f"best dev F1 {_percent(results['best_dev_f1'])} at epoch {results['best_epoch']:g} "
-            f"(final {_percent(results['final_dev_f1'])}){test}; {results['num_train_sentences']} training sentences, "
-            f"{results['wall_seconds']:.0f} s; results in {where}")
+                f"{results['wall_seconds']:.0f} s")
+
+
+def console_of(results: dict) -> RunConsole:
+    return task_named(results.get("task", "ner")).procedure("console")()
 
 
 EXAMPLE_WORDS = 12  # a readable length for the `next` hint's example
 
+# The `next` hint's input, from the run's own evaluation data so that it is in the run's language and task, cut to
+# `EXAMPLE_WORDS` words; None when the split has nothing to show. Each task's run takes its own.
 
-def example_input(task: str, evaluation, mask_token: str | None = None, separator: str | None = None) -> str | None:
-    """
-    The `next` hint's input, from the run's own evaluation data so that it is in the run's language and task: the
-    first sentence (NER: its words), the first text (classification; a pair joined by the tokenizer's
-    `separator`, as `dwatt predict` reads pairs), or the first prose line with its longest word replaced by
-    `mask_token` (masked LM), each cut to `EXAMPLE_WORDS` words. None when the split has nothing to show.
-    """
-    def cut(text) -> str:
-        return " ".join(str(text).split()[:EXAMPLE_WORDS])
 
+def _cut(text) -> str:
+    return " ".join(str(text).split()[:EXAMPLE_WORDS])
+
+
+def first_sentence(evaluation) -> str | None:
+    """NER: the first sentence's words."""
+    return (_cut(" ".join(evaluation[0]["tokens"])) or None) if len(evaluation) else None
+
+
+def first_text(evaluation, separator: str | None = None) -> str | None:
+    """Classification: the first text (a pair joined by the tokenizer's `separator`, as `dwatt predict` reads pairs)."""
     if len(evaluation) == 0:
         return None
     first = evaluation[0]
-    if task == "ner":
-        return cut(" ".join(first["tokens"])) or None
-    if task == "cls":
-        pair = first.get("text_pair")
-        return cut(first["text"]) + (f" {separator} {cut(pair)}" if pair and separator else "")
-    for line in evaluation["text"]:  # masked LM: the first line of prose (WikiText headings are "= ... =")
+    pair = first.get("text_pair")
+    return _cut(first["text"]) + (f" {separator} {_cut(pair)}" if pair and separator else "")
+
+
+def masked_prose_line(evaluation, mask_token: str | None) -> str | None:
+    """Masked LM: the first line of prose (WikiText headings are "= ... =") with its longest word replaced by
+    `mask_token`."""
+    for line in evaluation["text"] if len(evaluation) else []:
         words = line.split()[:EXAMPLE_WORDS]
         candidates = [i for i, word in enumerate(words) if i > 0 and word.isalpha() and len(word) > 3]
         if len(words) >= 6 and not line.lstrip().startswith("=") and candidates and mask_token:
@@ -106,25 +155,12 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     """The lines printed at the end of a run: the scores, where the results and the model are, what to try next,
     and the headline last."""
     output_dir = Path(results["config"]["output_dir"])
-    lines: list[str] = []
-    if results.get("task") == "cls":
-        lines.append(f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
-                     f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:")
-        lines += scores_table(results["best_dev_scores"], results["labels"], "macro")
-        if "test_scores" in results:
-            lines.append(f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:")
-            lines += scores_table(results["test_scores"], results["labels"], "macro")
-    elif results.get("task") != "mlm":
-        best = results["best_dev_scores"]
-        lines.append(f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:")
-        lines += scores_table(best, results.get("entity_types", []))
-        if "test_scores" in results:
-            lines.append("test scores of the best dev model:")
-            lines += scores_table(results["test_scores"], results.get("entity_types", []))
+    lines = console_of(results).score_lines(results)
     lines.append(f"results   {output_dir / 'results.json'}")
     model = output_dir / "model"
     if results["config"].get("save_model", True):
-        example = results.get("example_input") or TASKS[results.get("task", "ner")].example_input.format(mask=mask_token)
+        task = task_named(results.get("task", "ner"))
+        example = results.get("example_input") or task.example_input.format(mask=mask_token)
         lines.append(f"model     {model}")
         lines.append(f"next      dwatt predict {shlex.quote(str(model))} {shlex.quote(example)}")
     else:
@@ -133,4 +169,7 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
     return lines
 
 
-__all__ = ["VERBOSITIES", "example_input", "headline", "quiet_libraries", "scores_table", "summary"]
+__all__ = [
+    "VERBOSITIES", "ClassificationConsole", "MaskedLMConsole", "RunConsole", "TaggingConsole", "console_of", "first_sentence",
+    "first_text", "headline", "masked_prose_line", "quiet_libraries", "scores_table", "summary",
+]

@@ -285,6 +285,15 @@ def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: i
     return blocks
 
 
+def load_ner_dataset(name: str, data_dir: str | None):
+    """An NER dataset by its name: conll2003 (the vendored copy, or `data_dir`'s files) or wikiann:<lang>."""
+    if name == "conll2003":
+        return load_conll2003(data_dir)
+    if name.startswith("wikiann:"):
+        return load_wikiann(name.split(":", 1)[1], data_dir)
+    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
+
+
 def mlm_collator(tokenizer, mlm_probability: float = 0.15):
     """The standard masking collator (80% [MASK], 10% random, 10% kept)."""
     from transformers import DataCollatorForLanguageModeling

@@ -70,7 +70,7 @@ class IOBScorer:
     """
     `entity_scores` on label ids, in numpy: the same numbers (seqeval's default mode: a chunk starts at B-X, at I-X
     after O or after another type, and runs on over I-X), without building tag strings or entity lists in Python.
-    Scoring many heads on one dev split after every epoch (`dwatt.budgets.train_heads`) is where the time would go.
+    Scoring many heads on one dev split after every epoch (`dwatt.stacked_heads.train_heads`) is where the time would go.
     Only for IOB tags (`B-`, `I-`, `O`); `for_names` returns None for any other scheme.
     """
 
@@ -145,7 +145,7 @@ class NERMetrics:
 
     def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
         """The same scores from predicted label ids and labels given batch by batch (lists of `(batch, seq)`
-        arrays or tensors, in the eval set's order), as `dwatt.budgets.train_heads` produces them; in numpy for IOB
+        arrays or tensors, in the eval set's order), as `dwatt.stacked_heads.train_heads` produces them; in numpy for IOB
         tags (`IOBScorer`), through seqeval otherwise."""
         if self.iob is not None:
             return self.iob.scores(*self.flat_ids(predicted, labels))
@@ -260,7 +260,7 @@ class ClassificationMetrics:
         return predicted, labels
 
     def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
-        """The scores from predicted ids and labels given batch by batch, as `dwatt.budgets.train_heads` produces them."""
+        """The scores from predicted ids and labels given batch by batch, as `dwatt.stacked_heads.train_heads` produces them."""
         return classification_scores(*self.flat_ids(predicted, labels), self.label_names, self.unseen)
 
     def score_sample(self, predicted: Sequence, labels: Sequence, size: int, seed: int) -> dict[str, float]:

@@ -8,14 +8,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
-from .names import FUSIONS
+from .choices import FUSIONS
 from .tasks import TASKS, task_named
 
-MODES = ("fe", "ft", "lora")  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
-SAMPLINGS = ("uniform", "per_class", "sentences")
+# The choices of a run's settings, declared once as types; the command line's choices and the checks read them.
+Mode = Literal["fe", "ft", "lora"]  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
+Sampling = Literal["uniform", "per_class", "sentences"]
+CacheDtype = Literal["float16", "bfloat16", "float32"]
+MODES, SAMPLINGS, CACHE_DTYPES = get_args(Mode), get_args(Sampling), get_args(CacheDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
-# of its identity (`dwatt.sweep.run_settings`, `dwatt.summaries.run_identity`).
+# of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
 NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
 
 
@@ -38,11 +42,11 @@ class RunConfig:
 
     backbone: str | None = None
     fusion: str = "dwatt"
-    mode: str = "fe"
+    mode: Mode = "fe"
     dataset: str | None = None
     data_dir: str | None = None
     n_shot: int | None = 16
-    sampling: str = "uniform"
+    sampling: Sampling = "uniform"
     dev_sentences: int | None = None
     epochs: int = 25
     seed: int = 0
@@ -51,7 +55,7 @@ class RunConfig:
     block_size: int = 128
     learning_rate: float = 5e-5
     use_cache: bool = True
-    cache_dtype: str = "float16"
+    cache_dtype: CacheDtype = "float16"
     output_dir: str = "runs/default"
     save_model: bool = True
     evaluate_test: bool = False
@@ -115,7 +119,7 @@ class RunConfig:
             raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
-        if self.cache_dtype not in ("float16", "bfloat16", "float32"):
+        if self.cache_dtype not in CACHE_DTYPES:
             raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
         from .data import is_local_path
 
@@ -123,17 +127,11 @@ class RunConfig:
             raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
 
 
-# `dwatt train`'s peak learning rate for FE heads when --lr is not given. In the fair comparison (CoNLL-03, MiniLM,
-# docs/results/fair-cpu: each method's rate chosen on dev among 5e-5, 3e-4, 1e-3 and 3e-3), 5e-5 was chosen for no
-# method in any trial, and trailed 1e-3 for every method. `RunConfig` itself keeps the paper's 5e-5: the presets and
-# sweeps reproduce the paper, and their run ids rely on it.
-FE_LEARNING_RATE = 1e-3
+def default_learning_rate(mode: str, task: str = "ner") -> float:
+    """`dwatt train`'s learning rate when none is given: the task's FE rate for FE heads (`Task.fe_learning_rate`,
+    as the fair comparisons chose), the paper's 5e-5 for LoRA and FT (which move the backbone). `RunConfig` itself
+    keeps the paper's 5e-5: the presets and sweeps reproduce the paper, and their run ids rely on it."""
+    return task_named(task).fe_learning_rate if mode == "fe" else RunConfig.learning_rate
 
 
-def default_learning_rate(mode: str) -> float:
-    """`dwatt train`'s learning rate when none is given: `FE_LEARNING_RATE` for FE heads, the paper's 5e-5 for LoRA
-    and FT (which move the backbone)."""
-    return FE_LEARNING_RATE if mode == "fe" else RunConfig.learning_rate
-
-
-__all__ = ["FE_LEARNING_RATE", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = ["CACHE_DTYPES", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]

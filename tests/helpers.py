@@ -23,6 +23,15 @@ def trained_like(model):
     return model.eval()
 
 
+def padded_batch(rows: int, length: int, seed: int) -> dict[str, torch.Tensor]:
+    """Random ids in 5..98 with padding in the first row's second half."""
+    torch.manual_seed(seed)
+    ids = torch.randint(5, 99, (rows, length))
+    mask = torch.ones_like(ids)
+    mask[0, length // 2 :] = 0  # padding in the first row
+    return {"input_ids": ids, "attention_mask": mask}
+
+
 def with_random_head(model):
     """Random non-zero heads (seeded), so that wrong positions or padding would show in the outputs."""
     torch.manual_seed(5)

@@ -16,9 +16,9 @@ from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.data import (CONLL_LABELS, DataFormatError, group_texts_for_mlm, load_conll2003, load_tokenizer, load_wikiann,
                         load_wikitext2, read_conll)
-from dwatt.report import load_rows
+from dwatt.experiment.report import load_rows
 from dwatt.sampling import SamplingError, few_shot_split
-from dwatt.sweep import ResultsStore
+from dwatt.experiment.store import ResultsStore
 from dwatt.training import RunConfig, run_ner
 
 from .conftest import ENCODERS, save_tiny_backbone, tiny_config

@@ -356,7 +356,7 @@ def test_head_only_classification_checkpoints_reload_through_remote_code(fusion,
 
 
 def test_classification_rows_make_tables_and_a_figure(tmp_path):
-    from dwatt.report import write_report
+    from dwatt.experiment.report import write_report
 
     rows = []
     for trial in range(2):

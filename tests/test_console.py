@@ -96,7 +96,7 @@ def test_the_next_hint_is_the_runs_own_first_evaluation_example_in_its_language(
 
 
 def test_the_next_hint_of_a_classification_and_a_masked_lm_run_comes_from_their_data(tiny_backbone, tmp_path, capsys):
-    from dwatt.console import example_input
+    from dwatt.console import first_text, masked_prose_line
     from datasets import Dataset
 
     topics = tmp_path / "topics"
@@ -107,19 +107,22 @@ def test_the_next_hint_of_a_classification_and_a_masked_lm_run_comes_from_their_
                  "--epochs", "1", "--output-dir", str(tmp_path / "cls")]) == 0
     assert next_hint(capsys.readouterr().out) == "lamb to brussels"
     lines = ["", " = Heading of an article = ", "eu rejects german call to boycott british lamb says peter blackburn"]
-    assert example_input("mlm", Dataset.from_dict({"text": lines}), mask_token="<mask>") == \
+    assert masked_prose_line(Dataset.from_dict({"text": lines}), "<mask>") == \
         "eu rejects german call to boycott british lamb says peter <mask>"
     pair = Dataset.from_dict({"text": ["a b"], "text_pair": [" ".join(map(str, range(20)))]})
-    assert example_input("cls", pair, separator="[SEP]") == "a b [SEP] " + " ".join(map(str, range(12)))
+    assert first_text(pair, "[SEP]") == "a b [SEP] " + " ".join(map(str, range(12)))
 
 
-@pytest.mark.parametrize("mode, given, used", [("fe", None, 1e-3), ("ft", None, 5e-5), ("lora", None, 5e-5), ("fe", "5e-5", 5e-5)])
-def test_train_s_learning_rate_follows_the_mode_unless_given(tiny_backbone, tiny_conll, tmp_path, monkeypatch, mode, given, used):
-    """FE heads default to the rate the fair comparison chose; LoRA and FT, which move the backbone, to the paper's."""
+@pytest.mark.parametrize("task, mode, given, used", [("ner", "fe", None, 1e-3), ("cls", "fe", None, 3e-4), ("cls", "ft", None, 5e-5),
+                                                    ("ner", "ft", None, 5e-5), ("ner", "lora", None, 5e-5), ("ner", "fe", "5e-5", 5e-5)])
+def test_train_s_learning_rate_follows_the_task_and_mode_unless_given(tiny_backbone, tiny_conll, tmp_path, monkeypatch, task, mode,
+                                                                      given, used):
+    """FE heads default to the rate their task's fair comparison chose; LoRA and FT, which move the backbone, to the
+    paper's."""
     import dwatt.training
 
     seen = {}
     monkeypatch.setattr(dwatt.training, "run", lambda config: seen.setdefault("config", config) and {})
     monkeypatch.setattr("dwatt.console.summary", lambda results: [])
-    train(tiny_backbone, tiny_conll, tmp_path / "run", "--mode", mode, *(["--lr", given] if given else []))
+    train(tiny_backbone, tiny_conll, tmp_path / "run", "--task", task, "--mode", mode, *(["--lr", given] if given else []))
     assert seen["config"].learning_rate == used

@@ -190,7 +190,7 @@ def test_base_plus_n_continues_a_local_global_alternation_by_layer_index(tmp_pat
 
 
 def test_shared_heads_on_a_decoder_equal_each_head_alone(tiny_decoder, tmp_path):
-    from dwatt.heads import SharedBackboneHeads
+    from dwatt.serving.shared_heads import SharedBackboneHeads
 
     folders = {}
     for seed, (cls, fusion) in enumerate(((DWAttForTokenClassification, "dwatt"), (DWAttForSequenceClassification, "concat"))):

@@ -1,23 +1,21 @@
 """Serving on a CPU: every fusion is one graph (torch.export with dynamic batch and sequence, torch.compile with
 fullgraph=True), exports to ONNX with onnxruntime's logits within 1e-4 of PyTorch's on every family, `dwatt export` and
-`dwatt predict` on an export give the PyTorch path's tags, and int8 quantization keeps the head in fp32."""
+`dwatt predict` on an export give the PyTorch path's tags; an export's files are checked and replaced whole."""
 
 import json
 from pathlib import Path
 
 import pytest
 import torch
-from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from transformers import AutoTokenizer
 
 from configuration_dwatt import FUSIONS
-from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification, quantization
+from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.quantization import FullRangeDynamicLinear, full_range_activations_exact, quantize_int8
 
 from .conftest import save_tiny_backbone
 from .families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
-from .helpers import with_random_head as trained_like
+from .helpers import padded_batch, with_random_head as trained_like
 
 pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")
 pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[export]'")
@@ -49,14 +47,6 @@ def family_model(family: str, fusion: str):
     return trained_like(task(config))
 
 
-def padded_batch(rows: int, length: int, seed: int) -> dict[str, torch.Tensor]:
-    torch.manual_seed(seed)
-    ids = torch.randint(5, 99, (rows, length))
-    mask = torch.ones_like(ids)
-    mask[0, length // 2 :] = 0  # padding in the first row
-    return {"input_ids": ids, "attention_mask": mask}
-
-
 @pytest.mark.parametrize("family, fusion", EXPORT_CELLS, ids=["-".join(cell) for cell in EXPORT_CELLS])
 def test_mixture_of_experts_families_trace_with_torch_export_and_dynamic_axes(family, fusion):
     from torch.export import Dim
@@ -77,7 +67,7 @@ def test_mixture_of_experts_families_trace_with_torch_export_and_dynamic_axes(fa
 def test_every_fusion_exports_to_onnx_with_dynamic_axes_and_runs_in_onnxruntime(family, fusion, tmp_path):
     import onnxruntime
 
-    from dwatt.export import graph_inputs, write_onnx
+    from dwatt.serving.export import graph_inputs, write_onnx
 
     if not installed(family):
         pytest.skip(f"this transformers has no {family!r} model")
@@ -241,60 +231,6 @@ def test_sentences_may_follow_the_options(checkpoints, capsys):
         main(["predict", str(checkpoints["ner"]), "peter", "--no-such-option"])
 
 
-@pytest.mark.parametrize("full_range", [True, False], ids=["8-bit-activations", "7-bit-activations"])
-@pytest.mark.parametrize("chosen", [True, False], ids=["chosen", "by-the-probe"])
-def test_int8_quantizes_the_backbone_and_fusion_linear_maps_and_keeps_the_head(tiny_backbone, monkeypatch, full_range,
-                                                                               chosen):
-    monkeypatch.setattr(quantization, "full_range_activations_exact", lambda: full_range)
-    torch.manual_seed(0)
-    model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="dwatt", num_labels=5))
-    batch = padded_batch(2, 7, seed=4)
-    batch["input_ids"] = batch["input_ids"] % 16
-    with torch.no_grad():
-        fp32 = model(**batch).logits
-        quantize_int8(model, full_range if chosen else None)
-        int8 = model(**batch).logits
-    linear = (torch.nn.Linear, dynamic_quantized.Linear)
-    kinds = {name: type(module) for name, module in model.named_modules() if isinstance(module, linear)}
-    up = {name for name in kinds if name.endswith("intermediate.dense")}  # the feed-forward up-projections
-    assert len(up) == 3
-    quantized = FullRangeDynamicLinear if full_range else dynamic_quantized.Linear
-    assert all(kinds[name] is (quantized if full_range else torch.nn.Linear) for name in up)  # fp32 with 7 bits
-    assert all(kind is quantized for name, kind in kinds.items() if name.startswith("dwatt.") and name not in up)
-    assert any(name.startswith("dwatt.fusion.") for name in kinds) and kinds["classifier"] is torch.nn.Linear
-    real = batch["attention_mask"].bool()
-    assert 0 < (int8 - fp32)[real].abs().max() < 0.05 * fp32[real].abs().max()  # int8, and close to fp32
-    with pytest.raises(ValueError, match="takes a DWAtt task model"):
-        quantize_int8(torch.nn.Linear(2, 2))
-
-
-def emulated_linear_dynamic(saturating: bool):
-    """x86 int8 kernels emulated: uint8 activations times int8 weights, the products added in pairs, in 16 bits with
-    saturation (`saturating`, AVX2/AVX-512 without VNNI) or exactly (VNNI), then in 32 bits."""
-    def linear_dynamic(x, packed, reduce_range=False):
-        weight, _ = torch.ops.quantized.linear_unpack(packed)
-        top = 127 if reduce_range else 255
-        scale = max(float(x.max()), 0.0) / top or 1.0
-        products = torch.clamp(torch.round(x / scale), 0, top)[:, None, :] * weight.int_repr().float()[None]
-        pairs = products[..., 0::2] + products[..., 1::2]
-        if saturating:
-            pairs = torch.clamp(pairs, -(2**15), 2**15 - 1)
-        return pairs.sum(-1) * scale * weight.q_per_channel_scales().float()
-    return linear_dynamic
-
-
-@pytest.mark.parametrize("saturating", [True, False])
-def test_the_full_range_probe_tells_a_saturating_kernel_from_an_exact_one(monkeypatch, saturating):
-    unpack = torch.ops.quantized.linear_unpack
-    monkeypatch.setattr(torch.ops.quantized, "linear_unpack", unpack, raising=False)  # kept as it is
-    monkeypatch.setattr(torch.ops.quantized, "linear_dynamic", emulated_linear_dynamic(saturating), raising=False)
-    full_range_activations_exact.cache_clear()
-    try:
-        assert full_range_activations_exact() is not saturating
-    finally:
-        full_range_activations_exact.cache_clear()
-
-
 @pytest.fixture(scope="module")
 def exported_ner(checkpoints, tmp_path_factory):
     """An int8 export of the tiny tagger, copied fresh by each test that damages it."""
@@ -325,7 +261,7 @@ def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves
     def killed(*args, **kwargs):
         raise KeyboardInterrupt  # what a signal does part-way, after the new fp32 graph is written
 
-    monkeypatch.setattr("dwatt.export.quantize_onnx", killed)
+    monkeypatch.setattr("dwatt.serving.export.quantize_onnx", killed)
     with pytest.raises(KeyboardInterrupt):
         main(["export", str(checkpoints["cls"]), str(folder), "--quantize", "int8"])
     assert files_of(folder) == before and [p.name for p in tmp_path.iterdir()] == ["copy"]  # no scratch left
@@ -350,7 +286,7 @@ def test_a_re_export_killed_at_any_point_leaves_the_old_export_or_the_new_one(ch
     import sys
     import time
 
-    from dwatt.onnx_runtime import load_export
+    from dwatt.serving.onnx_runtime import load_export
 
     old = files_of(exported_ner)
     env = dict(os.environ, HF_HUB_OFFLINE="1")

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import configuration_dwatt
-from dwatt import names
+from dwatt import choices
 from fusions_dwatt import FUSION_CLASSES, LayerFusion
 from modeling_dwatt import DWAttModel
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_table_is_the_one_list_of_fusions():
-    assert tuple(FUSION_CLASSES) == configuration_dwatt.FUSIONS == names.FUSIONS
+    assert tuple(FUSION_CLASSES) == configuration_dwatt.FUSIONS == choices.FUSIONS
     for name, fusion in FUSION_CLASSES.items():
         assert issubclass(fusion, LayerFusion) and fusion.name == name
     assert len({fusion.display_name for fusion in FUSION_CLASSES.values()}) == len(FUSION_CLASSES)

@@ -1,5 +1,6 @@
-"""The package's import graph flows one way: no module imports a module that imports it back, and training never
-reaches the serving code (dwatt.heads). Read statically from the sources, function-level imports included."""
+"""The package's import graph flows one way: no module imports a module that imports it back, the core never reaches
+the experiment side (dwatt.experiment) and training never reaches the serving code (dwatt.serving). Read statically
+from the sources, function-level imports included."""
 
 import ast
 from pathlib import Path
@@ -51,8 +52,8 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_reader_sees_relative_and_function_level_imports():
     graph = import_graph()
-    assert "dwatt.auto" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.heads"]
-    assert "dwatt.heads" in graph["dwatt.cli"]  # imported inside a function
+    assert "dwatt.auto" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.serving.shared_heads"]
+    assert "dwatt.serving.shared_heads" in graph["dwatt.cli.predict"]  # imported inside a function
     assert "dwatt.training.callbacks" in graph["dwatt.training.common"]
 
 
@@ -63,18 +64,35 @@ def test_no_module_imports_a_module_that_imports_it_back(module):
     assert not circle, f"{module} imports {circle}, which import {module} back"
 
 
-def test_training_does_not_reach_the_serving_code():
+ROLES = ("dwatt.experiment", "dwatt.serving", "dwatt.cli")  # the packages by role above the core
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_the_core_never_reaches_the_experiment_side_nor_the_serving_code_nor_the_command_line():
+    """The core (models, data, caches, training, the Hub) is what the roles build on; none of it imports them."""
     graph = import_graph()
-    for module in (m for m in graph if m.startswith("dwatt.training")):
-        assert "dwatt.heads" not in reachable(graph, module), module
+    core = [m for m in graph if m != "dwatt" and not any(in_package(m, role) for role in ROLES)]
+    assert "dwatt.training.together" in core and "dwatt.stacked_heads" in core
+    offenders = {m: sorted(r for r in reachable(graph, m) if any(in_package(r, role) for role in ROLES)) for m in core}
+    assert {m: reached for m, reached in offenders.items() if reached} == {}
+
+
+def test_serving_never_reaches_the_experiment_side_nor_training():
+    graph = import_graph()
+    for module in (m for m in graph if in_package(m, "dwatt.serving")):
+        reached = reachable(graph, module)
+        assert not any(in_package(r, "dwatt.experiment") or in_package(r, "dwatt.training") for r in reached), module
 
 
 def test_the_command_line_s_choices_mirror_the_configuration_s():
     import configuration_dwatt
 
-    from dwatt import names
+    from dwatt import choices
 
-    assert (names.FUSIONS, names.POOLINGS) == (configuration_dwatt.FUSIONS, configuration_dwatt.POOLINGS)
+    assert (choices.FUSIONS, choices.POOLINGS) == (configuration_dwatt.FUSIONS, configuration_dwatt.POOLINGS)
 
 
 def test_import_dwatt_and_reading_the_command_line_import_no_torch_and_a_model_name_registers_the_auto_classes():
@@ -132,26 +150,26 @@ def test_no_test_file_imports_another():
     assert offenders == []
 
 
-EXPERIMENT = ("dwatt.report", "dwatt.summaries", "dwatt.selection", "dwatt.figures")  # results tables and figures
+# The experiment side's tables and figures: the only modules that import pandas (and the figures matplotlib).
+TABLES = ("dwatt.experiment.report", "dwatt.experiment.summaries", "dwatt.experiment.selection", "dwatt.experiment.figures")
 
 
-def test_the_core_imports_neither_the_experiment_side_nor_matplotlib_nor_pandas_itself():
-    """Training, sweeping, probing and serving load without the report's modules and matplotlib (in a fresh
-    interpreter; the probe draws its figure with a function-level import), and no module outside the experiment
-    side imports pandas itself (HF datasets, which reads the data, still loads it)."""
+def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_import_pandas():
+    """Training, sweeping, probing, serving and the command line load without the report's tables and matplotlib (in
+    a fresh interpreter; the probe draws its figure with a function-level import), and no module but the tables
+    imports pandas itself (HF datasets, which reads the data, still loads it)."""
     import subprocess
     import sys
 
-    core = ["dwatt", "dwatt.training", "dwatt.sweep", "dwatt.probe", "dwatt.cli", "dwatt.heads", "dwatt.hub",
-            "dwatt.export", "dwatt.prediction", "dwatt.predict_lines", "dwatt.quantization", "dwatt.onnx_runtime"]
-    code = (f"import importlib, sys\nfor name in {core!r}:\n    importlib.import_module(name)\n"
-            f"print(sorted(m for m in sys.modules if m in {EXPERIMENT!r} or m.split('.')[0] == 'matplotlib'))")
+    running = sorted(m for m in import_graph() if m not in TABLES and not m.endswith(".__main__"))
+    code = (f"import importlib, sys\nfor name in {running!r}:\n    importlib.import_module(name)\n"
+            f"print(sorted(m for m in sys.modules if m in {TABLES!r} or m.split('.')[0] == 'matplotlib'))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                             cwd=PACKAGE.parent).stdout.strip()
     assert loaded == "[]"
     pandas_importers = []
     for path in PACKAGE.rglob("*.py"):
-        if module_name(path) in EXPERIMENT:
+        if module_name(path) in TABLES:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)

@@ -9,7 +9,7 @@ from transformers import BertTokenizerFast
 import dwatt.training
 from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.prediction import predict_tags
+from dwatt.serving.prediction import predict_tags
 from dwatt.data import CONLL_LABELS, ner_features, tokenize_and_align
 from dwatt.metrics import NERMetrics, entity_scores, reassemble
 from dwatt.training import RunConfig, run_ner

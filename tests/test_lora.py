@@ -139,7 +139,7 @@ def test_square_conv1d_projections_of_gpt2_merge_in_their_own_layout(tmp_path):
 
 
 def test_lora_refusals_name_the_reason(backbone, tmp_path):
-    from dwatt.heads import SharedBackboneHeads
+    from dwatt.serving.shared_heads import SharedBackboneHeads
 
     torch.manual_seed(0)
     model = adapted(DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3))

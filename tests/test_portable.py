@@ -66,7 +66,9 @@ def test_portable_paths(tmp_path, monkeypatch, minilm_path):
 
 
 def test_a_sweep_row_and_a_runs_results_json_name_no_machine_folder(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
-    from dwatt.sweep import ResultsStore, grid, run_sweep
+    from dwatt.experiment.store import ResultsStore
+    from dwatt.experiment.grid import grid
+    from dwatt.experiment.sweep import run_sweep
 
     work = tmp_path / "repo"
     work.mkdir()

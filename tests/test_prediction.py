@@ -12,7 +12,7 @@ from configuration_dwatt import FUSIONS
 from dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.data import load_tokenizer
-from dwatt.prediction import classify, fill_masks, length_sorted_batches, predict_tags
+from dwatt.serving.prediction import classify, fill_masks, length_sorted_batches, predict_tags
 
 from .conftest import DECODER_CORPUS, WORDS, save_tiny_backbone
 from .helpers import with_random_head
@@ -97,19 +97,19 @@ def tagger(tiny_backbone, tmp_path):
 
 
 def test_cli_predict_writes_in_input_order_streaming_chunk_by_chunk(tagger, tmp_path, monkeypatch, capsys):
-    import dwatt.prediction
+    import dwatt.serving.prediction
 
     lines = [" ".join(SENTENCES[i % len(SENTENCES)][: 1 + i % 7]) for i in range(40)]
     (tmp_path / "in.txt").write_text("\n".join(lines[:20]) + "\n\n" + "\n".join(lines[20:]) + "\n")
-    monkeypatch.setattr("dwatt.cli.CHUNK_BATCHES", 2)  # chunks of 2 batches of 4 lines
+    monkeypatch.setattr("dwatt.cli.predict.CHUNK_BATCHES", 2)  # chunks of 2 batches of 4 lines
     calls, written_after = [], []
-    original = dwatt.prediction.predict_tags
+    original = dwatt.serving.prediction.predict_tags
 
     def counting(*args, **kwargs):
         calls.append(len(args[2]))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("dwatt.prediction.predict_tags", counting)
+    monkeypatch.setattr("dwatt.serving.prediction.predict_tags", counting)
 
     class Recording(io.StringIO):
         def write(self, text):

@@ -69,7 +69,7 @@ def readme_blocks() -> dict[str, str]:
 def test_committed_report_and_readme_tables_are_generated_from_the_committed_results(tmp_path):
     import pandas as pd
 
-    from dwatt.report import write_report
+    from dwatt.experiment.report import write_report
 
     write_report(sorted((README.parent / "docs" / "results").glob("*/results*.jsonl")), tmp_path, title="check")
     for table in sorted(REPORT_TABLES.glob("*.csv")):  # numbers to rounding: another scipy may differ in the last digit

@@ -6,8 +6,8 @@ import math
 import pandas as pd
 import pytest
 
-from dwatt.figures import FIGURES, draw_all
-from dwatt.report import confidence_interval, load_rows, runs_frame, tier, write_report
+from dwatt.experiment.figures import FIGURES, draw_all
+from dwatt.experiment.report import confidence_interval, load_rows, runs_frame, tier, write_report
 
 T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of freedom (from tables)
 
@@ -61,7 +61,7 @@ def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tab
     grid = [ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt") + n / 1000) for f in ("base_plus_n", "dwatt") for n in (8, 32, 128) for t in range(2)]
     side = [ner_row(f, n, 8, 0, 0.9, mode=mode) | {"num_dev_sentences": 500} for f in ("base_plus_n", "dwatt") for n in (8, 128) for mode in ("fe", "ft")]
     frame = runs_frame(grid + side)
-    from dwatt.report import conll_fe_grid, headline_budget, paper_comparison
+    from dwatt.experiment.report import conll_fe_grid, headline_budget, paper_comparison
 
     assert len(conll_fe_grid(frame)) == len(grid) and headline_budget(conll_fe_grid(frame)) == 4
     assert "| +20.00 ± 0.00 | small, N=128, 4 epochs, 2 trials |" in paper_comparison(frame)  # not the side's 0.00
@@ -79,7 +79,7 @@ def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_fi
     rows = [ner_row(f, n, 4, t, 0.3 + 0.1 * t + 0.05 * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for n in (8, 128) for t in range(3)]
     rows += [ner_row(f, 128, 9, t, 0.2 * t + gains[t] * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for t in range(3)]
     rows += [ner_row("dwatt", 128, 9, 3, 0.9)]  # a trial without its Base+n run has no pair
-    from dwatt.report import paper_comparison
+    from dwatt.experiment.report import paper_comparison
 
     comparison = paper_comparison(runs_frame(rows))
     assert "| +5.00 ± 0.00 | small, N=128, 4 epochs, 3 trials |" in comparison  # Figure 2's budget (most N values)
@@ -91,7 +91,7 @@ def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_fi
 
 
 def test_budgets_run_at_the_largest_n_only_are_drawn_against_the_budget():
-    from dwatt.figures import figure_budgets
+    from dwatt.experiment.figures import figure_budgets
 
     rows = [ner_row(f, n, 4, t, 0.3) for f in ("concat", "dwatt") for n in (8, 32, 128) for t in range(2)]
     rows += [ner_row(f, 128, e, t, 0.4) for f in ("concat", "dwatt") for e in (9, 12) for t in range(2)]
@@ -183,7 +183,7 @@ def test_a_backbone_run_only_in_the_depth_grid_stays_out_of_the_paper_s_figures_
     depth = [ner_row(f, n, 25, 0, 0.3 + 0.1 * (f == "dwatt"), backbone="/m/llm") | {"num_dev_sentences": 1000}
              for f in ("concat", "dwatt") for n in (8, 128)]
     frame = runs_frame(grid + depth)
-    from dwatt.report import conll_fe_grid, fusion_gains, paper_comparison
+    from dwatt.experiment.report import conll_fe_grid, fusion_gains, paper_comparison
 
     assert set(conll_fe_grid(frame).backbone) == {"small"}
     assert "llm" not in paper_comparison(frame)
@@ -202,7 +202,7 @@ def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
             for m, trials in (("fe", 3), ("lora", 1), ("ft", 2)) for t in range(trials)]
     rows += [ner_row("base", 8, 50, t, 0.1, mode=m) | {"num_dev_sentences": 500} for m in ("fe", "ft") for t in range(2)]
     rows += [ner_row("dwatt", 8, 25, 0, 0.5)]  # FE alone at another budget: nothing to compare
-    from dwatt.report import mode_comparison
+    from dwatt.experiment.report import mode_comparison
 
     table = mode_comparison(runs_frame(rows)).splitlines()
     assert table[0] == "**CoNLL-03 dev F1 by training mode, small, 50 epochs, dev 500 sentences**"
@@ -279,14 +279,14 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
 
 
 def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_excludes_zero():
-    from dwatt.selection import verdict
+    from dwatt.experiment.selection import verdict
 
     assert verdict(2.0, 1.5) == "beats" and verdict(-2.0, 1.5) == "trails"
     assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "one trial"
 
 
 def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
-    from dwatt.report import fair_answer
+    from dwatt.experiment.report import fair_answer
 
     table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4,
                           "method": ["best single layer", "last layer", "DWAtt", "Concat"],
@@ -299,9 +299,23 @@ def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
     assert "chosen on a dev set of 1000 sentences (m at" in fair_answer(table.assign(dev_sentences=1000.0))
 
 
+def test_the_fair_answer_says_where_the_last_layer_trails_and_where_its_interval_spans_0():
+    from dwatt.experiment.report import fair_answer
+
+    table = pd.DataFrame({"backbone": ["m", "m", "m", "m"], "dataset": ["ag_news"] * 4, "n_shot": [16, 16, 64, 64],
+                          "method": ["best single layer", "last layer"] * 2,
+                          "minus_best_layer": [math.nan, 0.75, math.nan, -5.0], "minus_best_layer_ci95": [math.nan, 4.73, math.nan, 1.0],
+                          "metric": ["accuracy"] * 4})
+    assert fair_answer(table).endswith("the last layer trails the best one in 1 of 2 settings by 5.0 accuracy points, and it is "
+                                       "level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 accuracy points).\n")
+    level = table[table.n_shot == 16]
+    assert fair_answer(level).endswith("the last layer is level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 "
+                                       "accuracy points).\n")
+
+
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
-    from dwatt.selection import chosen_on_dev, with_methods
-    from dwatt.summaries import runs_frame
+    from dwatt.experiment.selection import chosen_on_dev, with_methods
+    from dwatt.experiment.summaries import runs_frame
 
     rows = [fair_row("base", 0, rate, 0.5 + 0.1 * layer, 0.5, layer) for layer in (1, 2) for rate in (1e-4, 1e-3)]
     picks = chosen_on_dev(with_methods(runs_frame(rows)))  # the backbone has 3 layers; layer 2 is not its last
@@ -312,9 +326,9 @@ def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
 
 
 def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
-    from dwatt.report import fair_table
-    from dwatt.selection import fair_comparison
-    from dwatt.summaries import runs_frame
+    from dwatt.experiment.report import fair_table
+    from dwatt.experiment.selection import fair_comparison
+    from dwatt.experiment.summaries import runs_frame
 
     rows = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.5, layer) for trial in range(2) for layer in (1, 2, 3)
             for rate in (1e-4, 1e-3, 1e-2)]
@@ -354,7 +368,7 @@ def test_a_report_that_fails_leaves_the_earlier_report_byte_for_byte(tmp_path, b
 
         def no_room(*args, **kwargs):
             raise OSError(28, "no room left")
-        monkeypatch.setattr("dwatt.report.draw_all", no_room)
+        monkeypatch.setattr("dwatt.experiment.report.draw_all", no_room)
     paths = [str(tmp_path / "nope.jsonl") if bad == "missing store" else str(store)]
     assert main(["report", *paths, "--output", str(output)]) == 2
     import re
@@ -369,7 +383,7 @@ def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypa
 
     from dwatt.cli import main
 
-    for name in [name for name in sys.modules if name == "dwatt.report" or name.startswith(("matplotlib", "dwatt.figures"))]:
+    for name in [name for name in sys.modules if name == "dwatt.experiment.report" or name.startswith(("matplotlib", "dwatt.experiment.figures"))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
     assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
@@ -466,8 +480,8 @@ def test_with_no_dev_set_the_report_takes_the_last_epoch_at_dwatt_train_s_rate(t
 
 
 def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_grid():
-    from dwatt.selection import coverage
-    from dwatt.summaries import runs_frame
+    from dwatt.experiment.selection import coverage
+    from dwatt.experiment.summaries import runs_frame
 
     rows = [fair_row("base", 0, rate, 0.5, 0.5, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3, 1e-2)]
     rows += [fair_row("concat", 0, rate, 0.5, 0.5) for rate in (1e-4, 1e-3, 1e-2)]

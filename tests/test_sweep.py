@@ -9,8 +9,10 @@ import time
 
 import pytest
 
-from dwatt.summaries import comparable
-from dwatt.sweep import PAPER_FUSIONS, PRESETS, ResultsStore, grid, run_sweep
+from dwatt.experiment.summaries import comparable
+from dwatt.experiment.grid import PAPER_FUSIONS, PRESETS, grid
+from dwatt.experiment.store import ResultsStore
+from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig, run_ner
 
 
@@ -47,7 +49,7 @@ def test_store_rewrites_atomically_and_names_a_bad_line(tmp_path):
 
 
 def test_sweep_skips_finished_runs(tmp_path):
-    from dwatt.sweep import widest_first
+    from dwatt.experiment.grid import widest_first
 
     calls = []
 
@@ -66,7 +68,7 @@ def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):
     from filelock import FileLock
 
     from dwatt.cli import main
-    from dwatt.sweep import SweepBusyError
+    from dwatt.errors import SweepBusyError
 
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
     with FileLock(tmp_path / ".r.jsonl.lock"):  # what a running sweep holds
@@ -126,7 +128,7 @@ def test_same_seed_gives_identical_results_and_other_seeds_other_samples(tiny_ba
 
 @pytest.mark.parametrize("preset, count", [("conll-fe", 4), ("conll-fe", 25), ("conll-fe-vs-ft", 3), ("wikiann-tiers", 7), ("smoke", 1)])
 def test_shards_cover_the_grid_exactly_once_and_keep_each_sample_whole(preset, count):
-    from dwatt.sweep import shard, work_unit
+    from dwatt.experiment.grid import shard, work_unit
 
     specs = grid(**PRESETS[preset])
     shards = [shard(specs, index, count) for index in range(count)]
@@ -141,7 +143,8 @@ def test_shards_cover_the_grid_exactly_once_and_keep_each_sample_whole(preset, c
 
 
 def test_shard_arguments_are_checked():
-    from dwatt.sweep import parse_shard, shard, shard_results_path
+    from dwatt.experiment.grid import parse_shard, shard
+    from dwatt.experiment.store import shard_results_path
 
     assert parse_shard("0/4") == (0, 4) and parse_shard("3/4") == (3, 4)
     for bad in ("4/4", "-1/4", "1/0", "1", "a/b", "1/2/3"):
@@ -164,7 +167,7 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     from pathlib import Path
 
     from dwatt.cli import main
-    from dwatt.report import write_report
+    from dwatt.experiment.report import write_report
 
     command = ["sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "2,3", "--trials", "2",
                "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--cache-dtype", "float32",
@@ -287,7 +290,8 @@ def test_committed_stores_read_as_todays_runs():
     is on this machine; a clone without the weights (CI) checks the rest of the identity."""
     from pathlib import Path
 
-    from dwatt.sweep import RunSpec, differences, requested_settings, row_settings, same_run
+    from dwatt.experiment.grid import RunSpec
+    from dwatt.experiment.store import differences, requested_settings, row_settings, same_run
 
     stores = sorted(Path(__file__).parents[1].glob("docs/results/**/*.jsonl"))
     assert len(stores) >= 10
@@ -322,3 +326,14 @@ def test_a_store_row_of_another_shape_is_named(tmp_path, line, named):
     store.write_text('{"run_id": "a"}\n' + line + "\n")
     with pytest.raises(ValueError, match=named):
         ResultsStore(store).rows()
+
+
+def test_a_spec_names_its_run_with_the_config_s_own_fields_and_its_trial():
+    """RunConfig owns what a run's settings mean and their defaults; a spec adds only the trial (its seed)."""
+    from dataclasses import fields
+
+    from dwatt.experiment.grid import SHARED_WITH_CONFIG, RunSpec
+
+    assert {f.name for f in fields(RunSpec)} - set(SHARED_WITH_CONFIG) == {"trial"}
+    config = RunSpec("dwatt", "fe", None, 3, 2, "wikitext2", task="mlm", learning_rate=None).run_config("runs")
+    assert (config.n_shot, config.seed, config.learning_rate) == (None, 2, RunConfig().learning_rate)

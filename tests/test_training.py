@@ -269,7 +269,7 @@ def test_runs_of_one_process_share_backbone_features_and_agree_with_fresh_ones(t
 
 
 def test_a_run_reading_fewer_layers_takes_them_from_a_remembered_cache_of_more(tiny_backbone, tiny_conll, tmp_path):
-    from dwatt.sweep import grid, widest_first
+    from dwatt.experiment.grid import grid, widest_first
     from dwatt.training import FEATURE_MEMO
 
     FEATURE_MEMO.clear()

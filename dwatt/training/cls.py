@@ -13,7 +13,7 @@ from fusions_dwatt import FUSION_CLASSES
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
 from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
-from ..console import example_input
+from ..console import first_text
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
@@ -166,7 +166,7 @@ def classification_results(setup: ClassificationSetup, config: RunConfig, best: 
         "train_pool_size": len(setup.data["train"]),
         "num_dev_examples": len(setup.dev),
         "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
-        "example_input": example_input("cls", setup.dev, separator=setup.tokenizer.sep_token),
+        "example_input": first_text(setup.dev, setup.tokenizer.sep_token),
         "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
         "best_dev_accuracy": best["accuracy"],
         "best_dev_macro_f1": scores["macro_f1"],

@@ -15,7 +15,7 @@ from transformers import (
 
 from modeling_dwatt import RobertaDWAttForMaskedLM
 
-from ..console import example_input
+from ..console import masked_prose_line
 from ..data import (
     group_texts_for_mlm,
     load_tokenizer,
@@ -81,6 +81,16 @@ def evaluate_mlm(model, tokenizer, data_dir: str | None, split: str, block_size:
     return {"split": split, "blocks": count, "loss": loss, "perplexity": math.exp(loss)}
 
 
+def score_checkpoint(model, tokenizer, *, data_dir: str | None, split: str, block_size: int, seed: int, **_) -> dict:
+    """`dwatt evaluate` on a masked-LM checkpoint (the task's `scorer`): `evaluate_mlm` on the WikiText-2 files of
+    `data_dir`. An ONNX export gives logits, not the loss a perplexity needs, and is refused."""
+    if getattr(model, "takes_arrays", False):
+        raise ValueError("an ONNX export of a masked LM gives logits, not the loss its perplexity needs; score its checkpoint")
+    if data_dir is None:
+        raise ValueError("--data-dir: a masked-LM checkpoint is scored on WikiText-2 files; give their folder")
+    return evaluate_mlm(model, tokenizer, data_dir, split, block_size, seed)
+
+
 def run_mlm(config: RunConfig) -> dict:
     """
     One masked-LM run on WikiText-2 files in `data_dir` (`dwatt.data.load_wikitext2`; without it the Hub dataset
@@ -117,7 +127,7 @@ def run_mlm(config: RunConfig) -> dict:
         "seed": config.seed,
         "train_source": train_source,
         "num_train_blocks": len(blocks["train"]),
-        "example_input": example_input("mlm", data["validation"], mask_token=tokenizer.mask_token),
+        "example_input": masked_prose_line(data["validation"], tokenizer.mask_token),
         "best_dev_loss": best.best["loss"],
         "best_dev_perplexity": math.exp(best.best["loss"]),
         "best_epoch": best.best["epoch"],

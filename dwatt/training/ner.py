@@ -13,12 +13,11 @@ from transformers import (
 
 from modeling_dwatt import RobertaDWAttForTokenClassification
 
-from ..console import example_input
+from ..console import first_sentence
 from ..data import (
     entity_types,
-    load_conll2003,
+    load_ner_dataset,
     load_tokenizer,
-    load_wikiann,
     tokenize_and_align,
 )
 from ..features import (
@@ -46,14 +45,6 @@ from .common import (
     set_training_mode,
     train_run,
 )
-
-
-def load_ner_dataset(name: str, data_dir: str | None):
-    if name == "conll2003":
-        return load_conll2003(data_dir)
-    if name.startswith("wikiann:"):
-        return load_wikiann(name.split(":", 1)[1], data_dir)
-    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
 
 
 @dataclass
@@ -141,7 +132,7 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "num_train_sentences": len(setup.train),
         "train_pool_size": len(setup.data["train"]),
         "num_dev_sentences": len(setup.dev),
-        "example_input": example_input("ner", setup.dev),
+        "example_input": first_sentence(setup.dev),
         "sampled_sentence_ids": setup.sampled_ids if config.n_shot is not None else None,
         "best_dev_f1": best["f1"],
         "best_epoch": best["epoch"],

@@ -1,4 +1,4 @@
-"""FE runs trained together by the budgets engine (`dwatt.budgets.train_heads`), for every task whose runs may be
+"""FE runs trained together by the budgets engine (`dwatt.stacked_heads.train_heads`), for every task whose runs may be
 (`Task.trains_together`: few-shot NER and text classification).
 
 Runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer
@@ -64,14 +64,14 @@ def procedures(task: str):
 def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None) -> list[dict]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
-    in the layer they read -- trained together by `dwatt.budgets.train_heads` on one feature cache (holding every
+    in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
     layer the heads read): each ends as that run alone would with the same loop. Writes each run's `results.json`
     (and checkpoint) like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with
     `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's attention layers are left to run one
     copy after the other, which is always exact), never on a CPU. Token-classification heads on one layer train as
-    `dwatt.budgets.LinearProbes` unless `linear_probes=False`.
+    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`.
     """
-    from ..budgets import HeadCopy, LinearProbes, train_heads
+    from ..stacked_heads import HeadCopy, LinearProbes, train_heads
 
     started = RunClock()
     first = configs[0]
@@ -192,7 +192,7 @@ def load_trained(config: RunConfig):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from ..budgets import BudgetOutcome
+    from ..stacked_heads import BudgetOutcome
 
     folder = Path(config.output_dir)
     try:

@@ -3,7 +3,7 @@ transformers' models are imported, so `dwatt predict EXPORT` starts in a fractio
 
 An export folder holds the graphs (`model.onnx`, and `model_int8.onnx` with `--quantize int8`), the tokenizer, the
 model's `config.json` and `dwatt_export.json` (the task, the labels, the graph's inputs). `OnnxModel` is called like the
-PyTorch model by `dwatt.prediction`, so the outputs line up the same way.
+PyTorch model by `dwatt.serving.prediction`, so the outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
 """
@@ -17,9 +17,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .atomic import read_json, sha256_of
-from .errors import first_line
-from .tasks import TASKS
+from ..atomic import read_json, sha256_of
+from ..errors import first_line
+from ..tasks import TASKS
 
 EXPORT_CONFIG = "dwatt_export.json"
 GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
@@ -94,7 +94,7 @@ def is_export(folder: str | Path) -> bool:
 
 
 class OnnxModel:
-    """An exported graph run by onnxruntime, called like the PyTorch model by `dwatt.prediction` on batches of arrays
+    """An exported graph run by onnxruntime, called like the PyTorch model by `dwatt.serving.prediction` on batches of arrays
     (`model(**batch)` returns an object with `.logits`, an array; `model.config` has `id2label` and `num_labels`).
     Inputs the graph does not take (a tagger's `logits_mask`, which only saves work in PyTorch) are left out; the
     logits at the positions read are the same."""
@@ -148,7 +148,7 @@ class OnnxModel:
 def load_export(folder: str | Path, quantize: str | None = None):
     """An export folder's runnable model, its tokenizer and its task, as `dwatt.checkpoints.load_checkpoint` returns
     a checkpoint's."""
-    from .tokenization import load_saved_tokenizer
+    from ..tokenization import load_saved_tokenizer
 
     model = OnnxModel(folder, quantize)
     try:

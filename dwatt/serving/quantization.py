@@ -14,7 +14,7 @@ up-projections kept fp32, 59.39; every linear map int8 with 8-bit activations 59
 On a CPU with VNNI, PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, the fbgemm/x86 int8
 kernels) with 8-bit activations was the fastest way measured (`benchmarks/quantization_speed.py`), ahead of torchao's
 int8 configurations (eager) and of onnxruntime's int8 graph; without VNNI the 7-bit way is slower, and the ONNX
-export's int8 graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.export.quantize_onnx`) is the faster
+export's int8 graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.serving.export.quantize_onnx`) is the faster
 command (`benchmarks/predict_speed.py`). PyTorch marks its quantized tensors as deprecated; the ONNX path does not
 depend on them.
 DWAtt's stacked value MLPs are batched matmuls over raw weights, not `nn.Linear`s: they stay fp32, as do GPT-2's
@@ -31,7 +31,7 @@ from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
-from .names import QUANTIZATIONS
+from ..choices import QUANTIZATIONS
 
 
 class FullRangeDynamicLinear(dynamic_quantized.Linear):

@@ -1,4 +1,4 @@
-"""Epoch budgets trained together (dwatt.budgets): each ends as it would alone, and agrees with the Trainer."""
+"""Epoch budgets trained together (dwatt.stacked_heads): each ends as it would alone, and agrees with the Trainer."""
 
 import json
 
@@ -6,7 +6,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from dwatt.sweep import batches_of_runs, grid, run_sweep
+from dwatt.experiment.grid import batches_of_runs, grid
+from dwatt.experiment.sweep import run_sweep
 from dwatt import RobertaDWAttForTokenClassification
 from dwatt.training import InitialModels, RunConfig, run_ner, run_together
 
@@ -205,7 +206,7 @@ def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(t
 def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
                                                                                          tmp_path, capsys):
     from dwatt.cli import main
-    from dwatt.probe import PROBE_LEARNING_RATES
+    from dwatt.experiment.probe import PROBE_LEARNING_RATES
 
     results = tmp_path / "probe.jsonl"
     argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
@@ -247,8 +248,8 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
     """Stopped while the test split is scored (after every copy trained), `dwatt probe` run again trains nothing and
     stores what an uninterrupted probe stores."""
     from dwatt.cli import main
-    from dwatt.summaries import comparable
-    from dwatt.sweep import ResultsStore
+    from dwatt.experiment.summaries import comparable
+    from dwatt.experiment.store import ResultsStore
 
     def probe(results):
         return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1",
@@ -269,7 +270,7 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
         raise AssertionError("trained again")
 
     with monkeypatch.context() as patched:
-        patched.setattr("dwatt.budgets.train_heads", trains)
+        patched.setattr("dwatt.stacked_heads.train_heads", trains)
         assert probe(tmp_path / "stopped" / "r.jsonl") == 0
     assert probe(tmp_path / "straight" / "r.jsonl") == 0
     capsys.readouterr()
@@ -289,7 +290,7 @@ def test_stacked_adamw_steps_each_copy_as_torch_adamw_with_its_schedule_and_clip
     their own rates and budgets, a copy leaving when its budget ends, gradients large enough to be clipped."""
     from transformers import get_linear_schedule_with_warmup
 
-    from dwatt.budgets import ADAMW, StackedAdamW
+    from dwatt.stacked_heads import ADAMW, StackedAdamW
 
     torch.manual_seed(0)
     start = {"weight": torch.randn(5, 7), "bias": torch.randn(5)}

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pandas as pd
 
-from .run_config import FE_LEARNING_RATE
+from ..run_config import default_learning_rate
 from .summaries import PROBE_FUSION, confidence_interval
-from .tasks import TASKS
+from ..tasks import TASKS
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
@@ -135,10 +135,10 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     return pd.DataFrame.from_records(records)
 
 
-def no_dev_comparison(frame: pd.DataFrame, learning_rate: float = FE_LEARNING_RATE) -> pd.DataFrame:
+def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -> pd.DataFrame:
     """
     What a user with no dev set gets, per backbone, dataset, N and method: with nothing to choose on, the head on the
-    last layer and each fusion train at `dwatt train`'s FE learning rate (`learning_rate`) and keep their last
+    last layer and each fusion train at `dwatt train`'s FE learning rate for their task (or `learning_rate`) and keep their last
     epoch's weights; their test score (mean, 95% CI, trials) and the paired difference to the last layer's. From the
     runs that scored their last epoch (`--few-shot-dev`).
     """
@@ -146,7 +146,8 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float = FE_LEARNING_RA
     if runs.empty:
         return pd.DataFrame()
     runs = runs.assign(no_dev_score=[row[f"no_dev_test_{SCORES[row.task][0]}"] for _, row in runs.iterrows()])
-    runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == learning_rate)]
+    rates = runs.task.map(lambda task: learning_rate or default_learning_rate("fe", task))
+    runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == rates)]
     # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
     picks = [among.assign(method=method) for _, sample in runs.groupby(SAMPLE, dropna=False)
              for method, among in candidates(sample) if method != BEST_LAYER]
@@ -162,7 +163,7 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float = FE_LEARNING_RA
             differences = (mine.set_index("trial").no_dev_score - last).dropna()
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
-                "metric": mine.metric.iloc[0], "learning_rate": learning_rate, "test_score": mine.no_dev_score.mean(),
+                "metric": mine.metric.iloc[0], "learning_rate": mine.learning_rate.iloc[0], "test_score": mine.no_dev_score.mean(),
                 "test_ci95": confidence_interval(mine.no_dev_score), "trials": len(mine),
                 "minus_last_layer": differences.mean() if method != LAST_LAYER and len(differences) else math.nan,
                 "minus_last_layer_ci95": confidence_interval(differences) if method != LAST_LAYER else math.nan,

@@ -1,4 +1,4 @@
-"""The paper's figures (and one it lacks) drawn with matplotlib from a runs frame (`dwatt.summaries.runs_frame`).
+"""The paper's figures (and one it lacks) drawn with matplotlib from a runs frame (`dwatt.experiment.summaries.runs_frame`).
 
 Each `figure_*` function draws one figure when the runs it needs are present and returns the figure, or `None`;
 `draw_all` saves each as PNG and SVG. Error bars are 95% confidence intervals over trials.

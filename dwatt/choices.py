@@ -5,7 +5,7 @@ check that they agree."""
 
 FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
 POOLINGS = ("mean", "first", "last")
-QUANTIZATIONS = ("int8",)  # dwatt.quantization: dynamic int8 linear maps
+QUANTIZATIONS = ("int8",)  # dwatt.serving.quantization: dynamic int8 linear maps
 RUNTIMES = ("torch", "onnx")  # a checkpoint in PyTorch, a `dwatt export` folder in onnxruntime
 
 __all__ = ["FUSIONS", "POOLINGS", "QUANTIZATIONS", "RUNTIMES"]

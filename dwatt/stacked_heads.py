@@ -12,13 +12,13 @@ the other with the random state restored in between; heads that are linear maps 
 `LinearProbes`, one product per layer over the cache's labelled rows. Each copy is
 scored on the dev split after each of its epochs and keeps its best weights.
 
-Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_budgets.py), while the data
+Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_stacked_heads.py), while the data
 are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
 whole run, and on a GPU the small fusion heads of all budgets run as one batched computation. The optimisation is
 the `Trainer`'s: AdamW (betas 0.9/0.999, eps 1e-8, no weight decay), linear decay to 0 without warm-up, gradient
 norm clipped at 1 per copy, the last partial batch kept. The batch order is drawn by its own generator seeded with
 the run's seed, not by the `Trainer`'s sampler, so a run is not step-for-step the `Trainer` run of the same seed
-(`tests/test_budgets.py` checks they agree where the order cannot matter: one batch per epoch, no dropout).
+(`tests/test_stacked_heads.py` checks they agree where the order cannot matter: one batch per epoch, no dropout).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ class StackedAdamW:
     to 0 at the end of its own budget, its gradient norm clipped on its own: the `Trainer`'s optimisation
     (`torch.optim.AdamW` with `get_linear_schedule_with_warmup` and no warm-up, `clip_grad_norm_` per copy), as a
     few elementwise operations over all the copies at once instead of one optimiser per copy. Copy k's update is
-    torch's, operation for operation (tests/test_budgets.py checks it against `torch.optim.AdamW`).
+    torch's, operation for operation (tests/test_stacked_heads.py checks it against `torch.optim.AdamW`).
     """
 
     def __init__(self, parameters: dict[str, torch.Tensor], learning_rates: Sequence[float], total_steps: Sequence[int],
@@ -228,7 +228,7 @@ class LinearProbes:
     """
     `StackedHeads` for heads on one layer each whose head is one linear map of each labelled token after dropout (the
     Base token classifier, FE, on a `FeatureCache`): every copy's logits come from one batched product over the
-    labelled positions, read straight from the cache's rows. The numbers are the model's (tests/test_budgets.py
+    labelled positions, read straight from the cache's rows. The numbers are the model's (tests/test_stacked_heads.py
     compares them with `StackedHeads`): with labels, the model's Base head reads exactly these positions, in this
     order (sentence after sentence), draws its dropout mask over them, and averages the loss over them; every copy
     gets the mask a lone run draws. What it saves is the padded batch of every cached layer, built and cast for each

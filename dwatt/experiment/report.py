@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import scratch_folder
+from ..atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
 from .selection import (BEST_LAYER, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid, no_dev_comparison,
                         probe_curve, verdicts)
@@ -46,7 +46,7 @@ from .summaries import (  # noqa: F401  (re-exported: the report's API reads run
     tier_summary,
     without_duplicates,
 )
-from .tasks import TASKS
+from ..tasks import TASKS
 
 # The paper's numbers that our README compares against (DWAtt, COLING 2024): Figure 2 at N=128 and 100 epochs,
 # RoBERTa-large, FE; Table 3, WikiText-2 test perplexity, FT.
@@ -409,13 +409,33 @@ def fair_answer(table: pd.DataFrame) -> str:
             f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
             for row in wins.itertuples()) + f", of {len(fusions)} fusion-setting pairs"
-    gap = ""
-    if not last.empty:
-        least, most = (f"{-value:.1f}" for value in (last.minus_best_layer.max(), last.minus_best_layer.min()))
-        gap = f"; the last layer trails the best one by {least if least == most else f'{least} to {most}'} {unit}"
-    datasets = ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
-    return (f"On {datasets} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} ({scope}), "
-            f"{answer}{gap}.\n")
+    return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
+            f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
+
+
+def datasets_of(judged: pd.DataFrame) -> str:
+    return ", ".join(DATASET_NAMES.get(name, name) for name in dict.fromkeys(judged.dataset))
+
+
+def last_layer_words(last: pd.DataFrame, unit: str) -> str:
+    """How the last layer compares with the best single layer, as its paired CIs say: the settings where it trails
+    (by how much), then each setting where it does not (its difference)."""
+    if last.empty:
+        return ""
+    trailing, others = last[last.verdict == "trails"], last[last.verdict != "trails"]
+    parts = []
+    if not trailing.empty:
+        least, most = (f"{-value:.1f}" for value in (trailing.minus_best_layer.max(), trailing.minus_best_layer.min()))
+        where = "" if others.empty else f" in {len(trailing)} of {len(last)} settings"
+        parts.append(f"the last layer trails the best one{where} by {least if least == most else f'{least} to {most}'} {unit}")
+    if not others.empty:
+        said = {"level": "level with the best one (95% CI spans 0)", "beats": "ahead of the best one"}
+        subject = "it is" if parts else "the last layer is"
+        parts.append(f"{subject} " + "; ".join(
+            f"{said[row.verdict]} on {row.backbone} at N = {row.n_shot:g} "
+            f"({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit})"
+            for row in others.itertuples()))
+    return "; " + ", and ".join(parts)
 
 
 def few_shot_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
@@ -462,7 +482,7 @@ def no_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
 
 
 def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:
-    """The report of a fair-comparison grid (`dwatt.selection`): every method at its own learning rate, the best
+    """The report of a fair-comparison grid (`dwatt.experiment.selection`): every method at its own learning rate, the best
     single layer among all, chosen on dev and scored on test; the probe of every layer; the figure."""
     table = fair_comparison(frame)
     curve = probe_curve(frame)

@@ -1,42 +1,30 @@
-"""Experiment grids: the cross product of runs, one results store, resumable after an interruption.
+"""Experiment grids: the cross product of runs (`RunSpec`, `grid`), the presets of the paper's figures, how a grid
+is dealt into shards (`shard`: whole work units, one sample each), and which runs train together under which engine
+(`batches_of_runs`).
 
-Each run has a readable `run_id` (dataset, backbone, mode, fusion, N, budget, trial, and the options it sets) and an
-identity: everything that changes its numbers (`run_settings`: the whole configuration but where it writes and what
-it prints, the backbone and data folder by their portable names, and the engine that trained it). The store is one
-JSONL file (one row per finished run) rewritten whole through write-then-rename at every finished run, so a crash
-leaves the previous complete file and never a half-written one. A restarted sweep skips the runs the store holds with
-the same identity and re-does the one that was interrupted; a row with the run's id but other settings (another dev
-subset, test scored or not, another cache dtype, data folder or backbone of the same name) is not that run, and the
-sweep refuses to mix the two in one store, naming the difference.
+Each run has a readable `run_id` (dataset, backbone, mode, fusion, N, budget, trial, and the options it sets); its
+identity (everything that changes its numbers) is the store's business (`dwatt.experiment.store`).
 
 Budgets: each epoch budget (25/50/75/100) is its own run, not a prefix of the longest one, because the linear decay
 of the learning rate to 0 depends on the budget; a 25-epoch prefix of a 100-epoch run is a different schedule.
 The runs of a trial that differ only in their budget still share their sample, initialisation, batch order and
-dropout masks, so in the FE setting the sweep trains them together (`dwatt.budgets`): one pass over the data, one
+dropout masks, so in the FE setting the sweep trains them together (`dwatt.stacked_heads`): one pass over the data, one
 copy of the head per budget, each copy ending exactly as its budget would alone in that loop.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import itertools
-import json
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from filelock import FileLock, Timeout
-from tqdm.auto import tqdm
-
-from .atomic import read_text, sha256_of, write_text_atomically
-from .errors import SweepBusyError
-from .portable import backbone_folder, backbone_label, portable_path, portable_results
-from .run_config import NOT_DEFINING, RunConfig
-from .tasks import TASKS, task_named
+from ..portable import backbone_label
+from ..run_config import RunConfig
+from ..tasks import TASKS, task_named
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
-# of an FE run together (`dwatt.budgets`); "auto" does the latter wherever a group has more than one budget.
+# of an FE run together (`dwatt.stacked_heads`); "auto" does the latter wherever a group has more than one budget.
 ENGINES = ("auto", "trainer", "budgets")
 
 
@@ -73,31 +61,25 @@ class RunSpec:
 
     @property
     def budget_group(self) -> "RunSpec":
-        """The spec with what runs trained together may differ in blanked (`dwatt.budgets.train_heads`): the epoch
+        """The spec with what runs trained together may differ in blanked (`dwatt.stacked_heads.train_heads`): the epoch
         budget, the learning rate, and for heads on one layer the layer."""
         return replace(self, epochs=0, learning_rate=None, layers=None if probes_layers(self.fusion) else self.layers)
 
     def run_config(self, output_root: str | Path, **overrides) -> RunConfig:
-        return RunConfig(
-            backbone=self.backbone,
-            task=self.task,
-            fusion=self.fusion,
-            mode=self.mode,
-            dataset=self.dataset,
-            data_dir=self.data_dir,
-            n_shot=self.n_shot if TASKS[self.task].few_shot else None,
-            sampling=self.sampling,
-            dev_sentences=self.dev_sentences,
-            epochs=self.epochs,
-            seed=self.trial,
-            output_dir=str(Path(output_root) / self.run_id),
-            save_model=False,
-            progress=False,
-            **({"learning_rate": self.learning_rate} if self.learning_rate is not None else {}),
-            **({"pooling": self.pooling} if self.pooling is not None else {}),
-            **({"layers": self.layers} if self.layers is not None else {}),
-            **overrides,
-        )
+        """The run's `RunConfig`: every field the two share by name (`SHARED_WITH_CONFIG`; the options left unset
+        keep the run's defaults), the trial as the seed, its folder under `output_root`, then `overrides`."""
+        shared = {name: getattr(self, name) for name in SHARED_WITH_CONFIG}
+        options = {name: value for name, value in shared.items() if value is not None or name in PASSED_WHEN_NONE}
+        if not TASKS[self.task].few_shot:  # masked LM trains on the whole split
+            options["n_shot"] = None
+        return RunConfig(**options, seed=self.trial, output_dir=str(Path(output_root) / self.run_id), save_model=False,
+                         progress=False, **overrides)
+
+
+# RunSpec's fields that are RunConfig's under the same name: RunConfig owns what they mean and their defaults; a spec
+# names the run. Those a spec leaves at None keep RunConfig's default, but for the ones where None is a setting.
+SHARED_WITH_CONFIG = tuple(f.name for f in fields(RunSpec) if f.name in {f.name for f in fields(RunConfig)})
+PASSED_WHEN_NONE = ("backbone", "data_dir", "dev_sentences", "n_shot")
 
 
 def grid(
@@ -148,153 +130,11 @@ def probed(backbone: str | None, spec: str) -> list[str]:
 
     from configuration_dwatt import parse_fused_layers
 
-    from .defaults import default_backbone_path
-    from .portable import backbone_folder
+    from ..defaults import default_backbone_path
+    from ..portable import backbone_folder
 
     count = AutoConfig.from_pretrained(backbone_folder(backbone) if backbone else default_backbone_path()).num_hidden_layers
     return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False)]
-
-
-def run_settings(config: dict) -> dict:
-    """What a run's numbers depend on, from its configuration (a `RunConfig` as a dict, or a results row's `config`):
-    every field but `NOT_DEFINING`, the backbone and data folder by their portable names (`portable_path`), and the
-    fields a row's code did not know yet at today's defaults, so that rows written before a field existed read as
-    today's runs."""
-    settings = {key: value for key, value in (asdict(RunConfig()) | config).items() if key not in NOT_DEFINING}
-    task = settings["task"]
-    if task in TASKS:  # as `RunConfig.validate` fills them
-        settings["dataset"] = settings["dataset"] or TASKS[task].default_dataset
-        settings["batch_size"] = settings["batch_size"] or TASKS[task].batch_size
-    settings["backbone"] = portable_path(backbone_folder(settings["backbone"]))
-    settings["data_dir"] = portable_path(settings["data_dir"])
-    return settings
-
-
-WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
-
-
-@functools.lru_cache(maxsize=16)
-def _fingerprint(folder: Path, stamp: tuple) -> str:
-    """sha256 of the names and sha256s of `folder`'s weight files; `stamp` (names, sizes, times) keys the cache."""
-    files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
-    return hashlib.sha256("".join(f"{path.name}\0{sha256_of(path)}\n" for path in files).encode()).hexdigest()
-
-
-def backbone_fingerprint(backbone: str | None) -> str | None:
-    """sha256 of a local backbone folder's config and weight files, None for a Hub id: a committed row names a backbone
-    outside the working folder by its folder's name alone (`portable_path`), and two folders of one name are two
-    backbones only this tells apart. Hashed once per process for each folder as it stands."""
-    folder = Path(backbone_folder(backbone))
-    if not folder.is_dir():
-        return None
-    stamp = tuple((path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in sorted(folder.iterdir()) if path.is_file())
-    return _fingerprint(folder.resolve(), stamp)
-
-
-def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
-    """`run_settings` of the run `spec` asks for, with its defaults filled in as the run fills them (`validate`), and
-    its backbone's fingerprint (`backbone_fingerprint`)."""
-    config = spec.run_config(".", **run_overrides)
-    config.validate()
-    return run_settings(asdict(config)) | {"backbone_sha256": backbone_fingerprint(config.backbone)}
-
-
-def row_settings(row: dict) -> dict:
-    """`run_settings` of a store row: from the configuration the run recorded, or, for a row without one, its spec;
-    with its backbone's fingerprint where the row records one."""
-    config = row.get("config")
-    if not isinstance(config, dict):
-        config = asdict(RunSpec(**row["spec"]).run_config("."))
-    return run_settings(config) | {"backbone_sha256": row.get("backbone_sha256")}
-
-
-def same_run(theirs: dict, mine: dict) -> bool:
-    """Whether a row's settings are the requested run's; a row from before rows recorded their backbone's
-    fingerprint is judged by the rest."""
-    if theirs.get("backbone_sha256") is None:
-        theirs = theirs | {"backbone_sha256": mine.get("backbone_sha256")}
-    return theirs == mine
-
-
-def row_engine(row: dict) -> str:
-    """The engine that trained a row's run; rows written before runs recorded it came from the `Trainer`."""
-    return row.get("engine") or "trainer"
-
-
-def differences(theirs: dict, mine: dict) -> str:
-    """`key: A there, B here` for every key whose values differ, the way a refusal names them."""
-    keys = sorted(key for key in theirs.keys() | mine.keys() if theirs.get(key) != mine.get(key))
-    return "; ".join(f"{key}: {theirs.get(key)!r} there, {mine.get(key)!r} here" for key in keys)
-
-
-class StoreConflictError(ValueError):
-    """A store holds a run of the requested id with other settings: one store keeps one version of each run."""
-
-
-class ResultsStore:
-    """An append-only JSONL file of finished runs, each append an atomic rewrite (write-then-rename)."""
-
-    def __init__(self, path: str | Path):
-        self.path = Path(path)
-
-    def rows(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        rows = []
-        for number, line in enumerate(read_text(self.path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{self.path}:{number}: not a JSON row ({error.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
-                raise ValueError(f"{self.path}:{number}: a store row is a JSON object with a 'run_id' "
-                                 f"(got {type(row).__name__}{'' if not isinstance(row, dict) else ' without run_id'})")
-            rows.append(row)
-        return rows
-
-    def done(self) -> set[str]:
-        return {row["run_id"] for row in self.rows()}
-
-    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto") -> dict[str, dict]:
-        """The row of each spec that the store holds with the spec's identity: its id, its settings
-        (`requested_settings` with `run_overrides`) and an engine `engine` would train it with (`engines_for`).
-        A row with a spec's id and other settings raises `StoreConflictError` naming the difference, where the
-        sweep would otherwise either skip a run it never made or store two versions of one run."""
-        by_id: dict[str, list[dict]] = {}
-        for number, row in enumerate(self.rows(), start=1):
-            by_id.setdefault(row["run_id"], []).append(row | {"_line": number})
-        finished = {}
-        for spec in specs:
-            rows = by_id.get(spec.run_id)
-            if not rows:
-                continue
-            wanted = requested_settings(spec, run_overrides or {})
-            engines = engines_for(spec, engine, (run_overrides or {}).get("use_cache", True))
-            for row in rows:
-                try:
-                    theirs = row_settings(row)
-                except (KeyError, TypeError):
-                    raise ValueError(f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a "
-                                     "valid 'spec'") from None
-                if same_run(theirs, wanted) and row_engine(row) in engines:
-                    finished[spec.run_id] = {k: v for k, v in row.items() if k != "_line"}
-                    break
-            else:
-                row = rows[0]
-                theirs = row_settings(row) | {"engine": row_engine(row)}
-                mine = wanted | {"engine": " or ".join(engines)}
-                raise StoreConflictError(
-                    f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
-                    "a store keeps one version of each run: give this command another --results, or remove those rows"
-                )
-        return finished
-
-    def append(self, row: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
-        write_text_atomically(self.path, "\n".join(lines) + "\n")
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -329,12 +169,6 @@ def shard(specs: list[RunSpec], index: int, count: int) -> list[RunSpec]:
         )
     mine = set(units[index::count])
     return [spec for spec in specs if work_unit(spec) in mine]
-
-
-def shard_results_path(results: str | Path, index: int, count: int) -> Path:
-    """Each shard's own store beside the one a whole sweep writes: results.jsonl -> results.shard-0-of-4.jsonl."""
-    results = Path(results)
-    return results.with_name(f"{results.stem}.shard-{index}-of-{count}{results.suffix}")
 
 
 def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
@@ -391,70 +225,6 @@ def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -
         together = stackable(spec, engine, use_cache)
         groups.setdefault((together, spec.budget_group if together else spec), []).append(spec)
     return [(together and (engine == "budgets" or len(group) > 1), group) for (together, _), group in groups.items()]
-
-
-def refuse_repeated_ids(specs: list[RunSpec]) -> None:
-    """Every run of a grid has its own id (and so its own row and folder); two that share one are named."""
-    seen: dict[str, RunSpec] = {}
-    for spec in specs:
-        if spec.run_id in seen:
-            other = seen[spec.run_id]
-            raise ValueError(f"the grid holds run {spec.run_id} twice ({differences(asdict(other), asdict(spec)) or 'the same settings'}): "
-                             "give backbones folders of different names, or sweep them into separate --results")
-        seen[spec.run_id] = spec
-
-
-def run_sweep(
-    specs: list[RunSpec],
-    results: str | Path,
-    output_root: str | Path | None = None,
-    runner: Callable[[RunConfig], dict] | None = None,
-    progress: bool = True,
-    engine: str = "auto",
-    budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
-    **run_overrides,
-) -> list[dict]:
-    """
-    Run every spec not yet in the store at `results`, appending one row per finished run (the run's
-    `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
-    One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
-    `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
-    """
-    from .distributed import launched_processes  # here, so that reading a sweep's options imports no torch
-    from .training import run, run_together
-
-    runner, budgets_runner = runner or run, budgets_runner or run_together
-    if launched_processes() > 1:
-        raise ValueError(
-            "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
-            "(dwatt train); to spread a sweep over workers, start one `dwatt sweep --shard i/n` per worker"
-        )
-    store = ResultsStore(results)
-    output_root = Path(output_root) if output_root else store.path.parent / "runs"
-    store.path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        held = FileLock(store.path.with_name(f".{store.path.name}.lock")).acquire(timeout=0)
-    except Timeout:
-        raise SweepBusyError(
-            f"{store.path}: another sweep is writing this results file; two sweeps on one file would run the same "
-            "runs twice (wait for it, or give this one another --results)"
-        ) from None
-    with held:
-        refuse_repeated_ids(specs)
-        done = store.finished(specs, run_overrides, engine)
-        pending = widest_first([spec for spec in specs if spec.run_id not in done])
-        bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
-            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
-            configs = [spec.run_config(output_root, **run_overrides) for spec in group]
-            results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
-            fingerprint = backbone_fingerprint(group[0].backbone)
-            for spec, result in zip(group, results_of_group):
-                row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
-                store.append(portable_results(row, output_root))
-            bar.update(len(group))
-        bar.close()
-        return store.rows()
 
 
 PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")
@@ -524,7 +294,6 @@ PRESETS = {
 }
 
 __all__ = [
-    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "ResultsStore", "RunSpec", "StoreConflictError",
-    "SweepBusyError", "batches_of_runs", "engines_for", "grid", "requested_settings", "row_settings", "run_settings", "parse_shard", "run_sweep", "shard", "shard_results_path", "widest_first",
-    "work_unit",
+    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "RunSpec", "batches_of_runs", "engines_for", "grid",
+    "parse_shard", "probed", "probes_layers", "reads_one_layer", "shard", "stackable", "widest_first", "work_unit",
 ]

@@ -16,10 +16,10 @@ import pandas as pd
 from configuration_dwatt import single_layer
 from fusions_dwatt import FUSION_CLASSES
 
-from .atomic import read_text
-from .portable import backbone_label
-from .run_config import NOT_DEFINING
-from .tasks import TASKS
+from ..atomic import read_text
+from ..portable import backbone_label
+from ..run_config import NOT_DEFINING
+from ..tasks import TASKS
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {name: FUSION_CLASSES[name].display_name for name in sorted(FUSION_CLASSES)}  # tables' column order

@@ -17,8 +17,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .run_config import RunConfig
-from .tasks import TASKS
+from ..run_config import RunConfig
+from ..tasks import TASKS
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 # What a probe scores on dev and test, by task: the run's own selection metric.
@@ -55,7 +55,7 @@ class ProbeSettings:
     def __post_init__(self) -> None:
         if self.task not in METRICS:
             raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
-        if self.task != "cls" and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
+        if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
             raise ValueError("--pooling and the --*-column options are for text classification: add --task cls")
 
     @property
@@ -105,7 +105,7 @@ class ProbeOutcome:
 
 
 def probe_specs(settings: ProbeSettings):
-    from .sweep import grid
+    from .grid import grid
 
     return grid(fusions=("base",), task=settings.task, n_shots=(settings.n_shot,), epochs=(settings.epochs,),
                 trials=settings.trials, datasets=(settings.dataset or default_dataset(settings.task),),
@@ -120,7 +120,8 @@ def default_dataset(task: str) -> str:
 def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     """Train (or resume) every head of the probe into `settings.results`, choose on dev, draw the figure and save
     the chosen head (unless `save_model` is off)."""
-    from .sweep import ResultsStore, run_sweep
+    from .store import ResultsStore
+    from .sweep import run_sweep
 
     specs = probe_specs(settings)
     overrides = settings.overrides()
@@ -234,9 +235,9 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
 def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[Path, dict]:
     """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
     layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
-    from .checkpoints import load_checkpoint
-    from .hub import model_card
-    from .training import run_together
+    from ..checkpoints import load_checkpoint
+    from ..hub import model_card
+    from ..training import run_together
 
     folder = settings.folder / "chosen"
     config = spec.run_config(settings.folder, **settings.overrides())
@@ -255,8 +256,8 @@ def _finished(config: RunConfig, folder: Path) -> dict | None:
     """The results of the run `config` asks for, where `folder` holds it finished with its model."""
     from dataclasses import asdict
 
-    from .atomic import read_json
-    from .sweep import run_settings
+    from ..atomic import read_json
+    from .store import run_settings
 
     if not (folder / "results.json").is_file() or not (folder / "model" / "config.json").is_file():
         return None

@@ -190,4 +190,33 @@ def write_all(lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callab
         writer.out.flush()
 
 
-__all__ = ["HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "predicted_in_order", "write_all"]
+# What `dwatt predict` runs on a chunk of lines and how it writes them, one per task (each task's record names its
+# own: `Task.line_predictor`). `form`: "block", "line" or "json" (see the writers).
+
+def tagging(model, tokenizer, batch_size: int, form: str) -> tuple[Callable[[list[str]], list], Writer]:
+    """NER: each line split on whitespace into words, tagged."""
+    from .prediction import predict_tags
+
+    def predict(texts: list[str]) -> list:
+        sentences = [text.split() for text in texts]
+        return list(zip(sentences, predict_tags(model, tokenizer, sentences, batch_size)))
+
+    return predict, TagWriter(form)
+
+
+def classifying(model, tokenizer, batch_size: int, form: str) -> tuple[Callable[[list[str]], list], Writer]:
+    """Text classification: each line's label and probabilities."""
+    from .prediction import classify
+
+    return (lambda texts: classify(model, tokenizer, texts, batch_size)), LabelWriter(form)
+
+
+def mask_filling(model, tokenizer, batch_size: int, form: str) -> tuple[Callable[[list[str]], list], Writer]:
+    """Masked LM: each mask's candidates."""
+    from .prediction import fill_masks
+
+    return (lambda texts: fill_masks(model, tokenizer, texts, batch_size=batch_size)), MaskWriter(form)
+
+
+__all__ = ["HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "classifying", "mask_filling",
+           "predicted_in_order", "tagging", "write_all"]

@@ -1,5 +1,5 @@
 """A trained checkpoint as an ONNX graph for onnxruntime (`dwatt export CHECKPOINT OUT --format onnx`); running one is
-`dwatt.onnx_runtime`'s.
+`dwatt.serving.onnx_runtime`'s.
 
 The model's forward pass is one graph (no Python branch on tensor values; `modeling_dwatt.traced`), exported by
 PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dynamic. The folder holds `model.onnx`
@@ -7,7 +7,7 @@ PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dy
 `quantize_onnx`), the tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's
 inputs, how far onnxruntime's logits were from PyTorch's on a check batch when it was written, and the sha256 of every
 other file, so that a folder whose graph or tokenizer is not the one exported with it is refused on load. `dwatt predict
-EXPORT` runs it with onnxruntime (`dwatt.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the
+EXPORT` runs it with onnxruntime (`dwatt.serving.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the
 outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
-from .portable import portable_path
+from ..portable import portable_path
 
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
 TOLERANCE = 1e-4
@@ -117,8 +117,8 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from .atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
-    from .checkpoints import load_checkpoint
+    from ..atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
+    from ..checkpoints import load_checkpoint
 
     runtime = needs("onnxruntime")
     if quantize not in GRAPHS:

@@ -9,7 +9,7 @@ from transformers import AutoTokenizer
 
 from dwatt import DWAttForMaskedLM, DWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.heads import SharedBackboneHeads
+from dwatt.serving.shared_heads import SharedBackboneHeads
 
 from .conftest import save_tiny_backbone
 from .helpers import trained_like
@@ -137,7 +137,7 @@ def test_cli_predict_with_heads_prints_each_heads_tags_and_writes_jsonl(tiny_bac
 
 
 def test_heads_are_named_by_the_shortest_unique_ending_of_their_paths():
-    from dwatt.heads import head_names
+    from dwatt.serving.shared_heads import head_names
 
     assert head_names(["runs/conll/model", "runs/wikiann-en/model"]) == {
         "conll/model": "runs/conll/model", "wikiann-en/model": "runs/wikiann-en/model"}
@@ -185,7 +185,7 @@ def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_befo
     # Full checkpoints too (they carry their weights, but not the eps): the same refusal, before any tensor is read.
     b.dwatt.backbone = DWAttForTokenClassification.from_pretrained(folders[1]).dwatt.backbone
     b.save_pretrained(tmp_path / "b-full")
-    monkeypatch.setattr("dwatt.heads._checkpoint_tensors", lambda *args: pytest.fail("weights read before the check"))
+    monkeypatch.setattr("dwatt.serving.shared_heads._checkpoint_tensors", lambda *args: pytest.fail("weights read before the check"))
     for pair in (folders, [folders[0], str(tmp_path / "b-full")]):
         with pytest.raises(ValueError, match=rf"{pair[0]}' and '{pair[1]}' do not share a backbone: layer_norm_eps 1e-12 vs 0.001"):
             SharedBackboneHeads.from_pretrained(pair)
@@ -193,7 +193,7 @@ def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_befo
 
 def test_heads_whose_backbone_configs_differ_only_where_the_forward_cannot_see_are_served_together(backbone, tmp_path):
     """Dropout, the names and paths a config records, its label maps and dtype: none changes an inference forward."""
-    from dwatt.heads import backbone_identity, changes_the_forward
+    from dwatt.serving.shared_heads import backbone_identity, changes_the_forward
 
     relabelled = save_tiny_backbone(tmp_path / "relabelled", "bert", hidden_dropout_prob=0.3,
                                     attention_probs_dropout_prob=0.0, id2label={0: "x", 1: "y", 2: "z"})

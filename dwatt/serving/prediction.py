@@ -7,7 +7,7 @@ its own longest row, so that padding costs little; the model skips what padding 
 the real tokens only). Results come back chunk by chunk in input order, so a large file streams. A sentence's result
 is the same as when it is run alone (tests/test_prediction.py).
 
-Batches are numpy arrays: a PyTorch model gets them as tensors (`logits_of`), an exported graph (`dwatt.onnx_runtime`)
+Batches are numpy arrays: a PyTorch model gets them as tensors (`logits_of`), an exported graph (`dwatt.serving.onnx_runtime`)
 as they are, so that running an export imports neither torch nor transformers' models.
 """
 
@@ -18,7 +18,7 @@ from itertools import islice
 
 import numpy as np
 
-from .tokenization import MODEL_INPUTS, encode_words
+from ..tokenization import MODEL_INPUTS, encode_words
 
 # Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
 # (benchmarks/results/predict_speed_cpu.md, batch-size sweep).
@@ -123,7 +123,7 @@ def predict_tags(model, tokenizer, sentences: list[list[str]], batch_size: int =
 def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
     """Texts (and pairs) encoded as classification training encodes them: truncated to `MAX_TOKENS`, a pair from its
     longer side first."""
-    from .classification_data import MAX_TOKENS
+    from ..classification_data import MAX_TOKENS
 
     pairs = list(pairs) if pairs is not None else None
     return dict(tokenizer(list(texts), pairs, truncation="longest_first", max_length=MAX_TOKENS))

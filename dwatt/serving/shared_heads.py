@@ -3,7 +3,7 @@
 In the FE setting a head never changes its backbone, so heads trained on one encoder (other label sets, other
 languages, NER beside masked LM) can share it at serving time: `SharedBackboneHeads` loads the backbone once, runs it
 once per batch, and feeds each head the layers it reads. Each head's outputs equal those of its checkpoint loaded
-alone (tests/test_heads.py).
+alone (tests/test_shared_heads.py).
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from backbones_dwatt import backbone_kwargs
 from depth_dwatt import cut_config, layers_past_pattern
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
-from .atomic import read_json
-from .checkpoints import checkpoint_task
-from .tasks import model_class as task_model_class
+from ..atomic import read_json
+from ..checkpoints import checkpoint_task
+from ..tasks import model_class as task_model_class
 
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 

@@ -1,0 +1,5 @@
+"""`python -m dwatt.cli`: the `dwatt` console script."""
+
+from . import entry
+
+entry()

@@ -1,0 +1,60 @@
+"""What several commands share: comma-separated values, `--threads`, and the model `predict` and `evaluate` run
+(a checkpoint in PyTorch, or an ONNX export in onnxruntime, int8 with `--quantize int8`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..choices import QUANTIZATIONS, RUNTIMES
+
+
+def csv_of(kind):
+    """An argparse type: `a,b,c` as a tuple of `kind`, empty items skipped."""
+    return lambda text: tuple(kind(item) for item in text.split(",") if item)
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for the model's kernels (default: all cores; on a shared machine, 1 per process)")
+
+
+def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
+                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "
+                             "the export's int8 graph (not with --heads, which runs fp32)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
+                        help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
+                             "importing torch (default: the one the folder was written for)")
+
+
+def positive_batch_size(args: argparse.Namespace) -> None:
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+
+
+def runtime(args: argparse.Namespace) -> str:
+    """The runtime the folder was written for (onnx for a `dwatt export` folder, else torch); a `--runtime` that
+    names the other one is refused."""
+    from ..serving.onnx_runtime import is_export
+
+    written_for = "onnx" if is_export(args.checkpoint) else "torch"
+    if args.runtime == "onnx" and written_for == "torch":
+        raise ValueError(f"--runtime onnx: {args.checkpoint} is not an ONNX export; write one with `dwatt export`")
+    if args.runtime == "torch" and written_for == "onnx":
+        raise ValueError(f"--runtime torch: {args.checkpoint} is an ONNX export; run its checkpoint in PyTorch, "
+                         "or this folder without --runtime")
+    return written_for
+
+
+def inference_model(args: argparse.Namespace):
+    """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint in PyTorch (int8 with
+    `--quantize int8`), or an ONNX export in onnxruntime (its int8 graph with `--quantize int8`)."""
+    if runtime(args) == "onnx":
+        from ..serving.onnx_runtime import load_export
+
+        return load_export(args.checkpoint, args.quantize)
+    from ..checkpoints import load_checkpoint
+    from ..serving.quantization import quantize
+
+    model, tokenizer, task = load_checkpoint(args.checkpoint)
+    return quantize(model, args.quantize), tokenizer, task

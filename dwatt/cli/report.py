@@ -1,0 +1,32 @@
+"""`dwatt report`: tables (mean ± 95% CI) and figures from results stores (`dwatt.experiment.report`), which need
+the report extra (pandas, matplotlib, scipy)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+REPORT_EXTRA = ("pandas", "matplotlib", "scipy")
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("report", help="tables (mean ± 95%% CI) and figures from results files")
+    parser.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
+    parser.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
+    parser.add_argument("--title", default="Results")
+    parser.set_defaults(handler=run)
+
+
+def report_module(command: str):
+    """`dwatt.experiment.report`, or a one-line error naming the extra that brings what it needs."""
+    try:
+        return importlib.import_module("dwatt.experiment.report")
+    except ModuleNotFoundError as error:
+        if error.name not in REPORT_EXTRA:
+            raise
+        raise ValueError(f'dwatt {command} needs {error.name} for its tables and figures: pip install "dwatt[report]"') from None
+
+
+def run(args: argparse.Namespace) -> int:
+    print(f"report: {report_module('report').write_report(args.results, args.output, args.title)}")
+    return 0

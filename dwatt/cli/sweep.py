@@ -1,0 +1,72 @@
+"""`dwatt sweep`: a grid of runs (a preset, options over it) into one resumable results store, or one shard of it."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..experiment.grid import ENGINES, PRESETS
+from ..run_config import CACHE_DTYPES, SAMPLINGS
+from .options import add_threads_argument, csv_of
+
+GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
+                "learning_rates", "probe_layers")  # the options that override a preset's `grid` arguments
+
+
+def register(commands) -> None:
+    parser = commands.add_parser("sweep", help="a grid of runs into one resumable results file")
+    parser.add_argument("--preset", choices=tuple(PRESETS), default=None)
+    parser.add_argument("--fusions", type=csv_of(str), default=None, help="comma-separated, e.g. base,dwatt")
+    parser.add_argument("--modes", type=csv_of(str), default=None, help="fe,ft")
+    parser.add_argument("--n-shots", type=csv_of(int), default=None, dest="n_shots", help="e.g. 8,16,32,64,128")
+    parser.add_argument("--epochs", type=csv_of(int), default=None, help="epoch budgets, e.g. 25,50,75,100")
+    parser.add_argument("--trials", type=int, default=None, help="seeds 0..trials-1 (default 5)")
+    parser.add_argument("--datasets", "--dataset", type=csv_of(str), default=None, help="conll2003, wikiann:<lang>, wikitext2")
+    parser.add_argument("--backbones", "--backbone", type=csv_of(str), default=None, help="Hub ids or folders, comma-separated")
+    parser.add_argument("--sampling", choices=SAMPLINGS, default=None, help="sentences: exactly --n-shots sentences")
+    parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
+    parser.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
+    parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="budgets: train the epoch budgets of an FE run together; auto: where a run has several")
+    parser.add_argument("--results", default="runs/sweep/results.jsonl")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl")
+    parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    parser.add_argument("--learning-rates", type=csv_of(float), default=None, dest="learning_rates",
+                        help="every run at each of these peak learning rates, e.g. 5e-5,3e-4,1e-3,3e-3")
+    parser.add_argument("--probe-layers", default=None, dest="probe_layers", metavar="LAYERS",
+                        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
+    parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
+    parser.add_argument("--few-shot-dev", action="store_true",
+                        help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
+                             "--engine budgets), and score that choice on test too")
+    parser.add_argument("--quiet", action="store_true")
+    add_threads_argument(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..experiment.grid import grid, parse_shard, shard
+    from ..experiment.store import ResultsStore, shard_results_path
+    from ..experiment.sweep import run_sweep
+
+    settings = dict(PRESETS[args.preset]) if args.preset else {}
+    settings |= {key: getattr(args, key) for key in GRID_OPTIONS if getattr(args, key) is not None}
+    if "fusions" not in settings:
+        raise ValueError("sweep: give --preset or --fusions")
+    if settings.get("probe_layers") and "base" not in settings["fusions"]:
+        raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
+    specs = grid(**settings, data_dir=args.data_dir)
+    results = args.results
+    if args.shard:
+        index, count = parse_shard(args.shard)
+        whole = len(specs)
+        specs = shard(specs, index, count)
+        results = shard_results_path(args.results, index, count)
+        print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
+    overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {}),
+                 **({"few_shot_dev": True} if args.few_shot_dev else {})}
+    rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine, **overrides)
+    finished = ResultsStore(results).finished(specs, overrides, args.engine)
+    print(f"{len(finished)} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
+    return 0

@@ -1,0 +1,177 @@
+"""The results store: one JSONL file, one row per finished run, and what makes two rows the same run.
+
+A run's identity is everything that changes its numbers (`run_settings`: the whole configuration but where it
+writes and what it prints, the backbone and data folder by their portable names, the backbone's weights by their
+sha256, and the engine that trained it). The store is rewritten whole through write-then-rename at every finished
+run, so a crash leaves the previous complete file and never a half-written one. A restarted sweep skips the runs the
+store holds with the same identity and re-does the one that was interrupted; a row with the run's id but other
+settings (another dev subset, test scored or not, another cache dtype, data folder or backbone of the same name) is
+not that run, and the store refuses to mix the two, naming the difference.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+from ..atomic import read_text, sha256_of, write_text_atomically
+from ..portable import backbone_folder, portable_path
+from ..run_config import NOT_DEFINING, RunConfig
+from ..tasks import TASKS
+from .grid import RunSpec, engines_for
+
+def run_settings(config: dict) -> dict:
+    """What a run's numbers depend on, from its configuration (a `RunConfig` as a dict, or a results row's `config`):
+    every field but `NOT_DEFINING`, the backbone and data folder by their portable names (`portable_path`), and the
+    fields a row's code did not know yet at today's defaults, so that rows written before a field existed read as
+    today's runs."""
+    settings = {key: value for key, value in (asdict(RunConfig()) | config).items() if key not in NOT_DEFINING}
+    task = settings["task"]
+    if task in TASKS:  # as `RunConfig.validate` fills them
+        settings["dataset"] = settings["dataset"] or TASKS[task].default_dataset
+        settings["batch_size"] = settings["batch_size"] or TASKS[task].batch_size
+    settings["backbone"] = portable_path(backbone_folder(settings["backbone"]))
+    settings["data_dir"] = portable_path(settings["data_dir"])
+    return settings
+
+
+WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
+
+
+@functools.lru_cache(maxsize=16)
+def _fingerprint(folder: Path, stamp: tuple) -> str:
+    """sha256 of the names and sha256s of `folder`'s weight files; `stamp` (names, sizes, times) keys the cache."""
+    files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
+    return hashlib.sha256("".join(f"{path.name}\0{sha256_of(path)}\n" for path in files).encode()).hexdigest()
+
+
+def backbone_fingerprint(backbone: str | None) -> str | None:
+    """sha256 of a local backbone folder's config and weight files, None for a Hub id: a committed row names a backbone
+    outside the working folder by its folder's name alone (`portable_path`), and two folders of one name are two
+    backbones only this tells apart. Hashed once per process for each folder as it stands."""
+    folder = Path(backbone_folder(backbone))
+    if not folder.is_dir():
+        return None
+    stamp = tuple((path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in sorted(folder.iterdir()) if path.is_file())
+    return _fingerprint(folder.resolve(), stamp)
+
+
+def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
+    """`run_settings` of the run `spec` asks for, with its defaults filled in as the run fills them (`validate`), and
+    its backbone's fingerprint (`backbone_fingerprint`)."""
+    config = spec.run_config(".", **run_overrides)
+    config.validate()
+    return run_settings(asdict(config)) | {"backbone_sha256": backbone_fingerprint(config.backbone)}
+
+
+def row_settings(row: dict) -> dict:
+    """`run_settings` of a store row: from the configuration the run recorded, or, for a row without one, its spec;
+    with its backbone's fingerprint where the row records one."""
+    config = row.get("config")
+    if not isinstance(config, dict):
+        config = asdict(RunSpec(**row["spec"]).run_config("."))
+    return run_settings(config) | {"backbone_sha256": row.get("backbone_sha256")}
+
+
+def same_run(theirs: dict, mine: dict) -> bool:
+    """Whether a row's settings are the requested run's; a row from before rows recorded their backbone's
+    fingerprint is judged by the rest."""
+    if theirs.get("backbone_sha256") is None:
+        theirs = theirs | {"backbone_sha256": mine.get("backbone_sha256")}
+    return theirs == mine
+
+
+def row_engine(row: dict) -> str:
+    """The engine that trained a row's run; rows written before runs recorded it came from the `Trainer`."""
+    return row.get("engine") or "trainer"
+
+
+def differences(theirs: dict, mine: dict) -> str:
+    """`key: A there, B here` for every key whose values differ, the way a refusal names them."""
+    keys = sorted(key for key in theirs.keys() | mine.keys() if theirs.get(key) != mine.get(key))
+    return "; ".join(f"{key}: {theirs.get(key)!r} there, {mine.get(key)!r} here" for key in keys)
+
+
+class StoreConflictError(ValueError):
+    """A store holds a run of the requested id with other settings: one store keeps one version of each run."""
+
+
+class ResultsStore:
+    """An append-only JSONL file of finished runs, each append an atomic rewrite (write-then-rename)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def rows(self) -> list[dict]:
+        if not self.path.exists():
+            return []
+        rows = []
+        for number, line in enumerate(read_text(self.path).splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{self.path}:{number}: not a JSON row ({error.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
+                raise ValueError(f"{self.path}:{number}: a store row is a JSON object with a 'run_id' "
+                                 f"(got {type(row).__name__}{'' if not isinstance(row, dict) else ' without run_id'})")
+            rows.append(row)
+        return rows
+
+    def done(self) -> set[str]:
+        return {row["run_id"] for row in self.rows()}
+
+    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto") -> dict[str, dict]:
+        """The row of each spec that the store holds with the spec's identity: its id, its settings
+        (`requested_settings` with `run_overrides`) and an engine `engine` would train it with (`engines_for`).
+        A row with a spec's id and other settings raises `StoreConflictError` naming the difference, where the
+        sweep would otherwise either skip a run it never made or store two versions of one run."""
+        by_id: dict[str, list[dict]] = {}
+        for number, row in enumerate(self.rows(), start=1):
+            by_id.setdefault(row["run_id"], []).append(row | {"_line": number})
+        finished = {}
+        for spec in specs:
+            rows = by_id.get(spec.run_id)
+            if not rows:
+                continue
+            wanted = requested_settings(spec, run_overrides or {})
+            engines = engines_for(spec, engine, (run_overrides or {}).get("use_cache", True))
+            for row in rows:
+                try:
+                    theirs = row_settings(row)
+                except (KeyError, TypeError):
+                    raise ValueError(f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a "
+                                     "valid 'spec'") from None
+                if same_run(theirs, wanted) and row_engine(row) in engines:
+                    finished[spec.run_id] = {k: v for k, v in row.items() if k != "_line"}
+                    break
+            else:
+                row = rows[0]
+                theirs = row_settings(row) | {"engine": row_engine(row)}
+                mine = wanted | {"engine": " or ".join(engines)}
+                raise StoreConflictError(
+                    f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
+                    "a store keeps one version of each run: give this command another --results, or remove those rows"
+                )
+        return finished
+
+    def append(self, row: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
+        write_text_atomically(self.path, "\n".join(lines) + "\n")
+
+
+def shard_results_path(results: str | Path, index: int, count: int) -> Path:
+    """Each shard's own store beside the one a whole sweep writes: results.jsonl -> results.shard-0-of-4.jsonl."""
+    results = Path(results)
+    return results.with_name(f"{results.stem}.shard-{index}-of-{count}{results.suffix}")
+
+
+__all__ = [
+    "ResultsStore", "StoreConflictError", "backbone_fingerprint", "differences", "requested_settings", "row_engine",
+    "row_settings", "run_settings", "same_run", "shard_results_path",
+]

@@ -1,0 +1,83 @@
+"""Running a grid: every run the store does not hold yet, the runs of one sample that may train together
+together, one row appended per finished run; one sweep at a time per store, resumable after an interruption."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+from tqdm.auto import tqdm
+
+from ..errors import SweepBusyError
+from ..portable import portable_results
+from ..run_config import RunConfig
+from .grid import RunSpec, batches_of_runs, widest_first
+from .store import ResultsStore, backbone_fingerprint, differences
+
+def refuse_repeated_ids(specs: list[RunSpec]) -> None:
+    """Every run of a grid has its own id (and so its own row and folder); two that share one are named."""
+    seen: dict[str, RunSpec] = {}
+    for spec in specs:
+        if spec.run_id in seen:
+            other = seen[spec.run_id]
+            raise ValueError(f"the grid holds run {spec.run_id} twice ({differences(asdict(other), asdict(spec)) or 'the same settings'}): "
+                             "give backbones folders of different names, or sweep them into separate --results")
+        seen[spec.run_id] = spec
+
+
+def run_sweep(
+    specs: list[RunSpec],
+    results: str | Path,
+    output_root: str | Path | None = None,
+    runner: Callable[[RunConfig], dict] | None = None,
+    progress: bool = True,
+    engine: str = "auto",
+    budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
+    **run_overrides,
+) -> list[dict]:
+    """
+    Run every spec not yet in the store at `results`, appending one row per finished run (the run's
+    `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
+    One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
+    `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
+    """
+    from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
+    from ..training import run, run_together
+
+    runner, budgets_runner = runner or run, budgets_runner or run_together
+    if launched_processes() > 1:
+        raise ValueError(
+            "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
+            "(dwatt train); to spread a sweep over workers, start one `dwatt sweep --shard i/n` per worker"
+        )
+    store = ResultsStore(results)
+    output_root = Path(output_root) if output_root else store.path.parent / "runs"
+    store.path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        held = FileLock(store.path.with_name(f".{store.path.name}.lock")).acquire(timeout=0)
+    except Timeout:
+        raise SweepBusyError(
+            f"{store.path}: another sweep is writing this results file; two sweeps on one file would run the same "
+            "runs twice (wait for it, or give this one another --results)"
+        ) from None
+    with held:
+        refuse_repeated_ids(specs)
+        done = store.finished(specs, run_overrides, engine)
+        pending = widest_first([spec for spec in specs if spec.run_id not in done])
+        bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
+        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
+            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
+            configs = [spec.run_config(output_root, **run_overrides) for spec in group]
+            results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
+            fingerprint = backbone_fingerprint(group[0].backbone)
+            for spec, result in zip(group, results_of_group):
+                row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
+                store.append(portable_results(row, output_root))
+            bar.update(len(group))
+        bar.close()
+        return store.rows()
+
+
+__all__ = ["refuse_repeated_ids", "run_sweep"]

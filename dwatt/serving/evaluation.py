@@ -1,0 +1,54 @@
+"""`dwatt evaluate`: a trained checkpoint (or its ONNX export) scored on one split of a dataset, as training scored
+it. Each task's record names its scorer (`Task.scorer`); the masked LM's is in `dwatt.training.mlm`, which owns its
+masking."""
+
+from __future__ import annotations
+
+from ..classification_data import load_classification_dataset, warn_about_unseen_labels
+from ..data import load_ner_dataset
+from ..metrics import classification_scores, entity_scores
+from .prediction import BATCH_SIZE, class_probabilities, predict_tags
+
+
+def score_tagger(model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str,
+                 batch_size: int = BATCH_SIZE, **_) -> dict:
+    """seqeval's entity scores of an NER checkpoint on `split` of `dataset` (default: conll2003), whose labels must
+    be the checkpoint's."""
+    dataset = dataset or "conll2003"
+    data = load_ner_dataset(dataset, data_dir)
+    if split not in data:
+        raise ValueError(f"--split: {dataset}{f' ({data_dir})' if data_dir else ''} has no {split!r} split; "
+                         f"it has {', '.join(data)}")
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    if names != data[split].features["ner_tags"].feature.names:
+        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
+    rows = data[split].filter(lambda row: len(row["tokens"]) > 0)  # as training scores it: empty ones skipped
+    gold = [[names[t] for t in tags] for tags in rows["ner_tags"]]
+    return {"split": split, **entity_scores(gold, predict_tags(model, tokenizer, rows["tokens"], batch_size))}
+
+
+def score_classifier(model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str,
+                     batch_size: int = BATCH_SIZE, **_) -> dict:
+    """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset (default:
+    ag_news) whose labels include the checkpoint's; rows of a label the checkpoint lacks are warned about and scored
+    as errors."""
+    dataset = dataset or "ag_news"
+    data = load_classification_dataset(dataset, data_dir)
+    if split not in data:
+        raise ValueError(f"--split: {dataset} has no {split!r} split; it has {', '.join(data)}")
+    names = [model.config.id2label[i] for i in range(model.config.num_labels)]
+    dataset_names = data[split].features["label"].names
+    if not set(names) <= set(dataset_names):
+        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's {dataset_names}; cannot score it on {dataset}")
+    rows = data[split]
+    model_ids = [dataset_names.index(name) for name in names]
+    unseen = warn_about_unseen_labels(model_ids, {split: rows}, "the checkpoint's classes")
+    position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
+    pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
+    predicted = class_probabilities(model, tokenizer, rows["text"], pairs, batch_size).argmax(-1).tolist()
+    labels = [position.get(label, -100) for label in rows["label"]]
+    counts = {label: entry["rows"][split] for label, entry in unseen.items()}
+    return {"split": split, "examples": len(rows), **classification_scores(predicted, labels, names, counts)}
+
+
+__all__ = ["score_classifier", "score_tagger"]
