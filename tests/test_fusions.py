@@ -72,7 +72,7 @@ def test_a_fusion_that_passes_its_layer_through_returns_it_unchanged(name):
 
 
 # Where a fusion is still told apart by its name outside the table (issue 43 goes on): each file's count may only fall.
-DISPATCH = re.compile(r"""fusion\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
+DISPATCH = re.compile(r"""fusion["')\]]*\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
                       r"""isinstance\([^)]*\b(DepthWiseAttention|ScalarMix|LastLayer|LayerConcat|ExtraLayers)\b""")
 
 
@@ -87,6 +87,6 @@ def test_no_fusion_is_told_apart_by_name_outside_the_table_but_where_listed():
 
 def test_the_dispatch_pattern_catches_what_it_claims_to():
     for line in ('if config.fusion == "base":', "if fusion in ('base', 'concat'):", "isinstance(m, (ScalarMix, LastLayer))",
-                 'spec.fusion != "dwatt"'):
+                 'spec.fusion != "dwatt"', 'if config.get("fusion") != "base":'):
         assert DISPATCH.search(line), line
     assert not DISPATCH.search("if self.fusion.per_token:")

@@ -15,13 +15,17 @@ from collections.abc import Iterator
 import pandas as pd
 
 from ..run_config import default_learning_rate
-from .summaries import PROBE_FUSION, confidence_interval
 from ..tasks import TASKS
+from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
 SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
-FUSION_METHODS = {"scalar_mix": "ScalarMix", "concat": "Concat", "base_plus_n": "Base+n", "dwatt": "DWAtt"}
+# Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
+# simplest to the paper's.
+TABLE_ORDER = ("scalar_mix", "concat", "base_plus_n", "dwatt")
+FUSION_METHODS = {name: FUSION_NAMES[name] for name in sorted(FUSION_NAMES, key=lambda name: (
+    TABLE_ORDER.index(name) if name in TABLE_ORDER else len(TABLE_ORDER), name)) if name != PROBE_FUSION}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
 METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **FUSION_METHODS}

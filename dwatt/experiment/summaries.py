@@ -118,7 +118,7 @@ def read_layer(row: dict) -> float:
     """The backbone layer (1..L) a Base head reads (`--layers k`, else the last), NaN for the other fusions or where
     the row does not say how deep its backbone is."""
     config = row["config"]
-    if config.get("fusion") != "base":
+    if config.get("fusion") != PROBE_FUSION:
         return math.nan
     layer = single_layer(config.get("layers"))
     return float(layer) if layer is not None else float(row.get("backbone_layers", math.nan))
