@@ -582,7 +582,7 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
     def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
         return load_masked_lm(name_or_path, load_kwargs, depth)
 
-    def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
+    def adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         adopt_masked_lm_head(self.lm_head, pretrained)
 
 

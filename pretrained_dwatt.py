@@ -99,7 +99,7 @@ class PretrainedBackboneMixin:
     def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
         """The pretrained backbone `name_or_path` as this task model starts from it (the masked-LM model loads its
         head too), with its first `depth` layers only where given (the weights past them are not read);
-        shared-backbone serving (`dwatt.heads`) loads it once for many heads."""
+        shared-backbone serving (`dwatt.serving.shared_heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         layers, config = config.num_hidden_layers, cut_config(config, depth)
         with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
@@ -107,7 +107,7 @@ class PretrainedBackboneMixin:
         model.source_layers = layers  # how deep the pretrained backbone is, whatever depth was loaded
         return model
 
-    def _adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
+    def adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
 
     def _attach_pretrained_backbone(self, pretrained: PreTrainedModel, name_or_path: str, adopt_head: bool) -> None:
@@ -143,7 +143,7 @@ class PretrainedBackboneMixin:
             loaded.set_attn_implementation(wanted)
         self.dwatt.use_backbone(loaded.train(built.training))
         if adopt_head:
-            self._adopt_pretrained_head(pretrained)
+            self.adopt_pretrained_head(pretrained)
 
     def _initialize_missing_keys(self, *args, **kwargs) -> None:
         """transformers' initialisation of the weights a checkpoint lacks, without the backbone of a head-only

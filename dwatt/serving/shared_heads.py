@@ -215,7 +215,7 @@ class SharedBackboneHeads(nn.Module):
             # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
             pretrained = _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs)
             model.lm_head.to_empty(device="cpu")
-            model._adopt_pretrained_head(pretrained)
+            model.adopt_pretrained_head(pretrained)
             missing = []
         if missing:
             raise ValueError(f"the checkpoint {path} lacks {len(missing)} head weights: {', '.join(sorted(missing)[:8])}")
