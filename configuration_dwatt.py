@@ -151,6 +151,9 @@ class DWAttConfig(PretrainedConfig):
         heads_only (`bool`, *optional*, defaults to `False`):
             Set in the config of a head-only checkpoint, whose weights file holds no backbone tensor: loading it
             fetches the backbone from `backbone_name_or_path`.
+        layer_dropout (`float`, *optional*, defaults to 0.1):
+            `scalar_mix_dropout`: the probability that a layer's scalar is dropped from the softmax in training (UDify's
+            0.1).
 
     Example:
 
@@ -183,6 +186,7 @@ class DWAttConfig(PretrainedConfig):
         lora: dict | None = None,
         heads_only: bool = False,
         backbone_depth: int | None = None,
+        layer_dropout: float = 0.1,
         **kwargs,
     ):
         self.encoder_config = _as_encoder_config(encoder_config)
@@ -202,6 +206,7 @@ class DWAttConfig(PretrainedConfig):
         self.lora = dict(lora) if lora else None
         self.heads_only = heads_only
         self.backbone_depth = backbone_depth
+        self.layer_dropout = layer_dropout
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.validate_fusion()

@@ -253,11 +253,40 @@ class ScalarMix(LayerFusion):
         init.zeros_(self.scalar_parameters)
         init.ones_(self.gamma)
 
+    def layer_scores(self) -> torch.Tensor:
+        """The scalars the softmax weighs the layers by."""
+        return self.scalar_parameters
+
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None) -> tuple[torch.Tensor, torch.Tensor]:
-        weights = torch.softmax(self.scalar_parameters, dim=0)
+        weights = torch.softmax(self.layer_scores(), dim=0)
         mixed = self.gamma * torch.einsum("n,bntd->btd", weights.to(layers.dtype), layers)
         batch, seq = last_layer.shape[:2]
         return mixed, weights.expand(batch, seq, -1)
+
+
+class ScalarMixLayerDropout(ScalarMix):
+    """
+    ScalarMix with layer dropout (Kondratyuk and Straka 2019, UDify; AllenNLP's `ScalarMix(dropout=...)`): in
+    training, each layer's scalar is replaced by -1e20 with probability `config.layer_dropout` before the softmax, so
+    that the head cannot lean on one layer alone; with every layer dropped the weights are uniform. At inference it is
+    ScalarMix, and its weights are ScalarMix's.
+    """
+
+    name, display_name = "scalar_mix_dropout", "ScalarMix+LD"
+
+    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+        super().__init__(config, backbone)
+        self.layer_dropout = config.layer_dropout
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, layer_dropout={self.layer_dropout}"
+
+    def layer_scores(self) -> torch.Tensor:
+        scores = self.scalar_parameters
+        if not self.training or self.layer_dropout == 0:
+            return scores
+        kept = torch.rand_like(scores) >= self.layer_dropout
+        return torch.where(kept, scores, torch.full_like(scores, -1e20))
 
 
 class LastLayer(LayerFusion):
@@ -349,9 +378,10 @@ def mixing_fusions() -> str:
 
 
 FUSION_CLASSES: dict[str, type[LayerFusion]] = {
-    fusion.name: fusion for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix)
+    fusion.name: fusion for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix,
+                                        ScalarMixLayerDropout)
 }
 """Every fusion by its `DWAttConfig.fusion` name: the one place a name meets its class."""
 
 __all__ = ["FUSION_CLASSES", "DWAttMLP", "DepthWiseAttention", "ExtraLayers", "LastLayer", "LayerConcat", "LayerFusion",
-           "ScalarMix"]
+           "ScalarMix", "ScalarMixLayerDropout"]

@@ -3,7 +3,7 @@
 fusions, which imports torch) and `POOLINGS` `configuration_dwatt`'s; tests/test_fusions.py and tests/test_layout.py
 check that they agree."""
 
-FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix")
+FUSIONS = ("dwatt", "concat", "base_plus_n", "base", "scalar_mix", "scalar_mix_dropout")
 POOLINGS = ("mean", "first", "last")
 QUANTIZATIONS = ("int8",)  # dwatt.serving.quantization: dynamic int8 linear maps
 RUNTIMES = ("torch", "onnx")  # a checkpoint in PyTorch, a `dwatt export` folder in onnxruntime

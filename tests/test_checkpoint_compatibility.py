@@ -12,11 +12,13 @@ import modeling_dwatt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints-da01343"
 FOLDERS = sorted(path for path in FIXTURES.iterdir() if (path / "expected.safetensors").is_file())
+ADDED_SINCE = {"scalar_mix_dropout"}
 
 
 def test_the_fixture_holds_every_fusion_and_task():
     configs = [json.loads((folder / "config.json").read_text()) for folder in FOLDERS]
-    assert {config["fusion"] for config in configs} == set(configuration_dwatt.FUSIONS)
+    # every fusion da01343 had (those declared since have no checkpoint of that code)
+    assert {config["fusion"] for config in configs} == set(configuration_dwatt.FUSIONS) - ADDED_SINCE
     assert {config["architectures"][0] for config in configs} == {
         "RobertaDWAttForTokenClassification", "RobertaDWAttForSequenceClassification", "RobertaDWAttForMaskedLM"}
     assert any(config["heads_only"] for config in configs) and any(config["lora"] for config in configs)

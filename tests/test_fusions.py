@@ -90,3 +90,28 @@ def test_the_dispatch_pattern_catches_what_it_claims_to():
                  'spec.fusion != "dwatt"', 'if config.get("fusion") != "base":'):
         assert DISPATCH.search(line), line
     assert not DISPATCH.search("if self.fusion.per_token:")
+
+
+def test_layer_dropout_drops_layers_from_the_softmax_in_training_only():
+    """ScalarMix+LD (UDify): at inference it is ScalarMix with the same weights; in training each layer's scalar is
+    dropped with probability `layer_dropout` (its weight 0), and with every layer dropped the weights are uniform."""
+    from fusions_dwatt import ScalarMix, ScalarMixLayerDropout
+
+    config = tiny_config("bert", "scalar_mix_dropout")
+    dropping, plain = ScalarMixLayerDropout(config), ScalarMix(config)
+    for fusion in (dropping, plain):
+        fusion.init_weights(0.02)
+    with torch.no_grad():
+        dropping.scalar_parameters.copy_(torch.arange(config.num_fused_layers, dtype=torch.float))
+        plain.scalar_parameters.copy_(dropping.scalar_parameters)
+    layers, last = torch.randn(2, config.num_fused_layers, 5, 8), torch.randn(2, 5, 8)
+    dropping.eval()
+    assert torch.equal(dropping(layers, last)[0], plain(layers, last)[0])
+    dropping.train()
+    torch.manual_seed(0)
+    seen = torch.stack([dropping(layers, last)[1][0, 0] for _ in range(400)])
+    dropped = (seen == 0).float().mean(0)
+    assert ((dropped > 0.03) & (dropped < 0.2)).all()  # each layer dropped about 10% of the time
+    dropping.layer_dropout = 1.0
+    weights = dropping(layers, last)[1][0, 0]
+    assert torch.allclose(weights, torch.full_like(weights, 1 / config.num_fused_layers))

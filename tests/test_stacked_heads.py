@@ -23,7 +23,7 @@ def weights(folder) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
-@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n"])
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n", "scalar_mix_dropout"])  # random draws in the fusion too
 def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_conll, tmp_path, fusion, vectorize):
     # Dropout is on (classifier, and Base+n's extra layers), several batches per epoch, three budgets.
     budgets = (1, 3, 2)

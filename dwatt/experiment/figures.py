@@ -53,7 +53,8 @@ def figure_probe(frame: pd.DataFrame):
     return figure
 
 
-COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c"}
+COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c",
+          "scalar_mix_dropout": "#9467bd"}
 TIER_ORDER = [name for _, name in TIERS]
 
 

@@ -23,7 +23,7 @@ LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
 # Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
 # simplest to the paper's.
-TABLE_ORDER = ("scalar_mix", "concat", "base_plus_n", "dwatt")
+TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "concat", "base_plus_n", "dwatt")
 FUSION_METHODS = {name: FUSION_NAMES[name] for name in sorted(FUSION_NAMES, key=lambda name: (
     TABLE_ORDER.index(name) if name in TABLE_ORDER else len(TABLE_ORDER), name)) if name != PROBE_FUSION}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
