@@ -93,8 +93,11 @@ def run_without_dwatt(script: str, tmp_path: Path, **env) -> None:
     """Run `script` in a fresh Python process that cannot import dwatt or its model files (offline Hub)."""
     environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
     environment.update(env)
+    # from a file: a script that lists every family's cells is longer than one command-line argument may be
+    path = tmp_path / "without_dwatt.py"
+    path.write_text(BLOCKED_IMPORTS + textwrap.dedent(script))
     done = subprocess.run(
-        [sys.executable, "-c", BLOCKED_IMPORTS + textwrap.dedent(script)],
+        [sys.executable, str(path)],
         cwd=tmp_path,
         env=environment,
         capture_output=True,
