@@ -34,8 +34,8 @@ for STEP in base:all-MiniLM-L6-v2:3e-2 base,scalar_mix:all-mpnet-base-v2:3e-2 ba
   done
   wait
 done
-# ScalarMix with layer dropout (scalar_mix_dropout, added after the grid ran): MiniLM at N = 32, its own store.
-dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 \
+# ScalarMix with layer dropout (scalar_mix_dropout, added after the grid ran): MiniLM, its own store.
+dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-ld --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
