@@ -12,7 +12,7 @@ from .options import add_inference_arguments, add_threads_argument, inference_mo
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("evaluate", help="score a trained checkpoint with seqeval")
+    parser = commands.add_parser("evaluate", help="score a trained checkpoint on a split (entity F1, accuracy or perplexity)")
     parser.add_argument("checkpoint")
     parser.add_argument("--dataset", default=None, help="default: conll2003 for NER, ag_news for text classification")
     parser.add_argument("--data-dir", default=None)
