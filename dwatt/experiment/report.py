@@ -432,9 +432,11 @@ def last_layer_words(last: pd.DataFrame, unit: str) -> str:
         said = {"level": "level with the best one (95% CI spans 0)", "beats": "ahead of the best one"}
         subject = "it is" if parts else "the last layer is"
         parts.append(f"{subject} " + "; ".join(
-            f"{said[row.verdict]} on {row.backbone} at N = {row.n_shot:g} "
-            f"({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit})"
-            for row in others.itertuples()))
+            f"{said[verdict]} on " + ", ".join(
+                f"{row.backbone} at N = {row.n_shot:g} "
+                f"({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit})"
+                for row in rows.itertuples())
+            for verdict, rows in others.groupby("verdict", sort=False)))
     return "; " + ", and ".join(parts)
 
 
