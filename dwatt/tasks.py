@@ -43,9 +43,10 @@ class Task:
     console: str  # "module:class" telling a run of it on the console (its headline and score tables)
 
     def procedure(self, role: str):
-        """What the record names for `role` ("scorer", "line_predictor", "console"), imported."""
+        """What the record names for `role`, imported: the module of "procedures", the function or class of
+        "scorer", "line_predictor" and "console" ("module:name")."""
         module, _, name = getattr(self, role).partition(":")
-        return getattr(import_module(module), name)
+        return getattr(import_module(module), name) if name else import_module(module)
 
 
 # The FE rates: on CoNLL-03 (docs/results/fair-cpu, each method's rate chosen on dev among 5e-5 ... 1e-2), 5e-5 was

@@ -390,7 +390,7 @@ def regret_table(table: pd.DataFrame) -> str:
 
 def fair_answer(table: pd.DataFrame) -> str:
     """The fair comparison's answer in a sentence, from the settings (backbone, N) with at least two trials: which
-    fusion beats the best single layer where, or that none does; and how far the last layer trails it."""
+    fusion beats the best single layer where, or that none does; and how the last layer compares with it."""
     judged = verdicts(table)
     judged = judged[judged.verdict != "one trial"]
     if judged.empty:
@@ -406,11 +406,16 @@ def fair_answer(table: pd.DataFrame) -> str:
         answer = "no fusion beats a head on the best single layer (the 95% CI of every paired difference reaches 0 or below)"
     else:
         answer = "a fusion beats the best single layer in " + "; ".join(
-            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit}"
+            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
             for row in wins.itertuples()) + f", of {len(fusions)} fusion-setting pairs"
     return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
             f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
+
+
+def difference_words(row, unit: str) -> str:
+    """A verdict row's paired difference to the best single layer, with its CI and unit: "+0.75 ± 4.73 F1"."""
+    return f"{with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit}"
 
 
 def datasets_of(judged: pd.DataFrame) -> str:
@@ -433,8 +438,7 @@ def last_layer_words(last: pd.DataFrame, unit: str) -> str:
         subject = "it is" if parts else "the last layer is"
         parts.append(f"{subject} " + "; ".join(
             f"{said[verdict]} on " + ", ".join(
-                f"{row.backbone} at N = {row.n_shot:g} "
-                f"({with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True)} {unit})"
+                f"{row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)})"
                 for row in rows.itertuples())
             for verdict, rows in others.groupby("verdict", sort=False)))
     return "; " + ", and ".join(parts)

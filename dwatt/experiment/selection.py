@@ -24,8 +24,8 @@ SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for tas
 # Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
 # simplest to the paper's.
 TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "concat", "base_plus_n", "dwatt")
-FUSION_METHODS = {name: FUSION_NAMES[name] for name in sorted(FUSION_NAMES, key=lambda name: (
-    TABLE_ORDER.index(name) if name in TABLE_ORDER else len(TABLE_ORDER), name)) if name != PROBE_FUSION}
+FUSION_METHODS = {name: FUSION_NAMES[name] for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
+                  if name in FUSION_NAMES and name != PROBE_FUSION}
 METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
 METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **FUSION_METHODS}
@@ -100,6 +100,23 @@ def _dev_sentences(runs: pd.DataFrame) -> float:
     return float(sizes[0]) if len(sizes) == 1 else math.nan
 
 
+def paired_against(setting: pd.DataFrame, reference: str, score: str) -> Iterator[tuple[str, pd.DataFrame, pd.Series]]:
+    """Each method's runs in one setting (in `METHODS` order) with their `score` minus the `reference` method's,
+    paired by trial (the trials both have)."""
+    theirs = setting[setting.method == reference].set_index("trial")[score]
+    for method in METHODS:
+        mine = setting[setting.method == method]
+        if not mine.empty:
+            yield method, mine, (mine.set_index("trial")[score] - theirs).dropna()
+
+
+def paired_columns(name: str, differences: pd.Series, is_reference: bool) -> dict:
+    """`name` and `name_ci95`: the mean paired difference and its 95% CI (NaN for the reference itself)."""
+    if is_reference:
+        return {name: math.nan, f"{name}_ci95": math.nan}
+    return {name: differences.mean() if len(differences) else math.nan, f"{name}_ci95": confidence_interval(differences)}
+
+
 def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
     """Per backbone, dataset, N and method: the test score of the dev-chosen runs (mean, 95% CI, trials; the task's
     `metric`), the chosen learning rates (and layers) among the rates tried, whether every trial chose the largest
@@ -113,12 +130,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
         lambda rates: sorted(rates.unique()))
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
-        best_layer = setting[setting.method == BEST_LAYER].set_index("trial").test_score
-        for method in METHODS:
-            mine = setting[setting.method == method]
-            if mine.empty:
-                continue
-            differences = (mine.set_index("trial").test_score - best_layer).dropna()
+        for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
             tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, mine.fusion.iloc[0])]
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
@@ -131,8 +143,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                 # selection regret: how much test score the choice on dev left among the method's own candidates
                 "regret": (mine.test_score - mine.best_test_score).mean(),
                 "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
-                "minus_best_layer": differences.mean() if method != BEST_LAYER and len(differences) else math.nan,
-                "minus_best_layer_ci95": confidence_interval(differences) if method != BEST_LAYER else math.nan,
+                **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
                 "at_largest_rate": bool(len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
             })
@@ -159,18 +170,12 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -
         return pd.DataFrame()
     records = []
     for (backbone, dataset, n_shot, epochs), setting in pd.concat(picks).groupby(["backbone", "dataset", "n_shot", "epochs"]):
-        last = setting[setting.method == LAST_LAYER].set_index("trial").no_dev_score
-        for method in METHODS:
-            mine = setting[setting.method == method]
-            if mine.empty:
-                continue
-            differences = (mine.set_index("trial").no_dev_score - last).dropna()
+        for method, mine, differences in paired_against(setting, LAST_LAYER, "no_dev_score"):
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
                 "metric": mine.metric.iloc[0], "learning_rate": mine.learning_rate.iloc[0], "test_score": mine.no_dev_score.mean(),
                 "test_ci95": confidence_interval(mine.no_dev_score), "trials": len(mine),
-                "minus_last_layer": differences.mean() if method != LAST_LAYER and len(differences) else math.nan,
-                "minus_last_layer_ci95": confidence_interval(differences) if method != LAST_LAYER else math.nan,
+                **paired_columns("minus_last_layer", differences, method == LAST_LAYER),
             })
     return pd.DataFrame.from_records(records)
 

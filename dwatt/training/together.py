@@ -10,7 +10,6 @@ What differs between tasks (preparing the data and the model, the scores, the re
 
 from __future__ import annotations
 
-import importlib
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -58,7 +57,7 @@ class TrainedTogether:
 def procedures(task: str):
     """The module of `task`'s procedures (`Task.procedures`): its `run`, and its `prepare_together` where its runs
     may train together."""
-    return importlib.import_module(task_named(task).procedures)
+    return task_named(task).procedure("procedures")
 
 
 def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None) -> list[dict]:
