@@ -84,6 +84,13 @@ def refused(family: str, fusion: str) -> str | None:
     return record.extra_layers_refused if record and FUSION_CLASSES[fusion.split(":")[0]].needs_layer_inputs else None
 
 
+# The fusions the family matrix builds: a fusion that subclasses another (ScalarMix with layer dropout) reads the
+# backbone exactly as its parent does, so the parent's cells cover it there; its own behaviour (training-time
+# dropout, equal to its parent at eval) is tested in test_fusions.py and test_stacked_heads.py.
+MATRIX_FUSIONS = tuple(name for name, cls in FUSION_CLASSES.items()
+                       if not any(cls is not other and issubclass(cls, other) for other in FUSION_CLASSES.values()))
+
+
 def works(family: str, fusion: str) -> bool:
     return refused(family, fusion) is None
 

@@ -25,8 +25,8 @@ from dwatt.lora import add_lora, default_targets
 from dwatt.training import FreezeBackboneCallback
 
 from .conftest import run_without_dwatt
-from .families import (ALL_FAMILIES, DECODERS, FAMILIES, encoder_config, has_mlm_head, installed, is_decoder, refused,
-                       works)
+from .families import (ALL_FAMILIES, DECODERS, FAMILIES, MATRIX_FUSIONS, encoder_config, has_mlm_head, installed,
+                       is_decoder, refused, works)
 from .families import tasks as tasks_of
 
 TASKS = {"token": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
@@ -35,7 +35,7 @@ AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM
 
 
 # `base:2`: the Base head on layer 2 of 3 instead of the last (`fused_layers="2"`), a probe of one layer.
-CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in (*FUSIONS, "base:2") for task in tasks_of(family)
+CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in (*MATRIX_FUSIONS, "base:2") for task in tasks_of(family)
          if works(family, fusion)]
 # LoRA on every family: every linear projection of the backbone adapted (its default targets, the family table's
 # attention projections, among them), trained a step, saved full (merged) and head-only (the updates beside the

@@ -489,3 +489,43 @@ def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_g
     covered = coverage(runs_frame(rows)).set_index("method")
     assert covered.loc["DWAtt"].planned_runs == 3 and covered.loc["DWAtt"].complete_trials == 0
     assert covered.loc["Concat"].complete_trials == 1 and covered.loc["Base (probe)"].planned_runs == 9
+
+
+def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_the_probe_s_rates(tmp_path):
+    """A probe group's ensembles (on its first run's row) become one method per size, paired by trial with the best
+    single layer; their layers are listed per trial (chosen on dev, or on the few-shot sample in that table), their
+    rates are each layer's own, and they count as one planned run per trial in the coverage."""
+    rows = []
+    for trial in range(3):
+        group = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.6, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+        members = lambda layers: [{"layer": layer, "learning_rate": 1e-3, "epoch": 2.0, "f1": 0.5} for layer in layers]
+        group[0]["probe_ensembles"] = [{
+            "size": 3, "members": members([3, 2, 1]), "best_f1": 0.7, "test_scores": {"f1": 0.63 + 0.01 * trial},
+            "candidates": {"layers": [1, 2, 3], "learning_rates": [1e-4, 1e-3]},
+            "few_shot_dev": {"sentences": 128, "seed": trial, "members": members([1, 3, 2]), "best_f1": 0.8,
+                             "test_scores": {"f1": 0.55}}}]
+        for row in group:
+            row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4, "best_epoch": 3.0, "test_scores": {"f1": 0.6}}
+        rows += group
+    # the grid's store without the ensembles, and a probe trained again for them in its own store (the same runs)
+    store, again = tmp_path / "fair.jsonl", tmp_path / "fair.ensembles.jsonl"
+    store.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "probe_ensembles"}) + "\n" for row in rows))
+    again.write_text("".join(json.dumps(row) + "\n" for row in rows if "probe_ensembles" in row))
+    write_report([store, again], tmp_path / "out", title="fair")
+    tables = tmp_path / "out" / "tables"
+    table = pd.read_csv(tables / "fair_comparison.csv").set_index("method")
+    ensemble = table.loc["top-3 layers averaged"]
+    assert ensemble.test_score == pytest.approx(64.0) and ensemble.minus_best_layer == pytest.approx(4.0)
+    assert ensemble.layers == "3,2,1; 3,2,1; 3,2,1" and ensemble.learning_rates == "each layer's own"
+    assert ensemble.learning_rates_tried == "0.0001, 0.001" and pd.isna(ensemble.regret)
+    assert "| 32 | top-3 layers averaged | 55.00 ± 0.00 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "| 1,3,2; 1,3,2; 1,3,2 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "Fusions or probe ensembles that beat it: top-3 layers averaged +4.00" in (tables / "fair_verdicts.md").read_text()
+    assert "a fusion or probe ensemble beats the best single layer" in (tables / "fair_answer.md").read_text()
+    coverage = (tables / "coverage.md").read_text()
+    assert "| top-3 layers averaged |" in coverage and "| 3/3 | 3/3 |" in coverage
+    # a run trained again with another result is still refused, ensembles or not
+    changed = [dict(row, test_scores={"f1": 0.1}) for row in rows if "probe_ensembles" in row]
+    again.write_text("".join(json.dumps(row) + "\n" for row in changed))
+    with pytest.raises(ValueError, match="appears twice with different results"):
+        write_report([store, again], tmp_path / "out2", title="fair")

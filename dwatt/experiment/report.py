@@ -15,8 +15,8 @@ import pandas as pd
 
 from ..atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import (BEST_LAYER, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid, no_dev_comparison,
-                        probe_curve, verdicts)
+from .selection import (BEST_LAYER, ENSEMBLE_METHODS, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid,
+                        no_dev_comparison, probe_curve, verdicts)
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -190,7 +190,7 @@ def write_report(paths: list[str | Path], output: str | Path, title: str = "Resu
         if is_fair_grid(frame):
             write_fair_report(frame, staging, title, sources)
         else:
-            write_full_report(frame, staging, title, sources)
+            write_full_report(frame[frame.ensemble_size.isna()], staging, title, sources)
         publish(staging, output)
     return output / "report.md"
 
@@ -328,7 +328,7 @@ def verdict_lines(table: pd.DataFrame) -> str:
         last = mine[mine.method == LAST_LAYER]
         trials = int(best.trials.iloc[0])
         parts = [f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
-                 f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). Fusions that beat it: {listed('beats')}; "
+                 f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it: {listed('beats')}; "
                  f"level with it (95% CI spans 0): {listed('level')}; that trail it: {listed('trails')}"]
         if (mine.verdict == "one trial").any():
             parts.append(f"; one trial, no interval yet: {listed('one trial')}")
@@ -380,7 +380,8 @@ def regret_table(table: pd.DataFrame) -> str:
     if table.empty:
         return ""
     # rounded first: a regret of -1e-15 (float noise in a difference of equal scores) is 0, not "-0.00"
-    cells = table.assign(cell=[with_interval(round(r, 9) + 0.0, c, sign=True) for r, c in zip(table.regret, table.regret_ci95)])
+    cells = table.assign(cell=[with_interval(round(r, 9) + 0.0, c, sign=True) if not pd.isna(r) else "—"
+                               for r, c in zip(table.regret, table.regret_ci95)])
     pivot = cells.pivot_table(index=["backbone", "dataset", "n_shot"], columns="method", values="cell", aggfunc="first",
                               sort=False).reset_index()
     pivot.columns.name = None
@@ -403,14 +404,21 @@ def fair_answer(table: pd.DataFrame) -> str:
     unit = METRIC_UNITS.get(metric, metric)
     wins = fusions[fusions.verdict == "beats"]
     if wins.empty:
-        answer = "no fusion beats a head on the best single layer (the 95% CI of every paired difference reaches 0 or below)"
+        answer = (f"no {kinds(fusions)} beats a head on the best single layer (the 95% CI of every paired difference "
+                  "reaches 0 or below)")
     else:
-        answer = "a fusion beats the best single layer in " + "; ".join(
+        answer = f"a {kinds(fusions)} beats the best single layer in " + "; ".join(
             f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
-            for row in wins.itertuples()) + f", of {len(fusions)} fusion-setting pairs"
+            for row in wins.itertuples()) + f", of {len(fusions)} {kinds(fusions)}-setting pairs"
     return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
             f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
+
+
+def kinds(judged: pd.DataFrame, plural: bool = False) -> str:
+    """What the judged methods of a table are: fusions, and probe ensembles where the table has them."""
+    s = "s" if plural else ""
+    return f"fusion{s} or probe ensemble{s}" if judged.method.isin(ENSEMBLE_METHODS.values()).any() else f"fusion{s}"
 
 
 def difference_words(row, unit: str) -> str:

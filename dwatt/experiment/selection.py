@@ -16,7 +16,8 @@ import pandas as pd
 
 from ..run_config import default_learning_rate
 from ..tasks import TASKS
-from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval
+from ..training.probe_ensembles import ENSEMBLE_SIZES
+from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
@@ -26,9 +27,12 @@ SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for tas
 TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "concat", "base_plus_n", "dwatt")
 FUSION_METHODS = {name: FUSION_NAMES[name] for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
                   if name in FUSION_NAMES and name != PROBE_FUSION}
-METHODS = (LAST_LAYER, BEST_LAYER, *FUSION_METHODS.values())
+# Methods built from the probe that choose no single layer: the top layers' heads, their probabilities averaged
+# (`dwatt.training.probe_ensembles`); each picks its layers, and each layer its learning rate, on dev.
+ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for size in ENSEMBLE_SIZES}
+METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
-METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **FUSION_METHODS}
+METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **ENSEMBLE_METHODS, **FUSION_METHODS}
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
 
 
@@ -72,7 +76,7 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
         if not last.empty:
             yield LAST_LAYER, last
         yield BEST_LAYER, base
-    for fusion, method in FUSION_METHODS.items():
+    for fusion, method in (ENSEMBLE_METHODS | FUSION_METHODS).items():
         own = sample[sample.fusion == fusion]
         if not own.empty:
             yield method, own
@@ -80,8 +84,10 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
 
 def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per sample and method: the run each method picks on dev (ties: the first in grid order), with
-    `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken)."""
-    picks = [_best(among).assign(method=method, best_test_score=among.test_score.max())
+    `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken;
+    NaN for a probe ensemble, whose choices were made among the probe's runs when it was built)."""
+    picks = [_best(among).assign(method=method, best_test_score=math.nan if method in ENSEMBLE_METHODS.values()
+                                 else among.test_score.max())
              for _, sample in runs.groupby(SAMPLE, dropna=False) for method, among in candidates(sample)]
     return pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
@@ -128,24 +134,27 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
         return pd.DataFrame()
     rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(
         lambda rates: sorted(rates.unique()))
+    members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
-            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, mine.fusion.iloc[0])]
+            ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
+            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, PROBE_FUSION if ensemble else mine.fusion.iloc[0])]
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
                 "metric": mine.metric.iloc[0], "test_score": mine.test_score.mean(),
                 "test_ci95": confidence_interval(mine.test_score), "trials": len(mine),
                 "dev_score": mine.dev_score.mean(), "dev_sentences": _dev_sentences(mine),
-                "learning_rates": _rates_text(mine.learning_rate),
+                "learning_rates": "each layer's own" if ensemble else _rates_text(mine.learning_rate),
                 "learning_rates_tried": _rates_text(tried),
-                "layers": ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else "",
+                "layers": ("; ".join(mine[members]) if ensemble else
+                           ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else ""),
                 # selection regret: how much test score the choice on dev left among the method's own candidates
                 "regret": (mine.test_score - mine.best_test_score).mean(),
                 "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
                 **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
-                "at_largest_rate": bool(len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
+                "at_largest_rate": bool(not ensemble and len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
             })
     return pd.DataFrame.from_records(records)
 
@@ -195,7 +204,8 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     methods = [method for method in METHOD_OF_FUSION.values() if method in set(runs.method)]
     # the grid's own rates: those most methods were tried at somewhere (a rate past the grid's edge is one or two
     # methods'; a method whose runs have only begun lacks some of the grid's rates rather than shrinking the grid)
-    tried = [set(runs[runs.method == method].learning_rate) for method in methods]
+    trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
+    tried = [set(runs[runs.method == method].learning_rate) for method in trained]
     shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
@@ -204,7 +214,8 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
             setting = on_backbone[on_backbone.n_shot == n_shot]
             for method in methods:
                 rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
-                cells_per_trial = len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1)
+                cells_per_trial = (1 if method not in trained  # one ensemble per trial
+                                   else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1))
                 mine = setting[setting.method == method].drop_duplicates(["trial", "learning_rate", "layer"])
                 per_trial = mine.groupby("trial").size()
                 records.append({
@@ -245,5 +256,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
                  trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
            "no_dev_comparison", "probe_curve", "verdict", "verdicts", "with_methods"]

@@ -20,6 +20,7 @@ from ..atomic import read_text
 from ..portable import backbone_label
 from ..run_config import NOT_DEFINING
 from ..tasks import TASKS
+from ..training.probe_ensembles import ENSEMBLES_FIELD
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {name: FUSION_CLASSES[name].display_name for name in sorted(FUSION_CLASSES)}  # tables' column order
@@ -59,7 +60,8 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
     """
     Each run once. The shards of a sweep (or a store and a run's own results.json) may hold the same run twice:
     identical results (timings aside) are kept once; different results for one run are refused, naming both
-    places, since a report cannot tell which to believe.
+    places, since a report cannot tell which to believe. A probe trained again to build its ensembles holds the same
+    runs plus the group's ensembles (`ENSEMBLES_FIELD`): the row that holds them is kept.
     """
     kept: dict[str, dict] = {}
     for row in rows:
@@ -68,9 +70,10 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
             kept[identity] = row
             continue
         first = kept[identity]
-        mine, theirs = (
-            {k: v for k, v in comparable(r).items() if k not in STORE_FIELDS and k != "config"} for r in (row, first)
-        )
+        mine, theirs = ({k: v for k, v in comparable(r).items() if k not in (*STORE_FIELDS, "config", ENSEMBLES_FIELD)}
+                        for r in (row, first))
+        if mine == theirs and ENSEMBLES_FIELD in row:
+            kept[identity] = row
         if mine != theirs:
             differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
             name = row.get("run_id") or first.get("run_id") or Path(row["config"].get("output_dir", "?")).name
@@ -148,8 +151,37 @@ def last_epoch_columns(last: dict | None) -> dict:
             for task in TASKS.values() if task.few_shot}
 
 
+def ensemble_fusion(size: int) -> str:
+    """The `fusion` column of a probe ensemble's rows (`ensemble_records`): not a fusion of the registry, a method."""
+    return f"probe_top{size}"
+
+
+def ensemble_records(run: dict, row: dict) -> list[dict]:
+    """A probe group's ensembles (`dwatt.training.probe_ensembles`, held by the group's first run) as runs of their
+    own, in the sample of `run` (that run's line): its dev and test scores those of the average of its members,
+    which read the layers in `members` (`sample_members`: the layers chosen on the few-shot dev sample), each at the
+    learning rate its dev score chose."""
+    records = []
+    for entry in row.get(ENSEMBLES_FIELD) or []:
+        record = {key: math.nan for key in ("f1", "accuracy", "macro_f1", "final_f1", "test_f1", "test_accuracy")}
+        record["ensemble_size"] = entry["size"]
+        for task in TASKS.values():
+            if task.few_shot and f"best_{task.score}" in entry:
+                record[task.score] = 100 * entry[f"best_{task.score}"]
+                record[f"test_{task.score}"] = 100 * entry["test_scores"][task.score]
+        sample = entry.get("few_shot_dev")
+        records.append(run | record | {
+            "fusion": ensemble_fusion(entry["size"]), "learning_rate": math.nan, "layer": math.nan, "best_epoch": None,
+            "dev_curve": [], "layer_weights": None, "wall_seconds": math.nan,
+            "members": ",".join(str(m["layer"]) for m in entry["members"]),
+            "sample_members": ",".join(str(m["layer"]) for m in sample["members"]) if sample else None,
+            **few_shot_dev_columns(sample), **last_epoch_columns(None)})
+    return records
+
+
 def runs_frame(rows: list[dict]) -> pd.DataFrame:
-    """One line per run: the setting, the trial, and its scores (F1 x 100, perplexities)."""
+    """One line per run (and per probe ensemble: `ensemble_records`): the setting, the trial, and its scores (F1 x
+    100, perplexities)."""
     records = []
     for row in rows:
         config = row["config"]
@@ -181,6 +213,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "pooling": row.get("pooling"),  # text classification only
                 "learning_rate": config.get("learning_rate"),
                 "layer": read_layer(row),
+                "ensemble_size": math.nan,  # a run; a probe ensemble's line says how many heads it averages
                 "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
                 "test_accuracy": 100 * row["test_scores"]["accuracy"] if "accuracy" in row.get("test_scores", {}) else math.nan,
@@ -189,6 +222,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 **last_epoch_columns(row.get("last_epoch")),
             }
         )
+        records += ensemble_records(records[-1], row)
     frame = pd.DataFrame.from_records(records)
     if not frame.empty:
         frame["tier"] = [tier(size) if size is not None and not pd.isna(size) else None for size in frame["train_pool_size"]]

@@ -25,6 +25,7 @@ from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS, task_named
 from .common import RunClock, finish_run, run_facts
+from .probe_ensembles import ENSEMBLES_FIELD, ProbeEnsembles, predict_features, probe_ensembles
 
 # What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
 TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
@@ -126,6 +127,14 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
         if no_dev:
             final_test_predictions = predict([outcome.final_state for outcome in outcomes])
 
+    ensembles = None  # the group's probe ensembles, held by its first run's results
+    if probes and test is not None:
+        sample = {"size": sample_size, "seed": first.seed, "items": task.items} if first.few_shot_dev else None
+        state_of = lambda k, chosen_on: outcomes[k].best_state if chosen_on == "dev" else outcomes[k].sample_best_state
+        ensembles = probe_ensembles(ProbeEnsembles(model, parts.collator, read, layers, state_of),
+                                    [c.learning_rate for c in configs], outcomes, parts.dev_set, parts.dev_metrics,
+                                    test, task.score, sample)
+
     def test_scores(index: int, state: dict, predictions) -> dict:
         if predictions is not None:
             return test[1].score_ids(predictions[0][index], predictions[1])
@@ -151,6 +160,8 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
             if test is not None:
                 results["few_shot_dev"]["test_scores"] = test_scores(index, outcome.sample_best_state,
                                                                      sample_test_predictions)
+        if ensembles and index == 0:
+            results[ENSEMBLES_FIELD] = ensembles
         if no_dev:
             results["last_epoch"] = {"epoch": outcome.epochs,
                                      "test_scores": test_scores(index, outcome.final_state, final_test_predictions)}
@@ -221,22 +232,11 @@ def probed_layers(configs: list[RunConfig]) -> list[int] | None:
     return read
 
 
-@torch.no_grad()
 def evaluate_features(model, dataset, collator, metrics, batch_size: int = 32, layer: int | None = None) -> dict:
     """Scores (`metrics.score_ids`) of `model` on a tokenised or cached eval set, without a `Trainer`; a head on one
     layer fed the cached `layer` of the stack, for probes."""
-    from torch.utils.data import DataLoader
-
-    model.eval()
-    device = next(model.parameters()).device
-    predicted, labels = [], []
-    for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
-        batch = {key: value.to(device) for key, value in batch.items()}
-        if layer is not None:
-            batch["backbone_hidden_states"] = batch["backbone_hidden_states"][:, layer : layer + 1]
-        predicted.append(model(**batch).logits.argmax(-1).cpu())
-        labels.append(batch["labels"].cpu())
-    return metrics.score_ids(predicted, labels)
+    logits, labels = predict_features(model, dataset, collator, batch_size, layer)
+    return metrics.score_ids([batch.argmax(-1) for batch in logits], labels)
 
 
 __all__ = ["TrainedTogether", "evaluate_features", "procedures", "run_together"]
