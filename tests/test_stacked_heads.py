@@ -221,6 +221,11 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     assert (f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev F1 {100 * best['best_dev_f1']:.2f}, "
             f"test F1 {100 * best['test_scores']['f1']:.2f}") in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
+    # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
+    (ensemble,) = rows[0]["probe_ensembles"]
+    layers = ", ".join(str(member["layer"]) for member in ensemble["members"])
+    assert (f"the 3 best layers' heads averaged (layers {layers}; a method of its own, not served yet): dev F1 "
+            f"{100 * ensemble['best_f1']:.2f}, test F1 {100 * ensemble['test_scores']['f1']:.2f}") in printed
     # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
     folder = tmp_path / "chosen" / "model"
     assert f"model: {folder} (runs layers 1-{layer} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0

@@ -82,6 +82,9 @@ class ProbeOutcome:
     figure: Path | None = None
     model: Path | None = None
     saved: dict = field(default_factory=dict)
+    # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each
+    # {"layers": [...], "dev": ..., "test": ...} (x 100)
+    ensembles: dict[int, list[dict]] = field(default_factory=dict)
 
     @property
     def layers(self) -> list[int]:
@@ -152,6 +155,14 @@ def choose(task: str, rows: list[dict]) -> ProbeOutcome:
     depths = {row.get("backbone_layers") for row in rows} - {None}
     outcome = ProbeOutcome(task, scores, (0, 0.0), {}, sizes.pop() if len(sizes) == 1 else None,
                            depths.pop() if len(depths) == 1 else None)
+    from ..training.probe_ensembles import ENSEMBLES_FIELD  # here: reading the command line imports no torch
+
+    score = dev_key.removeprefix("best_dev_")
+    for row in rows:
+        for entry in row.get(ENSEMBLES_FIELD) or []:
+            outcome.ensembles.setdefault(entry["size"], []).append({
+                "layers": [member["layer"] for member in entry["members"]], "dev": 100 * entry[f"best_{score}"],
+                "test": 100 * entry["test_scores"][test_key]})
     candidates = sorted({(layer, rate) for _, layer, rate in scores})
     outcome.chosen = max(candidates, key=lambda pair: (outcome.mean(*pair), -pair[0], -pair[1]))
     for trial in outcome.trials:
@@ -182,6 +193,11 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         picks = ", ".join(f"layer {pick_layer} at {pick_rate:g}" for pick_layer, pick_rate in outcome.chosen_per_trial.values())
         agree = sum(pick[0] == layer for pick in outcome.chosen_per_trial.values())
         lines.append(f"each trial's own choice: {picks} ({agree} of {len(outcome.trials)} on layer {layer})")
+    for size, ensembles in sorted(outcome.ensembles.items()):
+        layers = "; ".join(", ".join(map(str, ensemble["layers"])) for ensemble in ensembles)
+        lines.append(f"the {size} best layers' heads averaged (layers {layers}; a method of its own, not served yet): "
+                     f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
+                     f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}")
     last = max(outcome.layers)
     if last != layer and outcome.depth is not None and last == outcome.depth:
         best_rate = max(outcome.rates, key=lambda r: outcome.mean(last, r))
