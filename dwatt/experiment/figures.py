@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .summaries import (  # noqa: E402
+    scored_by,
     DEPTH_EPOCHS,
     FUSION_NAMES,
     MODE_NAMES,
@@ -158,7 +159,7 @@ def figure_dev_curves(frame: pd.DataFrame):
 
 
 def _wikiann(frame: pd.DataFrame) -> pd.DataFrame:
-    return frame[(frame.task == "ner") & frame.language.notna()]
+    return frame[frame.language.notna()]  # WikiAnn: the datasets with a language
 
 
 def figure_wikiann_english(frame: pd.DataFrame):
@@ -178,7 +179,7 @@ def figure_wikiann_english(frame: pd.DataFrame):
 def figure_fe_vs_ft(frame: pd.DataFrame):
     """Figure 6: FE against FT (and LoRA, between them), one panel per N: the settings run in more than one mode on the
     same backbone, budget and dev set."""
-    runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003")]
+    runs = frame[frame.dataset == "conll2003"]
     if runs.empty or runs["mode"].nunique() < 2:
         return None
     setting = ["backbone", "n_shot", "epochs", "num_dev_sentences"]
@@ -305,7 +306,7 @@ def figure_layer_weights_by_depth(frame: pd.DataFrame):
 def figure_classification(frame: pd.DataFrame):
     """New: few-shot text classification, accuracy and macro-F1 against N (examples per class) per fusion, at the
     largest epoch budget, one row per dataset, backbone and mode."""
-    runs = frame[frame.task == "cls"]
+    runs = scored_by(frame, "accuracy")
     if runs.empty:
         return None
     groups = list(runs.groupby(["dataset", "backbone", "mode"]))

@@ -119,7 +119,7 @@ def fusion_gains(frame: pd.DataFrame) -> str:
     grid and AG News accuracy at its grid's pooling, each fusion's mean, and DWAtt's paired gain over Base and over
     Concat. Bold titles, so that the README can hold it inside a section of its own."""
     grid = depth_grid(frame)
-    news = frame[(frame.task == "cls") & (frame.dataset == "ag_news") & (frame["mode"] == "fe")]
+    news = frame[(frame.dataset == "ag_news") & (frame["mode"] == "fe")]
     depths = backbone_layers(frame)
     backbones = sorted(set(grid.backbone), key=lambda b: (-depths.get(b, 0), b))
     fusions = [f for f in FUSION_NAMES if f in set(grid.fusion) | set(news.fusion)]
@@ -150,7 +150,7 @@ def mode_comparison(frame: pd.DataFrame) -> str:
     set) was trained in more than one mode, over the trials (samples) that every mode of the row has, mean ± 95% CI
     with their number. While LoRA runs are incomplete, only the cells LoRA has reached. Bold titles, as for the
     README."""
-    runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003")]
+    runs = frame[frame.dataset == "conll2003"]
     runs = runs.assign(dev=runs.num_dev_sentences.fillna(-1))
     parts = []
     for (backbone, epochs_, dev), setting in runs.groupby(["backbone", "epochs", "dev"]):

@@ -18,7 +18,7 @@ from fusions_dwatt import FUSION_CLASSES
 
 from ..atomic import read_text
 from ..portable import backbone_label
-from ..run_config import NOT_DEFINING
+from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
 from ..training.probe_ensembles import ENSEMBLES_FIELD
 
@@ -185,7 +185,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     records = []
     for row in rows:
         config = row["config"]
-        task = row.get("task", config.get("task", "ner"))
+        task = row.get("task", config.get("task", RunConfig.task))  # rows from before tasks: the default
         dataset = config.get("dataset") or TASKS[task].default_dataset
         records.append(
             {
@@ -235,7 +235,7 @@ def conll_fe_grid(frame: pd.DataFrame) -> pd.DataFrame:
     that most of them were scored on, so that a side experiment on a dev subset (FE vs FT) stays out of it. The
     depth grid (`depth_grid`) has a table of its own: a backbone run only there has no paper-protocol grid.
     """
-    runs = frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")]
+    runs = frame[(frame.dataset == "conll2003") & (frame["mode"] == "fe")]
     runs = runs.drop(depth_grid(runs).index)
     if runs.empty:
         return runs
@@ -268,13 +268,19 @@ def summarize(frame: pd.DataFrame, by: list[str], value: str) -> pd.DataFrame:
     return table
 
 
+def scored_by(frame: pd.DataFrame, score: str) -> pd.DataFrame:
+    """The runs of the tasks whose record says they are scored by `score` (`Task.score`): each summary is one
+    score's."""
+    return frame[frame.task.isin([task.name for task in TASKS.values() if task.score == score])]
+
+
 def ner_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    ner = frame[frame.task == "ner"]
+    ner = scored_by(frame, "f1")
     return summarize(ner, SETTING, "f1") if not ner.empty else pd.DataFrame()
 
 
 def mlm_summary(frame: pd.DataFrame) -> pd.DataFrame:
-    mlm = frame[frame.task == "mlm"]
+    mlm = scored_by(frame, "perplexity")
     if mlm.empty:
         return pd.DataFrame()
     test, dev = summarize(mlm, SETTING, "test_perplexity"), summarize(mlm, SETTING, "dev_perplexity")
@@ -283,7 +289,7 @@ def mlm_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def classification_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """Text classification per setting: accuracy and macro-F1 (x 100), mean and CI over trials."""
-    runs = frame[frame.task == "cls"]
+    runs = scored_by(frame, "accuracy")
     if runs.empty:
         return pd.DataFrame()
     return summarize(runs, SETTING, "accuracy").merge(summarize(runs, SETTING, "macro_f1"), on=SETTING,
@@ -292,7 +298,7 @@ def classification_summary(frame: pd.DataFrame) -> pd.DataFrame:
 
 def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
     """WikiAnn per resource tier: the mean of per-language means, its CI over languages, and the languages."""
-    wiki = frame[frame.language.notna() & (frame.task == "ner")]
+    wiki = frame[frame.language.notna()]  # WikiAnn: the datasets with a language
     if wiki.empty:
         return pd.DataFrame()
     per_language = wiki.groupby(["backbone", "mode", "fusion", "epochs", "tier", "language"], as_index=False)["f1"].mean()
@@ -308,7 +314,7 @@ DEPTH_DEV_SENTENCES, DEPTH_EPOCHS = 1000, 25
 
 def depth_grid(frame: pd.DataFrame) -> pd.DataFrame:
     """The CoNLL-03 FE runs of the depth comparison: 25 epochs on the fixed 1000 dev sentences, every backbone."""
-    return frame[(frame.task == "ner") & (frame.dataset == "conll2003") & (frame["mode"] == "fe")
+    return frame[(frame.dataset == "conll2003") & (frame["mode"] == "fe")
                  & (frame.epochs == DEPTH_EPOCHS) & (frame.num_dev_sentences == DEPTH_DEV_SENTENCES)]
 
 

@@ -33,5 +33,10 @@ done
 dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 16 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-agnews-ld --quiet
+# Probe ensembles (the top-3 and top-5 layers' heads averaged, added after MiniLM's grid ran): its probe trained again
+# into its own store; its runs equal the grid's (the report keeps each once, with the ensembles).
+dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 \
+  --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"

@@ -38,5 +38,10 @@ done
 dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-ld --quiet
+# Probe ensembles (the top-3 and top-5 layers' heads averaged, added after the grid ran): MiniLM's probe trained again,
+# every rate in one group, into its own store; its runs equal the grid's (the report keeps each once, with the ensembles).
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
+  --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"

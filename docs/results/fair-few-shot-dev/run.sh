@@ -35,5 +35,10 @@ for SHARD in 0 1 2; do
     --output-root runs/fair-few-shot-dev --quiet &
 done
 wait
+# Probe ensembles (the top-3 and top-5 layers' heads averaged, added after the grid ran): MiniLM's probe trained again,
+# every rate in one group, into its own store; its runs equal the grid's (the report keeps each once, with the ensembles).
+dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2,3e-2 --n-shots 32 --epochs 25 \
+  --trials 3 --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-fsd --quiet
 dwatt report docs/results/fair-few-shot-dev/fair.*.jsonl --output docs/results/fair-few-shot-dev/report \
   --title "Fair comparison, chosen on 1000 dev sentences and on a few-shot dev sample"
