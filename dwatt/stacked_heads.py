@@ -12,6 +12,9 @@ the other with the random state restored in between; heads that are linear maps 
 `LinearProbes`, one product per layer over the cache's labelled rows. Each copy is
 scored on the dev split after each of its epochs and keeps its best weights.
 
+Serving uses the same engine: `StackedHeads.of_models` stacks the weights of heads that already hold them (several
+checkpoints of one architecture on one backbone, `dwatt.serving.shared_heads`) and `outputs` runs them all.
+
 Copy k then ends exactly as this loop ends when it trains copy k alone (tests/test_stacked_heads.py), while the data
 are read, batched and moved once for all budgets, the dev split is padded and moved to the device once for the
 whole run, and on a GPU the small fusion heads of all budgets run as one batched computation. The optimisation is
@@ -34,6 +37,7 @@ from torch.func import functional_call, vmap
 from transformers import set_seed
 
 from modeling_dwatt import RobertaDWAttForTokenClassification
+from pretrained_dwatt import BACKBONE_PREFIX
 
 from .features import FeatureCache
 
@@ -105,6 +109,35 @@ class StackedHeads:
         if not start:
             raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
         self.parameters = {name: t.unsqueeze(0).repeat(copies, *[1] * t.dim()).requires_grad_() for name, t in start.items()}
+
+    @classmethod
+    def of_models(cls, models: Sequence[torch.nn.Module], vectorize: bool) -> "StackedHeads":
+        """Copies that already hold their weights, for inference: the trainable parameters and the buffers of the
+        head part of `models` (one architecture and configuration, the backbone frozen and shared), stacked; the first
+        model runs them all."""
+        heads = cls(models[0], len(models), vectorize)
+        template = dict(models[0].named_buffers())
+        own = [dict(model.named_parameters()) | dict(model.named_buffers()) for model in models]
+        with torch.no_grad():
+            heads.parameters = {name: torch.stack([tensors[name].detach() for tensors in own])
+                                for name in [*heads.parameters, *(b for b in template if not b.startswith(BACKBONE_PREFIX))]}
+        return heads
+
+    @torch.no_grad()
+    def outputs(self, batch: dict) -> list:
+        """Every copy's model output on `batch` (the model in eval mode): one `vmap` over the copies where
+        vectorised, else one call per copy."""
+        everyone = list(range(len(self.layers)))
+        if not self.vectorize:
+            return [self._call(self.copy(k), self._input(k, batch)) for k in everyone]
+        kind = []
+
+        def fields(out):
+            kind.append(type(out))
+            return {key: value for key, value in out.items() if value is not None}
+
+        stacked = self._run_all(everyone, batch, fields)
+        return [kind[0](**{key: value[k] for key, value in stacked.items()}) for k in everyone]
 
     def copy(self, k: int) -> dict[str, torch.Tensor]:
         """Copy `k`'s parameters: views into the stacked tensors (gradients flow back into them)."""

@@ -216,3 +216,36 @@ def test_heads_whose_backbone_configs_differ_only_where_the_forward_cannot_see_a
                                          "pad_token_id", "sliding_window")))
     identity = backbone_identity(shared.heads["a"].config)
     assert list(identity)[:3] == ["model_type", "hidden_size", "num_hidden_layers"] and "layer_norm_eps" in identity
+
+
+@pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
+def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_checkpoint_alone(backbone, tmp_path,
+                                                                                               vectorize):
+    """Two DWAtt heads (other weights, other keys drawn for the layers, other label names; one head-only, one full)
+    and two Concat heads run as copies of one head each (`StackedHeads`), a ScalarMix head alone; every output is
+    the checkpoint's own."""
+    specs = {"dwatt-a": ("dwatt", True, ["O", "B-X", "I-X", "B-Y", "I-Y"]),
+             "dwatt-b": ("dwatt", False, ["O", "B-P", "I-P", "B-Q", "I-Q"]),
+             "concat-a": ("concat", True, None), "concat-b": ("concat", True, None), "mix": ("scalar_mix", True, None)}
+    folders = {}
+    for seed, (name, (fusion, heads_only, labels)) in enumerate(specs.items()):
+        torch.manual_seed(seed)
+        options = {"id2label": dict(enumerate(labels))} if labels else {"num_labels": 3}
+        model = trained_like(DWAttForTokenClassification.from_backbone(str(backbone), fusion=fusion, **options))
+        model.save_pretrained(tmp_path / name, heads_only=heads_only)
+        folders[name] = str(tmp_path / name)
+    shared = SharedBackboneHeads.from_pretrained(folders)
+    shared.vectorize = vectorize
+    assert shared.groups == [["dwatt-a", "dwatt-b"], ["concat-a", "concat-b"], ["mix"]]
+    ids, mask = inputs()
+    with torch.no_grad():
+        together = shared(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+    assert list(together) == list(specs)
+    assert [None if s is None else s.vectorize for s in shared.stacks()] == [vectorize, vectorize, None]
+    for name, folder in folders.items():
+        alone = DWAttForTokenClassification.from_pretrained(folder).eval()
+        with torch.no_grad():
+            expected = alone(input_ids=ids, attention_mask=mask, output_layer_weights=True)
+        torch.testing.assert_close(together[name].logits, expected.logits, atol=1e-5, rtol=0, msg=name)
+        if expected.layer_weights is not None:
+            torch.testing.assert_close(together[name].layer_weights, expected.layer_weights, atol=1e-5, rtol=0, msg=name)

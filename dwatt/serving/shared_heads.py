@@ -8,6 +8,7 @@ alone (tests/test_shared_heads.py).
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -75,6 +76,21 @@ def _checkpoint_tensors(path: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
     return tensors
 
 
+# Configuration fields two heads may differ in and still run as copies of one head: their labels' names, and where
+# they came from.
+NOT_IN_HEAD_FORWARD = ("id2label", "label2id", "_name_or_path", "architectures", "transformers_version",
+                       "backbone_name_or_path", "backbone_revision", "heads_only")
+
+
+def stack_key(head: nn.Module) -> tuple:
+    """What heads stacked as copies of one must share: their class, their configuration (`NOT_IN_HEAD_FORWARD` aside)
+    and the names, shapes and dtypes of their own tensors."""
+    config = {key: value for key, value in head.config.to_dict().items() if key not in NOT_IN_HEAD_FORWARD}
+    tensors = [*head.named_parameters(), *head.named_buffers()]
+    shapes = tuple((name, tuple(t.shape), t.dtype) for name, t in tensors if not name.startswith(BACKBONE_PREFIX))
+    return type(head), json.dumps(config, sort_keys=True, default=str), shapes
+
+
 def head_names(paths: Sequence[str]) -> dict[str, str]:
     """`{name: path}` with each name the shortest ending of its path that tells it from the others
     (`runs/conll/model`, `runs/wikiann/model` -> `conll/model`, `wikiann/model`)."""
@@ -113,14 +129,25 @@ class SharedBackboneHeads(nn.Module):
     checkpoint, whose backbone changed, cannot share it; both are refused with the reason).
     """
 
-    def __init__(self, heads: dict[str, nn.Module], backbone: nn.Module):
+    def __init__(self, heads: dict[str, nn.Module], backbone: nn.Module, vectorize: bool | None = None):
         super().__init__()
         if not heads:
             raise ValueError("SharedBackboneHeads needs at least one head")
-        self.backbone = backbone
+        self.backbone = backbone.requires_grad_(False)  # served, never trained: no head's copy of it is made
         self.heads = nn.ModuleDict(heads)
         for head in self.heads.values():
             head.dwatt.backbone = backbone
+        # Heads of one architecture and configuration (labels aside) run as stacked copies of one head
+        # (`dwatt.stacked_heads.StackedHeads`): one vmap over the copies where `vectorize` (default: on a GPU), else
+        # one call each. Stacked where the heads are, when first needed there.
+        self.vectorize, self._stacks, self._stacked_on = vectorize, [], None
+        self.groups: list[list[str]] = []
+        for name, head in self.heads.items():
+            group = next((g for g in self.groups if stack_key(self.heads[g[0]]) == stack_key(head)), None)
+            if group is None:
+                self.groups.append([name])
+            else:
+                group.append(name)
         # The backbone runs as deep as the deepest head reads, as that head's own model would run it.
         self.runner = max((head.dwatt for head in self.heads.values()), key=lambda dwatt: dwatt.config.run_depth)
         self.runner.use_backbone(backbone)
@@ -235,17 +262,28 @@ class SharedBackboneHeads(nn.Module):
         hidden = self.runner.run_backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         stacked: dict[tuple, torch.Tensor] = {}
         outputs = {}
-        for name, head in self.heads.items():
+        for names, copies in zip(self.groups, self.stacks()):
+            head = self.heads[names[0]]
             layout = head.dwatt.stack_layout
             if layout not in stacked:  # heads that read the same layers the same way share one stacked tensor
                 stacked[layout] = head.dwatt.stack_layers(hidden)
-            outputs[name] = head(
-                backbone_hidden_states=stacked[layout],
-                attention_mask=attention_mask,
-                output_layer_weights=output_layer_weights,
-                logits_mask=logits_mask,
-            )
-        return outputs
+            batch = dict(backbone_hidden_states=stacked[layout], attention_mask=attention_mask,
+                         output_layer_weights=output_layer_weights, logits_mask=logits_mask)
+            outputs |= dict(zip(names, copies.outputs(batch) if copies is not None else [head(**batch)]))
+        return {name: outputs[name] for name in self.heads}
+
+    def stacks(self) -> list:
+        """Each group's `StackedHeads` (None for a head alone), made again where the heads have moved."""
+        from ..stacked_heads import StackedHeads
+
+        some = next(self.heads[self.groups[0][0]].parameters())
+        where = (some.device, some.dtype, self.vectorize)
+        if where != self._stacked_on:
+            vectorize = some.device.type == "cuda" if self.vectorize is None else self.vectorize
+            self._stacks = [StackedHeads.of_models([self.heads[name] for name in names], vectorize) if len(names) > 1
+                            else None for names in self.groups]
+            self._stacked_on = where
+        return self._stacks
 
 
-__all__ = ["NOT_IN_FORWARD", "SharedBackboneHeads", "backbone_identity", "changes_the_forward", "head_names"]
+__all__ = ["NOT_IN_FORWARD", "NOT_IN_HEAD_FORWARD", "SharedBackboneHeads", "backbone_identity", "changes_the_forward", "head_names"]
