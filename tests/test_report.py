@@ -529,3 +529,17 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     again.write_text("".join(json.dumps(row) + "\n" for row in changed))
     with pytest.raises(ValueError, match="appears twice with different results"):
         write_report([store, again], tmp_path / "out2", title="fair")
+
+
+def test_a_run_trained_again_by_newer_code_counts_once_as_the_row_that_holds_more():
+    """The same run from an older store (no last epoch scored, trained beside other runs) and from a newer one (the
+    last epoch, the group's ensembles): the newer row is kept; a row that disagrees on a field both hold is refused."""
+    from dwatt.experiment.summaries import without_duplicates
+
+    old = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"trained_together": [25] * 5, "trained_together_runs": 30,
+                                                     "_path": "old.jsonl"}
+    new = old | {"trained_together_runs": 36, "last_epoch": {"epoch": 25, "test_scores": {"f1": 0.55}},
+                 "probe_ensembles": [], "_path": "new.jsonl"}
+    assert without_duplicates([old, new]) == [new] and without_duplicates([new, old]) == [new]
+    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\)"):
+        without_duplicates([old, new | {"best_dev_f1": 0.4}])

@@ -410,7 +410,7 @@ def fair_answer(table: pd.DataFrame) -> str:
         answer = f"a {kinds(fusions)} beats the best single layer in " + "; ".join(
             f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
-            for row in wins.itertuples()) + f", of {len(fusions)} {kinds(fusions)}-setting pairs"
+            for row in wins.itertuples()) + f", of {len(fusions)} {'fusion' if kinds(fusions) == 'fusion' else 'method'}-setting pairs"
     return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
             f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
 

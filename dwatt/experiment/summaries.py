@@ -41,6 +41,8 @@ def tier(train_pool_size: int) -> str:
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+# What says which runs trained beside a run on the budgets engine, which changes none of its numbers.
+GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
 STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path")
 
@@ -60,8 +62,10 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
     """
     Each run once. The shards of a sweep (or a store and a run's own results.json) may hold the same run twice:
     identical results (timings aside) are kept once; different results for one run are refused, naming both
-    places, since a report cannot tell which to believe. A probe trained again to build its ensembles holds the same
-    runs plus the group's ensembles (`ENSEMBLES_FIELD`): the row that holds them is kept.
+    places, since a report cannot tell which to believe. A run trained again by newer code (a probe trained again
+    for its ensembles, `ENSEMBLES_FIELD`) may hold more: where the two agree on every field both hold, which runs it
+    trained beside aside (`GROUPING_FIELDS`: a copy ends as it would alone), the row that holds everything the
+    other does is kept.
     """
     kept: dict[str, dict] = {}
     for row in rows:
@@ -70,12 +74,18 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
             kept[identity] = row
             continue
         first = kept[identity]
-        mine, theirs = ({k: v for k, v in comparable(r).items() if k not in (*STORE_FIELDS, "config", ENSEMBLES_FIELD)}
+        mine, theirs = ({k: v for k, v in comparable(r).items() if k not in (*STORE_FIELDS, "config", *GROUPING_FIELDS)}
                         for r in (row, first))
-        if mine == theirs and ENSEMBLES_FIELD in row:
-            kept[identity] = row
+        if mine.keys() != theirs.keys() and (mine.keys() >= theirs.keys() or theirs.keys() >= mine.keys()):
+            both = mine.keys() & theirs.keys()
+            if all(mine[k] == theirs[k] for k in both):
+                if mine.keys() > theirs.keys():
+                    kept[identity] = row
+                continue
         if mine != theirs:
-            differing = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+            # the fields both hold and disagree on; else what only one holds
+            differing = (sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
+                         or sorted(mine.keys() ^ theirs.keys()))
             name = row.get("run_id") or first.get("run_id") or Path(row["config"].get("output_dir", "?")).name
             raise ValueError(
                 f"run {name} appears twice with different results ({', '.join(differing[:5])}): in {first['_path']} "
