@@ -43,7 +43,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 import results_files
 from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
-from dwatt.classification_data import load_classification_dataset
+from dwatt.data.classification import load_classification_dataset
 from dwatt.data import load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.serving.prediction import BATCH_SIZE, classify, predict_tags

@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dwatt import RobertaDWAttForSequenceClassification
-from dwatt.classification_data import load_classification_dataset, tokenize_texts
+from dwatt.data.classification import load_classification_dataset, tokenize_texts
 from dwatt.data import load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.features import FeatureCollator, build_feature_cache

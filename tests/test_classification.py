@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dwatt import FUSIONS, POOLINGS, RobertaDWAttForSequenceClassification
-from dwatt.classification_data import (
+from dwatt.data.classification import (
     AG_NEWS_LABELS,
     DataFormatError,
     load_classification_dataset,
@@ -419,7 +419,7 @@ def test_an_evaluation_label_absent_from_training_is_named_with_its_file_line_an
     folder = unseen_label_folder(tmp_path / "data", suffix)
     config = RunConfig(backbone=str(tiny_backbone), task="cls", data_dir=str(folder), n_shot=None, epochs=1,
                        batch_size=4, output_dir=str(tmp_path / "run"), progress=False)
-    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+    with caplog.at_level("WARNING", logger="dwatt.data.classification"):
         results = run_classification(config)
     warnings = [r.getMessage() for r in caplog.records if "absent from" in r.getMessage()]
     assert len(warnings) == 1
@@ -434,7 +434,7 @@ def test_an_evaluation_label_absent_from_training_is_named_with_its_file_line_an
     from dwatt.cli import main
 
     caplog.clear()
-    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+    with caplog.at_level("WARNING", logger="dwatt.data.classification"):
         assert main(["evaluate", str(tmp_path / "run" / "model"), "--data-dir", str(folder)]) == 0
     scored = json.loads(capsys.readouterr().out)
     assert scored["examples"] == 3 and scored["accuracy"] == pytest.approx(results["best_dev_accuracy"])
@@ -454,7 +454,7 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
                         lambda labels, n, seed: [i for i, label in enumerate(labels) if label != 2])
     config = RunConfig(backbone=str(tiny_backbone), task="cls", data_dir=str(folder), n_shot=2, seed=3, epochs=1,
                        output_dir=str(tmp_path / "run"), save_model=False, progress=False)
-    with caplog.at_level("WARNING", logger="dwatt.classification_data"):
+    with caplog.at_level("WARNING", logger="dwatt.data.classification"):
         setup = prepare_classification(config)
     warnings = sorted(r.getMessage() for r in caplog.records if "absent from" in r.getMessage())
     assert warnings == [

@@ -4,7 +4,7 @@ masking."""
 
 from __future__ import annotations
 
-from ..classification_data import load_classification_dataset, warn_about_unseen_labels
+from ..data.classification import load_classification_dataset, warn_about_unseen_labels
 from ..data import load_ner_dataset
 from ..metrics import classification_scores, entity_scores
 from .prediction import BATCH_SIZE, class_probabilities, predict_tags

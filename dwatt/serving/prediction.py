@@ -123,7 +123,7 @@ def predict_tags(model, tokenizer, sentences: list[list[str]], batch_size: int =
 def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
     """Texts (and pairs) encoded as classification training encodes them: truncated to `MAX_TOKENS`, a pair from its
     longer side first."""
-    from ..classification_data import MAX_TOKENS
+    from ..data.classification import MAX_TOKENS
 
     pairs = list(pairs) if pairs is not None else None
     return dict(tokenizer(list(texts), pairs, truncation="longest_first", max_length=MAX_TOKENS))

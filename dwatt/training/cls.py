@@ -12,7 +12,7 @@ from transformers import DataCollatorWithPadding
 from fusions_dwatt import FUSION_CLASSES
 from modeling_dwatt import RobertaDWAttForSequenceClassification
 
-from ..classification_data import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
+from ..data.classification import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
 from ..console import first_text
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics

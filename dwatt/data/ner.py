@@ -1,4 +1,4 @@
-"""Datasets: CoNLL-2003, WikiAnn and WikiText-2 as `datasets.DatasetDict`, tokenisation with label alignment.
+"""NER data: CoNLL-2003 and WikiAnn as `datasets.DatasetDict`, and tokenisation with label alignment.
 
 Every loader reads local files (the usual formats) or, given a Hub dataset name instead of a folder, calls
 `datasets.load_dataset` (online only). A malformed file raises `DataFormatError` naming the file and the line.
@@ -7,19 +7,14 @@ Every loader reads local files (the usual formats) or, given a Hub dataset name 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence as SequenceFeature, Value
 
-from .defaults import default_conll_dir
-from .tokenization import (  # noqa: F401  (re-exported: data's API tokenises too)
-    BYTE_LEVEL_BPE_MODELS,
-    as_in_running_text,
-    drops_running_text_spaces,
-    encode_words,
-    load_tokenizer,
-)
+from ..defaults import default_conll_dir
+from ..tokenization import encode_words
+from .files import DataFormatError, is_local_path, numbered_lines
 
 logger = logging.getLogger(__name__)
 
@@ -27,11 +22,6 @@ CONLL_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-MI
 WIKIANN_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
 CONLL_SPLIT_FILES = {"train": "train.txt", "validation": "valid.txt", "test": "test.txt"}
 WIKIANN_SPLIT_FILES = {"train": "train.txt", "validation": "dev.txt", "test": "test.txt"}
-WIKITEXT_SPLITS = {"train": "train", "validation": "valid", "test": "test"}
-
-
-class DataFormatError(ValueError):
-    """A data file that cannot be read as it claims to be; the message starts with `file:line:`."""
 
 
 def entity_types(labels: Sequence[str]) -> list[str]:
@@ -58,7 +48,7 @@ def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
             tokens.clear()
             tags.clear()
 
-    for number, line in _numbered_lines(path):
+    for number, line in numbered_lines(path):
         line = line.strip()
         if not line:
             close_sentence()
@@ -121,12 +111,6 @@ def _load_ner_folder(folder: Path, split_files: dict[str, str], labels: Sequence
     return DatasetDict(splits)
 
 
-def is_local_path(source: str | Path | None) -> bool:
-    """A folder on disk rather than a Hub id: `None` (the vendored default), a `Path`, an existing path, or a name
-    written as a path (`./x`, `/x`, `~/x`). Hub ids such as `conll2003` or `org/name` are not."""
-    return source is None or isinstance(source, Path) or Path(str(source)).exists() or str(source).startswith((".", "/", "~"))
-
-
 def load_conll2003(source: str | Path | None = None) -> DatasetDict:
     """
     CoNLL-2003 as `train/validation/test` with IOB2 `ner_tags` (labels `CONLL_LABELS`). `source` is a folder with
@@ -152,45 +136,13 @@ def load_wikiann(language: str, source: str | Path | None = None) -> DatasetDict
     return load_dataset(str(source or "wikiann"), language).select_columns(["tokens", "ner_tags"])
 
 
-def load_wikitext2(source: str | Path) -> DatasetDict:
-    """
-    WikiText-2 lines as `{"text": ...}` per split, from a folder of `wiki.{train,valid,test}.{raw,tokens}` or
-    `{train,valid,test}.txt`, or a Hub name such as `"wikitext"` (config `wikitext-2-raw-v1`, online only).
-    Splits missing from the folder are left out; an empty folder is an error.
-    """
-    if not is_local_path(source):
-        from datasets import load_dataset
-
-        return load_dataset(str(source), "wikitext-2-raw-v1")
-    folder = Path(source)
-    splits = {}
-    for split, stem in WIKITEXT_SPLITS.items():
-        for name in (f"wiki.{stem}.raw", f"wiki.{stem}.tokens", f"{stem}.txt"):
-            path = folder / name
-            if path.is_file():
-                splits[split] = Dataset.from_dict({"text": list(_read_text_lines(path))})
-                break
-    if not splits:
-        raise FileNotFoundError(f"{folder}: no WikiText-2 files (wiki.train.raw, wiki.valid.tokens, valid.txt, ...)")
-    return DatasetDict(splits)
-
-
-def _numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """`(line number, text without its line end)` of a UTF-8 file. A leading byte-order mark is read as nothing
-    (editors on Windows write one), so it never sticks to the first token; other bytes that are not UTF-8 fail
-    with the file and line."""
-    with Path(path).open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
-            yield number, text.rstrip("\r\n")
-
-
-def _read_text_lines(path: Path) -> Iterator[str]:
-    for _, line in _numbered_lines(path):
-        yield line
+def load_ner_dataset(name: str, data_dir: str | None):
+    """An NER dataset by its name: conll2003 (the vendored copy, or `data_dir`'s files) or wikiann:<lang>."""
+    if name == "conll2003":
+        return load_conll2003(data_dir)
+    if name.startswith("wikiann:"):
+        return load_wikiann(name.split(":", 1)[1], data_dir)
+    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
 
 
 def tokenize_and_align(
@@ -260,42 +212,5 @@ def tokenize_and_align(
     return tokenized
 
 
-def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128,
-                        split: str = "the") -> Dataset | DatasetDict:
-    """Tokenise lines of text, concatenate them and cut fixed-length blocks (the remainder is dropped). A split too
-    short for one block is refused, naming it."""
-    if isinstance(dataset, DatasetDict):
-        return DatasetDict({k: group_texts_for_mlm(v, tokenizer, block_size, k) for k, v in dataset.items()})
-    tokenized = dataset.map(
-        lambda batch: tokenizer(batch["text"], return_special_tokens_mask=True),
-        batched=True,
-        remove_columns=dataset.column_names,
-    )
-
-    def group(batch: dict) -> dict:
-        joined = {key: sum(batch[key], []) for key in batch}
-        total = len(joined["input_ids"]) // block_size * block_size
-        return {key: [v[i : i + block_size] for i in range(0, total, block_size)] for key, v in joined.items()}
-
-    blocks = tokenized.map(group, batched=True)
-    if len(blocks) == 0:
-        tokens = sum(len(ids) for ids in tokenized["input_ids"])
-        raise ValueError(f"masked LM: the {split} split has {tokens} tokens, fewer than one block of {block_size}: "
-                         "give it more text, or a smaller --block-size")
-    return blocks
-
-
-def load_ner_dataset(name: str, data_dir: str | None):
-    """An NER dataset by its name: conll2003 (the vendored copy, or `data_dir`'s files) or wikiann:<lang>."""
-    if name == "conll2003":
-        return load_conll2003(data_dir)
-    if name.startswith("wikiann:"):
-        return load_wikiann(name.split(":", 1)[1], data_dir)
-    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
-
-
-def mlm_collator(tokenizer, mlm_probability: float = 0.15):
-    """The standard masking collator (80% [MASK], 10% random, 10% kept)."""
-    from transformers import DataCollatorForLanguageModeling
-
-    return DataCollatorForLanguageModeling(tokenizer, mlm_probability=mlm_probability)
+__all__ = ["CONLL_LABELS", "WIKIANN_LABELS", "entity_types", "load_conll2003", "load_ner_dataset", "load_wikiann",
+           "ner_features", "read_conll", "tokenize_and_align"]

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from .data import DataFormatError, _numbered_lines, is_local_path
+from .files import DataFormatError, is_local_path, numbered_lines
 
 logger = logging.getLogger(__name__)
 
@@ -32,14 +32,14 @@ LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "intent")
 SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
 FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
 AG_NEWS_LABELS = ("World", "Sports", "Business", "Sci/Tech")  # labels 1..4 of the original corpus
-AG_NEWS_DIR = Path(__file__).resolve().parent / "resources" / "ag_news"
+AG_NEWS_DIR = Path(__file__).resolve().parents[1] / "resources" / "ag_news"
 MAX_TOKENS = 256  # longer texts (or pairs) are truncated, in training and in prediction alike
 
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
     """(line number, row) of a CSV/TSV file with a header; a quoted field may span lines (the number is where
     the row starts)."""
-    lines = _numbered_lines(path)
+    lines = numbered_lines(path)
     first = next(lines, None)
     if first is None:
         raise DataFormatError(f"{path}: empty file (expected a header row)")
@@ -65,7 +65,7 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
 
 
 def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    for number, line in _numbered_lines(path):
+    for number, line in numbered_lines(path):
         if not line.strip():
             continue
         try:

@@ -1,0 +1,38 @@
+"""Reading data files: what every loader shares (the error that names a file and line, UTF-8 lines with their
+numbers, telling a folder from a Hub id)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class DataFormatError(ValueError):
+    """A data file that cannot be read as it claims to be; the message starts with `file:line:`."""
+
+
+def is_local_path(source: str | Path | None) -> bool:
+    """A folder on disk rather than a Hub id: `None` (the vendored default), a `Path`, an existing path, or a name
+    written as a path (`./x`, `/x`, `~/x`). Hub ids such as `conll2003` or `org/name` are not."""
+    return source is None or isinstance(source, Path) or Path(str(source)).exists() or str(source).startswith((".", "/", "~"))
+
+
+def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """`(line number, text without its line end)` of a UTF-8 file. A leading byte-order mark is read as nothing
+    (editors on Windows write one), so it never sticks to the first token; other bytes that are not UTF-8 fail
+    with the file and line."""
+    with Path(path).open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise DataFormatError(f"{path}:{number}: not UTF-8 ({error.reason} at byte {error.start})") from None
+            yield number, text.rstrip("\r\n")
+
+
+def read_text_lines(path: Path) -> Iterator[str]:
+    for _, line in numbered_lines(path):
+        yield line
+
+
+__all__ = ["DataFormatError", "is_local_path", "numbered_lines", "read_text_lines"]
