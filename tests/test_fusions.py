@@ -71,7 +71,7 @@ def test_a_fusion_that_passes_its_layer_through_returns_it_unchanged(name):
     assert torch.equal(fused, hidden[model.fused_layer_indices[-1]])
 
 
-# Where a fusion is still told apart by its name outside the table (issue 43 goes on): each file's count may only fall.
+# No fusion is told apart by its name (or its class) outside the table: capabilities are what code asks.
 DISPATCH = re.compile(r"""fusion["')\]]*\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
                       r"""isinstance\([^)]*\b(DepthWiseAttention|ScalarMix|LastLayer|LayerConcat|ExtraLayers)\b""")
 
