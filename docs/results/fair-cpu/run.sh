@@ -43,5 +43,9 @@ dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32,
 dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
+# MPNet's probe (N = 32, every rate it was tried at, trial 2 too: the grid plans it) the same way.
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"
