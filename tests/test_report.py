@@ -270,7 +270,8 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on a dev set of 200 sentences "
                       "(deep at N = 32), a fusion "
                       "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1 over 3 trials), of 1 fusion-setting "
-                      "pairs; the last layer trails the best one by 10.0 F1.\n")
+                      "pairs (where no method differs, about 0.0 of them would beat it by chance alone); the last layer "
+                      "trails the best one by 10.0 F1.\n")
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")

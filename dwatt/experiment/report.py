@@ -411,6 +411,8 @@ def fair_answer(table: pd.DataFrame) -> str:
             f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)}"
             f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
             for row in wins.itertuples()) + f", of {len(fusions)} {'fusion' if kinds(fusions) == 'fusion' else 'method'}-setting pairs"
+        # a two-sided 95% CI lies above 0 by chance in 2.5% of the pairs where there is no difference
+        answer += f" (where no method differs, about {len(fusions) / 40:.1f} of them would beat it by chance alone)"
     return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
             f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
 
