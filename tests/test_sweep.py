@@ -1,4 +1,5 @@
-"""Grids, the results store, resuming an interrupted sweep, and run-to-run determinism."""
+"""Sweeps (dwatt.experiment.sweep): skipping finished runs, one sweep per store, resuming an interrupted sweep, run-to-run
+determinism, shards reported as one store."""
 
 import json
 import os
@@ -10,42 +11,10 @@ import time
 import pytest
 
 from dwatt.experiment.summaries import comparable
-from dwatt.experiment.grid import PAPER_FUSIONS, PRESETS, grid
+from dwatt.experiment.grid import grid
 from dwatt.experiment.store import ResultsStore
 from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig, run_ner
-
-
-def test_paper_grid_has_every_combination_once_and_trials_together():
-    specs = grid(**PRESETS["conll-fe"])
-    assert len(specs) == 5 * 5 * 4 * 5 == len({s.run_id for s in specs})
-    trials = [s.trial for s in specs]
-    assert trials == sorted(trials)  # all runs of a trial (one sample) come together
-    assert specs[0].run_id == "conll2003/roberta-large/fe/base/n8/e25/t0"
-    assert len(grid(**PRESETS["conll-fe-vs-ft"])) == 4 * 2 * 2 * 5
-
-
-def test_presets_cover_every_paper_experiment():
-    tiers = grid(**PRESETS["wikiann-tiers"])
-    assert len(tiers) == 4 * 27 * 5 and tiers[0].run_id == "wikiann:af/xlm-roberta-large/fe/base/s100/e25/t0"
-    assert {s.run_config("r").sampling for s in tiers} == {"sentences"}
-    mlm = grid(**PRESETS["wikitext-mlm"])
-    assert [s.run_id for s in mlm] == [f"wikitext2/roberta-large/ft/{f}/e3/t0" for f in PAPER_FUSIONS]
-    assert {(c.task, c.n_shot, c.mode) for c in (s.run_config("r") for s in mlm)} == {("mlm", None, "ft")}
-    large = grid(**PRESETS["base-vs-large"])
-    assert {s.backbone for s in large} == {"roberta-base", "roberta-large"} and len(large) == 2 * 4 * 5 * 5
-    assert len(grid(**PRESETS["wikiann-en"])) == 4 * 5
-
-
-def test_store_rewrites_atomically_and_names_a_bad_line(tmp_path):
-    store = ResultsStore(tmp_path / "results.jsonl")
-    store.append({"run_id": "a", "f1": 0.5})
-    store.append({"run_id": "b", "f1": 0.6})
-    assert [r["run_id"] for r in store.rows()] == ["a", "b"] and store.done() == {"a", "b"}
-    assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]  # no temporary file left behind
-    store.path.write_text(store.path.read_text() + '{"run_id": "c", "f1"\n')
-    with pytest.raises(ValueError, match=r"results\.jsonl:3: not a JSON row"):
-        store.rows()
 
 
 def test_sweep_skips_finished_runs(tmp_path):
@@ -124,36 +93,6 @@ def test_same_seed_gives_identical_results_and_other_seeds_other_samples(tiny_ba
     assert without_paths(first) == without_paths(again)
     assert json.dumps(first["best_dev_scores"], sort_keys=True) == json.dumps(again["best_dev_scores"], sort_keys=True)
     assert first["sampled_sentence_ids"] != other["sampled_sentence_ids"]
-
-
-@pytest.mark.parametrize("preset, count", [("conll-fe", 4), ("conll-fe", 25), ("conll-fe-vs-ft", 3), ("wikiann-tiers", 7), ("smoke", 1)])
-def test_shards_cover_the_grid_exactly_once_and_keep_each_sample_whole(preset, count):
-    from dwatt.experiment.grid import shard, work_unit
-
-    specs = grid(**PRESETS[preset])
-    shards = [shard(specs, index, count) for index in range(count)]
-    ids = [spec.run_id for part in shards for spec in part]
-    assert sorted(ids) == sorted(s.run_id for s in specs) and len(ids) == len(set(ids))  # union = grid, no overlap
-    assert all(shards) and max(map(len, shards)) - min(map(len, shards)) <= max(len(p) for p in shards) // 2 + 1
-    owner = {work_unit(spec): index for index, part in enumerate(shards) for spec in part}
-    for index, part in enumerate(shards):  # every fusion and budget of a sample (which share features) in one shard
-        assert {owner[work_unit(spec)] for spec in part} == {index}
-        assert [s.run_id for s in part] == [s.run_id for s in specs if s in set(part)]  # grid order kept
-    assert shard(specs, 0, count) == shards[0]  # deterministic
-
-
-def test_shard_arguments_are_checked():
-    from dwatt.experiment.grid import parse_shard, shard
-    from dwatt.experiment.store import shard_results_path
-
-    assert parse_shard("0/4") == (0, 4) and parse_shard("3/4") == (3, 4)
-    for bad in ("4/4", "-1/4", "1/0", "1", "a/b", "1/2/3"):
-        with pytest.raises(ValueError, match="--shard"):
-            parse_shard(bad)
-    specs = grid(fusions=("base", "dwatt"), n_shots=(8,), epochs=(25, 50), trials=2)
-    with pytest.raises(ValueError, match="this grid has 2 units of work.*at most 2 shards"):
-        shard(specs, 0, 3)
-    assert shard_results_path("runs/sweep/results.jsonl", 1, 4).as_posix() == "runs/sweep/results.shard-1-of-4.jsonl"
 
 
 def test_a_sweep_under_a_data_parallel_launcher_is_refused(tmp_path, monkeypatch):
@@ -284,56 +223,3 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         assert "evaluate_test: False there, True here" in capsys.readouterr().err
 
 
-def test_committed_stores_read_as_todays_runs():
-    """Every row of every committed store is the run its spec asks for today (the identity's fields its code did not
-    know yet at their defaults): a resumed grid skips them all. A backbone's fingerprint is compared where its folder
-    is on this machine; a clone without the weights (CI) checks the rest of the identity."""
-    from pathlib import Path
-
-    from dwatt.experiment.grid import RunSpec
-    from dwatt.experiment.store import differences, requested_settings, row_settings, same_run
-
-    stores = sorted(Path(__file__).parents[1].glob("docs/results/**/*.jsonl"))
-    assert len(stores) >= 10
-    for path in stores:
-        for row in ResultsStore(path).rows():
-            # what a sweep's own options set (--cache-dtype, --test, --few-shot-dev), as the row was run
-            overrides = {key: row["config"][key] for key in ("cache_dtype", "evaluate_test")}
-            overrides["few_shot_dev"] = row["config"].get("few_shot_dev", False)
-            wanted, theirs = requested_settings(RunSpec(**row["spec"]), overrides), row_settings(row)
-            if wanted["backbone_sha256"] is None:
-                theirs = theirs | {"backbone_sha256": None}
-            assert same_run(theirs, wanted), f"{path}: {row['run_id']}: {differences(theirs, wanted)}"
-
-
-@pytest.mark.parametrize("options, named", [
-    ({"fusions": ()}, "--fusions: no value given"),
-    ({"learning_rates": ()}, "--learning-rates: no value given"),
-    ({"trials": 0}, "--trials must be >= 1, got 0"),
-    ({"n_shots": ()}, "--n-shots: no value given"),
-])
-def test_an_empty_grid_is_refused(options, named):
-    with pytest.raises(ValueError, match=named):
-        grid(**{"fusions": ("base",), "n_shots": (1,), "epochs": (1,), "trials": 1} | options)
-
-
-@pytest.mark.parametrize("line, named", [
-    ('[1, 2]', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got list\)"),
-    ('{"f1": 0.5}', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got dict without run_id\)"),
-])
-def test_a_store_row_of_another_shape_is_named(tmp_path, line, named):
-    store = tmp_path / "r.jsonl"
-    store.write_text('{"run_id": "a"}\n' + line + "\n")
-    with pytest.raises(ValueError, match=named):
-        ResultsStore(store).rows()
-
-
-def test_a_spec_names_its_run_with_the_config_s_own_fields_and_its_trial():
-    """RunConfig owns what a run's settings mean and their defaults; a spec adds only the trial (its seed)."""
-    from dataclasses import fields
-
-    from dwatt.experiment.grid import SHARED_WITH_CONFIG, RunSpec
-
-    assert {f.name for f in fields(RunSpec)} - set(SHARED_WITH_CONFIG) == {"trial"}
-    config = RunSpec("dwatt", "fe", None, 3, 2, "wikitext2", task="mlm", learning_rate=None).run_config("runs")
-    assert (config.n_shot, config.seed, config.learning_rate) == (None, 2, RunConfig().learning_rate)
