@@ -84,3 +84,30 @@ def config_for(tiny_backbone, tiny_conll, output_dir: Path, **kwargs) -> RunConf
                     learning_rate=5e-3, output_dir=str(output_dir), progress=False, cache_dtype="float32",
                     evaluate_test=True, extra={"classifier_dropout": 0.0})
     return RunConfig(**(defaults | kwargs))
+
+
+# Results rows of the kind a sweep writes, for the report's and the selection's tests.
+def ner_row(fusion, n, epochs, trial, f1, dataset="conll2003", mode="fe", backbone="/m/small", pool=14041):
+    layers = [1, 2, 3]
+    weights = {"layers": layers, "by_type": {"PER": [0.2, 0.3, 0.5], "O": [0.6, 0.3, 0.1]}, "positions": {"PER": 3, "O": 9}}
+    return {
+        "task": "ner",
+        "config": {"backbone": backbone, "fusion": fusion, "mode": mode, "dataset": dataset, "n_shot": n, "epochs": epochs},
+        "seed": trial,
+        "best_dev_f1": f1,
+        "final_dev_f1": f1,
+        "best_epoch": epochs,
+        "train_pool_size": pool,
+        "dev_curve": [{"epoch": e, "step": 2 * e, "f1": f1 * e / epochs} for e in range(1, epochs + 1)],
+        **({"dev_layer_weights": weights} if fusion == "dwatt" else {}),
+    }
+
+
+def fair_row(fusion, trial, rate, dev, test, layer=None, n=32):
+    row = ner_row(fusion, n, 25, trial, dev, backbone="/m/deep")
+    row["config"] |= {"learning_rate": rate, "layers": str(layer) if layer is not None else "all"}
+    row["test_scores"] = {"f1": test}
+    row["backbone_layers"] = 3
+    row["num_dev_sentences"] = 200
+    row.pop("dev_layer_weights", None)
+    return row

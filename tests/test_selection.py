@@ -1,0 +1,264 @@
+"""Choices on dev, scored on test (dwatt.experiment.selection), as the fair report writes them: each method's rate and
+layer, the verdicts and the answer, the coverage, the few-shot dev and no-dev protocols, the probe ensembles."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from dwatt.experiment.report import write_report
+
+from .helpers import fair_row
+
+
+def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports_their_test_score(tmp_path):
+    rows = []
+    for trial in range(3):
+        for layer in (1, 2, 3):
+            for rate in (1e-4, 1e-3):
+                # Layer 2 at 1e-3 is best on dev; layer 1 at 1e-4 is best on test (a choice on test would take it).
+                dev = 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3) + 0.01 * trial
+                test = 0.9 if (layer, rate) == (1, 1e-4) else dev - 0.02
+                rows.append(fair_row("base", trial, rate, dev, test, layer))
+        for rate in (1e-4, 1e-3):
+            rows.append(fair_row("dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial))
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair")
+    table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
+    best = table.loc["best single layer"]
+    assert best.layers == "2, 2, 2" and best.learning_rates == "0.001, 0.001, 0.001"
+    assert best.test_score == pytest.approx(100 * (0.65 + 0.01 - 0.02))  # the dev choice's test F1, mean of 3 trials
+    last = table.loc["last layer"]
+    assert last.layers == "3, 3, 3" and last.test_score == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+    assert table.loc["DWAtt"].learning_rates == "0.0001, 0.0001, 0.0001"
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
+    assert math.isnan(best.minus_best_layer)
+    # selection regret: dev took layer 2 at 1e-3, test would have taken layer 1 at 1e-4 (0.9)
+    assert best.regret == pytest.approx(100 * (0.63 + 0.01 - 0.9)) and table.loc["DWAtt"].regret == 0 == last.regret
+    regret = (tmp_path / "out" / "tables" / "regret.md").read_text()
+    assert regret.splitlines()[:3] == ["| backbone | dataset | N | last layer | best single layer | DWAtt |",
+                                       "|---|---|---|---|---|---|", "| deep | conll2003 | 32 | +0.00 ± 0.00 | -26.00 ± 2.48 | +0.00 ± 0.00 |"]
+    assert regret in report.read_text() and "Dev set: a dev set of 200 sentences." in report.read_text()
+    text = report.read_text()
+    assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
+    verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
+    assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
+    assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
+    assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00. Chosen at the largest learning rate tried in every "
+                                     "trial (a larger one might score higher): last layer, best single layer.")
+    assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
+    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
+    assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on a dev set of 200 sentences "
+                      "(deep at N = 32), a fusion "
+                      "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1 over 3 trials), of 1 fusion-setting "
+                      "pairs (where no method differs, about 0.0 of them would beat it by chance alone); the last layer "
+                      "trails the best one by 10.0 F1.\n")
+    assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
+    assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
+    probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
+    # layer 1: 1e-3 wins on dev (its test F1, 0.53-0.55), not 1e-4 (0.9 on test)
+    assert list(probe.layer) == [1, 2, 3] and probe.test_score.iloc[0] == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+
+
+def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_excludes_zero():
+    from dwatt.experiment.selection import verdict
+
+    assert verdict(2.0, 1.5) == "beats" and verdict(-2.0, 1.5) == "trails"
+    assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "one trial"
+
+
+def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
+    from dwatt.experiment.report import fair_answer
+
+    table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4,
+                          "method": ["best single layer", "last layer", "DWAtt", "Concat"],
+                          "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan, 2.0, 3.0, 1.0]})
+    assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on the dev split (m at N = "
+                                  "32), no fusion beats a head on the best single layer (the 95% CI of every paired difference "
+                                  "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
+    assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
+    assert fair_answer(table.assign(dataset="wikiann:sw")).startswith("On wikiann:sw test F1")
+    assert "chosen on a dev set of 1000 sentences (m at" in fair_answer(table.assign(dev_sentences=1000.0))
+
+
+def test_the_fair_answer_says_where_the_last_layer_trails_and_where_its_interval_spans_0():
+    from dwatt.experiment.report import fair_answer
+
+    table = pd.DataFrame({"backbone": ["m", "m", "m", "m"], "dataset": ["ag_news"] * 4, "n_shot": [16, 16, 64, 64],
+                          "method": ["best single layer", "last layer"] * 2,
+                          "minus_best_layer": [math.nan, 0.75, math.nan, -5.0], "minus_best_layer_ci95": [math.nan, 4.73, math.nan, 1.0],
+                          "metric": ["accuracy"] * 4})
+    assert fair_answer(table).endswith("the last layer trails the best one in 1 of 2 settings by 5.0 accuracy points, and it is "
+                                       "level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 accuracy points).\n")
+    level = table[table.n_shot == 16]
+    assert fair_answer(level).endswith("the last layer is level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 "
+                                       "accuracy points).\n")
+
+
+def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
+    from dwatt.experiment.selection import chosen_on_dev, with_methods
+    from dwatt.experiment.summaries import runs_frame
+
+    rows = [fair_row("base", 0, rate, 0.5 + 0.1 * layer, 0.5, layer) for layer in (1, 2) for rate in (1e-4, 1e-3)]
+    picks = chosen_on_dev(with_methods(runs_frame(rows)))  # the backbone has 3 layers; layer 2 is not its last
+    assert list(picks.method) == ["best single layer"] and picks.layer.iloc[0] == 2
+    rows.append(fair_row("base", 0, 1e-3, 0.3, 0.4, 3))
+    picks = chosen_on_dev(with_methods(runs_frame(rows)))
+    assert list(picks.method) == ["last layer", "best single layer"] and picks.layer.iloc[0] == 3
+
+
+def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
+    from dwatt.experiment.report import fair_table
+    from dwatt.experiment.selection import fair_comparison
+    from dwatt.experiment.summaries import runs_frame
+
+    rows = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.5, layer) for trial in range(2) for layer in (1, 2, 3)
+            for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(2) for rate in (1e-4, 1e-3)]  # not yet at 1e-2
+    text = fair_table(fair_comparison(runs_frame(rows)))
+    assert "Learning rates tried" not in text and text.splitlines()[2].endswith("| learning rates tried |")
+    assert "| 32 | DWAtt | 60.00 ± 0.00 | +10.00 ± 0.00 | 0.0001, 0.0001 |  | 2 | 0.0001, 0.001 |" in text
+    assert "| 32 | best single layer | 50.00 ± 0.00 |  | 0.0001, 0.0001 | 3, 3 | 2 | 0.0001, 0.001, 0.01 |" in text
+
+
+def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(tmp_path):
+    rows = [fair_row("base", trial, rate, 0.5, 0.5, layer) for trial in range(3) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(3) for rate in (1e-4, 1e-3)]
+    rows += [fair_row("dwatt", 0, 1e-2, 0.6, 0.6)]  # past the grid's edge, in one trial
+    rows += [fair_row("base", 0, 1e-4, 0.5, 0.5, layer, n=128) for layer in (1, 2)]  # N = 128: a probe begun
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_report([store], tmp_path / "out", title="fair")
+    table = (tmp_path / "out" / "tables" / "coverage.md").read_text().splitlines()
+    assert table[2:] == ["| backbone | dataset | N | Base (probe) | DWAtt |", "|---|---|---|---|---|",
+                         "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
+                         "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |"]
+    assert "## Coverage" in (tmp_path / "out" / "report.md").read_text()
+
+
+def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_reports_test_accuracy(tmp_path):
+    def cls_row(fusion, trial, rate, dev, test, layer=None):
+        return {"task": "cls", "seed": trial, "best_dev_accuracy": dev, "test_scores": {"accuracy": test, "macro_f1": test},
+                "backbone_layers": 2, "num_dev_examples": 800,
+                "config": {"backbone": "/m/enc", "fusion": fusion, "mode": "fe", "dataset": "ag_news", "n_shot": 16,
+                           "epochs": 20, "task": "cls", "learning_rate": rate,
+                           "layers": str(layer) if layer is not None else "all"}}
+
+    rows = []
+    for trial in range(3):
+        for rate in (1e-3, 1e-2):
+            for layer in (1, 2):  # layer 1 at 1e-2 is best on dev
+                rows.append(cls_row("base", trial, rate, 0.5 + 0.2 * (layer == 1) + 0.1 * (rate == 1e-2), 0.7 + 0.01 * trial, layer))
+            rows.append(cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial))
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair").read_text()
+    table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
+    assert set(table.metric) == {"accuracy"} and table.loc["best single layer"].layers == "1, 1, 1"
+    assert table.loc["DWAtt"].learning_rates == "0.001, 0.001, 0.001"
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(5.0)
+    assert "| N | method | test accuracy |" in report and "test accuracy of the run chosen on dev" in report
+    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
+    assert answer.startswith("On AG News test accuracy, each method at its own learning rate chosen on a dev set of 800 "
+                             "texts (enc at N = 16), a fusion beats the best single layer in DWAtt on enc at N = 16 "
+                             "(+5.00 ± 0.00 accuracy points over 3 trials)")
+
+
+def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_sample(tmp_path):
+    rows = []
+    for trial in range(3):
+        for layer in (1, 2):
+            for rate in (1e-4, 1e-3):
+                # On the 1000 dev sentences layer 2 at 1e-3 wins; on the small sample, layer 1 at 1e-4 (its test: 0.5)
+                row = fair_row("base", trial, rate, 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3), 0.6 + 0.01 * trial, layer)
+                small = 0.9 if (layer, rate) == (1, 1e-4) else 0.4
+                row["few_shot_dev"] = {"sentences": 128, "best_f1": small, "best_epoch": 3.0, "test_scores": {"f1": 0.5}}
+                rows.append(row)
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair").read_text()
+    tables = tmp_path / "out" / "tables"
+    small = (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "| 32 | best single layer | 50.00 ± 0.00 |" in small and "| 1, 1, 1 |" in small
+    assert "| 32 | best single layer | 61.00 ± 2.48 |" in (tables / "fair_comparison.md").read_text()
+    # regret on the sample: its choice's test 0.5 against the best test among the candidates' sample choices, 0.5
+    assert "+0.00 ± 0.00" in (tables / "regret_few_shot_dev.md").read_text()
+    assert "## Chosen as a few-shot user chooses" in report and "a dev set of 128 sentences" in report
+
+
+def test_with_no_dev_set_the_report_takes_the_last_epoch_at_dwatt_train_s_rate(tmp_path):
+    """The no-dev table: the last layer and each fusion at the FE rate (1e-3), each at its last epoch, paired by
+    trial against the last layer; runs at other rates and runs without a scored last epoch stay out."""
+    rows = []
+    for trial in range(3):
+        for rate in (1e-4, 1e-3):
+            for layer in (1, 3):
+                row = fair_row("base", trial, rate, 0.6, 0.6, layer)
+                row["last_epoch"] = {"epoch": 25, "test_scores": {"f1": 0.40 + 0.01 * trial + (0.3 if rate == 1e-4 else 0)}}
+                rows.append(row)
+            row = fair_row("dwatt", trial, rate, 0.6, 0.6)
+            row["last_epoch"] = {"epoch": 25, "test_scores": {"f1": 0.45 + 0.01 * trial}}
+            rows.append(row)
+        rows.append(fair_row("concat", trial, 1e-3, 0.7, 0.7))  # no last epoch scored: not in the table
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report([store], tmp_path / "out", title="fair").read_text()
+    table = (tmp_path / "out" / "tables" / "no_dev.md").read_text()
+    assert "test F1 at the last epoch, learning rate 0.001" in table
+    assert "| 32 | last layer | 41.00 ± 2.48 |  | 3 |" in table  # layer 3 of 3, at 1e-3 only
+    assert "| 32 | DWAtt | 46.00 ± 2.48 | +5.00 ± 0.00 | 3 |" in table
+    assert "Concat" not in table and "## With no dev set" in report
+
+
+def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_grid():
+    from dwatt.experiment.selection import coverage
+    from dwatt.experiment.summaries import runs_frame
+
+    rows = [fair_row("base", 0, rate, 0.5, 0.5, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("concat", 0, rate, 0.5, 0.5) for rate in (1e-4, 1e-3, 1e-2)]
+    rows += [fair_row("dwatt", 0, 1e-4, 0.5, 0.5)]  # one rate of three so far
+    covered = coverage(runs_frame(rows)).set_index("method")
+    assert covered.loc["DWAtt"].planned_runs == 3 and covered.loc["DWAtt"].complete_trials == 0
+    assert covered.loc["Concat"].complete_trials == 1 and covered.loc["Base (probe)"].planned_runs == 9
+
+
+def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_the_probe_s_rates(tmp_path):
+    """A probe group's ensembles (on its first run's row) become one method per size, paired by trial with the best
+    single layer; their layers are listed per trial (chosen on dev, or on the few-shot sample in that table), their
+    rates are each layer's own, and they count as one planned run per trial in the coverage."""
+    rows = []
+    for trial in range(3):
+        group = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.6, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+        members = lambda layers: [{"layer": layer, "learning_rate": 1e-3, "epoch": 2.0, "f1": 0.5} for layer in layers]
+        group[0]["probe_ensembles"] = [{
+            "size": 3, "members": members([3, 2, 1]), "best_f1": 0.7, "test_scores": {"f1": 0.63 + 0.01 * trial},
+            "candidates": {"layers": [1, 2, 3], "learning_rates": [1e-4, 1e-3]},
+            "few_shot_dev": {"sentences": 128, "seed": trial, "members": members([1, 3, 2]), "best_f1": 0.8,
+                             "test_scores": {"f1": 0.55}}}]
+        for row in group:
+            row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4, "best_epoch": 3.0, "test_scores": {"f1": 0.6}}
+        rows += group
+    # the grid's store without the ensembles, and a probe trained again for them in its own store (the same runs)
+    store, again = tmp_path / "fair.jsonl", tmp_path / "fair.ensembles.jsonl"
+    store.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "probe_ensembles"}) + "\n" for row in rows))
+    again.write_text("".join(json.dumps(row) + "\n" for row in rows if "probe_ensembles" in row))
+    write_report([store, again], tmp_path / "out", title="fair")
+    tables = tmp_path / "out" / "tables"
+    table = pd.read_csv(tables / "fair_comparison.csv").set_index("method")
+    ensemble = table.loc["top-3 layers averaged"]
+    assert ensemble.test_score == pytest.approx(64.0) and ensemble.minus_best_layer == pytest.approx(4.0)
+    assert ensemble.layers == "3,2,1; 3,2,1; 3,2,1" and ensemble.learning_rates == "each layer's own"
+    assert ensemble.learning_rates_tried == "0.0001, 0.001" and pd.isna(ensemble.regret)
+    assert "| 32 | top-3 layers averaged | 55.00 ± 0.00 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "| 1,3,2; 1,3,2; 1,3,2 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
+    assert "Fusions or probe ensembles that beat it: top-3 layers averaged +4.00" in (tables / "fair_verdicts.md").read_text()
+    assert "a fusion or probe ensemble beats the best single layer" in (tables / "fair_answer.md").read_text()
+    coverage = (tables / "coverage.md").read_text()
+    assert "| top-3 layers averaged |" in coverage and "| 3/3 | 3/3 |" in coverage
+    # a run trained again with another result is still refused, ensembles or not
+    changed = [dict(row, test_scores={"f1": 0.1}) for row in rows if "probe_ensembles" in row]
+    again.write_text("".join(json.dumps(row) + "\n" for row in changed))
+    with pytest.raises(ValueError, match="appears twice with different results"):
+        write_report([store, again], tmp_path / "out2", title="fair")
