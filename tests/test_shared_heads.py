@@ -241,7 +241,8 @@ def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_che
     with torch.no_grad():
         together = shared(input_ids=ids, attention_mask=mask, output_layer_weights=True)
     assert list(together) == list(specs)
-    assert [None if s is None else s.vectorize for s in shared.stacks()] == [vectorize, vectorize, None]
+    # vectorised: the copies as one StackedHeads per group; else each head runs itself
+    assert [s is not None for s in shared.stacks()] == [vectorize, vectorize, False]
     for name, folder in folders.items():
         alone = DWAttForTokenClassification.from_pretrained(folder).eval()
         with torch.no_grad():
@@ -249,3 +250,9 @@ def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_che
         torch.testing.assert_close(together[name].logits, expected.logits, atol=1e-5, rtol=0, msg=name)
         if expected.layer_weights is not None:
             torch.testing.assert_close(together[name].layer_weights, expected.layer_weights, atol=1e-5, rtol=0, msg=name)
+    # weights changed in place after serving began are the ones served
+    with torch.no_grad():
+        shared.heads["dwatt-b"].classifier.bias.add_(1.0)
+        changed = shared(input_ids=ids, attention_mask=mask)["dwatt-b"].logits
+    real = mask.bool()  # padded positions' logits are not the classifier's
+    torch.testing.assert_close(changed[real], together["dwatt-b"].logits[real] + 1.0, atol=1e-5, rtol=0)

@@ -138,8 +138,9 @@ class SharedBackboneHeads(nn.Module):
         for head in self.heads.values():
             head.dwatt.backbone = backbone
         # Heads of one architecture and configuration (labels aside) run as stacked copies of one head
-        # (`dwatt.stacked_heads.StackedHeads`): one vmap over the copies where `vectorize` (default: on a GPU), else
-        # one call each. Stacked where the heads are, when first needed there.
+        # (`dwatt.stacked_heads.StackedHeads`), one vmap over the copies, where `vectorize` (default: on a GPU); else
+        # each head runs itself. The copies are stacked when first needed, and again where the heads have moved or
+        # their weights changed.
         self.vectorize, self._stacks, self._stacked_on = vectorize, [], None
         self.groups: list[list[str]] = []
         for name, head in self.heads.items():
@@ -269,18 +270,22 @@ class SharedBackboneHeads(nn.Module):
                 stacked[layout] = head.dwatt.stack_layers(hidden)
             batch = dict(backbone_hidden_states=stacked[layout], attention_mask=attention_mask,
                          output_layer_weights=output_layer_weights, logits_mask=logits_mask)
-            outputs |= dict(zip(names, copies.outputs(batch) if copies is not None else [head(**batch)]))
+            outputs |= dict(zip(names, copies.outputs(batch) if copies is not None
+                                else [self.heads[name](**batch) for name in names]))
         return {name: outputs[name] for name in self.heads}
 
     def stacks(self) -> list:
-        """Each group's `StackedHeads` (None for a head alone), made again where the heads have moved."""
+        """Each group's `StackedHeads` where its heads run vectorised (None for a head alone, and where they run one
+        after the other), made again where the heads have moved or their weights changed (their tensors' versions)."""
         from ..stacked_heads import StackedHeads
 
         some = next(self.heads[self.groups[0][0]].parameters())
-        where = (some.device, some.dtype, self.vectorize)
+        vectorize = some.device.type == "cuda" if self.vectorize is None else self.vectorize
+        if not vectorize:
+            return [None] * len(self.groups)
+        where = (some.device, some.dtype, tuple(t._version for head in self.heads.values() for t in head.state_dict().values()))
         if where != self._stacked_on:
-            vectorize = some.device.type == "cuda" if self.vectorize is None else self.vectorize
-            self._stacks = [StackedHeads.of_models([self.heads[name] for name in names], vectorize) if len(names) > 1
+            self._stacks = [StackedHeads.of_models([self.heads[name] for name in names], vectorize=True) if len(names) > 1
                             else None for names in self.groups]
             self._stacked_on = where
         return self._stacks
