@@ -92,6 +92,17 @@ def _set_rng_state(state, device: torch.device) -> None:
 LAYERS_INPUT = "backbone_hidden_states"
 
 
+def one_layer(batch: dict, layer: int | None) -> dict:
+    """`batch` with only the cached `layer` of its stack (a head on one layer, fed the whole cache), or as it is."""
+    return batch if layer is None else {**batch, LAYERS_INPUT: batch[LAYERS_INPUT][:, layer : layer + 1]}
+
+
+def head_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A task model's own parameters and buffers: everything but its backbone's."""
+    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
+    return {name: t for name, t in tensors.items() if not name.startswith(BACKBONE_PREFIX)}
+
+
 class StackedHeads:
     """The trainable parameters of `model`, one copy per head, held stacked: one tensor per parameter whose first axis
     is the copy. Runs `model` with any subset of the copies (each on its own layer of the cached stack where `layers`
@@ -116,11 +127,9 @@ class StackedHeads:
         head part of `models` (one architecture and configuration, the backbone frozen and shared), stacked; the first
         model runs them all."""
         heads = cls(models[0], len(models), vectorize)
-        template = dict(models[0].named_buffers())
-        own = [dict(model.named_parameters()) | dict(model.named_buffers()) for model in models]
+        own = [head_tensors(model) for model in models]
         with torch.no_grad():
-            heads.parameters = {name: torch.stack([tensors[name].detach() for tensors in own])
-                                for name in [*heads.parameters, *(b for b in template if not b.startswith(BACKBONE_PREFIX))]}
+            heads.parameters = {name: torch.stack([tensors[name].detach() for tensors in own]) for name in own[0]}
         return heads
 
     @torch.no_grad()
@@ -158,8 +167,7 @@ class StackedHeads:
         return functional_call(self.model, parameters, (), batch, tie_weights=False)
 
     def _input(self, k: int, batch: dict) -> dict:
-        layer = self.layers[k]
-        return batch if layer is None else {**batch, LAYERS_INPUT: batch[LAYERS_INPUT][:, layer : layer + 1]}
+        return one_layer(batch, self.layers[k])
 
     def _active(self, active: list[int]) -> dict[str, torch.Tensor]:
         if active == list(range(len(self.layers))):
@@ -452,4 +460,5 @@ def train_heads(
     return outcomes, timings
 
 
-__all__ = ["BudgetOutcome", "HeadCopy", "LinearProbes", "StackedAdamW", "StackedHeads", "train_heads"]
+__all__ = ["BudgetOutcome", "HeadCopy", "LinearProbes", "StackedAdamW", "StackedHeads", "head_tensors", "one_layer",
+           "train_heads"]

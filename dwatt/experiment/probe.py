@@ -157,11 +157,10 @@ def choose(task: str, rows: list[dict]) -> ProbeOutcome:
                            depths.pop() if len(depths) == 1 else None)
     from ..training.probe_ensembles import ENSEMBLES_FIELD  # here: reading the command line imports no torch
 
-    score = dev_key.removeprefix("best_dev_")
     for row in rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append({
-                "layers": [member["layer"] for member in entry["members"]], "dev": 100 * entry[f"best_{score}"],
+                "layers": [member["layer"] for member in entry["members"]], "dev": 100 * entry[f"best_{test_key}"],
                 "test": 100 * entry["test_scores"][test_key]})
     candidates = sorted({(layer, rate) for _, layer, rate in scores})
     outcome.chosen = max(candidates, key=lambda pair: (outcome.mean(*pair), -pair[0], -pair[1]))

@@ -24,6 +24,7 @@ from depth_dwatt import cut_config, layers_past_pattern
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from ..atomic import read_json
+from ..stacked_heads import StackedHeads, head_tensors
 from ..checkpoints import checkpoint_task
 from ..tasks import model_class as task_model_class
 
@@ -86,8 +87,7 @@ def stack_key(head: nn.Module) -> tuple:
     """What heads stacked as copies of one must share: their class, their configuration (`NOT_IN_HEAD_FORWARD` aside)
     and the names, shapes and dtypes of their own tensors."""
     config = {key: value for key, value in head.config.to_dict().items() if key not in NOT_IN_HEAD_FORWARD}
-    tensors = [*head.named_parameters(), *head.named_buffers()]
-    shapes = tuple((name, tuple(t.shape), t.dtype) for name, t in tensors if not name.startswith(BACKBONE_PREFIX))
+    shapes = tuple((name, tuple(t.shape), t.dtype) for name, t in head_tensors(head).items())
     return type(head), json.dumps(config, sort_keys=True, default=str), shapes
 
 
@@ -237,8 +237,7 @@ class SharedBackboneHeads(nn.Module):
             model = model_class(config)
         model.dwatt.backbone = backbone
         head = {k: v for k, v in tensors.items() if not k.startswith(BACKBONE_PREFIX)}
-        missing = [k for k, _ in model.named_parameters() if not k.startswith(BACKBONE_PREFIX) and k not in head]
-        missing += [k for k, _ in model.named_buffers() if not k.startswith(BACKBONE_PREFIX) and k not in head]
+        missing = [k for k in head_tensors(model) if k not in head]
         if missing and all(k.startswith("lm_head.") for k in missing):
             # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
             pretrained = _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs)
@@ -277,13 +276,11 @@ class SharedBackboneHeads(nn.Module):
     def stacks(self) -> list:
         """Each group's `StackedHeads` where its heads run vectorised (None for a head alone, and where they run one
         after the other), made again where the heads have moved or their weights changed (their tensors' versions)."""
-        from ..stacked_heads import StackedHeads
-
         some = next(self.heads[self.groups[0][0]].parameters())
         vectorize = some.device.type == "cuda" if self.vectorize is None else self.vectorize
         if not vectorize:
             return [None] * len(self.groups)
-        where = (some.device, some.dtype, tuple(t._version for head in self.heads.values() for t in head.state_dict().values()))
+        where = (some.device, some.dtype, tuple(t._version for head in self.heads.values() for t in head_tensors(head).values()))
         if where != self._stacked_on:
             self._stacks = [StackedHeads.of_models([self.heads[name] for name in names], vectorize=True) if len(names) > 1
                             else None for names in self.groups]

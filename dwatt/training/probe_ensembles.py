@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..stacked_heads import one_layer
+
 ENSEMBLE_SIZES = (3, 5)
 ENSEMBLES_FIELD = "probe_ensembles"  # where the group's first run's results hold them
 
@@ -27,9 +29,7 @@ def predict_features(model, dataset, collator, batch_size: int = 32, layer: int 
     device = next(model.parameters()).device
     logits, labels = [], []
     for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
-        batch = {key: value.to(device) for key, value in batch.items()}
-        if layer is not None:
-            batch["backbone_hidden_states"] = batch["backbone_hidden_states"][:, layer : layer + 1]
+        batch = one_layer({key: value.to(device) for key, value in batch.items()}, layer)
         logits.append(model(**batch).logits.float().cpu())
         labels.append(batch["labels"].cpu())
     return logits, labels
