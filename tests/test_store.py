@@ -32,7 +32,8 @@ def test_committed_stores_read_as_todays_runs():
             # what a sweep's own options set (--cache-dtype, --test, --few-shot-dev), as the row was run
             overrides = {key: row["config"][key] for key in ("cache_dtype", "evaluate_test")}
             overrides["few_shot_dev"] = row["config"].get("few_shot_dev", False)
-            wanted, theirs = requested_settings(RunSpec(**row["spec"]), overrides), row_settings(row)
+            spec = RunSpec(**row["spec"])
+            wanted, theirs = requested_settings(spec, overrides), row_settings(row, spec.backbone)
             if wanted["backbone_sha256"] is None:
                 theirs = theirs | {"backbone_sha256": None}
             assert same_run(theirs, wanted), f"{path}: {row['run_id']}: {differences(theirs, wanted)}"

@@ -187,6 +187,39 @@ def test_two_backbones_in_folders_of_one_name_train_their_own_runs(tiny_backbone
     assert len(calls) == 3 and len(ResultsStore(store).rows()) == 3
 
 
+def test_a_backbone_written_again_elsewhere_is_the_same_backbone(tiny_backbone, tmp_path):
+    """A folder converted again (another `_name_or_path` in its config.json, another transformers_version) resumes its
+    runs, and so do rows fingerprinted the earlier way (config.json's bytes); a key that computes (the layer norm's
+    epsilon) makes it another backbone."""
+    import json
+
+    from dwatt.experiment.store import backbone_fingerprint
+
+    calls, store = [], tmp_path / "r.jsonl"
+    backbone = copy_backbone(tiny_backbone, tmp_path / "bb")
+    config_path = backbone / "config.json"
+    specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(backbone),))
+
+    def rewrite_config(**changes):
+        config_path.write_text(json.dumps(json.loads(config_path.read_text()) | changes))
+
+    rewrite_config(_name_or_path="/tmp/tmp.first/x")
+    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    rewrite_config(_name_or_path="/tmp/tmp.second/x", transformers_version="9.9.9")
+    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    assert len(calls) == 1
+    row = ResultsStore(store).rows()[0]
+    earlier = row | {"backbone_sha256": backbone_fingerprint(str(backbone), verbatim=True)}
+    assert earlier["backbone_sha256"] != row["backbone_sha256"]
+    store.write_text(json.dumps(earlier) + "\n")
+    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    assert len(calls) == 1
+    rewrite_config(layer_norm_eps=1e-3)
+    with pytest.raises(ValueError, match=r"other settings \(backbone_sha256: '\w+' there, '\w+' here\)"):
+        run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    assert len(calls) == 1 and len(ResultsStore(store).rows()) == 1
+
+
 @pytest.mark.parametrize("first, second, named", [
     ({"dev_sentences": 20}, {"dev_sentences": 30}, "dev_sentences: 20 there, 30 here"),
     ({}, {"evaluate_test": True}, "evaluate_test: False there, True here"),

@@ -41,22 +41,34 @@ def run_settings(config: dict) -> dict:
 WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
 
 
-@functools.lru_cache(maxsize=16)
-def _fingerprint(folder: Path, stamp: tuple) -> str:
-    """sha256 of the names and sha256s of `folder`'s weight files; `stamp` (names, sizes, times) keys the cache."""
+def config_digest(path: Path) -> str:
+    """sha256 of a model's config.json as it computes: its keys but those saying where it came from (`_name_or_path`,
+    `_commit_hash` and other private keys, `transformers_version`), in a canonical order. A folder written twice by
+    one conversion (into two temporary folders) or saved again by a newer transformers is the same backbone."""
+    config = json.loads(read_text(path))
+    computing = {key: value for key, value in config.items() if not key.startswith("_") and key != "transformers_version"}
+    return hashlib.sha256(json.dumps(computing, sort_keys=True).encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=32)
+def _fingerprint(folder: Path, stamp: tuple, verbatim: bool) -> str:
+    """sha256 of the names and digests of `folder`'s weight files (config.json's by `config_digest`, or its bytes
+    where `verbatim`, as fingerprints were taken before); `stamp` (names, sizes, times) keys the cache."""
     files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
-    return hashlib.sha256("".join(f"{path.name}\0{sha256_of(path)}\n" for path in files).encode()).hexdigest()
+    digests = [sha256_of(path) if verbatim or path.name != "config.json" else config_digest(path) for path in files]
+    return hashlib.sha256("".join(f"{path.name}\0{digest}\n" for path, digest in zip(files, digests)).encode()).hexdigest()
 
 
-def backbone_fingerprint(backbone: str | None) -> str | None:
+def backbone_fingerprint(backbone: str | None, verbatim: bool = False) -> str | None:
     """sha256 of a local backbone folder's config and weight files, None for a Hub id: a committed row names a backbone
     outside the working folder by its folder's name alone (`portable_path`), and two folders of one name are two
-    backbones only this tells apart. Hashed once per process for each folder as it stands."""
+    backbones only this tells apart. Hashed once per process for each folder as it stands. `verbatim` hashes
+    config.json's bytes, as rows written before `config_digest` did."""
     folder = Path(backbone_folder(backbone))
     if not folder.is_dir():
         return None
     stamp = tuple((path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in sorted(folder.iterdir()) if path.is_file())
-    return _fingerprint(folder.resolve(), stamp)
+    return _fingerprint(folder.resolve(), stamp, verbatim)
 
 
 def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
@@ -67,13 +79,17 @@ def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
     return run_settings(asdict(config)) | {"backbone_sha256": backbone_fingerprint(config.backbone)}
 
 
-def row_settings(row: dict) -> dict:
+def row_settings(row: dict, backbone: str | None = None) -> dict:
     """`run_settings` of a store row: from the configuration the run recorded, or, for a row without one, its spec;
-    with its backbone's fingerprint where the row records one."""
+    with its backbone's fingerprint where the row records one. A fingerprint taken the earlier way (config.json's
+    bytes) of `backbone`, the folder the requested run reads as it stands here, reads as today's."""
     config = row.get("config")
     if not isinstance(config, dict):
         config = asdict(RunSpec(**row["spec"]).run_config("."))
-    return run_settings(config) | {"backbone_sha256": row.get("backbone_sha256")}
+    fingerprint = row.get("backbone_sha256")
+    if backbone is not None and fingerprint is not None and fingerprint == backbone_fingerprint(backbone, verbatim=True):
+        fingerprint = backbone_fingerprint(backbone)
+    return run_settings(config) | {"backbone_sha256": fingerprint}
 
 
 def same_run(theirs: dict, mine: dict) -> bool:
@@ -142,7 +158,7 @@ class ResultsStore:
             engines = engines_for(spec, engine, (run_overrides or {}).get("use_cache", True))
             for row in rows:
                 try:
-                    theirs = row_settings(row)
+                    theirs = row_settings(row, spec.backbone)
                 except (KeyError, TypeError):
                     raise ValueError(f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a "
                                      "valid 'spec'") from None
@@ -151,7 +167,7 @@ class ResultsStore:
                     break
             else:
                 row = rows[0]
-                theirs = row_settings(row) | {"engine": row_engine(row)}
+                theirs = row_settings(row, spec.backbone) | {"engine": row_engine(row)}
                 mine = wanted | {"engine": " or ".join(engines)}
                 raise StoreConflictError(
                     f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
@@ -172,6 +188,6 @@ def shard_results_path(results: str | Path, index: int, count: int) -> Path:
 
 
 __all__ = [
-    "ResultsStore", "StoreConflictError", "backbone_fingerprint", "differences", "requested_settings", "row_engine",
+    "ResultsStore", "StoreConflictError", "backbone_fingerprint", "config_digest", "differences", "requested_settings", "row_engine",
     "row_settings", "run_settings", "same_run", "shard_results_path",
 ]
