@@ -262,3 +262,73 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     again.write_text("".join(json.dumps(row) + "\n" for row in changed))
     with pytest.raises(ValueError, match="appears twice with different results"):
         write_report([store, again], tmp_path / "out2", title="fair")
+
+
+def window_grid_rows():
+    """A probe of 8 layers that chooses layer 6 on dev and layer 3 on each trial's few-shot dev sample, and ScalarMix
+    on the windows around both (4-8: test 0.7; 1-5: test 0.6) at two rates, the better rate on dev 1e-3."""
+    rows = []
+    for trial in range(2):
+        for layer in range(1, 9):
+            row = fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 6), 0.5, layer)
+            row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4 + 0.1 * (layer == 3), "best_epoch": 3.0,
+                                   "test_scores": {"f1": 0.5}}
+            rows.append(row)
+        for window, test in (("4-8", 0.7), ("1-5", 0.6)):
+            for rate in (1e-4, 1e-3):
+                row = fair_row("scalar_mix", trial, rate, 0.5 + 0.1 * (rate == 1e-3), test + 0.05 * (rate == 1e-3))
+                row["config"]["layers"] = window
+                row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.5 + 0.1 * (rate == 1e-3), "best_epoch": 3.0,
+                                       "test_scores": {"f1": test}}
+                rows.append(row)
+    for row in rows:
+        row["backbone_layers"] = 8
+    return rows
+
+
+def test_window_around_clips_to_the_backbone_and_is_none_where_it_would_be_every_layer():
+    from dwatt.experiment.selection import window_around
+
+    assert window_around(11, 30) == "9-13" and window_around(2, 30) == "1-4" and window_around(29, 30) == "27-30"
+    assert window_around(3, 6) is None and window_around(4, 6) == "2-6" and window_around(3, 7) == "1-5"
+
+
+def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path):
+    from dwatt.experiment.selection import WINDOW_METHODS, fair_comparison
+    from dwatt.experiment.summaries import runs_frame
+
+    frame = runs_frame(window_grid_rows())
+    method = WINDOW_METHODS["scalar_mix"]
+    on_dev = fair_comparison(frame).set_index("method")
+    on_sample = fair_comparison(frame, few_shot_dev=True).set_index("method")
+    # dev: layer 6, the window 4-8, its better rate on dev (test 0.75); the sample: layer 3, the window 1-5 (0.6)
+    assert on_dev.loc[method, "test_score"] == pytest.approx(75) and on_dev.loc[method, "learning_rates"] == "0.001, 0.001"
+    assert on_sample.loc[method, "test_score"] == pytest.approx(60)
+    assert on_dev.loc[method, "regret"] == pytest.approx(0) and "ScalarMix" not in on_dev.index  # no run of all layers
+    assert on_dev.loc[method, "minus_best_layer"] == pytest.approx(25)
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
+    write_report([store], tmp_path / "out", title="fair")
+    coverage = (tmp_path / "out" / "tables" / "coverage.md").read_text()
+    assert f"| Base (probe) | {method} |" in coverage and "| deep | conll2003 | 32 | 2/2 | 2/2 |" in coverage
+    table = (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()
+    assert f"| 32 | {method} | 75.00 ± 0.00 | +25.00 ± 0.00 | 0.001, 0.001 | 4-8, 4-8 | 2 |" in table
+
+
+def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
+    from dwatt.experiment.grid import grid
+    from dwatt.experiment.selection import around_chosen_layers
+    from dwatt.experiment.summaries import runs_frame
+
+    frame = runs_frame(window_grid_rows())
+    specs = grid(fusions=("scalar_mix", "dwatt"), n_shots=(32,), epochs=(25,), trials=2, backbones=("/m/deep",),
+                 learning_rates=(1e-4, 1e-3))
+    windows = around_chosen_layers(specs, frame)
+    assert {(spec.trial, spec.fusion, spec.layers) for spec in windows} == {
+        (trial, fusion, "4-8") for trial in (0, 1) for fusion in ("scalar_mix", "dwatt")}
+    assert len(around_chosen_layers(specs, frame, few_shot_dev=True)) == 2 * len(specs)
+    assert all(spec.run_id.endswith("/L4-8") for spec in windows)
+    with pytest.raises(ValueError, match=r"no probe .* for conll2003/deep/fe/scalar_mix/n32/e25/t2"):
+        around_chosen_layers(grid(fusions=("scalar_mix",), n_shots=(32,), epochs=(25,), trials=3, backbones=("/m/deep",)), frame)
+    with pytest.raises(ValueError, match="fusions that mix layers .*; not base_plus_n"):
+        around_chosen_layers(grid(fusions=("base_plus_n",), n_shots=(32,), epochs=(25,), trials=1, backbones=("/m/deep",)), frame)

@@ -256,3 +256,20 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         assert "evaluate_test: False there, True here" in capsys.readouterr().err
 
 
+
+
+def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trains(tmp_path, capsys):
+    """`--window-around-probe`: the windows follow the probe's rows; a trial without them is named, nothing runs."""
+    import json
+
+    from dwatt.cli import main
+
+    from .test_selection import window_grid_rows
+
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
+    assert main(["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
+                 "--backbones", "/m/deep", "--window-around-probe", str(probe), "--results", str(tmp_path / "r.jsonl"),
+                 "--quiet"]) == 2
+    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..experiment.grid import ENGINES, PRESETS
+from ..experiment.grid import ENGINES, PRESETS, WINDOW_RADIUS
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from .options import add_threads_argument, csv_of
 
@@ -36,6 +36,9 @@ def register(commands) -> None:
                         help="every run at each of these peak learning rates, e.g. 5e-5,3e-4,1e-3,3e-3")
     parser.add_argument("--probe-layers", default=None, dest="probe_layers", metavar="LAYERS",
                         help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
+    parser.add_argument("--window-around-probe", nargs="+", default=None, dest="window_around_probe", metavar="STORE",
+                        help=f"each fusion on the layers within ±{WINDOW_RADIUS} of the one each trial's probe (in these results "
+                             "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too")
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
@@ -57,6 +60,11 @@ def run(args: argparse.Namespace) -> int:
     if settings.get("probe_layers") and "base" not in settings["fusions"]:
         raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
     specs = grid(**settings, data_dir=args.data_dir)
+    if args.window_around_probe:  # the second stage of a two-stage grid: its windows follow the probe's choices
+        from ..experiment.selection import around_chosen_layers
+        from ..experiment.summaries import load_rows, runs_frame
+
+        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe)), args.few_shot_dev)
     results = args.results
     if args.shard:
         index, count = parse_shard(args.shard)

@@ -26,6 +26,8 @@ from ..tasks import TASKS, task_named
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
 # of an FE run together (`dwatt.stacked_heads`); "auto" does the latter wherever a group has more than one budget.
 ENGINES = ("auto", "trainer", "budgets")
+# How far either side of the best single layer a window fusion reaches (`dwatt.experiment.selection.window_around`).
+WINDOW_RADIUS = 2
 
 
 @dataclass(frozen=True)
@@ -294,6 +296,7 @@ PRESETS = {
 }
 
 __all__ = [
+    "WINDOW_RADIUS",
     "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "RunSpec", "batches_of_runs", "engines_for", "grid",
     "parse_shard", "probed", "probes_layers", "reads_one_layer", "shard", "stackable", "widest_first", "work_unit",
 ]

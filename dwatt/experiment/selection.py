@@ -1,7 +1,8 @@
 """Choices made on dev, scored on test: the fair comparison of layer fusion against heads on single layers.
 
-A method is a way of reading the frozen backbone: a head on the last layer, a head on the best single layer, or a
-fusion (ScalarMix, Concat, Base+n, DWAtt). Each method gets its own learning rate, and the best single layer its own
+A method is a way of reading the frozen backbone: a head on the last layer, a head on the best single layer, the
+probe's best heads averaged, a fusion (ScalarMix, Concat, Base+n, DWAtt), or a fusion of the layers around the best
+single layer (a window, `window_around`: chosen on dev like that layer, a two-stage grid, `around_chosen_layers`). Each method gets its own learning rate, and the best single layer its own
 layer as well: in every trial, the run with the best dev score among its learning rates (and layers) is chosen, and
 what is reported is that run's test score, never the dev score a choice was made on. Methods are compared paired by
 trial (a trial's runs share one few-shot sample).
@@ -11,12 +12,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pandas as pd
 
 from ..run_config import default_learning_rate
 from ..tasks import TASKS
 from ..training.probe_ensembles import ENSEMBLE_SIZES
+from fusions_dwatt import FUSION_CLASSES
+
+from ..portable import backbone_label
+from .grid import WINDOW_RADIUS, RunSpec
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
@@ -30,7 +36,11 @@ FUSION_METHODS = {name: FUSION_NAMES[name] for name in (*TABLE_ORDER, *sorted(FU
 # Methods built from the probe that choose no single layer: the top layers' heads, their probabilities averaged
 # (`dwatt.training.probe_ensembles`); each picks its layers, and each layer its learning rate, on dev.
 ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for size in ENSEMBLE_SIZES}
-METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *FUSION_METHODS.values())
+# Fusions of the layers within WINDOW_RADIUS of the best single layer (and z_L, which every fusion reads), for the
+# fusions that mix the layers they are given; the window is centred where the probe's choice on dev is, per trial.
+WINDOW_METHODS = {name: f"{method}, best layer ±{WINDOW_RADIUS}" for name, method in FUSION_METHODS.items()
+                  if FUSION_CLASSES[name].per_token and not FUSION_CLASSES[name].passes_layer_through}
+METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
 METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **ENSEMBLE_METHODS, **FUSION_METHODS}
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
@@ -64,7 +74,16 @@ def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFram
     if few_shot_dev:
         parts = [part.assign(num_dev_sentences=part.sample_sentences) for part in parts]
     runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
-    return runs.assign(method=[METHOD_OF_FUSION.get(fusion, fusion) for fusion in runs.fusion])
+    return runs.assign(method=[WINDOW_METHODS[fusion] if fusion in WINDOW_METHODS and isinstance(layers, str) else
+                               METHOD_OF_FUSION.get(fusion, fusion) for fusion, layers in zip(runs.fusion, runs.fused_layers)])
+
+
+def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS) -> str | None:
+    """The fused layers of a window around layer `centre` of a `depth`-layer backbone, as `--layers` takes them
+    ("a-b", clipped to 1..depth; z_L is read besides, as by every fusion); None where that is every layer (the
+    fusion itself)."""
+    first, last = max(1, centre - radius), min(depth, centre + radius)
+    return None if first == 1 and last >= depth - 1 else f"{first}-{last}"
 
 
 def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
@@ -76,10 +95,40 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
         if not last.empty:
             yield LAST_LAYER, last
         yield BEST_LAYER, base
+        window = window_around(int(_best(base).layer.iloc[0]), int(backbone_depth(base)))
+        for fusion, method in WINDOW_METHODS.items():  # the window around the layer this sample's dev scores choose
+            own = sample[(sample.method == method) & (sample.fusion == fusion) & (sample.fused_layers == window)]
+            if window is not None and not own.empty:
+                yield method, own
     for fusion, method in (ENSEMBLE_METHODS | FUSION_METHODS).items():
-        own = sample[sample.fusion == fusion]
+        own = sample[(sample.fusion == fusion) & (sample.method == method)]
         if not own.empty:
             yield method, own
+
+
+def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev: bool = False) -> list[RunSpec]:
+    """The second stage of a window grid: each spec of a fusion that mixes layers, on the window (`window_around`)
+    around the layer its trial's probe (`frame`, `summaries.runs_frame` of the probe's rows) chose on dev, and, with
+    `few_shot_dev`, around the one chosen on that trial's few-shot dev sample as well (one spec where both agree; none
+    where the window is every layer). A spec whose trial has no probe in `frame` is named."""
+    refused = sorted({spec.fusion for spec in specs} - set(WINDOW_METHODS))
+    if refused:
+        raise ValueError(f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_METHODS)}); "
+                         f"not {', '.join(refused)}")
+    choices = {}
+    for kind in (False, True) if few_shot_dev else (False,):
+        runs = with_methods(frame, kind)
+        for key, sample in runs[runs.fusion == PROBE_FUSION].groupby(SAMPLE, dropna=False):
+            choices.setdefault(key, []).append(window_around(int(_best(sample).layer.iloc[0]), int(backbone_depth(sample))))
+    windowed = []
+    for spec in specs:
+        key = (backbone_label(spec.backbone) if spec.backbone else "default", spec.dataset, spec.n_shot, spec.epochs, spec.trial)
+        if key not in choices or len(choices[key]) < (2 if few_shot_dev else 1):
+            raise ValueError(f"no probe of every layer, scored on test{' with a few-shot dev sample' if few_shot_dev else ''}, "
+                             f"for {spec.run_id} in the stores given (backbone, dataset, N, epochs, trial: {key}); run "
+                             "the probe first (--fusions base --probe-layers all, with the same options)")
+        windowed += [replace(spec, layers=window) for window in dict.fromkeys(choices[key]) if window is not None]
+    return windowed
 
 
 def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
@@ -132,14 +181,15 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     picks = chosen_on_dev(runs)
     if picks.empty:
         return pd.DataFrame()
-    rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "fusion"]).learning_rate.agg(
+    rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "method"]).learning_rate.agg(
         lambda rates: sorted(rates.unique()))
     members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
     records = []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
-            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, PROBE_FUSION if ensemble else mine.fusion.iloc[0])]
+            probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
+            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)]
             records.append({
                 "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
                 "metric": mine.metric.iloc[0], "test_score": mine.test_score.mean(),
@@ -148,7 +198,8 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                 "learning_rates": "each layer's own" if ensemble else _rates_text(mine.learning_rate),
                 "learning_rates_tried": _rates_text(tried),
                 "layers": ("; ".join(mine[members]) if ensemble else
-                           ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else ""),
+                           ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else
+                           ", ".join(mine.fused_layers) if method in WINDOW_METHODS.values() else ""),
                 # selection regret: how much test score the choice on dev left among the method's own candidates
                 "regret": (mine.test_score - mine.best_test_score).mean(),
                 "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
@@ -174,7 +225,7 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -
     runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == rates)]
     # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
     picks = [among.assign(method=method) for _, sample in runs.groupby(SAMPLE, dropna=False)
-             for method, among in candidates(sample) if method != BEST_LAYER]
+             for method, among in candidates(sample) if method != BEST_LAYER and method not in WINDOW_METHODS.values()]
     if not picks:
         return pd.DataFrame()
     records = []
@@ -201,7 +252,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame()
     trials = sorted(runs.trial.unique())
-    methods = [method for method in METHOD_OF_FUSION.values() if method in set(runs.method)]
+    methods = [method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)]
     # the grid's own rates: those most methods were tried at somewhere (a rate past the grid's edge is one or two
     # methods'; a method whose runs have only begun lacks some of the grid's rates rather than shrinking the grid)
     trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
@@ -256,5 +307,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
                  trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "no_dev_comparison", "probe_curve", "verdict", "verdicts", "with_methods"]
+__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+           "no_dev_comparison", "probe_curve", "verdict", "verdicts", "window_around", "with_methods"]

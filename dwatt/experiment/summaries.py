@@ -223,6 +223,8 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "pooling": row.get("pooling"),  # text classification only
                 "learning_rate": config.get("learning_rate"),
                 "layer": read_layer(row),
+                # the layers a fusion was given (a window), None where it read them all
+                "fused_layers": None if config.get("layers") in (None, "all") else str(config["layers"]),
                 "ensemble_size": math.nan,  # a run; a probe ensemble's line says how many heads it averages
                 "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
