@@ -40,8 +40,8 @@ def test_committed_stores_read_as_todays_runs():
 
 
 @pytest.mark.parametrize("line, named", [
-    ('[1, 2]', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got list\)"),
-    ('{"f1": 0.5}', r"r\.jsonl:2: a store row is a JSON object with a 'run_id' \(got dict without run_id\)"),
+    ('[1, 2]', r"r\.jsonl:2: expected a JSON object per line, got list"),
+    ('{"f1": 0.5}', r"r\.jsonl:2: a store row needs a 'run_id'"),
 ])
 def test_a_store_row_of_another_shape_is_named(tmp_path, line, named):
     store = tmp_path / "r.jsonl"

@@ -14,7 +14,6 @@ package ships that split. Numbers on it are not comparable to published AG News 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
 
-from .files import DataFormatError, is_local_path, numbered_lines
+from .files import DataFormatError, is_local_path, json_objects, numbered_lines
 
 logger = logging.getLogger(__name__)
 
@@ -64,25 +63,12 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
         raise DataFormatError(f"{path}:{start}: a quoted field is never closed")
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict]]:
-    for number, line in numbered_lines(path):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataFormatError(f"{path}:{number}: not a JSON object ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise DataFormatError(f"{path}:{number}: expected a JSON object per line, got {type(row).__name__}")
-        yield number, row
-
-
 def read_rows(path: str | Path) -> list[tuple[int, dict]]:
     """(line number, row dict) of every row of a `.csv`, `.tsv` or `.jsonl` file."""
     path = Path(path)
     if path.suffix not in FORMATS:
         raise DataFormatError(f"{path}: unknown format {path.suffix!r}; expected one of {', '.join(FORMATS)}")
-    rows = list(_jsonl_rows(path) if FORMATS[path.suffix] is None else _csv_rows(path, FORMATS[path.suffix]))
+    rows = list(json_objects(path) if FORMATS[path.suffix] is None else _csv_rows(path, FORMATS[path.suffix]))
     if not rows:
         raise DataFormatError(f"{path}: no rows")
     return rows

@@ -3,6 +3,7 @@ numbers, telling a folder from a Hub id)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,9 +31,24 @@ def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\r\n")
 
 
+def json_objects(path: str | Path, what: str = "object") -> Iterator[tuple[int, dict]]:
+    """`(line number, object)` of each non-blank line of a JSON-lines file (a dataset, a results store): a line that
+    does not parse ("not a JSON <what>") or holds something other than an object is named with its file and line."""
+    for number, line in numbered_lines(path):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataFormatError(f"{path}:{number}: not a JSON {what} ({error.msg})") from None
+        if not isinstance(value, dict):
+            raise DataFormatError(f"{path}:{number}: expected a JSON object per line, got {type(value).__name__}")
+        yield number, value
+
+
 def read_text_lines(path: Path) -> Iterator[str]:
     for _, line in numbered_lines(path):
         yield line
 
 
-__all__ = ["DataFormatError", "is_local_path", "numbered_lines", "read_text_lines"]
+__all__ = ["DataFormatError", "is_local_path", "json_objects", "numbered_lines", "read_text_lines"]

@@ -18,6 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..atomic import read_text, sha256_of, write_text_atomically
+from ..data.files import json_objects
 from ..portable import backbone_folder, portable_path
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
@@ -125,16 +126,9 @@ class ResultsStore:
         if not self.path.exists():
             return []
         rows = []
-        for number, line in enumerate(read_text(self.path).splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{self.path}:{number}: not a JSON row ({error.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
-                raise ValueError(f"{self.path}:{number}: a store row is a JSON object with a 'run_id' "
-                                 f"(got {type(row).__name__}{'' if not isinstance(row, dict) else ' without run_id'})")
+        for number, row in json_objects(self.path, "row"):
+            if not isinstance(row.get("run_id"), str):
+                raise ValueError(f"{self.path}:{number}: a store row needs a 'run_id' (is this a dwatt sweep's store?)")
             rows.append(row)
         return rows
 

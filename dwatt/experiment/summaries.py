@@ -17,6 +17,7 @@ from configuration_dwatt import single_layer
 from fusions_dwatt import FUSION_CLASSES
 
 from ..atomic import read_text
+from ..data.files import json_objects
 from ..portable import backbone_label
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
@@ -98,26 +99,27 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
 REQUIRED_CONFIG = ("backbone", "mode", "fusion", "epochs")
 
 
+def whole_row(path: Path) -> dict:
+    """A run's `results.json`: one JSON object."""
+    try:
+        row = json.loads(read_text(path))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"{path}: not a JSON results row ({error.msg})") from None
+    if not isinstance(row, dict):
+        raise ValueError(f"{path}: a results row is a JSON object, got {type(row).__name__}")
+    return row
+
+
 def load_rows(paths: list[str | Path]) -> list[dict]:
     """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
     held by two of them counts once (`without_duplicates`)."""
     rows = []
     for path in map(Path, paths):
-        try:
-            text = read_text(path)
-        except OSError as error:
-            raise ValueError(f"{path}: not a readable results file ({error.strerror})") from None
-        lines = text.splitlines() if path.suffix == ".jsonl" else [text]
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                where = f"{path}:{number}" if path.suffix == ".jsonl" else str(path)
-                raise ValueError(f"{where}: not a JSON results row ({error.msg})") from None
-            where = f"{path}:{number}" if path.suffix == ".jsonl" else str(path)
-            if not isinstance(row, dict) or not isinstance(row.get("config"), dict):
+        if not path.is_file():
+            raise ValueError(f"{path}: not a readable results file (no such file)")
+        for number, row in json_objects(path, "results row") if path.suffix == ".jsonl" else [(None, whole_row(path))]:
+            where = f"{path}:{number}" if number is not None else str(path)
+            if not isinstance(row.get("config"), dict):
                 raise ValueError(f"{where}: a results row needs a 'config' (is this a dwatt results file?)")
             missing = [key for key in REQUIRED_CONFIG if key not in row["config"]]
             if missing:
