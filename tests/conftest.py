@@ -187,3 +187,38 @@ def tiny_decoder(tmp_path_factory):
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     return folder
+
+
+# Tiny trained-like checkpoints of every task (the NER one head-only) and an int8 export of the tagger: what the
+# export, runtime and prediction tests read.
+@pytest.fixture(scope="session")
+def checkpoints(tiny_backbone, tmp_path_factory) -> dict:
+    from transformers import AutoTokenizer
+
+    from dwatt import DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
+
+    from .helpers import with_random_head as trained_like
+
+    root = tmp_path_factory.mktemp("export-checkpoints")
+    folders = {}
+    mlm_backbone = save_tiny_backbone(root / "mlm-backbone", "bert", vocab_size=16)
+    torch.manual_seed(0)
+    for task, model in (
+        ("ner", DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=7)),
+        ("cls", DWAttForSequenceClassification.from_backbone(str(tiny_backbone), num_labels=3)),
+        ("mlm", DWAttForMaskedLM.from_backbone(str(mlm_backbone))),
+    ):
+        folders[task] = root / task
+        trained_like(model).save_pretrained(folders[task], heads_only=task == "ner")  # head-only exports too
+        AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folders[task])
+    return folders
+
+
+@pytest.fixture(scope="session")
+def exported_ner(checkpoints, tmp_path_factory):
+    """An int8 export of the tiny tagger, copied fresh by each test that damages it."""
+    from dwatt.cli import main
+
+    folder = tmp_path_factory.mktemp("exported") / "onnx"
+    assert main(["export", str(checkpoints["ner"]), str(folder), "--quantize", "int8"]) == 0
+    return folder

@@ -111,3 +111,35 @@ def fair_row(fusion, trial, rate, dev, test, layer=None, n=32):
     row["num_dev_sentences"] = 200
     row.pop("dev_layer_weights", None)
     return row
+
+
+def window_grid_rows():
+    """A probe of 8 layers that chooses layer 6 on dev and layer 3 on each trial's few-shot dev sample, and ScalarMix
+    on the windows around both (4-8: test 0.7; 1-5: test 0.6) at two rates, the better rate on dev 1e-3."""
+    rows = []
+    for trial in range(2):
+        for layer in range(1, 9):
+            row = fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 6), 0.5, layer)
+            row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4 + 0.1 * (layer == 3), "best_epoch": 3.0,
+                                   "test_scores": {"f1": 0.5}}
+            rows.append(row)
+        for window, test in (("4-8", 0.7), ("1-5", 0.6)):
+            for rate in (1e-4, 1e-3):
+                row = fair_row("scalar_mix", trial, rate, 0.5 + 0.1 * (rate == 1e-3), test + 0.05 * (rate == 1e-3))
+                row["config"]["layers"] = window
+                row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.5 + 0.1 * (rate == 1e-3), "best_epoch": 3.0,
+                                       "test_scores": {"f1": test}}
+                rows.append(row)
+    for row in rows:
+        row["backbone_layers"] = 8
+    return rows
+
+
+def fresh_copy(folder, tmp_path):
+    import shutil
+
+    return Path(shutil.copytree(folder, tmp_path / "copy"))
+
+
+def files_of(folder) -> dict:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}

@@ -219,3 +219,11 @@ def test_stdin_lines_end_at_newline_only_as_in_a_file(checkpoints, monkeypatch, 
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [record["text"] for record in records] == LINES and [r["line"] for r in records] == list(range(1, 10))
     assert [record["label"] is None for record in records] == [not line.strip() for line in LINES]
+
+
+def test_sentences_may_follow_the_options(checkpoints, capsys):
+    assert main(["predict", str(checkpoints["ner"]), "peter", "--batch-size", "2", "eu", "brussels"]) == 0
+    words = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert words == ["peter", "eu", "brussels"]
+    with pytest.raises(SystemExit):
+        main(["predict", str(checkpoints["ner"]), "peter", "--no-such-option"])

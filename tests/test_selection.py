@@ -9,7 +9,7 @@ import pytest
 
 from dwatt.experiment.report import write_report
 
-from .helpers import fair_row
+from .helpers import fair_row, window_grid_rows
 
 
 def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports_their_test_score(tmp_path):
@@ -262,28 +262,6 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     again.write_text("".join(json.dumps(row) + "\n" for row in changed))
     with pytest.raises(ValueError, match="appears twice with different results"):
         write_report([store, again], tmp_path / "out2", title="fair")
-
-
-def window_grid_rows():
-    """A probe of 8 layers that chooses layer 6 on dev and layer 3 on each trial's few-shot dev sample, and ScalarMix
-    on the windows around both (4-8: test 0.7; 1-5: test 0.6) at two rates, the better rate on dev 1e-3."""
-    rows = []
-    for trial in range(2):
-        for layer in range(1, 9):
-            row = fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 6), 0.5, layer)
-            row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4 + 0.1 * (layer == 3), "best_epoch": 3.0,
-                                   "test_scores": {"f1": 0.5}}
-            rows.append(row)
-        for window, test in (("4-8", 0.7), ("1-5", 0.6)):
-            for rate in (1e-4, 1e-3):
-                row = fair_row("scalar_mix", trial, rate, 0.5 + 0.1 * (rate == 1e-3), test + 0.05 * (rate == 1e-3))
-                row["config"]["layers"] = window
-                row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.5 + 0.1 * (rate == 1e-3), "best_epoch": 3.0,
-                                       "test_scores": {"f1": test}}
-                rows.append(row)
-    for row in rows:
-        row["backbone_layers"] = 8
-    return rows
 
 
 def test_window_around_clips_to_the_backbone_and_is_none_where_it_would_be_every_layer():

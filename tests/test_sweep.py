@@ -264,7 +264,7 @@ def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trai
 
     from dwatt.cli import main
 
-    from .test_selection import window_grid_rows
+    from .helpers import window_grid_rows
 
     probe = tmp_path / "probe.jsonl"
     probe.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
