@@ -143,3 +143,11 @@ def fresh_copy(folder, tmp_path):
 
 def files_of(folder) -> dict:
     return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of freedom (from tables)
+
+
+def mlm_row(fusion, ppl):
+    return {"task": "mlm", "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
+            "seed": 0, "best_dev_perplexity": ppl + 1, "test_perplexity": ppl}

@@ -1,4 +1,4 @@
-"""Reports: mean ± t-interval tables, resource tiers, the paper comparison, and every figure from results rows."""
+"""Reports: mean ± t-interval tables, the paper comparison, the depth and mode comparisons, and every figure from\nresults rows, written whole or not at all. Reading the rows: test_summaries; the fair comparison: test_selection."""
 
 import json
 import math
@@ -7,16 +7,9 @@ import pandas as pd
 import pytest
 
 from dwatt.experiment.figures import FIGURES, draw_all
-from dwatt.experiment.report import confidence_interval, load_rows, runs_frame, tier, write_report
+from dwatt.experiment.report import runs_frame, write_report
 
-from .helpers import fair_row, ner_row
-
-T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of freedom (from tables)
-
-
-def mlm_row(fusion, ppl):
-    return {"task": "mlm", "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
-            "seed": 0, "best_dev_perplexity": ppl + 1, "test_perplexity": ppl}
+from .helpers import T_975_2_DOF, mlm_row, ner_row
 
 
 def every_experiment() -> list[dict]:
@@ -86,15 +79,6 @@ def test_budgets_run_at_the_largest_n_only_are_drawn_against_the_budget():
     assert [list(bars.lines[0].get_xdata()) for bars in axis.containers] == [[4, 9, 12], [4, 9, 12]]
 
 
-def test_interval_is_the_student_t_half_width():
-    assert confidence_interval([0.1, 0.2, 0.3]) == pytest.approx(T_975_2_DOF * 0.1 / math.sqrt(3))
-    assert math.isnan(confidence_interval([0.4])) and math.isnan(confidence_interval([]))
-
-
-def test_tiers_follow_the_training_split_size():
-    assert [tier(n) for n in (20000, 10000, 5000, 1000, 100)] == ["high", "medium", "medium", "low", "very low"]
-
-
 def test_report_writes_every_table_and_figure(tmp_path):
     store = tmp_path / "results.jsonl"
     store.write_text("\n".join(json.dumps(r) for r in every_experiment()) + "\n")
@@ -125,17 +109,6 @@ def test_report_says_what_it_could_not_draw(tmp_path):
     text = write_report([store], tmp_path / "out").read_text()
     assert "Not drawn (no runs of that experiment in these results): fig2_f1_vs_n" in text
     assert "| small | ft | dwatt | 1 | 2.0 | 3.0 |" in text
-
-
-def test_bad_results_rows_are_named_by_file_and_line(tmp_path):
-    store = tmp_path / "results.jsonl"
-    store.write_text(json.dumps(mlm_row("dwatt", 2.0)) + "\n{broken\n")
-    with pytest.raises(ValueError, match=r"results\.jsonl:2: not a JSON results row"):
-        load_rows([store])
-    store.write_text('{"run_id": "x"}\n')
-    with pytest.raises(ValueError, match=r"results\.jsonl:1: a results row needs a 'config'"):
-        load_rows([store])
-    assert runs_frame([]).empty
 
 
 def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_backbone_and_draws_where_dwatt_looks(tmp_path):
@@ -254,17 +227,3 @@ def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypa
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
     assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
     assert 'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"' in capsys.readouterr().err
-
-
-def test_a_run_trained_again_by_newer_code_counts_once_as_the_row_that_holds_more():
-    """The same run from an older store (no last epoch scored, trained beside other runs) and from a newer one (the
-    last epoch, the group's ensembles): the newer row is kept; a row that disagrees on a field both hold is refused."""
-    from dwatt.experiment.summaries import without_duplicates
-
-    old = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"trained_together": [25] * 5, "trained_together_runs": 30,
-                                                     "_path": "old.jsonl"}
-    new = old | {"trained_together_runs": 36, "last_epoch": {"epoch": 25, "test_scores": {"f1": 0.55}},
-                 "probe_ensembles": [], "_path": "new.jsonl"}
-    assert without_duplicates([old, new]) == [new] and without_duplicates([new, old]) == [new]
-    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\)"):
-        without_duplicates([old, new | {"best_dev_f1": 0.4}])

@@ -40,5 +40,24 @@ wait
 dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2,3e-2 --n-shots 32 --epochs 25 \
   --trials 3 --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-fsd --quiet
+# Window fusions (issue 41): ScalarMix and DWAtt on the layers within ±2 of the layer each trial's probe chose (and
+# z_L, which every fusion reads), around the choice on the 1000 dev sentences and around the one on the few-shot dev
+# sample: the grid's second stage, each trial's centres read from SmolLM2's probe above (MiniLM has 6 layers: a window
+# of 5 around its layer 3 is every layer). Run on the CPU (the probe ran on an H100; rows say where each ran).
+for SHARD in 0 1; do
+  for FUSION in scalar_mix dwatt; do
+    dwatt sweep --fusions $FUSION --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
+      --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
+      --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.shard-*.jsonl \
+      --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.window.jsonl --shard "$SHARD/2" \
+      --threads 1 --output-root runs/window --quiet
+  done &
+done
+wait
+# The no-dev protocol (the last epoch at dwatt train's rate) for MiniLM's fusions: the grid above ran before runs scored
+# their last epoch; these are its runs trained again (equal rows; the report keeps each once, the one holding more).
+dwatt sweep --fusions scalar_mix,concat,base_plus_n,dwatt --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 \
+  --epochs 25 --trials 3 --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.no-dev.jsonl --threads 1 --output-root runs/no-dev --quiet
 dwatt report docs/results/fair-few-shot-dev/fair.*.jsonl --output docs/results/fair-few-shot-dev/report \
   --title "Fair comparison, chosen on 1000 dev sentences and on a few-shot dev sample"

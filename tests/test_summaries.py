@@ -1,0 +1,45 @@
+"""Results rows as a table (dwatt.experiment.summaries): rows read from stores and named by file and line where bad,
+a run held twice counted once, Student's t intervals, resource tiers."""
+
+import json
+import math
+
+import pytest
+
+from dwatt.experiment.summaries import confidence_interval, load_rows, runs_frame, tier
+
+from .helpers import T_975_2_DOF, fair_row, mlm_row
+
+
+def test_interval_is_the_student_t_half_width():
+    assert confidence_interval([0.1, 0.2, 0.3]) == pytest.approx(T_975_2_DOF * 0.1 / math.sqrt(3))
+    assert math.isnan(confidence_interval([0.4])) and math.isnan(confidence_interval([]))
+
+
+def test_tiers_follow_the_training_split_size():
+    assert [tier(n) for n in (20000, 10000, 5000, 1000, 100)] == ["high", "medium", "medium", "low", "very low"]
+
+
+def test_bad_results_rows_are_named_by_file_and_line(tmp_path):
+    store = tmp_path / "results.jsonl"
+    store.write_text(json.dumps(mlm_row("dwatt", 2.0)) + "\n{broken\n")
+    with pytest.raises(ValueError, match=r"results\.jsonl:2: not a JSON results row"):
+        load_rows([store])
+    store.write_text('{"run_id": "x"}\n')
+    with pytest.raises(ValueError, match=r"results\.jsonl:1: a results row needs a 'config'"):
+        load_rows([store])
+    assert runs_frame([]).empty
+
+
+def test_a_run_trained_again_by_newer_code_counts_once_as_the_row_that_holds_more():
+    """The same run from an older store (no last epoch scored, trained beside other runs) and from a newer one (the
+    last epoch, the group's ensembles): the newer row is kept; a row that disagrees on a field both hold is refused."""
+    from dwatt.experiment.summaries import without_duplicates
+
+    old = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"trained_together": [25] * 5, "trained_together_runs": 30,
+                                                     "_path": "old.jsonl"}
+    new = old | {"trained_together_runs": 36, "last_epoch": {"epoch": 25, "test_scores": {"f1": 0.55}},
+                 "probe_ensembles": [], "_path": "new.jsonl"}
+    assert without_duplicates([old, new]) == [new] and without_duplicates([new, old]) == [new]
+    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\)"):
+        without_duplicates([old, new | {"best_dev_f1": 0.4}])
