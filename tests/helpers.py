@@ -151,3 +151,12 @@ T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of fre
 def mlm_row(fusion, ppl):
     return {"task": "mlm", "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
             "seed": 0, "best_dev_perplexity": ppl + 1, "test_perplexity": ppl}
+
+
+def tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path, **kwargs):
+    """A quick NER run on the tiny backbone and CoNLL sample: 2-shot, 3 epochs, fp32 cache."""
+    from dwatt.training import RunConfig
+
+    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=4,
+                    learning_rate=5e-3, output_dir=str(tmp_path), progress=False, cache_dtype="float32")
+    return RunConfig(**(defaults | kwargs))
