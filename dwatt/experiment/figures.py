@@ -33,8 +33,9 @@ from .summaries import (  # noqa: E402
 
 def figure_probe(frame: pd.DataFrame):
     """Test score of a Base head on each layer (each at its dev-chosen learning rate) against each fusion's at
-    its own dev-chosen learning rate (horizontal lines), one panel per backbone and N (the fair comparison)."""
-    from .selection import FUSION_METHODS, fair_comparison, probe_curve
+    its own dev-chosen learning rate (horizontal lines; dotted: on a window around the best layer), one panel per
+    backbone and N (the fair comparison)."""
+    from .selection import FUSION_METHODS, WINDOW_METHODS, fair_comparison, probe_curve
 
     curve, fair = probe_curve(frame), fair_comparison(frame)
     if curve.empty:
@@ -44,10 +45,12 @@ def figure_probe(frame: pd.DataFrame):
     for axis, (backbone, n_shot) in zip(axes[0], panels):
         layers = curve[(curve.backbone == backbone) & (curve.n_shot == n_shot)].sort_values("layer")
         axis.plot(layers.layer, layers.test_score, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k")
-        for fusion, method in FUSION_METHODS.items():
+        lines = [(fusion, method, "--") for fusion, method in FUSION_METHODS.items()]
+        lines += [(fusion, method, ":") for fusion, method in WINDOW_METHODS.items()]  # a window: the fusion's colour, dotted
+        for fusion, method, style in lines:
             chosen = fair[(fair.backbone == backbone) & (fair.n_shot == n_shot) & (fair.method == method)]
             if not chosen.empty:
-                axis.axhline(chosen.test_score.iloc[0], color=COLORS[fusion], linestyle="--", linewidth=1.2, label=method)
+                axis.axhline(chosen.test_score.iloc[0], color=COLORS[fusion], linestyle=style, linewidth=1.2, label=method)
         axis.set(title=f"{backbone}, N={n_shot:g}", xlabel="layer", ylabel=f"test {layers.metric.iloc[0]}")
         axis.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
