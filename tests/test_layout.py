@@ -150,6 +150,54 @@ def test_no_test_file_imports_another():
     assert offenders == []
 
 
+# Where the tests of a module without a test file of its own are (tests/test_<name>.py, or test_<package>_<name>.py
+# where two packages hold a module of one name): most go by story, through the command line and the package's public
+# names. A module leaves this table when it gets its own file; a new module comes with one.
+TESTED_IN = {
+    "auto.py": ("test_hub.py", "test_modeling.py"),
+    "checkpoints.py": ("test_checkpoint_compatibility.py", "test_hub.py"),
+    "choices.py": ("test_fusions.py",),
+    "cli/evaluate.py": ("test_training.py", "test_classification.py"),
+    "cli/options.py": ("test_bad_inputs.py", "test_portable.py"),
+    "cli/predict.py": ("test_prediction.py", "test_onnx_runtime.py"),
+    "cli/probe.py": ("test_stacked_heads.py", "test_classification.py"),
+    "cli/push.py": ("test_hub.py",),
+    "cli/train.py": ("test_training.py", "test_paths.py"),
+    "data/files.py": ("test_data.py",),
+    "data/mlm.py": ("test_data.py",),
+    "data/ner.py": ("test_data.py",),
+    "defaults.py": ("test_portable.py", "test_readme.py"),
+    "errors.py": ("test_sweep.py", "test_hub.py"),
+    "experiment/figures.py": ("test_report.py",),
+    "experiment/probe.py": ("test_stacked_heads.py",),
+    "layer_weights.py": ("test_training.py", "test_fusions.py"),
+    "run_config.py": ("test_bad_inputs.py", "test_grid.py"),
+    "serving/evaluation.py": ("test_training.py", "test_classification.py"),
+    "serving/lines.py": ("test_prediction.py", "test_long_inputs.py"),
+    "tokenization.py": ("test_data.py", "test_long_inputs.py", "test_decoders.py"),
+    "training/cls.py": ("test_classification.py",),
+    "training/common.py": ("test_training.py", "test_sweep.py"),
+    "training/mlm.py": ("test_training.py",),
+    "training/ner.py": ("test_training.py", "test_stacked_heads.py"),
+    "training/together.py": ("test_stacked_heads.py", "test_probe_ensembles.py"),
+}
+
+
+def test_every_module_has_a_test_file_or_says_where_its_tests_are():
+    tests = Path(__file__).resolve().parent
+    modules = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                     if path.stem not in ("__init__", "__main__"))
+
+    def own_files(module: str) -> list[Path]:
+        path = Path(module)
+        names = [f"test_{path.stem}.py"] + ([f"test_{path.parent.name}_{path.stem}.py"] if path.parent.name else [])
+        return [tests / name for name in names if (tests / name).exists()]
+
+    assert [module for module in modules if not own_files(module) and module not in TESTED_IN] == []
+    assert [module for module in TESTED_IN if module not in modules or own_files(module)] == []  # the table is current
+    assert [name for names in TESTED_IN.values() for name in names if not (tests / name).exists()] == []
+
+
 # The experiment side's tables and figures: the only modules that import pandas (and the figures matplotlib).
 TABLES = ("dwatt.experiment.report", "dwatt.experiment.summaries", "dwatt.experiment.selection", "dwatt.experiment.figures")
 
