@@ -1,12 +1,12 @@
 """The results store: one JSONL file, one row per finished run, and what makes two rows the same run.
 
-A run's identity is everything that changes its numbers (`run_settings`: the whole configuration but where it
-writes and what it prints, the backbone and data folder by their portable names, the backbone's weights and
-configuration by their sha256 (`backbone_fingerprint`), and the engine that trained it). The store is rewritten whole through write-then-rename at every finished
-run, so a crash leaves the previous complete file and never a half-written one. A restarted sweep skips the runs the
-store holds with the same identity and re-does the one that was interrupted; a row with the run's id but other
-settings (another dev subset, test scored or not, another cache dtype, data folder or backbone of the same name) is
-not that run, and the store refuses to mix the two, naming the difference.
+A run's identity is everything that changes its numbers (`run_settings`: the whole configuration but where it writes
+and what it prints, the backbone and data folder by their portable names, the backbone's weights and configuration by
+their sha256 (`backbone_fingerprint`), and the engine that trained it). The store is rewritten whole through
+write-then-rename at every finished run, so a crash leaves the previous complete file and never a half-written one. A
+restarted sweep skips the runs the store holds with the same identity and re-does the one that was interrupted; a row
+with the run's id but other settings (another dev subset, test scored or not, another cache dtype, data folder or
+backbone of the same name) is not that run, and the store refuses to mix the two, naming the difference.
 """
 
 from __future__ import annotations
