@@ -28,11 +28,14 @@ _ENCODER_DEFAULTS = {"model_type": "roberta"}
 def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> list[int]:
     """
     The backbone layers (1..L) a `fused_layers` spec names, ascending: `"all"`; `"every:k"` (layers k, 2k, ...);
-    a range `"a-b"` (inclusive); a list, as `[3, 7, 12]` or `"3,7,12"`. The last layer L is always among them: the
-    DWAtt query and residual read z_L, and the other fusions end in it. `add_last=False`: exactly the layers named
-    (a probe's choice of layers, each read alone).
+    a range `"a-b"` (inclusive); a list, as `[3, 7, 12]` or `"3,7,12"`. The last layer L is among them: the
+    DWAtt query and residual read the deepest layer fused, and the other fusions end in it. `"only:"` before a spec
+    (`"only:9-13"`), or `add_last=False`: exactly the layers named (a window of layers whose deepest one the query
+    reads, and a backbone that runs no deeper; a probe's choice of layers, each read alone).
     """
     key = "`fused_layers`"
+    if isinstance(spec, str) and spec.startswith("only:"):
+        return parse_fused_layers(spec.removeprefix("only:"), num_layers, add_last=False)
     if spec is None or spec == "all":
         return list(range(1, num_layers + 1))
     if isinstance(spec, str) and spec.startswith("every:"):
@@ -130,9 +133,10 @@ class DWAttConfig(PretrainedConfig):
             transformers' own decoder classifiers pool), `"mean"` otherwise.
         fused_layers (`str` or `list[int]`, *optional*, defaults to `"all"`):
             Which backbone layers the fusion mixes: `"all"` (the paper), `"every:k"`, a range `"a-b"` or a list of
-            layer numbers (1..L); the last layer is always included. Fewer layers make a smaller fusion and a smaller
-            feature cache on a deep backbone. For `"base"`, one layer number k: the head reads layer k alone (a
-            probe of that layer; default: the last).
+            layer numbers (1..L); the last layer is included, unless the spec starts with `"only:"` (`"only:9-13"`:
+            those layers alone, the deepest of them where the others read z_L, and the backbone runs no deeper).
+            Fewer layers make a smaller fusion and a smaller feature cache on a deep backbone. For `"base"`, one
+            layer number k: the head reads layer k alone (a probe of that layer; default: the last).
         backbone_name_or_path (`str`, *optional*):
             Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
             `from_backbone` so that a checkpoint says what it was trained on.
@@ -267,7 +271,8 @@ class DWAttConfig(PretrainedConfig):
 
     @property
     def fused_layer_numbers(self) -> list[int]:
-        """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending, L last."""
+        """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending (L last but for
+        `"only:..."`)."""
         return parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)
 
     @property

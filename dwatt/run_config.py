@@ -32,9 +32,10 @@ class RunConfig:
     `uniform` draws `n_shot` x C sentences, `per_class` at least `n_shot` per entity type, `sentences` exactly
     `n_shot` sentences. `dev_sentences` scores a fixed random subset of the dev split instead of all of it (a
     cost cut for large dev splits on a CPU; the same subset for every run). `layers` picks the layers the fusion
-    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list). `mode="lora"` trains low-rank adapters of
-    `lora_rank` on the backbone's `lora_targets` (default: its family's attention projections), scaled by
-    `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with `lora_dropout`, beside the fusion and head.
+    mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list; `only:` before one: without the last layer).
+    `mode="lora"` trains low-rank adapters of `lora_rank` on the backbone's `lora_targets` (default: its family's
+    attention projections), scaled by `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with
+    `lora_dropout`, beside the fusion and head.
     `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
     sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and

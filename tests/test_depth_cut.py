@@ -97,3 +97,29 @@ def test_a_cut_head_only_checkpoint_refuses_a_backbone_of_another_depth_though_i
     with pytest.raises(ValueError, match=r"not the one this model was built for: num_hidden_layers 4 instead of 3"):
         DWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(deeper))
     assert DWAttForTokenClassification.from_pretrained(tmp_path / "head").dwatt.backbone.config.num_hidden_layers == 2
+
+
+@pytest.mark.parametrize("fusion", ["scalar_mix", "dwatt", "concat"])
+def test_a_fusion_of_only_a_window_of_layers_runs_the_backbone_no_deeper_with_the_uncut_logits(fusion, tiny_backbone,
+                                                                                             tmp_path):
+    """`fused_layers="only:1-2"`: layers 1 and 2 alone (layer 2 where the query and residual read z_L), a backbone of 2
+    layers saved and reloaded, the logits of the same fusion on the uncut backbone; `"1-2"` adds the last layer."""
+    from dwatt import DWAttConfig
+
+    torch.manual_seed(0)
+    cut = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=5,
+                                                                 fused_layers="only:1-2"))
+    uncut = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=5,
+                                                      fused_layers="only:1-2", backbone_depth=3).eval()
+    uncut.load_state_dict({k: v for k, v in cut.state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False)
+    assert cut.config.fused_layer_numbers == [1, 2] and len(cut.dwatt.backbone.encoder.layer) == 2
+    with_last = DWAttConfig(encoder_config=cut.config.encoder_config, fusion=fusion, fused_layers="1-2")
+    assert with_last.fused_layer_numbers == [1, 2, 3]
+    cut.save_pretrained(tmp_path / "cut")
+    reloaded = DWAttForTokenClassification.from_pretrained(tmp_path / "cut").eval()
+    assert len(reloaded.dwatt.backbone.encoder.layer) == 2
+    batch = {"input_ids": torch.randint(5, 16, (2, 7)), "attention_mask": torch.ones(2, 7, dtype=torch.long)}
+    with torch.no_grad():
+        expected = uncut(**batch).logits
+        torch.testing.assert_close(cut(**batch).logits, expected)
+        torch.testing.assert_close(reloaded(**batch).logits, expected)

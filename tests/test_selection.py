@@ -269,6 +269,9 @@ def test_window_around_clips_to_the_backbone_and_is_none_where_it_would_be_every
 
     assert window_around(11, 30) == "9-13" and window_around(2, 30) == "1-4" and window_around(29, 30) == "27-30"
     assert window_around(3, 6) is None and window_around(4, 6) == "2-6" and window_around(3, 7) == "1-5"
+    # alone: the window's layers without the last, every layer only where it spans them all
+    assert window_around(3, 6, alone=True) == "only:1-5" and window_around(11, 30, alone=True) == "only:9-13"
+    assert window_around(3, 5, alone=True) is None
 
 
 def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path):
@@ -276,7 +279,7 @@ def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path)
     from dwatt.experiment.summaries import runs_frame
 
     frame = runs_frame(window_grid_rows())
-    method = WINDOW_METHODS["scalar_mix"]
+    method, alone = WINDOW_METHODS["scalar_mix", False], WINDOW_METHODS["scalar_mix", True]
     on_dev = fair_comparison(frame).set_index("method")
     on_sample = fair_comparison(frame, few_shot_dev=True).set_index("method")
     # dev: layer 6, the window 4-8, its better rate on dev (test 0.75); the sample: layer 3, the window 1-5 (0.6)
@@ -284,11 +287,14 @@ def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path)
     assert on_sample.loc[method, "test_score"] == pytest.approx(60)
     assert on_dev.loc[method, "regret"] == pytest.approx(0) and "ScalarMix" not in on_dev.index  # no run of all layers
     assert on_dev.loc[method, "minus_best_layer"] == pytest.approx(25)
+    # the window alone (only:4-8) is a method of its own, chosen around the same layer
+    assert on_dev.loc[alone, "test_score"] == pytest.approx(80) and on_dev.loc[alone, "layers"] == "only:4-8, only:4-8"
+    assert method == "ScalarMix, best layer ±2 and the last" and alone == "ScalarMix, best layer ±2"
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
     write_report([store], tmp_path / "out", title="fair")
     coverage = (tmp_path / "out" / "tables" / "coverage.md").read_text()
-    assert f"| Base (probe) | {method} |" in coverage and "| deep | conll2003 | 32 | 2/2 | 2/2 |" in coverage
+    assert f"| Base (probe) | {method} | {alone} |" in coverage and "| deep | conll2003 | 32 | 2/2 | 2/2 | 2/2 |" in coverage
     table = (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()
     assert f"| 32 | {method} | 75.00 ± 0.00 | +25.00 ± 0.00 | 0.001, 0.001 | 4-8, 4-8 | 2 |" in table
 
@@ -306,6 +312,7 @@ def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
         (trial, fusion, "4-8") for trial in (0, 1) for fusion in ("scalar_mix", "dwatt")}
     assert len(around_chosen_layers(specs, frame, few_shot_dev=True)) == 2 * len(specs)
     assert all(spec.run_id.endswith("/L4-8") for spec in windows)
+    assert {spec.layers for spec in around_chosen_layers(specs, frame, alone=True)} == {"only:4-8"}
     with pytest.raises(ValueError, match=r"no probe .* for conll2003/deep/fe/scalar_mix/n32/e25/t2"):
         around_chosen_layers(grid(fusions=("scalar_mix",), n_shots=(32,), epochs=(25,), trials=3, backbones=("/m/deep",)), frame)
     with pytest.raises(ValueError, match="fusions that mix layers .*; not base_plus_n"):

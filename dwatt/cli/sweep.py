@@ -39,6 +39,8 @@ def register(commands) -> None:
     parser.add_argument("--window-around-probe", nargs="+", default=None, dest="window_around_probe", metavar="STORE",
                         help=f"each fusion on the layers within ±{WINDOW_RADIUS} of the one each trial's probe (in these results "
                              "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too")
+    parser.add_argument("--window-alone", action="store_true", dest="window_alone",
+                        help="the window's layers alone (--layers only:a-b): no last layer, a backbone cut below the window")
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
@@ -64,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
         from ..experiment.selection import around_chosen_layers
         from ..experiment.summaries import load_rows, runs_frame
 
-        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe)), args.few_shot_dev)
+        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe)), args.few_shot_dev,
+                                     alone=args.window_alone)
+    elif args.window_alone:
+        raise ValueError("--window-alone shapes the windows of --window-around-probe: give that too")
     results = args.results
     if args.shard:
         index, count = parse_shard(args.shard)

@@ -41,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pooling", default=None, choices=POOLINGS,
                         help="cls: mean over the tokens, the first or the last token (default: last on a decoder LLM, else mean)")
     parser.add_argument("--layers", default=defaults.layers,
-                        help="the layers the fusion mixes: all (default), every:k, a range a-b, or a list 3,7,12 (the last always); "
-                             "with --fusion base, one layer k: the head reads layer k alone")
+                        help="the layers the fusion mixes: all (default), every:k, a range a-b, or a list 3,7,12 (the last "
+                             "besides; only:a-b: those alone, the backbone cut below them); with --fusion base, one layer k: "
+                             "the head reads layer k alone")
     parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
     parser.add_argument("--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)")
     parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")

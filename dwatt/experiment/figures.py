@@ -33,7 +33,8 @@ from .summaries import (  # noqa: E402
 
 def figure_probe(frame: pd.DataFrame):
     """Test score of a Base head on each layer (each at its dev-chosen learning rate) against each fusion's at
-    its own dev-chosen learning rate (horizontal lines; dotted: on a window around the best layer), one panel per
+    its own dev-chosen learning rate (horizontal lines; dotted, dash-dotted: on a window around the best layer, with the
+    last layer or alone), one panel per
     backbone and N (the fair comparison)."""
     from .selection import FUSION_METHODS, WINDOW_METHODS, fair_comparison, probe_curve
 
@@ -46,7 +47,8 @@ def figure_probe(frame: pd.DataFrame):
         layers = curve[(curve.backbone == backbone) & (curve.n_shot == n_shot)].sort_values("layer")
         axis.plot(layers.layer, layers.test_score, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k")
         lines = [(fusion, method, "--") for fusion, method in FUSION_METHODS.items()]
-        lines += [(fusion, method, ":") for fusion, method in WINDOW_METHODS.items()]  # a window: the fusion's colour, dotted
+        # a window: the fusion's colour, dotted (with the last layer) or dash-dotted (alone)
+        lines += [(fusion, method, "-." if alone else ":") for (fusion, alone), method in WINDOW_METHODS.items()]
         for fusion, method, style in lines:
             chosen = fair[(fair.backbone == backbone) & (fair.n_shot == n_shot) & (fair.method == method)]
             if not chosen.empty:

@@ -2,10 +2,11 @@
 
 A method is a way of reading the frozen backbone: a head on the last layer, a head on the best single layer, the
 probe's best heads averaged, a fusion (ScalarMix, Concat, Base+n, DWAtt), or a fusion of the layers around the best
-single layer (a window, `window_around`: chosen on dev like that layer, a two-stage grid, `around_chosen_layers`). Each method gets its own learning rate, and the best single layer its own
-layer as well: in every trial, the run with the best dev score among its learning rates (and layers) is chosen, and
-what is reported is that run's test score, never the dev score a choice was made on. Methods are compared paired by
-trial (a trial's runs share one few-shot sample).
+single layer, with the last layer or alone (a window, `window_around`: centred where dev chooses that layer, the
+second stage of a grid, `around_chosen_layers`). Each method gets its own learning rate, and the best single layer its
+own layer as well: in every trial, the run with the best dev score among its learning rates (and layers) is chosen,
+and what is reported is that run's test score, never the dev score a choice was made on. Methods are compared paired
+by trial (a trial's runs share one few-shot sample).
 """
 
 from __future__ import annotations
@@ -36,10 +37,15 @@ FUSION_METHODS = {name: FUSION_NAMES[name] for name in (*TABLE_ORDER, *sorted(FU
 # Methods built from the probe that choose no single layer: the top layers' heads, their probabilities averaged
 # (`dwatt.training.probe_ensembles`); each picks its layers, and each layer its learning rate, on dev.
 ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for size in ENSEMBLE_SIZES}
-# Fusions of the layers within WINDOW_RADIUS of the best single layer (and z_L, which every fusion reads), for the
-# fusions that mix the layers they are given; the window is centred where the probe's choice on dev is, per trial.
-WINDOW_METHODS = {name: f"{method}, best layer ±{WINDOW_RADIUS}" for name, method in FUSION_METHODS.items()
-                  if FUSION_CLASSES[name].per_token and not FUSION_CLASSES[name].passes_layer_through}
+# Fusions of the layers within WINDOW_RADIUS of the best single layer, for the fusions that mix the layers they are
+# given, keyed by (fusion, alone): with z_L besides (as every fusion reads it), or alone (`"only:a-b"`: the window's
+# deepest layer is where the others read z_L, and the backbone runs no deeper). The window is centred where the
+# probe's choice on dev is, per trial.
+WINDOW_METHODS = {(name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
+                  for name, method in FUSION_METHODS.items()
+                  if FUSION_CLASSES[name].per_token and not FUSION_CLASSES[name].passes_layer_through
+                  for alone in (False, True)}
+WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
 METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
 METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **ENSEMBLE_METHODS, **FUSION_METHODS}
@@ -74,15 +80,18 @@ def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFram
     if few_shot_dev:
         parts = [part.assign(num_dev_sentences=part.sample_sentences) for part in parts]
     runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
-    return runs.assign(method=[WINDOW_METHODS[fusion] if fusion in WINDOW_METHODS and isinstance(layers, str) else
-                               METHOD_OF_FUSION.get(fusion, fusion) for fusion, layers in zip(runs.fusion, runs.fused_layers)])
+    return runs.assign(method=[
+        WINDOW_METHODS[fusion, layers.startswith("only:")] if fusion in WINDOW_FUSIONS and isinstance(layers, str)
+        else METHOD_OF_FUSION.get(fusion, fusion) for fusion, layers in zip(runs.fusion, runs.fused_layers)])
 
 
-def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS) -> str | None:
-    """The fused layers of a window around layer `centre` of a `depth`-layer backbone, as `--layers` takes them
-    ("a-b", clipped to 1..depth; z_L is read besides, as by every fusion); None where that is every layer (the
-    fusion itself)."""
+def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS, alone: bool = False) -> str | None:
+    """The fused layers of a window around layer `centre` of a `depth`-layer backbone, as `--layers` takes them:
+    "a-b" (clipped to 1..depth; z_L is read besides, as by every fusion), or "only:a-b" (`alone`: those layers
+    alone); None where that is every layer (the fusion itself)."""
     first, last = max(1, centre - radius), min(depth, centre + radius)
+    if alone:
+        return None if first == 1 and last == depth else f"only:{first}-{last}"
     return None if first == 1 and last >= depth - 1 else f"{first}-{last}"
 
 
@@ -95,8 +104,9 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
         if not last.empty:
             yield LAST_LAYER, last
         yield BEST_LAYER, base
-        window = window_around(int(_best(base).layer.iloc[0]), int(backbone_depth(base)))
-        for fusion, method in WINDOW_METHODS.items():  # the window around the layer this sample's dev scores choose
+        centre, depth = int(_best(base).layer.iloc[0]), int(backbone_depth(base))
+        for (fusion, alone), method in WINDOW_METHODS.items():  # around the layer this sample's dev scores choose
+            window = window_around(centre, depth, alone=alone)
             own = sample[(sample.method == method) & (sample.fusion == fusion) & (sample.fused_layers == window)]
             if window is not None and not own.empty:
                 yield method, own
@@ -106,20 +116,23 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
             yield method, own
 
 
-def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev: bool = False) -> list[RunSpec]:
+def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev: bool = False,
+                         alone: bool = False) -> list[RunSpec]:
     """The second stage of a window grid: each spec of a fusion that mixes layers, on the window (`window_around`)
     around the layer its trial's probe (`frame`, `summaries.runs_frame` of the probe's rows) chose on dev, and, with
     `few_shot_dev`, around the one chosen on that trial's few-shot dev sample as well (one spec where both agree; none
-    where the window is every layer). A spec whose trial has no probe in `frame` is named."""
-    refused = sorted({spec.fusion for spec in specs} - set(WINDOW_METHODS))
+    where the window is every layer); `alone`: the window's layers alone (`window_around`). A spec whose trial has no
+    probe in `frame` is named."""
+    refused = sorted({spec.fusion for spec in specs} - set(WINDOW_FUSIONS))
     if refused:
-        raise ValueError(f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_METHODS)}); "
+        raise ValueError(f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_FUSIONS)}); "
                          f"not {', '.join(refused)}")
     choices = {}
     for kind in (False, True) if few_shot_dev else (False,):
         runs = with_methods(frame, kind)
         for key, sample in runs[runs.fusion == PROBE_FUSION].groupby(SAMPLE, dropna=False):
-            choices.setdefault(key, []).append(window_around(int(_best(sample).layer.iloc[0]), int(backbone_depth(sample))))
+            choices.setdefault(key, []).append(
+                window_around(int(_best(sample).layer.iloc[0]), int(backbone_depth(sample)), alone=alone))
     windowed = []
     for spec in specs:
         key = (backbone_label(spec.backbone) if spec.backbone else "default", spec.dataset, spec.n_shot, spec.epochs, spec.trial)
@@ -307,5 +320,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
                  trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
            "no_dev_comparison", "probe_curve", "verdict", "verdicts", "window_around", "with_methods"]
