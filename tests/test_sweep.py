@@ -272,4 +272,6 @@ def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trai
                  "--backbones", "/m/deep", "--window-around-probe", str(probe), "--results", str(tmp_path / "r.jsonl"),
                  "--quiet"]) == 2
     assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
+    assert main(["sweep", "--fusions", "scalar_mix", "--window-alone", "--results", str(tmp_path / "r.jsonl")]) == 2
+    assert "--window-alone shapes the windows of --window-around-probe" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
