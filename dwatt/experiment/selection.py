@@ -17,12 +17,12 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ..run_config import default_learning_rate
-from ..tasks import TASKS
-from ..training.probe_ensembles import ENSEMBLE_SIZES
 from fusions_dwatt import FUSION_CLASSES
 
 from ..portable import backbone_label
+from ..run_config import default_learning_rate
+from ..tasks import TASKS
+from ..training.probe_ensembles import ENSEMBLE_SIZES
 from .grid import WINDOW_RADIUS, RunSpec
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 

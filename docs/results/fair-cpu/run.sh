@@ -47,5 +47,15 @@ dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n
 dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
+# Beyond MiniLM (added later): MPNet's ScalarMix with layer dropout, and ScalarMix on the window of layers within ±2 of
+# the layer each trial's probe chose on dev (and the last layer; the grid's second stage), at N = 32, each at the rates
+# MPNet's ScalarMix reached.
+dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-ld --quiet
+dwatt sweep --fusions scalar_mix --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+  --backbones models/all-mpnet-base-v2 --test --engine budgets \
+  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window.jsonl --threads 1 --output-root runs/window-cpu --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"
