@@ -317,3 +317,17 @@ def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
         around_chosen_layers(grid(fusions=("scalar_mix",), n_shots=(32,), epochs=(25,), trials=3, backbones=("/m/deep",)), frame)
     with pytest.raises(ValueError, match="fusions that mix layers .*; not base_plus_n"):
         around_chosen_layers(grid(fusions=("base_plus_n",), n_shots=(32,), epochs=(25,), trials=1, backbones=("/m/deep",)), frame)
+
+
+def test_a_window_is_not_planned_where_it_would_be_every_layer():
+    """A 4-layer backbone whose probe chooses layer 1: the window 1-3 and the last is every layer, so the coverage
+    plans no window run with the last layer there; the window alone (only:1-3) it plans."""
+    from dwatt.experiment.selection import WINDOW_METHODS, coverage
+    from dwatt.experiment.summaries import runs_frame
+
+    rows = [row | {"backbone_layers": 4} for row in window_grid_rows()
+            if row["config"]["fusion"] != "base" or int(row["config"]["layers"]) <= 4]
+    covered = coverage(runs_frame(rows)).set_index("method")
+    assert WINDOW_METHODS["scalar_mix", False] not in covered.index
+    assert covered.loc[WINDOW_METHODS["scalar_mix", True], "trials"] == 2
+

@@ -362,7 +362,8 @@ def coverage_table(covered: pd.DataFrame) -> str:
     table.columns.name = None
     table = table.rename(columns={"n_shot": "N"}).assign(N=lambda t: t.N.map(lambda n: f"{n:g}"))
     return ("Trials complete (every learning rate tried, every layer for the probe) of the trials the grid has; runs "
-            "held of planned where short.\n\n" + markdown(table))
+            "held of planned where short; blank where the grid plans none (a window around the best layer that would "
+            "be every layer).\n\n" + markdown(table))
 
 
 def dev_size_words(table: pd.DataFrame) -> str:

@@ -258,7 +258,8 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
     row has, the N values any row of the dataset has, every method any row has, each method at every learning rate
     it was tried at on that backbone and at the rates most methods were tried at somewhere (the grid's own), and the
-    single-layer heads on every layer of the backbone. A setting with
+    single-layer heads on every layer of the backbone; a window fusion in the trials whose probe chose a layer a window
+    around which is not every layer (where none did, or no probe ran, it has no cell). A setting with
     `complete_trials` below `trials` is not yet what the grid planned; the tables speak for what is there.
     """
     runs = with_methods(frame)
@@ -276,16 +277,25 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
         depth = backbone_depth(on_backbone)
         for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
             setting = on_backbone[on_backbone.n_shot == n_shot]
+            probe = setting[setting.fusion == PROBE_FUSION]
+            centres = {trial: int(_best(heads).layer.iloc[0]) for trial, heads in probe.groupby("trial")}
             for method in methods:
+                planned = trials
+                if method in WINDOW_METHODS.values():  # planned where a window around the probe's choice exists
+                    alone = next(alone for (_, alone), name in WINDOW_METHODS.items() if name == method)
+                    planned = [t for t, centre in centres.items() if window_around(centre, int(depth), alone=alone)]
+                    if not planned:
+                        continue
                 rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
                 cells_per_trial = (1 if method not in trained  # one ensemble per trial
                                    else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1))
-                mine = setting[setting.method == method].drop_duplicates(["trial", "learning_rate", "layer"])
+                mine = setting[(setting.method == method) & setting.trial.isin(planned)].drop_duplicates(
+                    ["trial", "learning_rate", "layer"])
                 per_trial = mine.groupby("trial").size()
                 records.append({
                     "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "method": method,
-                    "complete_trials": int((per_trial >= cells_per_trial).sum()), "trials": len(trials),
-                    "runs": len(mine), "planned_runs": cells_per_trial * len(trials),
+                    "complete_trials": int((per_trial >= cells_per_trial).sum()), "trials": len(planned),
+                    "runs": len(mine), "planned_runs": cells_per_trial * len(planned),
                 })
     return pd.DataFrame.from_records(records)
 
