@@ -63,7 +63,10 @@ def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> lis
 
 
 def single_layer(spec: Any) -> int | None:
-    """The layer number a `fused_layers` spec names when it names exactly one (`15`, `"15"`, `[15]`), else None."""
+    """The layer number a `fused_layers` spec names when it names exactly one (`15`, `"15"`, `"only:15"`, `[15]`),
+    else None."""
+    if isinstance(spec, str):
+        spec = spec.removeprefix("only:")
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",") if spec is not None else []
     items = [str(item).strip() for item in items if str(item).strip()]
     return int(items[0]) if len(items) == 1 and _is_number(items[0]) else None

@@ -115,6 +115,8 @@ def test_a_fusion_of_only_a_window_of_layers_runs_the_backbone_no_deeper_with_th
     assert cut.config.fused_layer_numbers == [1, 2] and len(cut.dwatt.backbone.encoder.layer) == 2
     with_last = DWAttConfig(encoder_config=cut.config.encoder_config, fusion=fusion, fused_layers="1-2")
     assert with_last.fused_layer_numbers == [1, 2, 3]
+    probe = DWAttConfig(encoder_config=cut.config.encoder_config, fusion="base", fused_layers="only:2")
+    assert probe.read_layer == 2 and probe.run_depth == 2  # one layer alone: the probe of layer 2, as "2" says
     cut.save_pretrained(tmp_path / "cut")
     reloaded = DWAttForTokenClassification.from_pretrained(tmp_path / "cut").eval()
     assert len(reloaded.dwatt.backbone.encoder.layer) == 2

@@ -54,12 +54,17 @@ for SHARD in 0 1; do
   done &
 done
 wait
-# The window alone (--layers only:a-b: no last layer, the backbone run no deeper than the window), ScalarMix.
-dwatt sweep --fusions scalar_mix --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
-  --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
-  --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.shard-*.jsonl --window-alone \
-  --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.window-alone.jsonl --threads 1 \
-  --output-root runs/window-alone --quiet
+# The window alone (--layers only:a-b: no last layer, the backbone run no deeper than the window): ScalarMix and DWAtt,
+# side by side (each its own store).
+for STEP in scalar_mix:window-alone dwatt:window-alone-dwatt; do
+  IFS=: read -r FUSION STORE <<< "$STEP"
+  dwatt sweep --fusions "$FUSION" --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
+    --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
+    --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.shard-*.jsonl --window-alone \
+    --results "docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.$STORE.jsonl" --threads 1 \
+    --output-root runs/window-alone --quiet &
+done
+wait
 # The no-dev protocol (the last epoch at dwatt train's rate) for MiniLM's fusions: the grid above ran before runs scored
 # their last epoch, so its fusions train again, into a report of their own beside the probe that scored it (trained
 # again by today's stacked engine, they equal the grid's runs only to float noise: a dev F1 differs in its 5th digit
