@@ -151,11 +151,3 @@ def test_mlm_blocks_have_fixed_length(word_piece_tokenizer):
     lines = Dataset.from_dict({"text": ["eu rejects german", "peter blackburn", "eu"] * 5})
     blocks = group_texts_for_mlm(lines, word_piece_tokenizer, block_size=8)
     assert len(blocks) > 0 and all(len(ids) == 8 for ids in blocks["input_ids"])
-
-
-def test_hub_ids_are_not_mistaken_for_folders(tmp_path):
-    from dwatt.data import is_local_path
-
-    assert not is_local_path("conll2003") and not is_local_path("eriktks/conll2003")
-    assert is_local_path(None) and is_local_path(tmp_path) and is_local_path(str(tmp_path))
-    assert is_local_path("./data/conll") and is_local_path("/no/such/folder")
