@@ -169,7 +169,6 @@ TESTED_IN = {
     "errors.py": ("test_sweep.py", "test_hub.py"),
     "experiment/figures.py": ("test_report.py",),
     "experiment/probe.py": ("test_stacked_heads.py",),
-    "layer_weights.py": ("test_training.py", "test_fusions.py"),
     "serving/evaluation.py": ("test_training.py", "test_classification.py"),
     "serving/lines.py": ("test_prediction.py", "test_long_inputs.py"),
     "tokenization.py": ("test_data.py", "test_long_inputs.py", "test_decoders.py"),

@@ -1,16 +1,14 @@
 """Training runs (dwatt.training): cached and uncached runs agree, a run's CPU time, the CLI end to end and its
-refusals, masked-LM runs, layer weights per entity type, a fixed dev subset. The cache itself: test_features;
-freezing: test_callbacks; scores: test_metrics."""
+refusals, masked-LM runs, a fixed dev subset. The cache itself: test_features; freezing: test_callbacks; scores:
+test_metrics; layer weights: test_layer_weights."""
 
 import json
 import time
 
 import pytest
-from transformers import DataCollatorForTokenClassification
 
-from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer, tokenize_and_align
+from dwatt.data import load_conll2003
 from dwatt.training import RunConfig, run, run_ner
 
 from .helpers import tiny_ner_run_config
@@ -100,27 +98,6 @@ def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone
     with pytest.raises(ConnectionError):
         run(RunConfig(task="mlm", backbone=str(tiny_backbone), output_dir=str(tmp_path / "x")))
     assert asked == [("wikitext", "wikitext-2-raw-v1")]
-
-
-def test_layer_weights_per_entity_type_are_distributions_over_the_fused_layers(tiny_backbone, tiny_conll, tmp_path):
-    from dwatt.layer_weights import layer_weights_by_type
-
-    results = run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "run", save_model=False))
-    weights = results["dev_layer_weights"]
-    assert weights["layers"] == [1, 2, 3] and set(weights["by_type"]) == {"O", "PER", "ORG", "LOC", "MISC"} & set(weights["by_type"])
-    for row in weights["by_type"].values():
-        assert len(row) == 3 and sum(row) == pytest.approx(1, abs=1e-5)
-    data = load_conll2003(tiny_conll)
-    tokenizer = load_tokenizer(tiny_backbone)
-    dev = tokenize_and_align(data["validation"], tokenizer)
-    gold = [CONLL_LABELS[label] for row in dev["labels"] for label in row if label != -100]
-    expected = {t: sum(g == t or g[2:] == t for g in gold) for t in weights["positions"]}
-    assert weights["positions"] == expected and sum(expected.values()) == len(gold)
-    base = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=9)
-    with pytest.raises(ValueError, match="fusion 'base' has no layer weights"):
-        layer_weights_by_type(base, dev.select_columns(["input_ids", "attention_mask", "labels"]),
-                              DataCollatorForTokenClassification(tokenizer), list(CONLL_LABELS))
-    assert "dev_layer_weights" not in run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="base", save_model=False))
 
 
 def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path):
