@@ -162,3 +162,12 @@ def tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path, **kwargs):
     defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=4,
                     learning_rate=5e-3, output_dir=str(tmp_path), progress=False, cache_dtype="float32")
     return RunConfig(**(defaults | kwargs))
+
+
+SENTENCES = [
+    ["peter", "blackburn"],
+    ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb"],
+    ["brussels"],
+    (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[:37],  # windows
+    ["lamb", "to", "brussels", "peter"],
+]
