@@ -224,6 +224,28 @@ def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_g
     assert covered.loc["Concat"].complete_trials == 1 and covered.loc["Base (probe)"].planned_runs == 9
 
 
+def test_rates_a_few_methods_reached_on_one_backbone_are_not_the_grid_s():
+    """Three of four methods went on to 1e-2 on one backbone (they chose the largest rate there), none on the other:
+    counted per backbone, 1e-2 is not the grid's, so Concat (never extended) is complete where it ran two rates."""
+    from dwatt.experiment.selection import coverage
+    from dwatt.experiment.summaries import runs_frame
+
+    def on(backbone, row):
+        row["config"]["backbone"] = backbone
+        return row
+
+    rows = []
+    for backbone in ("/m/deep", "/m/other"):
+        extended = backbone == "/m/deep"
+        for fusion in ("scalar_mix", "dwatt", "base_plus_n", "concat"):
+            rates = (1e-4, 1e-3, 1e-2) if extended and fusion != "concat" else (1e-4, 1e-3)
+            rows += [on(backbone, fair_row(fusion, 0, rate, 0.5, 0.5)) for rate in rates]
+        rows += [on(backbone, fair_row("base", 0, rate, 0.5, 0.5, layer)) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+    covered = coverage(runs_frame(rows)).set_index(["backbone", "method"])
+    assert covered.loc[("deep", "Concat"), "complete_trials"] == 1 and covered.loc[("deep", "Concat"), "planned_runs"] == 2
+    assert covered.loc[("deep", "DWAtt"), "planned_runs"] == 3 and covered.loc[("other", "DWAtt"), "planned_runs"] == 2
+
+
 def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_the_probe_s_rates(tmp_path):
     """A probe group's ensembles (on its first run's row) become one method per size, paired by trial with the best
     single layer; their layers are listed per trial (chosen on dev, or on the few-shot sample in that table), their

@@ -257,7 +257,8 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     """
     Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
     row has, the N values any row of the dataset has, every method any row has, each method at every learning rate
-    it was tried at on that backbone and at the rates most methods were tried at somewhere (the grid's own), and the
+    it was tried at on that backbone and at the rates most methods were tried at (each backbone's methods counted
+    apart: the grid's own), and the
     single-layer heads on every layer of the backbone; a window fusion in the trials whose probe chose a layer a window
     around which is not every layer (where none did, or no probe ran, it has no cell). A setting with
     `complete_trials` below `trials` is not yet what the grid planned; the tables speak for what is there.
@@ -267,10 +268,12 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     trials = sorted(runs.trial.unique())
     methods = [method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)]
-    # the grid's own rates: those most methods were tried at somewhere (a rate past the grid's edge is one or two
-    # methods'; a method whose runs have only begun lacks some of the grid's rates rather than shrinking the grid)
+    # the grid's own rates: those most methods were tried at, counted per backbone (a rate past the grid's edge is
+    # a few methods' on a backbone where they chose its largest; a method whose runs have only begun lacks some of
+    # the grid's rates rather than shrinking the grid)
     trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
-    tried = [set(runs[runs.method == method].learning_rate) for method in trained]
+    tried = [set(rates) for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
+             for _, rates in on_backbone.groupby("method").learning_rate]
     shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
