@@ -32,6 +32,8 @@ GRAPH_CELLS = [(family, fusion) for family in ALL_FAMILIES for fusion in FUSIONS
 # A head on layer 2 of 3 runs a cut backbone (its last layer's output kept by a forward hook where the family's final
 # norm would follow): an encoder, decoders with a final norm of each kind, and an encoder with one.
 GRAPH_CELLS += [(family, "base:2") for family in ("bert", "llama", "gpt2", "modernbert")]
+# A fusion of a window of layers alone (only:1-2) runs a cut backbone too, the window's deepest layer as z_L.
+GRAPH_CELLS += [("bert", "scalar_mix:only:1-2"), ("llama", "dwatt:only:1-2")]
 ONNX_CELLS = [cell for cell in GRAPH_CELLS if cell[0] not in NO_ONNX]
 EXPORT_CELLS = [cell for cell in GRAPH_CELLS if cell[0] in NO_ONNX]
 
