@@ -87,7 +87,7 @@ def test_every_fusion_exports_to_onnx_with_dynamic_axes_and_runs_in_onnxruntime(
 
 
 @pytest.mark.parametrize("family", ["bert", "llama"])
-@pytest.mark.parametrize("fusion", [*FUSIONS, "base:2"])
+@pytest.mark.parametrize("fusion", [*FUSIONS, "base:2", "dwatt:only:1-2"])
 def test_every_fusion_compiles_as_one_graph(family, fusion):
     """`torch.compile(fullgraph=True)` fails on any graph break: a Python branch on tensor values, a data-dependent
     shape. (The eager backend checks the capture without paying for code generation.)"""
