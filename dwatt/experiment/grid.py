@@ -296,7 +296,6 @@ PRESETS = {
 }
 
 __all__ = [
-    "WINDOW_RADIUS",
-    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "RunSpec", "batches_of_runs", "engines_for", "grid",
+    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "WINDOW_RADIUS", "RunSpec", "batches_of_runs", "engines_for", "grid",
     "parse_shard", "probed", "probes_layers", "reads_one_layer", "shard", "stackable", "widest_first", "work_unit",
 ]

@@ -95,6 +95,13 @@ def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS, alone: b
     return None if first == 1 and last >= depth - 1 else f"{first}-{last}"
 
 
+def probe_windows(probe: pd.DataFrame) -> dict[bool, str | None]:
+    """The windows (`window_around`, with the last layer and alone) around the layer one sample's probe runs choose on
+    their dev scores."""
+    centre, depth = int(_best(probe).layer.iloc[0]), int(backbone_depth(probe))
+    return {alone: window_around(centre, depth, alone=alone) for alone in (False, True)}
+
+
 def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
     """`(method, runs)` for each method of one sample: the runs among which the method chooses on dev."""
     base = sample[sample.fusion == PROBE_FUSION]
@@ -104,9 +111,9 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
         if not last.empty:
             yield LAST_LAYER, last
         yield BEST_LAYER, base
-        centre, depth = int(_best(base).layer.iloc[0]), int(backbone_depth(base))
+        windows = probe_windows(base)
         for (fusion, alone), method in WINDOW_METHODS.items():  # around the layer this sample's dev scores choose
-            window = window_around(centre, depth, alone=alone)
+            window = windows[alone]
             own = sample[(sample.method == method) & (sample.fusion == fusion) & (sample.fused_layers == window)]
             if window is not None and not own.empty:
                 yield method, own
@@ -131,8 +138,7 @@ def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev
     for kind in (False, True) if few_shot_dev else (False,):
         runs = with_methods(frame, kind)
         for key, sample in runs[runs.fusion == PROBE_FUSION].groupby(SAMPLE, dropna=False):
-            choices.setdefault(key, []).append(
-                window_around(int(_best(sample).layer.iloc[0]), int(backbone_depth(sample)), alone=alone))
+            choices.setdefault(key, []).append(probe_windows(sample)[alone])
     windowed = []
     for spec in specs:
         key = (backbone_label(spec.backbone) if spec.backbone else "default", spec.dataset, spec.n_shot, spec.epochs, spec.trial)
@@ -275,18 +281,18 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     tried = [set(rates) for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
              for _, rates in on_backbone.groupby("method").learning_rate]
     shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
+    alone_of = {method: alone for (_, alone), method in WINDOW_METHODS.items()}
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
         depth = backbone_depth(on_backbone)
         for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
             setting = on_backbone[on_backbone.n_shot == n_shot]
             probe = setting[setting.fusion == PROBE_FUSION]
-            centres = {trial: int(_best(heads).layer.iloc[0]) for trial, heads in probe.groupby("trial")}
+            windows = {trial: probe_windows(heads) for trial, heads in probe.groupby("trial")}
             for method in methods:
                 planned = trials
-                if method in WINDOW_METHODS.values():  # planned where a window around the probe's choice exists
-                    alone = next(alone for (_, alone), name in WINDOW_METHODS.items() if name == method)
-                    planned = [t for t, centre in centres.items() if window_around(centre, int(depth), alone=alone)]
+                if method in alone_of:  # planned where a window around the probe's choice exists
+                    planned = [trial for trial, window in windows.items() if window[alone_of[method]]]
                     if not planned:
                         continue
                 rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
@@ -334,4 +340,4 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "no_dev_comparison", "probe_curve", "verdict", "verdicts", "window_around", "with_methods"]
+           "no_dev_comparison", "probe_curve", "probe_windows", "verdict", "verdicts", "window_around", "with_methods"]

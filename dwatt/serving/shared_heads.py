@@ -24,8 +24,8 @@ from depth_dwatt import cut_config, layers_past_pattern
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from ..atomic import read_json
-from ..stacked_heads import StackedHeads, head_tensors
 from ..checkpoints import checkpoint_task
+from ..stacked_heads import StackedHeads, head_tensors
 from ..tasks import model_class as task_model_class
 
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
