@@ -19,10 +19,11 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
             for rate in (1e-4, 1e-3):
                 # Layer 2 at 1e-3 is best on dev; layer 1 at 1e-4 is best on test (a choice on test would take it).
                 dev = 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3) + 0.01 * trial
-                test = 0.9 if (layer, rate) == (1, 1e-4) else dev - 0.02
+                # the last layer's test F1 drifts by trial, so that its paired difference has a spread
+                test = 0.9 if (layer, rate) == (1, 1e-4) else dev - 0.02 + 0.003 * trial * (layer == 3)
                 rows.append(fair_row("base", trial, rate, dev, test, layer))
         for rate in (1e-4, 1e-3):
-            rows.append(fair_row("dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial))
+            rows.append(fair_row("dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial + 0.005 * (trial == 1)))
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = write_report([store], tmp_path / "out", title="fair")
@@ -31,9 +32,9 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert best.layers == "2, 2, 2" and best.learning_rates == "0.001, 0.001, 0.001"
     assert best.test_score == pytest.approx(100 * (0.65 + 0.01 - 0.02))  # the dev choice's test F1, mean of 3 trials
     last = table.loc["last layer"]
-    assert last.layers == "3, 3, 3" and last.test_score == pytest.approx(100 * (0.55 + 0.01 - 0.02))
+    assert last.layers == "3, 3, 3" and last.test_score == pytest.approx(100 * (0.55 + 0.01 - 0.02 + 0.003))
     assert table.loc["DWAtt"].learning_rates == "0.0001, 0.0001, 0.0001"
-    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64))
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(100 * (0.67 - 0.64) + 0.5 / 3)
     assert math.isnan(best.minus_best_layer)
     # selection regret: dev took layer 2 at 1e-3, test would have taken layer 1 at 1e-4 (0.9)
     assert best.regret == pytest.approx(100 * (0.63 + 0.01 - 0.9)) and table.loc["DWAtt"].regret == 0 == last.regret
@@ -45,16 +46,16 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
     assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
-    assert "Fusions that beat it: DWAtt +3.00 ± 0.00; level with it (95% CI spans 0): none; that trail it: none." in verdict
-    assert verdict.rstrip().endswith("The last layer: -10.00 ± 0.00. Chosen at the largest learning rate tried in every "
+    assert "Fusions that beat it: DWAtt +3.17 ± 0.72; level with it (95% CI spans 0): none; that trail it: none." in verdict
+    assert verdict.rstrip().endswith("The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in every "
                                      "trial (a larger one might score higher): last layer, best single layer.")
     assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
     assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on a dev set of 200 sentences "
                       "(deep at N = 32), a fusion "
-                      "beats the best single layer in DWAtt on deep at N = 32 (+3.00 ± 0.00 F1 over 3 trials), of 1 fusion-setting "
+                      "beats the best single layer in DWAtt on deep at N = 32 (+3.17 ± 0.72 F1 over 3 trials), of 1 fusion-setting "
                       "pairs (where no method differs, about 0.0 of them would beat it by chance alone); the last layer "
-                      "trails the best one by 10.0 F1.\n")
+                      "trails the best one by 9.7 F1.\n")
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
@@ -66,7 +67,9 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
     from dwatt.experiment.selection import verdict
 
     assert verdict(2.0, 1.5) == "beats" and verdict(-2.0, 1.5) == "trails"
-    assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "one trial"
+    assert verdict(1.0, 1.5) == verdict(-1.0, 1.5) == "level" and verdict(5.0, math.nan) == "no interval"
+    # the same difference in every trial (two trials that agree to 46 of 1200 texts): a CI of width 0, no evidence
+    assert verdict(3.83, 9e-14) == verdict(-3.83, 0.0) == "no interval" and verdict(0.0, 0.0) == "level"
 
 
 def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
@@ -79,6 +82,7 @@ def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
                                   "32), no fusion beats a head on the best single layer (the 95% CI of every paired difference "
                                   "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
     assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
+    assert fair_answer(table.assign(minus_best_layer_ci95=0.0)) == ""  # every trial the same difference: none either
     assert fair_answer(table.assign(dataset="wikiann:sw")).startswith("On wikiann:sw test F1")
     assert "chosen on a dev set of 1000 sentences (m at" in fair_answer(table.assign(dev_sentences=1000.0))
 
@@ -151,19 +155,19 @@ def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_repo
         for rate in (1e-3, 1e-2):
             for layer in (1, 2):  # layer 1 at 1e-2 is best on dev
                 rows.append(cls_row("base", trial, rate, 0.5 + 0.2 * (layer == 1) + 0.1 * (rate == 1e-2), 0.7 + 0.01 * trial, layer))
-            rows.append(cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial))
+            rows.append(cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial + 0.005 * (trial == 1)))
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = write_report([store], tmp_path / "out", title="fair").read_text()
     table = pd.read_csv(tmp_path / "out" / "tables" / "fair_comparison.csv").set_index("method")
     assert set(table.metric) == {"accuracy"} and table.loc["best single layer"].layers == "1, 1, 1"
     assert table.loc["DWAtt"].learning_rates == "0.001, 0.001, 0.001"
-    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(5.0)
+    assert table.loc["DWAtt"].minus_best_layer == pytest.approx(5.0 + 0.5 / 3)
     assert "| N | method | test accuracy |" in report and "test accuracy of the run chosen on dev" in report
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
     assert answer.startswith("On AG News test accuracy, each method at its own learning rate chosen on a dev set of 800 "
                              "texts (enc at N = 16), a fusion beats the best single layer in DWAtt on enc at N = 16 "
-                             "(+5.00 ± 0.00 accuracy points over 3 trials)")
+                             "(+5.17 ± 0.72 accuracy points over 3 trials)")
 
 
 def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_sample(tmp_path):

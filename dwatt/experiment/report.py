@@ -15,8 +15,8 @@ import pandas as pd
 
 from ..atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import (BEST_LAYER, ENSEMBLE_METHODS, LAST_LAYER, METHODS, coverage, fair_comparison, is_fair_grid,
-                        no_dev_comparison, probe_curve, verdicts)
+from .selection import (BEST_LAYER, ENSEMBLE_METHODS, LAST_LAYER, METHODS, NO_INTERVAL, coverage, fair_comparison,
+                        is_fair_grid, no_dev_comparison, probe_curve, verdicts)
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -330,8 +330,8 @@ def verdict_lines(table: pd.DataFrame) -> str:
         parts = [f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
                  f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it: {listed('beats')}; "
                  f"level with it (95% CI spans 0): {listed('level')}; that trail it: {listed('trails')}"]
-        if (mine.verdict == "one trial").any():
-            parts.append(f"; one trial, no interval yet: {listed('one trial')}")
+        if (mine.verdict == NO_INTERVAL).any():
+            parts.append(f"; no interval yet (one trial, or the same difference in every trial): {listed(NO_INTERVAL)}")
         if not last.empty:
             parts.append(f". The last layer: {with_interval(last.minus_best_layer.iloc[0], last.minus_best_layer_ci95.iloc[0], sign=True)}")
         edge = rows[rows.at_largest_rate.astype(bool)].method.tolist()
@@ -391,10 +391,10 @@ def regret_table(table: pd.DataFrame) -> str:
 
 
 def fair_answer(table: pd.DataFrame) -> str:
-    """The fair comparison's answer in a sentence, from the settings (backbone, N) with at least two trials: which
+    """The fair comparison's answer in a sentence, from the differences with an interval (`verdict`): which
     fusion beats the best single layer where, or that none does; and how the last layer compares with it."""
     judged = verdicts(table)
-    judged = judged[judged.verdict != "one trial"]
+    judged = judged[judged.verdict != NO_INTERVAL]
     if judged.empty:
         return ""
     fusions = judged[judged.method != LAST_LAYER]

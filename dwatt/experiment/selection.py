@@ -27,6 +27,8 @@ from .grid import WINDOW_RADIUS, RunSpec
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
+# The verdict of a paired difference with no interval to judge it by (`verdict`).
+NO_INTERVAL = "no interval"
 # The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
 SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
 # Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
@@ -310,10 +312,11 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def verdict(difference: float, interval: float) -> str:
-    """`beats` or `trails` where the 95% CI of a paired difference excludes 0, `level` where it spans 0, `one trial`
-    where there is no CI."""
-    if pd.isna(interval):
-        return "one trial"
+    """`beats` or `trails` where the 95% CI of a paired difference excludes 0, `level` where it spans 0, `no interval`
+    where there is none to judge by: one trial, or the same nonzero difference in every trial (a CI of width 0 says
+    nothing about how the difference varies; two trials that happen to agree are no evidence of a gain)."""
+    if pd.isna(interval) or (math.isclose(interval, 0, abs_tol=1e-9) and not math.isclose(difference, 0, abs_tol=1e-9)):
+        return NO_INTERVAL
     return "beats" if difference - interval > 0 else "trails" if difference + interval < 0 else "level"
 
 
@@ -339,5 +342,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
                  trials=("trial", "count")).reset_index())
 
 
-__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
+__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "NO_INTERVAL", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
            "no_dev_comparison", "probe_curve", "probe_windows", "verdict", "verdicts", "window_around", "with_methods"]
