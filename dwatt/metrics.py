@@ -22,7 +22,7 @@ def entity_scores(references: list[list[str]], predictions: list[list[str]]) -> 
     seqeval's entity-level scores in its default (CoNLL) mode: micro precision/recall/F1, token accuracy, and per
     entity type `<TYPE>_precision/_recall/_f1/_support`. The entities come from seqeval's own `get_entities`, read
     once per call (its `classification_report` reads them once per statistic); the numbers are the same
-    (tests/test_training.py compares them on random sequences).
+    (tests/test_metrics.py compares them on random sequences).
     """
     gold = set(get_entities(references))
     predicted = set(get_entities(predictions))

@@ -222,3 +222,21 @@ def exported_ner(checkpoints, tmp_path_factory):
     folder = tmp_path_factory.mktemp("exported") / "onnx"
     assert main(["export", str(checkpoints["ner"]), str(folder), "--quantize", "int8"]) == 0
     return folder
+
+
+@pytest.fixture(scope="session")
+def word_piece_tokenizer():
+    """A 12-word WordPiece tokenizer ("Blackburn" is two sub-tokens) for the data loaders' tests."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "eu", "rej", "##ects", "german", "peter", "black", "##burn"]
+    return BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_topics(tmp_path_factory):
+    """A tiny topic-classification folder in the tiny backbone's vocabulary: train.csv and dev.csv."""
+    folder = tmp_path_factory.mktemp("topics")
+    topics = {"people": WORDS[8:10] + ["call"], "places": ["brussels", "british", "german"], "food": ["lamb", "boycott", "to"]}
+    rows = [(" ".join(words[(i + j) % 3] for j in range(3 + i % 2)), topic) for topic, words in topics.items() for i in range(6)]
+    (folder / "train.csv").write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in rows))
+    (folder / "dev.csv").write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in rows[::2]))
+    return folder

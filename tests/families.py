@@ -1,5 +1,5 @@
 """The backbone families the tests build tiny random configs of, and what each supports: shared by test_families.py
-and test_export.py (test files import this, never each other)."""
+and test_serving_export.py (test files import this, never each other)."""
 
 from transformers import AutoConfig
 from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES

@@ -11,6 +11,7 @@ from safetensors.torch import load_file
 
 from dwatt.training import RunConfig
 
+
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
@@ -171,3 +172,46 @@ SENTENCES = [
     (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[:37],  # windows
     ["lamb", "to", "brussels", "peter"],
 ]
+
+
+def write(path: Path, text: str) -> Path:
+    """`text` written to `path` in UTF-8; the path."""
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# What `dwatt train` writes to results.json, cut to what a model card and a push read.
+RUN_RESULTS = {
+    "config": {"dataset": "conll2003", "mode": "fe", "n_shot": 16, "epochs": 25, "fusion": "dwatt"},
+    "best_dev_f1": 0.30076,
+    "best_epoch": 24.0,
+    "best_dev_scores": {"precision": 0.25, "recall": 0.375, "f1": 0.30076, "accuracy": 0.86},
+    "num_train_sentences": 64,
+    "seed": 0,
+}
+
+
+def every_experiment() -> list[dict]:
+    """Rows of every experiment the report tables and draws: the paper grid (FE, FT, a large backbone), WikiAnn, AG
+    News, a depth grid and masked LM."""
+    rows = []
+    for trial in range(3):
+        for fusion, gain in (("base", 0.0), ("base_plus_n", 0.1), ("concat", 0.2), ("dwatt", 0.3)):
+            for n in (8, 128):
+                for epochs in (2, 4):
+                    rows.append(ner_row(fusion, n, epochs, trial, 0.1 + gain + 0.01 * trial + n / 1000))
+                rows.append(ner_row(fusion, n, 4, trial, 0.5 + gain, mode="ft"))
+                rows.append(ner_row(fusion, n, 4, trial, 0.2 + gain, backbone="/m/large"))
+            for language, pool in (("en", 20000), ("af", 5000), ("sw", 1000), ("yo", 100)):
+                rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
+    rows += [cls_row(f, n, trial, 0.6 + gain + n / 1000) for trial in range(3) for f, gain in (("base", 0.0), ("dwatt", 0.1))
+             for n in (4, 16)]
+    rows += [ner_row(f, n, 25, trial, 0.3 + gain, backbone="/m/deep") | {"num_dev_sentences": 1000}  # the depth grid
+             for trial in range(2) for f, gain in (("base", 0.0), ("dwatt", 0.2)) for n in (8, 32)]
+    return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
+
+
+def cls_row(fusion, n, trial, accuracy):
+    return {"task": "cls", "seed": trial, "pooling": "mean", "best_dev_accuracy": accuracy, "best_dev_macro_f1": accuracy - 0.01,
+            "best_epoch": 5, "config": {"backbone": "/m/small", "fusion": fusion, "mode": "fe", "dataset": "ag_news",
+                                        "n_shot": n, "epochs": 5, "task": "cls", "seed": trial}}

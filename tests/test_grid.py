@@ -2,7 +2,8 @@
 
 import pytest
 
-from dwatt.experiment.grid import PAPER_FUSIONS, PRESETS, grid
+from dwatt.experiment.grid import PAPER_FUSIONS, PRESETS, batches_of_runs, grid
+from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig
 
 
@@ -77,3 +78,45 @@ def test_a_spec_names_its_run_with_the_config_s_own_fields_and_its_trial():
     assert {f.name for f in fields(RunSpec)} - set(SHARED_WITH_CONFIG) == {"trial"}
     config = RunSpec("dwatt", "fe", None, 3, 2, "wikitext2", task="mlm", learning_rate=None).run_config("runs")
     assert (config.n_shot, config.seed, config.learning_rate) == (None, 2, RunConfig().learning_rate)
+
+
+def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
+    specs = grid(fusions=("base", "dwatt"), modes=("fe", "ft"), n_shots=(8,), epochs=(2, 4), trials=2)
+    groups = batches_of_runs(specs, "auto")
+    together = [[s.run_id for s in group] for stacked, group in groups if stacked]
+    assert together[0] == ["conll2003/default/fe/base/n8/e2/t0", "conll2003/default/fe/base/n8/e4/t0"]
+    assert len(together) == 4 and all(len(g) == 2 for g in together)  # 2 fusions x 2 trials, FE only
+    assert sum(len(g) for _, g in groups) == len(specs) and all(len(g) == 1 for stacked, g in groups if not stacked)
+    assert not any(stacked for stacked, _ in batches_of_runs(specs, "trainer"))
+    assert not any(stacked for stacked, _ in batches_of_runs(specs, "auto", use_cache=False))
+    one_budget = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1)
+    assert batches_of_runs(one_budget, "auto") == [(False, one_budget)]
+    assert batches_of_runs(one_budget, "budgets") == [(True, one_budget)]
+    rates = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1, learning_rates=(1e-4, 1e-3))
+    assert [s.run_id for s in rates] == ["conll2003/default/fe/dwatt/n8/e2/t0/lr0.0001", "conll2003/default/fe/dwatt/n8/e2/t0/lr0.001"]
+    assert batches_of_runs(rates, "auto") == [(True, rates)]
+    with pytest.raises(ValueError, match="--engine: unknown engine 'fast'"):
+        batches_of_runs(specs, "fast")
+
+    calls = []
+    single = lambda c: calls.append(("trainer", c.epochs)) or {"best_dev_f1": 0.1}
+    stacked = lambda cs: calls.append(("budgets", [c.epochs for c in cs])) or [{"best_dev_f1": 0.2} for _ in cs]
+    rows = run_sweep(specs, tmp_path / "r.jsonl", runner=single, budgets_runner=stacked, progress=False)
+    assert calls.count(("budgets", [2, 4])) == 4 and calls.count(("trainer", 2)) == calls.count(("trainer", 4)) == 4
+    assert sorted(r["run_id"] for r in rows) == sorted(s.run_id for s in specs)
+
+
+def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(tiny_backbone):
+    specs = grid(fusions=("base", "dwatt"), n_shots=(8,), epochs=(2,), trials=2, backbones=(str(tiny_backbone),),
+                 learning_rates=(1e-3, 1e-2), probe_layers="all")
+    base = [s for s in specs if s.fusion == "base"]
+    assert len(base) == 2 * 3 * 2 and {s.layers for s in base} == {"1", "2", "3"}  # trials x layers x rates
+    assert base[0].run_id.endswith("/fe/base/n8/e2/t0/lr0.001/L1")
+    groups = [group for stacked, group in batches_of_runs(specs, "auto") if stacked]
+    assert [len(g) for g in groups] == [6, 2, 6, 2]  # per trial: the probe's 6 heads, DWAtt's 2 rates
+    assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
+                                   backbones=(str(tiny_backbone),), probe_layers="1-2")] == ["1", "2"]
+    # exactly the layers named: the last only where named, by number, range or step
+    for spec, layers in (("every:2", ["2"]), ("every:3", ["3"]), ("2-3", ["2", "3"]), ("1,3", ["1", "3"])):
+        assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
+                                       backbones=(str(tiny_backbone),), probe_layers=spec)] == layers, spec

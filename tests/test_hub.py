@@ -1,4 +1,5 @@
-"""Head-only checkpoints, model cards, push (at the HfApi boundary) and pull from a Hub cache, all offline."""
+"""Head-only checkpoints, model cards, push_to_hub (at the HfApi boundary) and pull from a Hub cache, all offline. The
+command `dwatt push`: test_cli_push."""
 
 import json
 import shutil
@@ -10,11 +11,11 @@ import yaml
 from safetensors import safe_open
 
 from dwatt import FUSIONS, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
-from dwatt.cli import main
 from dwatt.hub import model_card, push_to_hub
 
 from .conftest import run_without_dwatt, save_tiny_backbone
-from .helpers import RecordingApi, trained_like
+from .helpers import RUN_RESULTS, RecordingApi, trained_like
+
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM"}
@@ -144,19 +145,9 @@ def test_heads_only_needs_to_know_the_backbone(tmp_path):
         RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path, heads_only=True)
 
 
-RESULTS = {
-    "config": {"dataset": "conll2003", "mode": "fe", "n_shot": 16, "epochs": 25, "fusion": "dwatt"},
-    "best_dev_f1": 0.30076,
-    "best_epoch": 24.0,
-    "best_dev_scores": {"precision": 0.25, "recall": 0.375, "f1": 0.30076, "accuracy": 0.86},
-    "num_train_sentences": 64,
-    "seed": 0,
-}
-
-
 def test_model_card_metadata_parses_and_carries_base_model_and_scores(backbone):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
-    card = model_card(model, RESULTS, "someone/dwatt-ner")
+    card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
     metadata = yaml.safe_load(card.split("---\n")[1])
     assert metadata["library_name"] == "transformers" and metadata["base_model"] == str(backbone)
     assert {"dwatt", "layer-fusion", "token-classification"} <= set(metadata["tags"])
@@ -176,14 +167,14 @@ def test_model_card_metadata_parses_and_carries_base_model_and_scores(backbone):
 def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_decoder(fusion, layers, reads, tiny_decoder):
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5, fusion=fusion,
                                                              fused_layers=layers, num_extra_layers=1)
-    card = model_card(model, RESULTS, "someone/dwatt-ner")
+    card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
     assert f"over the decoder LLM `{tiny_decoder}`" in card and reads in card, card
 
 
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()
-    url = push_to_hub(model, "someone/dwatt-ner", results=RESULTS, api=api, revision="main", private=True,
+    url = push_to_hub(model, "someone/dwatt-ner", results=RUN_RESULTS, api=api, revision="main", private=True,
                       backbone_id="someone/tiny-bert")
     assert url.endswith("/commit/1")
     (create, repo_id, create_kwargs), (upload, upload_repo, upload_kwargs) = api.calls
@@ -198,23 +189,6 @@ def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_pa
     assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))
     assert json.loads(files["config.json"])["heads_only"] is True
     assert b"base_model: someone/tiny-bert" in files["README.md"]
-
-
-def test_cli_push_sends_a_finished_run(backbone, tmp_path, monkeypatch, capsys):
-    from transformers import BertTokenizerFast
-
-    run = tmp_path / "run"
-    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
-    model.save_pretrained(run / "model")
-    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(run / "model")
-    (run / "results.json").write_text(json.dumps(RESULTS))
-    recorder = RecordingApi()
-    monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
-    assert main(["push", str(run), "someone/run", "--commit-message", "first head", "--backbone-id", "someone/tiny-bert"]) == 0
-    assert recorder.calls[-1][2]["commit_message"] == "first head"
-    assert "tokenizer.json" in recorder.calls[-1][2]["files"]
-    assert main(["push", str(tmp_path / "nothing"), "someone/run"]) == 2
-    assert "not a finished run" in capsys.readouterr().err
 
 
 def lay_out_snapshot(cache: Path, repo_id: str, commit: str, folder: Path, main: bool) -> None:
@@ -267,7 +241,7 @@ def test_a_head_only_push_names_the_backbone_by_its_hub_id_never_by_a_local_path
     with pytest.raises(ValueError, match=r"--backbone-id: .* is a local path"):
         push_to_hub(model, "someone/head", api=RecordingApi(), backbone_id=str(backbone))
     api = RecordingApi()
-    push_to_hub(model, "someone/head", api=api, results=RESULTS | {"config": RESULTS["config"] | {"backbone": str(backbone)}},
+    push_to_hub(model, "someone/head", api=api, results=RUN_RESULTS | {"config": RUN_RESULTS["config"] | {"backbone": str(backbone)}},
                 backbone_id="someone/tiny-bert")
     files = uploaded(api)
     config = json.loads(files["config.json"])
@@ -280,7 +254,7 @@ def test_a_head_only_push_names_the_backbone_by_its_hub_id_never_by_a_local_path
 def test_a_full_push_of_a_locally_known_backbone_records_no_local_path(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()
-    push_to_hub(model, "someone/full", api=api, heads_only=False, results=RESULTS | {"config": {"backbone": str(backbone)}})
+    push_to_hub(model, "someone/full", api=api, heads_only=False, results=RUN_RESULTS | {"config": {"backbone": str(backbone)}})
     files = uploaded(api)
     assert not any(str(backbone).encode() in content for content in files.values())
     assert json.loads(files["config.json"])["backbone_name_or_path"] is None
@@ -292,78 +266,6 @@ def test_the_packaged_default_backbone_is_pushed_under_its_hub_id(minilm_path):
 
     model = type("Model", (), {"config": type("Config", (), {"backbone_name_or_path": str(minilm_path)})()})()
     assert backbone_hub_id(model) == DEFAULT_BACKBONE_HUB_ID == "sentence-transformers/all-MiniLM-L6-v2"
-
-
-def hub_http_client():
-    """The HTTP client module huggingface_hub uses (httpx, or httpx2 in later releases)."""
-    import importlib
-
-    from huggingface_hub import errors
-
-    return importlib.import_module(errors.Response.__module__.split(".")[0])
-
-
-def finished_run(backbone, tmp_path) -> Path:
-    """What `dwatt train` leaves: model/ (with a tokenizer) and results.json."""
-    from transformers import BertTokenizerFast
-
-    run = tmp_path / "run"
-    RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(run / "model")
-    BertTokenizerFast(vocab={"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3}).save_pretrained(run / "model")
-    (run / "results.json").write_text(json.dumps(RESULTS))
-    return run
-
-
-def http_error(status: int):
-    from huggingface_hub.errors import HfHubHTTPError
-
-    httpx = hub_http_client()
-
-    request = httpx.Request("POST", "https://hub.invalid/api/repos/create")
-    return HfHubHTTPError(f"{status} Client Error", response=httpx.Response(status, request=request))
-
-
-def hub_failures():
-    from huggingface_hub.errors import HFValidationError, LocalTokenNotFoundError, OfflineModeIsEnabled
-
-    httpx = hub_http_client()
-
-    return {
-        "offline": (OfflineModeIsEnabled("Cannot reach https://hub.invalid: offline mode is enabled."), "HF_HUB_OFFLINE"),
-        "no token": (LocalTokenNotFoundError("Token is required"), "hf auth login"),
-        "token refused": (http_error(401), "hf auth login"),
-        "no write access": (http_error(403), "may not write to 'someone/run'"),
-        "no such repo": (http_error(404), "check the repo id"),
-        "bad repo id": (HFValidationError("Repo id must be in the form 'repo_name'"), "not a valid repo id"),
-        "no network": (httpx.ConnectError("[Errno -2] Name or service not known"), "check the network connection"),
-    }
-
-
-@pytest.mark.parametrize("case", ["offline", "no token", "token refused", "no write access", "no such repo", "bad repo id", "no network"])
-@pytest.mark.parametrize("step", ["create_repo", "upload_folder"])
-def test_every_hub_failure_ends_in_one_line_that_says_what_to_do(backbone, tmp_path, monkeypatch, capsys, case, step):
-    error, advice = hub_failures()[case]
-    run = finished_run(backbone, tmp_path)
-    api = RecordingApi()
-
-    def fail(*args, **kwargs):
-        raise error
-
-    monkeypatch.setattr(api, step, fail)
-    monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: api)
-    assert main(["push", str(run), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("dwatt push: error: ") and advice in err, err
-
-
-def test_push_with_the_hub_switched_off_ends_in_one_line(backbone, tmp_path, capsys, monkeypatch):
-    from huggingface_hub import constants
-
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    run = finished_run(backbone, tmp_path)
-    assert main(["push", str(run), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "HF_HUB_OFFLINE" in err and "Traceback" not in err
 
 
 TOKENIZER_SCRIPT = """
@@ -408,9 +310,9 @@ def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt_or_warning(ti
     assert seen["asked"] == [] and seen["warned"] == []
     assert seen["ids"] == AutoTokenizer.from_pretrained(tiny_backbone)("peter blackburn")["input_ids"]
     assert any("custom code" in prompt for prompt in seen["asked_without"])  # the cause, as this transformers has it
-    card = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5), RESULTS,
+    card = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5), RUN_RESULTS,
                       "someone/ner", has_tokenizer=True)
     assert 'AutoTokenizer.from_pretrained("someone/ner", trust_remote_code=True)' in card
     backbone_only = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
-                               RESULTS, "someone/ner", has_tokenizer=False)
+                               RUN_RESULTS, "someone/ner", has_tokenizer=False)
     assert f'AutoTokenizer.from_pretrained("{tiny_backbone}")' in backbone_only  # a plain backbone: nothing to trust

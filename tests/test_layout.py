@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+
 PACKAGE = Path(__file__).resolve().parents[1] / "dwatt"
 
 
@@ -87,33 +88,6 @@ def test_serving_never_reaches_the_experiment_side_nor_training():
         assert not any(in_package(r, "dwatt.experiment") or in_package(r, "dwatt.training") for r in reached), module
 
 
-def test_the_command_line_s_choices_mirror_the_configuration_s():
-    import configuration_dwatt
-
-    from dwatt import choices
-
-    assert (choices.FUSIONS, choices.POOLINGS) == (configuration_dwatt.FUSIONS, configuration_dwatt.POOLINGS)
-
-
-def test_import_dwatt_and_reading_the_command_line_import_no_torch_and_a_model_name_registers_the_auto_classes():
-    """In a fresh interpreter: `import dwatt` and building the CLI's parser leave torch unimported; the first model
-    name loaded registers DWAtt, so that AutoConfig knows the model type."""
-    import subprocess
-    import sys
-
-    script = (
-        "import sys, dwatt, dwatt.cli\n"
-        "dwatt.cli.build_parser()\n"
-        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules, 'imported too much'\n"
-        "from transformers import AutoConfig\n"
-        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
-        "assert 'dwatt' not in CONFIG_MAPPING\n"
-        "config_class = dwatt.DWAttConfig\n"
-        "assert CONFIG_MAPPING['dwatt'] is config_class and AutoConfig.for_model('dwatt').fusion == 'dwatt'\n"
-    )
-    subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
-
-
 def test_importing_the_configuration_by_its_name_registers_the_auto_classes_and_the_models_load_on_first_use():
     """In a fresh interpreter, the remote-code files alone (as a script beside them, or a Hub user who downloaded
     them, would import them): `AutoModelFor...from_config(DWAttConfig(...))` works without `import dwatt`, and the
@@ -150,48 +124,22 @@ def test_no_test_file_imports_another():
     assert offenders == []
 
 
-# Where the tests of a module without a test file of its own are (tests/test_<name>.py, or test_<package>_<name>.py
-# where two packages hold a module of one name): most go by story, through the command line and the package's public
-# names. A module leaves this table when it gets its own file; a new module comes with one.
-TESTED_IN = {
-    "auto.py": ("test_hub.py", "test_modeling.py"),
-    "checkpoints.py": ("test_checkpoint_compatibility.py", "test_hub.py"),
-    "choices.py": ("test_fusions.py",),
-    "cli/evaluate.py": ("test_training.py", "test_classification.py"),
-    "cli/options.py": ("test_bad_inputs.py", "test_portable.py"),
-    "cli/predict.py": ("test_lines.py", "test_prediction.py", "test_onnx_runtime.py"),
-    "cli/probe.py": ("test_stacked_heads.py", "test_classification.py"),
-    "cli/push.py": ("test_hub.py",),
-    "cli/train.py": ("test_training.py", "test_paths.py"),
-    "data/mlm.py": ("test_data.py",),
-    "data/ner.py": ("test_data.py",),
-    "defaults.py": ("test_portable.py", "test_readme.py"),
-    "errors.py": ("test_sweep.py", "test_hub.py"),
-    "experiment/figures.py": ("test_report.py",),
-    "experiment/probe.py": ("test_stacked_heads.py",),
-    "serving/evaluation.py": ("test_training.py", "test_classification.py"),
-    "tokenization.py": ("test_data.py", "test_long_inputs.py", "test_decoders.py"),
-    "training/cls.py": ("test_classification.py",),
-    "training/common.py": ("test_training.py", "test_sweep.py"),
-    "training/mlm.py": ("test_training.py",),
-    "training/ner.py": ("test_training.py", "test_stacked_heads.py"),
-    "training/together.py": ("test_stacked_heads.py", "test_probe_ensembles.py"),
-}
+def test_every_module_has_a_test_file_of_its_own():
+    """dwatt/.../<name>.py is tested in tests/test_<name>.py, or test_<package>_<name>.py; where two packages hold a
+    module of one name (data/ner.py, training/ner.py), only the second names one of them. Tests of a story across
+    modules live in the file of the module the story ends in; a new module comes with its file."""
+    from collections import Counter
 
-
-def test_every_module_has_a_test_file_or_says_where_its_tests_are():
     tests = Path(__file__).resolve().parent
-    modules = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                     if path.stem not in ("__init__", "__main__"))
+    modules = sorted(path.relative_to(PACKAGE) for path in PACKAGE.rglob("*.py") if path.stem not in ("__init__", "__main__"))
+    stems = Counter(path.stem for path in modules)
 
-    def own_files(module: str) -> list[Path]:
-        path = Path(module)
-        names = [f"test_{path.stem}.py"] + ([f"test_{path.parent.name}_{path.stem}.py"] if path.parent.name else [])
-        return [tests / name for name in names if (tests / name).exists()]
+    def own_files(module: Path) -> list[str]:
+        names = [f"test_{module.parent.name}_{module.stem}.py"] if module.parent.name else []
+        names += [f"test_{module.stem}.py"] if stems[module.stem] == 1 else []
+        return [name for name in names if (tests / name).exists()]
 
-    assert [module for module in modules if not own_files(module) and module not in TESTED_IN] == []
-    assert [module for module in TESTED_IN if module not in modules or own_files(module)] == []  # the table is current
-    assert [name for names in TESTED_IN.values() for name in names if not (tests / name).exists()] == []
+    assert [str(module) for module in modules if not own_files(module)] == []
 
 
 # The experiment side's tables and figures: the only modules that import pandas (and the figures matplotlib).

@@ -5,14 +5,15 @@ import textwrap
 
 import pytest
 import torch
-from transformers import AutoModelForMaskedLM, AutoModelForTokenClassification, RobertaConfig
+from transformers import AutoModelForTokenClassification, RobertaConfig
 
+from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
 from fusions_dwatt import FUSION_CLASSES
-from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from modeling_dwatt import count_parameters
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
+
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 PAPER_TABLE_2 = {"dwatt": 26.38e6, "concat": 25.18e6, "base_plus_n": 25.19e6}
@@ -223,18 +224,6 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
         assert result["state"].keys() == state.keys()
         if "dwatt.fusion.layer_positions" in state:
             assert torch.equal(result["state"]["dwatt.fusion.layer_positions"], state["dwatt.fusion.layer_positions"])
-
-
-def test_auto_classes_load_locally_registered_checkpoints(tmp_path):
-    model = RobertaDWAttForMaskedLM(tiny_config("bert", "concat")).eval()
-    model.save_pretrained(tmp_path)
-    loaded = AutoModelForMaskedLM.from_pretrained(tmp_path, dtype=torch.float64, device_map="cpu")
-    assert isinstance(loaded, RobertaDWAttForMaskedLM) and loaded.dtype == torch.float64
-    assert loaded.device.type == "cpu"
-    ids, mask = make_batch(pad_id=0)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits.float(),
-                                   model(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
 
 
 def test_head_with_another_label_count_is_refused(tmp_path):

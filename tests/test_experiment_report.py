@@ -1,4 +1,6 @@
-"""Reports: mean ± t-interval tables, the paper comparison, the depth and mode comparisons, and every figure from\nresults rows, written whole or not at all. Reading the rows: test_summaries; the fair comparison: test_selection."""
+"""The report (dwatt.experiment.report): mean ± t-interval tables, the paper comparison, the depth and mode
+comparisons, every table and figure written from results rows. Reading the rows: test_summaries; the fair comparison:
+test_selection; the figures: test_figures; the command: test_cli_report."""
 
 import json
 import math
@@ -9,31 +11,7 @@ import pytest
 from dwatt.experiment.figures import FIGURES, draw_all
 from dwatt.experiment.report import runs_frame, write_report
 
-from .helpers import T_975_2_DOF, mlm_row, ner_row
-
-
-def every_experiment() -> list[dict]:
-    rows = []
-    for trial in range(3):
-        for fusion, gain in (("base", 0.0), ("base_plus_n", 0.1), ("concat", 0.2), ("dwatt", 0.3)):
-            for n in (8, 128):
-                for epochs in (2, 4):
-                    rows.append(ner_row(fusion, n, epochs, trial, 0.1 + gain + 0.01 * trial + n / 1000))
-                rows.append(ner_row(fusion, n, 4, trial, 0.5 + gain, mode="ft"))
-                rows.append(ner_row(fusion, n, 4, trial, 0.2 + gain, backbone="/m/large"))
-            for language, pool in (("en", 20000), ("af", 5000), ("sw", 1000), ("yo", 100)):
-                rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
-    rows += [cls_row(f, n, trial, 0.6 + gain + n / 1000) for trial in range(3) for f, gain in (("base", 0.0), ("dwatt", 0.1))
-             for n in (4, 16)]
-    rows += [ner_row(f, n, 25, trial, 0.3 + gain, backbone="/m/deep") | {"num_dev_sentences": 1000}  # the depth grid
-             for trial in range(2) for f, gain in (("base", 0.0), ("dwatt", 0.2)) for n in (8, 32)]
-    return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
-
-
-def cls_row(fusion, n, trial, accuracy):
-    return {"task": "cls", "seed": trial, "pooling": "mean", "best_dev_accuracy": accuracy, "best_dev_macro_f1": accuracy - 0.01,
-            "best_epoch": 5, "config": {"backbone": "/m/small", "fusion": fusion, "mode": "fe", "dataset": "ag_news",
-                                        "n_shot": n, "epochs": 5, "task": "cls", "seed": trial}}
+from .helpers import T_975_2_DOF, cls_row, every_experiment, ner_row
 
 
 def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tables(tmp_path):
@@ -69,16 +47,6 @@ def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_fi
     assert "CoNLL-03" not in paper_comparison(runs_frame(unpaired))  # no trial has both: no gain to state
 
 
-def test_budgets_run_at_the_largest_n_only_are_drawn_against_the_budget():
-    from dwatt.experiment.figures import figure_budgets
-
-    rows = [ner_row(f, n, 4, t, 0.3) for f in ("concat", "dwatt") for n in (8, 32, 128) for t in range(2)]
-    rows += [ner_row(f, 128, e, t, 0.4) for f in ("concat", "dwatt") for e in (9, 12) for t in range(2)]
-    (axis,) = figure_budgets(runs_frame(rows)).axes
-    assert axis.get_title() == "N=128" and axis.get_xlabel() == "epoch budget"
-    assert [list(bars.lines[0].get_xdata()) for bars in axis.containers] == [[4, 9, 12], [4, 9, 12]]
-
-
 def test_report_writes_every_table_and_figure(tmp_path):
     store = tmp_path / "results.jsonl"
     store.write_text("\n".join(json.dumps(r) for r in every_experiment()) + "\n")
@@ -101,14 +69,6 @@ def test_report_writes_every_table_and_figure(tmp_path):
     assert "| WikiText-2 test perplexity, DWAtt | 2.91 | 2.50 |" in comparison
     mlm = pd.read_csv(tmp_path / "out" / "tables" / "mlm_summary.csv")
     assert mlm.set_index("fusion").mean_test_ppl.to_dict() == {"base": 3.0, "base_plus_n": 3.5, "concat": 4.0, "dwatt": 2.5}
-
-
-def test_report_says_what_it_could_not_draw(tmp_path):
-    store = tmp_path / "results.jsonl"
-    store.write_text(json.dumps(mlm_row("dwatt", 2.0)) + "\n")
-    text = write_report([store], tmp_path / "out").read_text()
-    assert "Not drawn (no runs of that experiment in these results): fig2_f1_vs_n" in text
-    assert "| small | ft | dwatt | 1 | 2.0 | 3.0 |" in text
 
 
 def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_backbone_and_draws_where_dwatt_looks(tmp_path):
@@ -176,54 +136,3 @@ def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
     store.write_text(json.dumps(rows[-1]) + "\n")  # results without a second mode: no stale table left behind
     write_report([store], tmp_path / "out")
     assert not (tmp_path / "out" / "tables" / "training_modes.md").exists()
-
-
-def snapshot(folder) -> dict:
-    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
-
-
-@pytest.mark.parametrize("bad", ["missing store", "empty store", "row with an empty config", "figure fails"])
-def test_a_report_that_fails_leaves_the_earlier_report_byte_for_byte(tmp_path, bad, capsys, monkeypatch):
-    from dwatt.cli import main
-
-    good = tmp_path / "good.jsonl"
-    good.write_text("\n".join(json.dumps(r) for r in every_experiment()) + "\n")
-    output = tmp_path / "R"
-    (output / "notes.txt").parent.mkdir()
-    (output / "notes.txt").write_text("mine")  # not the report's: stays whatever happens
-    assert main(["report", str(good), "--output", str(output)]) == 0
-    before = snapshot(output)
-    assert "tables/ner_summary.csv" in before and "figures/fig2_f1_vs_n.png" in before
-    store = tmp_path / "bad.jsonl"
-    message = {"missing store": r"nope\.jsonl: not a readable results file", "empty store": r"bad\.jsonl: no runs to report",
-               "row with an empty config": r"bad\.jsonl:1: the row's config lacks 'backbone', 'mode', 'fusion', 'epochs'",
-               "figure fails": r"no room left"}[bad]
-    if bad == "empty store":
-        store.write_text("")
-    elif bad == "row with an empty config":
-        store.write_text('{"config": {}}\n')
-    elif bad == "figure fails":
-        store = good
-
-        def no_room(*args, **kwargs):
-            raise OSError(28, "no room left")
-        monkeypatch.setattr("dwatt.experiment.report.draw_all", no_room)
-    paths = [str(tmp_path / "nope.jsonl") if bad == "missing store" else str(store)]
-    assert main(["report", *paths, "--output", str(output)]) == 2
-    import re
-
-    assert re.search(message, capsys.readouterr().err)
-    assert snapshot(output) == before
-    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []  # no scratch folder left
-
-
-def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypatch, capsys):
-    import sys
-
-    from dwatt.cli import main
-
-    for name in [name for name in sys.modules if name == "dwatt.experiment.report" or name.startswith(("matplotlib", "dwatt.experiment.figures"))]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
-    assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
-    assert 'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"' in capsys.readouterr().err

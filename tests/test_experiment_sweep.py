@@ -1,5 +1,5 @@
-"""Sweeps (dwatt.experiment.sweep): skipping finished runs, one sweep per store, resuming an interrupted sweep, run-to-run
-determinism, shards reported as one store."""
+"""Sweeps (dwatt.experiment.sweep): skipping finished runs, resuming an interrupted sweep, run-to-run determinism,
+shards reported as one store, a backbone known by its weights. The command and its refusals: test_cli_sweep."""
 
 import json
 import os
@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from dwatt.experiment.summaries import comparable
 from dwatt.experiment.grid import grid
 from dwatt.experiment.store import ResultsStore
+from dwatt.experiment.summaries import comparable
 from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig, run_ner
 
@@ -31,22 +31,6 @@ def test_sweep_skips_finished_runs(tmp_path):
     rows = run_sweep(specs, tmp_path / "r.jsonl", runner=runner, progress=False)
     assert len(calls) == 4 and len(rows) == 4
     assert [r["run_id"] for r in rows] == [s.run_id for s in widest_first(specs)]  # each trial: DWAtt, then Base
-
-
-def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):
-    from filelock import FileLock
-
-    from dwatt.cli import main
-    from dwatt.errors import SweepBusyError
-
-    specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
-    with FileLock(tmp_path / ".r.jsonl.lock"):  # what a running sweep holds
-        with pytest.raises(SweepBusyError, match=r"r\.jsonl: another sweep is writing this results file"):
-            run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
-        assert main(["sweep", "--fusions", "base", "--results", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
-        assert "another sweep is writing" in capsys.readouterr().err
-    assert not (tmp_path / "r.jsonl").exists()
-    assert len(run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)) == 1  # released
 
 
 def without_paths(row: dict) -> dict:
@@ -254,24 +238,3 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         assert main(["sweep", "--fusions", "dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1", "--test",
                      "--engine", "trainer", "--results", str(store), "--quiet"]) == 2
         assert "evaluate_test: False there, True here" in capsys.readouterr().err
-
-
-
-
-def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trains(tmp_path, capsys):
-    """`--window-around-probe`: the windows follow the probe's rows; a trial without them is named, nothing runs."""
-    import json
-
-    from dwatt.cli import main
-
-    from .helpers import window_grid_rows
-
-    probe = tmp_path / "probe.jsonl"
-    probe.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
-    assert main(["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
-                 "--backbones", "/m/deep", "--window-around-probe", str(probe), "--results", str(tmp_path / "r.jsonl"),
-                 "--quiet"]) == 2
-    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
-    assert main(["sweep", "--fusions", "scalar_mix", "--window-alone", "--results", str(tmp_path / "r.jsonl")]) == 2
-    assert "--window-alone shapes the windows of --window-around-probe" in capsys.readouterr().err
-    assert not (tmp_path / "r.jsonl").exists()

@@ -1,18 +1,18 @@
-"""Loaders on good and malformed files, label alignment, MLM preparation."""
+"""NER data (dwatt.data.ner): CoNLL and WikiAnn loaders on good and malformed files, label alignment on sub-tokens, long
+sentences cut into windows."""
 
 import pytest
-from transformers import BertTokenizerFast
 
 from dwatt.data import (
     CONLL_LABELS,
     DataFormatError,
-    group_texts_for_mlm,
     load_conll2003,
     load_wikiann,
     load_wikitext2,
     read_conll,
     tokenize_and_align,
 )
+
 
 GOOD_TWO_COLUMNS = "-DOCSTART- O\n\nEU B-ORG \nrejects O \nGerman B-MISC \n\nPeter B-PER\nBlackburn I-PER\n"
 GOOD_FOUR_COLUMNS = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"
@@ -106,21 +106,6 @@ def test_local_folders_load_for_conll_and_wikiann(tmp_path):
         load_conll2003(tmp_path)
 
 
-def test_wikitext_accepts_standard_names_and_reports_missing_files(tmp_path):
-    write(tmp_path, "wiki.train.raw", " = Title = \nSome text .\n")
-    write(tmp_path, "wiki.valid.tokens", "valid line\n")
-    data = load_wikitext2(tmp_path)
-    assert data["train"]["text"] == [" = Title = ", "Some text ."] and set(data) == {"train", "validation"}
-    with pytest.raises(FileNotFoundError, match="no WikiText-2 files"):
-        load_wikitext2(tmp_path / "nothing")
-
-
-@pytest.fixture(scope="module")
-def word_piece_tokenizer():
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "eu", "rej", "##ects", "german", "peter", "black", "##burn"]
-    return BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True)
-
-
 def test_labels_sit_on_first_sub_tokens_or_on_all_of_them(tmp_path, word_piece_tokenizer):
     write(tmp_path, "train.txt", "Peter B-PER\nBlackburn I-PER\nrejects O\n\nBlackburn B-ORG\n")
     write(tmp_path, "valid.txt", "EU B-ORG\n")
@@ -143,11 +128,3 @@ def test_long_sentences_become_windows_reported_not_silent(tmp_path, word_piece_
     assert all(len(ids) <= 8 for ids in tokenized["input_ids"]) and len(tokenized) > 1
     assert sum(label == 1 for row in tokenized["labels"] for label in row) == 20  # every word scored once
     assert "split 1 sentences longer than 8 sub-words into" in caplog.text
-
-
-def test_mlm_blocks_have_fixed_length(word_piece_tokenizer):
-    from datasets import Dataset
-
-    lines = Dataset.from_dict({"text": ["eu rejects german", "peter blackburn", "eu"] * 5})
-    blocks = group_texts_for_mlm(lines, word_piece_tokenizer, block_size=8)
-    assert len(blocks) > 0 and all(len(ids) == 8 for ids in blocks["input_ids"])

@@ -1,0 +1,54 @@
+"""dwatt export (dwatt.cli.export): an export records every file's sha256, a re-export that fails leaves the old one, and
+weights that are not finite are not exported. The export itself: test_serving_export; running it: test_onnx_runtime."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from dwatt.cli import main
+
+from .helpers import files_of, fresh_copy
+
+
+def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves_the_old_one(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
+    from dwatt.atomic import sha256_of
+
+    folder = fresh_copy(exported_ner, tmp_path)
+    config = json.loads((folder / "dwatt_export.json").read_text())
+    assert config["sha256"] == {path.name: sha256_of(path) for path in folder.iterdir() if path.name != "dwatt_export.json"}
+    assert {"model.onnx", "model_int8.onnx", "tokenizer.json", "config.json"} <= set(config["sha256"])
+    before = files_of(folder)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt  # what a signal does part-way, after the new fp32 graph is written
+
+    monkeypatch.setattr("dwatt.serving.export.quantize_onnx", killed)
+    with pytest.raises(KeyboardInterrupt):
+        main(["export", str(checkpoints["cls"]), str(folder), "--quantize", "int8"])
+    assert files_of(folder) == before and [p.name for p in tmp_path.iterdir()] == ["copy"]  # no scratch left
+    monkeypatch.undo()
+    assert main(["export", str(checkpoints["cls"]), str(folder)]) == 0  # a re-export replaces the folder whole
+    assert json.loads((folder / "dwatt_export.json").read_text())["task"] == "cls"
+    assert not (folder / "model_int8.onnx").exists()
+    capsys.readouterr()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    assert main(["export", str(checkpoints["ner"]), str(tmp_path / "mine")]) == 2
+    assert "mine: not an export folder (no dwatt_export.json), and exporting would replace it" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
+
+
+def test_non_finite_weights_are_not_exported(checkpoints, tmp_path, capsys):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    broken = Path(shutil.copytree(checkpoints["cls"], tmp_path / "nan"))
+    weights = load_file(str(broken / "model.safetensors"))
+    weights = {key: torch.full_like(value, float("nan")) if key.startswith(("classifier", "out_proj")) else value for key, value in weights.items()}
+    save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
+    assert main(["export", str(broken), str(tmp_path / "onnx")]) == 2
+    assert "its logits on the check batch are not finite" in capsys.readouterr().err
+    assert not (tmp_path / "onnx").exists()

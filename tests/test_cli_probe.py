@@ -1,0 +1,27 @@
+"""dwatt probe (dwatt.cli.probe): its options and defaults, read into the probe's settings. The probe end to end (NER,
+classification files, a decoder, resuming): test_experiment_probe."""
+
+from dataclasses import fields
+
+import pytest
+
+from dwatt.cli import build_parser
+from dwatt.experiment.probe import PROBE_LEARNING_RATES, ProbeSettings
+
+
+def test_the_probe_s_defaults_and_its_options_reach_its_settings():
+    args = build_parser().parse_args(["probe"])
+    assert args.learning_rates == PROBE_LEARNING_RATES and (args.task, args.n_shot, args.layers) == ("ner", 32, "all")
+    args = build_parser().parse_args(["probe", "--task", "cls", "--learning-rates", "1e-3,,3e-3", "--no-save",
+                                      "--pooling", "last", "--layers", "every:2"])
+    assert (args.learning_rates, args.save_model, args.pooling, args.layers) == ((1e-3, 3e-3), False, "last", "every:2")
+    settings = {f.name for f in fields(ProbeSettings)}
+    unread = {name for name in vars(args) if name not in settings} - {"command", "handler", "quiet", "threads"}
+    assert unread == set()  # every option reaches the probe (quiet as its progress, threads before it starts)
+
+
+@pytest.mark.parametrize("argv", [["--task", "mlm"], ["--pooling", "max"], ["--cache-dtype", "int8"]])
+def test_a_choice_the_probe_does_not_offer_is_refused(argv, capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["probe", *argv])
+    assert "invalid choice" in capsys.readouterr().err

@@ -1,0 +1,42 @@
+"""dwatt sweep (dwatt.cli.sweep): a second sweep on a results file another is writing is refused in one line, and a
+window sweep names a trial its probe stores lack before anything trains. The sweep itself: test_experiment_sweep."""
+
+import pytest
+
+from dwatt.experiment.grid import grid
+from dwatt.experiment.sweep import run_sweep
+
+
+def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):
+    from filelock import FileLock
+
+    from dwatt.cli import main
+    from dwatt.errors import SweepBusyError
+
+    specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
+    with FileLock(tmp_path / ".r.jsonl.lock"):  # what a running sweep holds
+        with pytest.raises(SweepBusyError, match=r"r\.jsonl: another sweep is writing this results file"):
+            run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
+        assert main(["sweep", "--fusions", "base", "--results", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
+        assert "another sweep is writing" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()
+    assert len(run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)) == 1  # released
+
+
+def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trains(tmp_path, capsys):
+    """`--window-around-probe`: the windows follow the probe's rows; a trial without them is named, nothing runs."""
+    import json
+
+    from dwatt.cli import main
+
+    from .helpers import window_grid_rows
+
+    probe = tmp_path / "probe.jsonl"
+    probe.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
+    assert main(["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
+                 "--backbones", "/m/deep", "--window-around-probe", str(probe), "--results", str(tmp_path / "r.jsonl"),
+                 "--quiet"]) == 2
+    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
+    assert main(["sweep", "--fusions", "scalar_mix", "--window-alone", "--results", str(tmp_path / "r.jsonl")]) == 2
+    assert "--window-alone shapes the windows of --window-around-probe" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()

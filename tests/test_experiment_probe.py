@@ -1,0 +1,144 @@
+"""The probe (dwatt.experiment.probe, through dwatt probe): a head on every layer at several rates trained together, the
+layer chosen on dev named and its head saved (cut where the backbone allows), on NER and on the user's own
+classification files, and a stopped probe resumed without training again."""
+
+import json
+
+import pytest
+
+from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenClassification
+
+
+def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
+                                                                                         tmp_path, capsys):
+    from dwatt.cli import main
+    from dwatt.experiment.probe import PROBE_LEARNING_RATES
+
+    results = tmp_path / "probe.jsonl"
+    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
+            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(results), "--quiet", "--test"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 3 * 2 and {r["config"]["layers"] for r in rows} == {"1", "2", "3"}
+    assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
+    best = max(rows, key=lambda r: (r["best_dev_f1"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
+    layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
+    assert (f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev F1 {100 * best['best_dev_f1']:.2f}, "
+            f"test F1 {100 * best['test_scores']['f1']:.2f}") in printed
+    assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
+    # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
+    (ensemble,) = rows[0]["probe_ensembles"]
+    layers = ", ".join(str(member["layer"]) for member in ensemble["members"])
+    assert (f"the 3 best layers' heads averaged (layers {layers}; a method of its own, not served yet): dev F1 "
+            f"{100 * ensemble['best_f1']:.2f}, test F1 {100 * ensemble['test_scores']['f1']:.2f}") in printed
+    # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
+    folder = tmp_path / "chosen" / "model"
+    assert f"model: {folder} (runs layers 1-{layer} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0
+    saved = json.loads((tmp_path / "chosen" / "results.json").read_text())
+    assert saved["best_dev_f1"] == best["best_dev_f1"] and saved["test_scores"]["f1"] == best["test_scores"]["f1"]
+    model = RobertaDWAttForTokenClassification.from_pretrained(folder)
+    assert model.config.read_layer == int(layer) and model.dwatt.backbone.config.num_hidden_layers == int(layer)
+    card = (folder / "README.md").read_text()
+    assert "## How this head was chosen" in card and f"chose layer {layer} at {rate:g}" in card
+    assert f"runs layers 1–{layer} of 3" in card or int(layer) == 3
+    assert PROBE_LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2)
+    model_file = folder / "model.safetensors"
+    stamp = model_file.stat().st_mtime_ns
+    assert main(argv) == 0  # resumed: nothing left to train, the same rows, the chosen model kept as it is
+    assert model_file.stat().st_mtime_ns == stamp
+    assert [json.loads(line) for line in results.read_text().splitlines()] == rows
+    assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
+    assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
+
+
+def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
+    """Stopped while the test split is scored (after every copy trained), `dwatt probe` run again trains nothing and
+    stores what an uninterrupted probe stores."""
+    from dwatt.cli import main
+    from dwatt.experiment.store import ResultsStore
+    from dwatt.experiment.summaries import comparable
+
+    def probe(results):
+        return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1",
+                     "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet", "--test",
+                     "--no-save"])
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dwatt.training.ner.scored_test_split", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            probe(tmp_path / "stopped" / "r.jsonl")
+    assert not (tmp_path / "stopped" / "r.jsonl").exists()
+    assert len(list((tmp_path / "stopped").rglob("dwatt_trained.json"))) == 3 * 2  # 3 layers x 2 rates, all final
+
+    def trains(*args, **kwargs):
+        raise AssertionError("trained again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dwatt.stacked_heads.train_heads", trains)
+        assert probe(tmp_path / "stopped" / "r.jsonl") == 0
+    assert probe(tmp_path / "straight" / "r.jsonl") == 0
+    capsys.readouterr()
+
+    def kept(row):
+        row = comparable(row)
+        row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}
+        return {k: v for k, v in row.items() if k not in ("cache_seconds",)}
+
+    resumed, straight = (ResultsStore(tmp_path / name / "r.jsonl").rows() for name in ("stopped", "straight"))
+    assert len(resumed) == 6 and [kept(r) for r in resumed] == [kept(r) for r in straight]
+    assert not list((tmp_path / "stopped").rglob("dwatt_trained.*"))  # the records go once the results are written
+
+
+def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_saves_the_chosen_head(tiny_backbone, tiny_topics, tmp_path, capsys):
+    """A probe for text classification on TSV files with columns of the user's naming: each head on one layer, read
+    out of one cache of every layer, scores what that head trained alone scores; the chosen head is saved cut at its
+    layer and `dwatt predict` runs it."""
+    from dwatt.cli import main
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in ("train.csv", "dev.csv"):
+        lines = (tiny_topics / name).read_text().splitlines()
+        (data / name.replace(".csv", ".tsv")).write_text("sentence\ttopic\n" + "".join(line.replace(",", "\t") + "\n" for line in lines[1:]))
+    options = ["--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--text-column", "sentence",
+               "--label-column", "topic", "--n-shot", "3", "--epochs", "3", "--cache-dtype", "float32"]
+    results = tmp_path / "probe" / "results.jsonl"
+    assert main(["probe", *options, "--learning-rates", "5e-3,5e-2", "--results", str(results), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
+    assert printed.splitlines()[0].startswith("dev accuracy by layer and learning rate")
+    best = max(rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
+    layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
+    assert f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}" in printed
+    probed = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
+    from dwatt.training import RunConfig, run_together
+
+    alone = RunConfig(**(probed["config"] | {"output_dir": str(tmp_path / "alone"), "save_model": False,
+                                             "backbone": str(tiny_backbone), "data_dir": str(data)}))
+    (trained,) = run_together([alone])
+    assert probed["engine"] == "budgets" and trained["dev_curve"] == probed["dev_curve"]
+    model = tmp_path / "probe" / "chosen" / "model"
+    assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
+    capsys.readouterr()
+    assert main(["predict", str(model), "lamb to boycott"]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_saves_a_cut_head(tiny_decoder, tiny_topics, tmp_path, capsys):
+    from dwatt.cli import main
+
+    results = tmp_path / "probe" / "results.jsonl"
+    assert main(["probe", "--task", "cls", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_topics), "--n-shot", "3",
+                 "--epochs", "2", "--learning-rates", "5e-2", "--layers", "1,2", "--trials", "2", "--results", str(results),
+                 "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 2 * 2 and {row["pooling"] for row in rows} == {"last"}
+    assert "each trial's own choice: layer" in printed
+    model = RobertaDWAttForSequenceClassification.from_pretrained(tmp_path / "probe" / "chosen" / "model")
+    assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer

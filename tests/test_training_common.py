@@ -1,0 +1,60 @@
+"""What every training run shares (dwatt.training.common): its CPU time beside its wall time, a fixed dev subset."""
+
+import time
+
+import pytest
+import torch
+
+from dwatt import RobertaDWAttForTokenClassification
+from dwatt.data import load_conll2003
+from dwatt.training import InitialModels, run_ner
+
+from .helpers import tiny_ner_run_config
+
+
+def test_a_run_records_its_cpu_time_beside_its_wall_time_so_that_waiting_for_a_core_shows(monkeypatch):
+    """Which clock each figure reads, with the clocks replaced: no timing of this machine is asserted."""
+    from dwatt.training import common
+
+    fields = common.RunClock.__dataclass_fields__  # the process's CPU time counts every thread's
+    assert fields["wall"].default_factory is time.perf_counter and fields["cpu"].default_factory is time.process_time
+    monkeypatch.setattr(common.time, "perf_counter", lambda: 112.5)
+    monkeypatch.setattr(common.time, "process_time", lambda: 9.25)
+    clock = common.RunClock(wall=100.0, cpu=7.0)  # 12.5 s waited, of which 2.25 s computing
+    assert clock.elapsed() == {"wall_seconds": 12.5, "cpu_seconds": 2.25}
+
+
+def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path):
+    runs = [run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / str(seed), save_model=False, seed=seed,
+                               dev_sentences=3)) for seed in (0, 1)]
+    assert [r["num_dev_sentences"] for r in runs] == [3, 3]
+    supports = [{k: v for k, v in r["best_dev_scores"].items() if k.endswith("_support")} for r in runs]
+    assert supports[0] == supports[1]  # every trial is scored on the same sentences
+    assert len(load_conll2003(tiny_conll)["validation"]) > 3
+    with pytest.raises(ValueError, match="--dev-sentences must be > 0"):
+        run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "x", dev_sentences=0))
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n", "scalar_mix"])
+def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
+    from transformers import set_seed
+
+    memo = InitialModels()
+    first = memo.build(str(tiny_backbone), fusion, 7, num_labels=5)
+    again = memo.build(str(tiny_backbone), fusion, 7, num_labels=5)
+    other_seed = memo.build(str(tiny_backbone), fusion, 8, num_labels=5)
+    assert (memo.hits, memo.misses) == (1, 2)
+    set_seed(7)
+    fresh = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=5)
+    for model in (first, again):
+        state = model.state_dict()
+        assert state.keys() == fresh.state_dict().keys()
+        for name, tensor in fresh.state_dict().items():
+            assert torch.equal(state[name], tensor), name
+        assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+    assert again.dwatt.backbone is not first.dwatt.backbone  # a copy: an FT run may change its own
+    with torch.no_grad():
+        again.classifier.weight.add_(1.0)  # training one model leaves the remembered start alone
+    assert torch.equal(memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight)
+    if fusion != "scalar_mix":  # ScalarMix starts from constants, whatever the seed
+        assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
