@@ -30,7 +30,7 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
     (ensemble,) = rows[0]["probe_ensembles"]
     layers = ", ".join(str(member["layer"]) for member in ensemble["members"])
-    assert (f"the 3 best layers' heads averaged (layers {layers}; a method of its own, not served yet): dev F1 "
+    assert (f"the 3 best layers' heads averaged (layers {layers}; --save-ensemble 3 saves it as one model): dev F1 "
             f"{100 * ensemble['best_f1']:.2f}, test F1 {100 * ensemble['test_scores']['f1']:.2f}") in printed
     # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
     folder = tmp_path / "chosen" / "model"
@@ -142,3 +142,32 @@ def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_sa
     assert "each trial's own choice: layer" in printed
     model = RobertaDWAttForSequenceClassification.from_pretrained(tmp_path / "probe" / "chosen" / "model")
     assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer
+
+
+def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ensemble_did(tiny_backbone, tiny_conll,
+                                                                                           tmp_path, capsys):
+    """`--save-ensemble 3`: the heads of trial 0's three best layers, trained again and saved as one model, are the
+    probe's ensemble of 3: the same members, and `dwatt evaluate` scores it on test as the probe did."""
+    from dwatt.cli import main
+
+    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "3",
+            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(tmp_path / "probe.jsonl"),
+            "--quiet", "--test"]
+    assert main([*argv, "--save-ensemble", "3"]) == 0
+    printed = capsys.readouterr().out
+    (probed,) = [entry for row in map(json.loads, (tmp_path / "probe.jsonl").read_text().splitlines())
+                 for entry in row.get("probe_ensembles") or [] if entry["size"] == 3]
+    folder = tmp_path / "ensemble-3"
+    manifest = json.loads((folder / "ensemble.json").read_text())
+    members = [(member["layer"], member["learning_rate"]) for member in probed["members"]]
+    assert list(zip(manifest["layers"], manifest["learning_rates"])) == members
+    assert manifest["members"] == [f"layer-{layer}/model" for layer, _ in members]
+    assert f"ensemble: {folder} (the 3 best layers' heads of trial 0 averaged: layers " in printed
+    assert main(["evaluate", str(folder), "--data-dir", str(tiny_conll), "--split", "test"]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(probed["test_scores"]["f1"], abs=1e-9)
+    assert main(["predict", str(folder), "peter blackburn rejects"]) == 0
+    assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == ["peter", "blackburn", "rejects"]
+    assert main(["predict", str(folder), "--quantize", "int8", "eu"]) == 2
+    assert "is a probe ensemble, which runs in fp32" in capsys.readouterr().err
+    assert main([*argv, "--save-ensemble", "4"]) == 2  # three layers probed
+    assert "--save-ensemble 4: the probe has 3 layers to average" in capsys.readouterr().err

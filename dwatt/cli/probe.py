@@ -43,6 +43,10 @@ def register(commands) -> None:
                         help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside the results)")
     parser.add_argument("--no-save", action="store_false", dest="save_model",
                         help="do not save the chosen head (the table and the figure only)")
+    parser.add_argument("--save-ensemble", type=int, default=None, metavar="K",
+                        help="also save the K best layers' heads (each at its best rate on dev), their probabilities "
+                             "averaged, as one model in <output>/ensemble-K that dwatt predict and evaluate run "
+                             "(PyTorch fp32)")
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)

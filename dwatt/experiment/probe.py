@@ -7,7 +7,9 @@ The heads of one trial train together (`run_together`, the budgets engine), each
 of every probed layer (for text classification, pooled sentence vectors).
 The choice is the (layer, rate) with the best dev score averaged over the trials; each trial's own choice is printed
 beside it, to show how stable it is. The saved head is trial 0's at that choice, trained again alone into its own
-folder (the same seed, sample and cache values give the same head as in the probe), cut at its layer.
+folder (the same seed, sample and cache values give the same head as in the probe), cut at its layer. With
+`save_ensemble` K, trial 0's heads of the K best layers (`ensemble_members`) are trained again too and saved as one
+model that averages their probabilities (`dwatt.serving.ensemble`).
 """
 
 from __future__ import annotations
@@ -50,11 +52,16 @@ class ProbeSettings:
     output_root: str | None = None
     output: str | None = None
     save_model: bool = True
+    save_ensemble: int | None = None  # also save the heads of this many best layers, averaged, as one model
     progress: bool = True
 
     def __post_init__(self) -> None:
         if self.task not in METRICS:
             raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
+        if self.save_ensemble is not None and self.save_ensemble < 2:
+            raise ValueError(f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}")
+        if self.save_ensemble is not None and not self.save_model:
+            raise ValueError("--save-ensemble saves a model: leave out --no-save")
         if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
             raise ValueError("--pooling and the --*-column options are for text classification: add --task cls")
 
@@ -82,6 +89,8 @@ class ProbeOutcome:
     figure: Path | None = None
     model: Path | None = None
     saved: dict = field(default_factory=dict)
+    ensemble: Path | None = None  # the saved ensemble's folder (`save_ensemble`), its members in `ensemble_members`
+    ensemble_members: list[tuple[int, float]] = field(default_factory=list)
     # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each
     # {"layers": [...], "dev": ..., "test": ...} (x 100)
     ensembles: dict[int, list[dict]] = field(default_factory=dict)
@@ -127,6 +136,9 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     from .sweep import run_sweep
 
     specs = probe_specs(settings)
+    layers = len({spec.layers for spec in specs})
+    if settings.save_ensemble and settings.save_ensemble > layers:  # said before anything trains
+        raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
     overrides = settings.overrides()
     run_sweep(specs, settings.results, settings.output_root, progress=settings.progress, engine="budgets", **overrides)
     rows = ResultsStore(settings.results).finished(specs, overrides, "budgets")
@@ -136,6 +148,9 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
         chosen = next(spec for spec in specs if spec.trial == outcome.trials[0]
                       and (int(spec.layers), spec.learning_rate) == outcome.chosen)
         outcome.model, outcome.saved = save_chosen(chosen, settings, outcome)
+    if settings.save_ensemble:
+        outcome.ensemble_members = ensemble_members(outcome, settings.save_ensemble)
+        outcome.ensemble = save_ensemble(specs, settings, outcome)
     return outcome
 
 
@@ -194,7 +209,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(f"each trial's own choice: {picks} ({agree} of {len(outcome.trials)} on layer {layer})")
     for size, ensembles in sorted(outcome.ensembles.items()):
         layers = "; ".join(", ".join(map(str, ensemble["layers"])) for ensemble in ensembles)
-        lines.append(f"the {size} best layers' heads averaged (layers {layers}; a method of its own, not served yet): "
+        lines.append(f"the {size} best layers' heads averaged (layers {layers}; --save-ensemble {size} saves it as one model): "
                      f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
                      f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}")
     last = max(outcome.layers)
@@ -206,6 +221,12 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
     if outcome.model:
         lines.append(f"model: {outcome.model} (runs layers 1-{layer} of {outcome.depth_text()}; "
                      f"dwatt predict {outcome.model} \"...\", dwatt export {outcome.model} OUT --quantize int8)")
+    if outcome.ensemble:
+        members = ", ".join(f"{member} at {rate:g}" for member, rate in outcome.ensemble_members)
+        lines.append(f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
+                     f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
+                     f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
+                     f"dwatt predict {outcome.ensemble} \"...\", in PyTorch fp32)")
     return lines
 
 
@@ -265,6 +286,53 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     card = model_card(model, results, heads_only=False, has_tokenizer=True)
     (model_folder / "README.md").write_text(card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n")
     return model_folder, results
+
+
+def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]]:
+    """The (layer, rate) of the `size` best layers' heads of the probe's first trial, best first: each layer at its
+    best rate on dev, the layers ranked by that score, as the probe's ensembles are (`ranked_members`)."""
+    from ..training.probe_ensembles import ranked_members
+
+    trial = outcome.trials[0]
+    runs = [(layer, rate) for t, layer, rate in outcome.scores if t == trial]
+    if size > len({layer for layer, _ in runs}):
+        raise ValueError(f"--save-ensemble {size}: the probe has {len({layer for layer, _ in runs})} layers to average")
+    ranked = ranked_members([layer for layer, _ in runs], [outcome.scores[trial, layer, rate]["dev"] for layer, rate in runs])
+    return [runs[index] for index in ranked[:size]]
+
+
+def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path:
+    """Train the ensemble's members (`outcome.ensemble_members`) again, together, each into
+    `<folder>/ensemble-<size>/layer-<k>` (cut at its layer), and write the folder `dwatt predict` runs as one model
+    (`dwatt.serving.ensemble`): the members best first, and a model card."""
+    from ..serving.ensemble import write_ensemble
+    from ..training import run_together
+
+    trial, members = outcome.trials[0], outcome.ensemble_members
+    folder = settings.folder / f"ensemble-{len(members)}"
+    configs = []
+    for layer, rate in members:
+        spec = next(s for s in specs if s.trial == trial and (int(s.layers), s.learning_rate) == (layer, rate))
+        config = spec.run_config(settings.folder, **settings.overrides())
+        config.output_dir, config.save_model, config.progress = str(folder / f"layer-{layer}"), True, False
+        configs.append(config)
+    pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
+    if pending:
+        run_together(pending)
+    _, _, metric = METRICS[outcome.task]
+    about = {"task": outcome.task, "chosen_on": "dev", "trial": trial, "layers": [layer for layer, _ in members],
+             "learning_rates": [rate for _, rate in members]}
+    write_ensemble(folder, [f"layer-{layer}/model" for layer, _ in members], about)
+    rows = [f"| {layer} | {rate:g} | {outcome.scores[trial, layer, rate]['dev']:.2f} |" for layer, rate in members]
+    (folder / "README.md").write_text("\n".join([
+        f"# The {len(members)} best layers' heads of a probe, averaged", "",
+        f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} at learning rates "
+        f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
+        f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
+        f"`dwatt evaluate` run this folder as one model: the backbone once, through layer {max(outcome.ensemble_members)[0]}, "
+        "then every head (PyTorch fp32; an ensemble is not exported).", "",
+        f"| layer | learning rate | dev {metric} of its head |", "|---|---|---|", *rows, ""]))
+    return folder
 
 
 def _finished(config: RunConfig, folder: Path) -> dict | None:

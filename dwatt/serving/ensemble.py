@@ -1,0 +1,96 @@
+"""A probe ensemble served as one model: the heads of the best layers on one backbone pass, their class probabilities
+averaged, as `dwatt.training.probe_ensembles` scored them.
+
+`dwatt probe --save-ensemble K` writes a folder holding `ensemble.json` (the members' checkpoint folders, best layer
+first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer). `dwatt predict` and `dwatt
+evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep as the deepest member
+reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its logits, so that an arg-max
+or a softmax of them is the ensemble's. It runs in PyTorch fp32: an ensemble is neither exported nor quantized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers.utils import ModelOutput
+
+from ..atomic import read_json, write_json_atomically
+
+ENSEMBLE_FILE = "ensemble.json"
+
+
+@dataclass
+class EnsembleOutput(ModelOutput):
+    """`logits`: the log of the members' mean class probabilities (per token for a tagger)."""
+
+    logits: torch.Tensor | None = None
+
+
+def is_ensemble(folder: str | Path) -> bool:
+    return (Path(folder) / ENSEMBLE_FILE).is_file()
+
+
+def write_ensemble(folder: str | Path, members: list[str], about: dict) -> Path:
+    """`ensemble.json` in `folder`: the members' checkpoint folders relative to it, best layer first, and `about`
+    (how they were chosen)."""
+    path = Path(folder) / ENSEMBLE_FILE
+    write_json_atomically(path, {"members": members, **about})
+    return path
+
+
+def member_folders(folder: str | Path) -> list[Path]:
+    """The members' checkpoint folders an ensemble folder lists, each checked to be there."""
+    folder = Path(folder)
+    manifest = read_json(folder / ENSEMBLE_FILE)
+    members = manifest.get("members") if isinstance(manifest, dict) else None
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+        raise ValueError(f"{folder / ENSEMBLE_FILE}: 'members' must be a list of the members' folders")
+    paths = [folder / member for member in members]
+    missing = [str(path) for path in paths if not (path / "config.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder / ENSEMBLE_FILE}: the member {missing[0]} has no checkpoint (config.json)")
+    return paths
+
+
+class AveragedHeads(nn.Module):
+    """Heads of one task and label set on one backbone (`SharedBackboneHeads`), served as one model whose logits are
+    the log of their mean probabilities. `config` is the first member's (its labels are every member's)."""
+
+    def __init__(self, heads: nn.Module):
+        super().__init__()
+        members = list(heads.heads.values())
+        first = members[0].config
+        for name, head in heads.heads.items():
+            if type(head) is not type(members[0]) or head.config.id2label != first.id2label:
+                raise ValueError(f"an ensemble's members must be heads of one task and label set: {name} is a "
+                                 f"{type(head).__name__} with labels {list(head.config.id2label.values())}, the first "
+                                 f"a {type(members[0]).__name__} with {list(first.id2label.values())}")
+        self.heads, self.config = heads, first
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.heads.parameters()).device
+
+    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, logits_mask=None) -> EnsembleOutput:
+        outputs = self.heads(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                             logits_mask=logits_mask)
+        probabilities = torch.stack([output.logits.float().softmax(-1) for output in outputs.values()]).mean(0)
+        return EnsembleOutput(logits=probabilities.log())
+
+
+def load_ensemble(folder: str | Path):
+    """The ensemble in `folder` (`AveragedHeads`, in eval mode), its tokenizer (its first member's) and its task."""
+    from ..checkpoints import checkpoint_task
+    from ..tokenization import load_tokenizer
+    from .shared_heads import SharedBackboneHeads
+
+    paths = member_folders(folder)
+    model = AveragedHeads(SharedBackboneHeads.from_pretrained([str(path) for path in paths])).eval()
+    return model, load_tokenizer(str(paths[0])), checkpoint_task(model.config)
+
+
+__all__ = ["ENSEMBLE_FILE", "AveragedHeads", "EnsembleOutput", "is_ensemble", "load_ensemble", "member_folders",
+           "write_ensemble"]
