@@ -169,5 +169,7 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == ["peter", "blackburn", "rejects"]
     assert main(["predict", str(folder), "--quantize", "int8", "eu"]) == 2
     assert "is a probe ensemble, which runs in fp32" in capsys.readouterr().err
+    assert main(["export", str(folder), str(tmp_path / "onnx")]) == 2
+    assert "is a probe ensemble, which dwatt does not export yet" in capsys.readouterr().err
     assert main([*argv, "--save-ensemble", "4"]) == 2  # three layers probed
     assert "--save-ensemble 4: the probe has 3 layers to average" in capsys.readouterr().err

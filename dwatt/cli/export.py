@@ -20,8 +20,12 @@ def register(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..serving.ensemble import is_ensemble
     from ..serving.export import export_onnx
 
+    if is_ensemble(args.checkpoint):
+        raise ValueError(f"{args.checkpoint} is a probe ensemble, which dwatt does not export yet: serve it with dwatt "
+                         "predict (PyTorch fp32), or export one of its members' checkpoints (layer-<k>/model)")
     config = export_onnx(args.checkpoint, args.output, quantize=args.quantize)
     graphs = ", ".join(f"{args.output}/{name}" for name in config["graphs"].values())
     print(f"exported {args.checkpoint} ({config['task']}, {config['fusion']}) to {graphs}; onnxruntime's logits within "

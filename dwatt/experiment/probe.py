@@ -329,8 +329,8 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
         f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} at learning rates "
         f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
         f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
-        f"`dwatt evaluate` run this folder as one model: the backbone once, through layer {max(outcome.ensemble_members)[0]}, "
-        "then every head (PyTorch fp32; an ensemble is not exported).", "",
+        f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
+        f"{max(layer for layer, _ in members)}, then every head (PyTorch fp32; an ensemble is not exported).", "",
         f"| layer | learning rate | dev {metric} of its head |", "|---|---|---|", *rows, ""]))
     return folder
 

@@ -2,10 +2,11 @@
 averaged, as `dwatt.training.probe_ensembles` scored them.
 
 `dwatt probe --save-ensemble K` writes a folder holding `ensemble.json` (the members' checkpoint folders, best layer
-first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer). `dwatt predict` and `dwatt
-evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep as the deepest member
-reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its logits, so that an arg-max
-or a softmax of them is the ensemble's. It runs in PyTorch fp32: an ensemble is neither exported nor quantized.
+first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer). `dwatt
+predict` and `dwatt evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep
+as the deepest member reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its
+logits, so that an arg-max or a softmax of them is the ensemble's. It runs in PyTorch fp32: an ensemble is neither
+exported nor quantized.
 """
 
 from __future__ import annotations
