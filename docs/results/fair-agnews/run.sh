@@ -29,8 +29,8 @@ for BACKBONE in models/all-MiniLM-L6-v2 models/SmolLM2-135M-Instruct-q4; do
   done
   wait
 done
-# ScalarMix with layer dropout (scalar_mix_dropout, added after the grid began): MiniLM at N = 16, its own store.
-dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 16 \
+# ScalarMix with layer dropout (scalar_mix_dropout, added after the grid began): MiniLM, its own store.
+dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 16,64 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-agnews-ld --quiet
 # Probe ensembles (the top-3 and top-5 layers' heads averaged, added after MiniLM's grid ran): its probe trained again
