@@ -17,15 +17,14 @@ from ..data import CONLL_LABELS
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
-from ..run_config import MODES
+from ..run_config import MODES, SAMPLINGS
+from ..tasks import TASKS
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
 from .cls import run_classification
 from .common import (
     DEV_SAMPLE_SEED,
     FEATURE_MEMO,
     INITIAL_MODELS,
-    SAMPLINGS,
-    TASKS,
     InitialModels,
     RunConfig,
     finish_run,

@@ -37,8 +37,7 @@ from ..features import (
     gib,
 )
 from ..portable import portable_results
-from ..run_config import MODES, SAMPLINGS, RunConfig  # noqa: F401  (re-exported)
-from ..tasks import TASKS  # noqa: F401  (re-exported)
+from ..run_config import RunConfig
 from ..sampling import sample_sentences
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, RunProgress
 
