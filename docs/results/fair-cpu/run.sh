@@ -62,5 +62,15 @@ dwatt sweep --fusions scalar_mix --learning-rates "$RATES",3e-2 --n-shots 32 --e
   --backbones models/all-mpnet-base-v2 --test --engine budgets \
   --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
   --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window.jsonl --threads 1 --output-root runs/window-cpu --quiet
+# DWAtt on the same windows (with the last layer), at DWAtt's rates; ScalarMix on the windows alone (--window-alone:
+# no last layer, the backbone run no deeper than the window).
+dwatt sweep --fusions dwatt --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+  --backbones models/all-mpnet-base-v2 --test --engine budgets \
+  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window-dwatt.jsonl --threads 1 --output-root runs/window-cpu --quiet
+dwatt sweep --fusions scalar_mix --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+  --backbones models/all-mpnet-base-v2 --test --engine budgets --window-alone \
+  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window-alone.jsonl --threads 1 --output-root runs/window-cpu --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"
