@@ -65,11 +65,11 @@ for STEP in scalar_mix:window-alone dwatt:window-alone-dwatt; do
     --output-root runs/window-alone --quiet &
 done
 wait
-# SmolLM2's ScalarMix one rate up (3e-2): its few-shot dev sample chose 1e-2, the largest rate tried, in every trial
-# (run on the CPU, its own store).
-dwatt sweep --fusions scalar_mix --learning-rates 3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+# SmolLM2's ScalarMix one rate up at a time (3e-2, then 1e-1): its few-shot dev sample chose 1e-2, the largest rate
+# tried, in every trial, then the 1000 dev sentences chose 3e-2 in every trial (run on the CPU, its own store).
+dwatt sweep --fusions scalar_mix --learning-rates 3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
   --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
-  --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.scalar-mix-3e-2.jsonl --threads 1 \
+  --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.scalar-mix-larger-rates.jsonl --threads 1 \
   --output-root runs/fair-few-shot-dev --quiet
 # The no-dev protocol (the last epoch at dwatt train's rate) for MiniLM's fusions: the grid above ran before runs scored
 # their last epoch, so its fusions train again, into a report of their own beside the probe that scored it (trained
