@@ -145,8 +145,7 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
-        chosen = next(spec for spec in specs if spec.trial == outcome.trials[0]
-                      and (int(spec.layers), spec.learning_rate) == outcome.chosen)
+        chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
         outcome.model, outcome.saved = save_chosen(chosen, settings, outcome)
     if settings.save_ensemble:
         outcome.ensemble_members = ensemble_members(outcome, settings.save_ensemble)
@@ -276,8 +275,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     from ..training import run_together
 
     folder = settings.folder / "chosen"
-    config = spec.run_config(settings.folder, **settings.overrides())
-    config.output_dir, config.save_model, config.progress = str(folder), True, False
+    config = saving_config(spec, settings, folder)
     model_folder = folder / "model"
     results = _finished(config, folder)  # a probe run again keeps the head it saved for the same choice
     if results is None:
@@ -286,6 +284,18 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     card = model_card(model, results, heads_only=False, has_tokenizer=True)
     (model_folder / "README.md").write_text(card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n")
     return model_folder, results
+
+
+def spec_at(specs, trial: int, layer: int, rate: float):
+    """The probe's run of `trial` on `layer` at `rate`."""
+    return next(spec for spec in specs if spec.trial == trial and (int(spec.layers), spec.learning_rate) == (layer, rate))
+
+
+def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
+    """`spec`'s run as the probe trains it again alone to keep its model: into `folder`, saved, quiet."""
+    config = spec.run_config(settings.folder, **settings.overrides())
+    config.output_dir, config.save_model, config.progress = str(folder), True, False
+    return config
 
 
 def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]]:
@@ -310,12 +320,8 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
 
     trial, members = outcome.trials[0], outcome.ensemble_members
     folder = settings.folder / f"ensemble-{len(members)}"
-    configs = []
-    for layer, rate in members:
-        spec = next(s for s in specs if s.trial == trial and (int(s.layers), s.learning_rate) == (layer, rate))
-        config = spec.run_config(settings.folder, **settings.overrides())
-        config.output_dir, config.save_model, config.progress = str(folder / f"layer-{layer}"), True, False
-        configs.append(config)
+    configs = [saving_config(spec_at(specs, trial, layer, rate), settings, folder / f"layer-{layer}")
+               for layer, rate in members]
     pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
     if pending:
         run_together(pending)
