@@ -1,4 +1,5 @@
-"""`dwatt export`: a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer (and its int8 graph)."""
+"""`dwatt export`: a checkpoint (or a probe ensemble) as an ONNX graph for onnxruntime, beside its tokenizer (and its
+int8 graph)."""
 
 from __future__ import annotations
 
@@ -20,14 +21,12 @@ def register(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..serving.ensemble import is_ensemble
     from ..serving.export import export_onnx
 
-    if is_ensemble(args.checkpoint):
-        raise ValueError(f"{args.checkpoint} is a probe ensemble, which dwatt does not export yet: serve it with dwatt "
-                         "predict (PyTorch fp32), or export one of its members' checkpoints (layer-<k>/model)")
     config = export_onnx(args.checkpoint, args.output, quantize=args.quantize)
     graphs = ", ".join(f"{args.output}/{name}" for name in config["graphs"].values())
-    print(f"exported {args.checkpoint} ({config['task']}, {config['fusion']}) to {graphs}; onnxruntime's logits within "
+    what = (f"a probe ensemble of {len(config['ensemble']['members'])} heads" if "ensemble" in config
+            else config["fusion"])
+    print(f"exported {args.checkpoint} ({config['task']}, {what}) to {graphs}; onnxruntime's logits within "
           f"{config['check']['max_abs_logit_difference']:.1e} of PyTorch's")
     return 0

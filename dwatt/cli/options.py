@@ -47,21 +47,14 @@ def runtime(args: argparse.Namespace) -> str:
 
 
 def inference_model(args: argparse.Namespace):
-    """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint in PyTorch (int8 with
-    `--quantize int8`), a probe ensemble's folder (fp32), or an ONNX export in onnxruntime (its int8 graph with
-    `--quantize int8`)."""
+    """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint or a probe ensemble's folder in
+    PyTorch (int8 with `--quantize int8`), or an ONNX export in onnxruntime (its int8 graph with `--quantize int8`)."""
     if runtime(args) == "onnx":
         from ..serving.onnx_runtime import load_export
 
         return load_export(args.checkpoint, args.quantize)
-    from ..serving.ensemble import is_ensemble, load_ensemble
-
-    if is_ensemble(args.checkpoint):
-        if args.quantize:
-            raise ValueError(f"--quantize: {args.checkpoint} is a probe ensemble, which runs in fp32; leave out --quantize")
-        return load_ensemble(args.checkpoint)
-    from ..checkpoints import load_checkpoint
+    from ..serving.ensemble import load_checkpoint_or_ensemble
     from ..serving.quantization import quantize
 
-    model, tokenizer, task = load_checkpoint(args.checkpoint)
+    model, tokenizer, task = load_checkpoint_or_ensemble(args.checkpoint)
     return quantize(model, args.quantize), tokenizer, task

@@ -5,12 +5,14 @@ averaged, as `dwatt.training.probe_ensembles` scored them.
 first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer). `dwatt
 predict` and `dwatt evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep
 as the deepest member reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its
-logits, so that an arg-max or a softmax of them is the ensemble's. It runs in PyTorch fp32: an ensemble is neither
-exported nor quantized.
+logits, so that an arg-max or a softmax of them is the ensemble's. Like a checkpoint, it runs int8 on a CPU
+(`--quantize int8`: the shared backbone's linear maps, `dwatt.serving.quantization`) and exports to one ONNX graph
+(`dwatt export`, `dwatt.serving.export`), its members' heads inside.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from torch import nn
 from transformers.utils import ModelOutput
 
 from ..atomic import read_json, write_json_atomically
+
 
 ENSEMBLE_FILE = "ensemble.json"
 
@@ -72,14 +75,20 @@ class AveragedHeads(nn.Module):
         self.heads, self.config = heads, first
 
     @property
+    def takes_token_types(self) -> bool:
+        """Whether the shared backbone reads token types (an exported graph takes them as an input)."""
+        return self.heads.runner.takes_token_types
+
+    @property
     def device(self) -> torch.device:
         return next(self.heads.parameters()).device
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, logits_mask=None) -> EnsembleOutput:
         outputs = self.heads(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
                              logits_mask=logits_mask)
-        probabilities = torch.stack([output.logits.float().softmax(-1) for output in outputs.values()]).mean(0)
-        return EnsembleOutput(logits=probabilities.log())
+        # The log of the mean probability, computed from log-probabilities: never -inf where one member is sure
+        log_probabilities = torch.stack([output.logits.float().log_softmax(-1) for output in outputs.values()])
+        return EnsembleOutput(logits=log_probabilities.logsumexp(0) - math.log(len(outputs)))
 
 
 def load_ensemble(folder: str | Path):
@@ -93,5 +102,13 @@ def load_ensemble(folder: str | Path):
     return model, load_tokenizer(str(paths[0])), checkpoint_task(model.config)
 
 
-__all__ = ["ENSEMBLE_FILE", "AveragedHeads", "EnsembleOutput", "is_ensemble", "load_ensemble", "member_folders",
-           "write_ensemble"]
+def load_checkpoint_or_ensemble(folder: str | Path):
+    """What `folder` holds, run in PyTorch: a probe ensemble (`load_ensemble`) or a checkpoint
+    (`dwatt.checkpoints.load_checkpoint`); the model in eval mode, its tokenizer and its task."""
+    from ..checkpoints import load_checkpoint
+
+    return load_ensemble(folder) if is_ensemble(folder) else load_checkpoint(folder)
+
+
+__all__ = ["ENSEMBLE_FILE", "AveragedHeads", "EnsembleOutput", "is_ensemble", "load_checkpoint_or_ensemble", "load_ensemble",
+           "member_folders", "write_ensemble"]

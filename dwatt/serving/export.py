@@ -24,8 +24,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 from ..portable import portable_path
+from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
+
 
 # onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
 TOLERANCE = 1e-4
@@ -63,7 +64,10 @@ def _quiet_exporter():
 
 def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
-    return ["input_ids", "attention_mask"] + (["token_type_ids"] if model.dwatt.takes_token_types else [])
+    from .ensemble import AveragedHeads
+
+    takes_token_types = model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.takes_token_types
+    return ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_token_types else [])
 
 
 def check_batch(tokenizer, inputs: list[str]) -> dict[str, torch.Tensor]:
@@ -110,15 +114,16 @@ def quantize_onnx(source: str | Path, target: str | Path) -> None:
 
 
 def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None) -> dict:
-    """Write `checkpoint` (a saved DWAtt task model, full or head-only) to `output` as an ONNX graph with its tokenizer
-    and `dwatt_export.json`; with `quantize="int8"` also an int8 graph. Checks onnxruntime against PyTorch on a padded
+    """Write `checkpoint` (a saved DWAtt task model, full or head-only, or a probe ensemble's folder: one graph, its
+    logits the ensemble's) to `output` as an ONNX graph with its tokenizer and `dwatt_export.json`; with
+    `quantize="int8"` also an int8 graph. Checks onnxruntime against PyTorch on a padded
     batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE` or are not finite. The export is
     written into a scratch folder beside `output` and swapped in whole when it is complete (`replace_folder`): a
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from ..atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
-    from ..checkpoints import load_checkpoint
+    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder, sha256_of, write_json_atomically
+    from .ensemble import ENSEMBLE_FILE, is_ensemble, load_checkpoint_or_ensemble
 
     runtime = needs("onnxruntime")
     if quantize not in GRAPHS:
@@ -127,7 +132,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     if output.exists() and not (output.is_dir() and (is_export(output) or not any(output.iterdir()))):
         raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
                          "give a new or empty folder")
-    model, tokenizer, task = load_checkpoint(checkpoint)
+    model, tokenizer, task = load_checkpoint_or_ensemble(checkpoint)
     with scratch_folder(output) as staging:
         inputs = graph_inputs(model)
         difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
@@ -150,6 +155,8 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
             "fusion": model.config.fusion,
             "id2label": {str(i): label for i, label in model.config.id2label.items()},
             "pooling": getattr(model.config, "pooling", None),
+            # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
+            **({"ensemble": read_json(Path(checkpoint) / ENSEMBLE_FILE)} if is_ensemble(checkpoint) else {}),
             "inputs": inputs,
             "graphs": graphs,
             "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},

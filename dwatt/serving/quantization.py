@@ -18,7 +18,8 @@ export's int8 graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.servi
 command (`benchmarks/predict_speed.py`). PyTorch marks its quantized tensors as deprecated; the ONNX path does not
 depend on them.
 DWAtt's stacked value MLPs are batched matmuls over raw weights, not `nn.Linear`s: they stay fp32, as do GPT-2's
-`Conv1D` projections.
+`Conv1D` projections. A probe ensemble (`dwatt.serving.ensemble.AveragedHeads`) is quantized the same way: the backbone
+its members share, once, and each member's fusion; their heads stay fp32.
 """
 
 from __future__ import annotations
@@ -59,26 +60,38 @@ def full_range_activations_exact() -> bool:
     return bool(torch.allclose(out, torch.full_like(out, -64.0), rtol=0.02))
 
 
+def quantized_parts(model: nn.Module) -> list[nn.Module]:
+    """The parts of `model` whose linear maps int8 quantizes: a DWAtt task model's backbone and fusion (`model.dwatt`),
+    or each member's of a probe ensemble (their shared backbone among them)."""
+    from .ensemble import AveragedHeads
+
+    if isinstance(model, AveragedHeads):
+        return [head.dwatt for head in model.heads.heads.values()]
+    if hasattr(model, "dwatt"):
+        return [model.dwatt]
+    raise ValueError(f"quantize_int8 takes a DWAtt task model or a probe ensemble, got {type(model).__name__}")
+
+
 def quantize_int8(model: nn.Module, full_range: bool | None = None) -> nn.Module:
-    """`model` (a DWAtt task model, in place, put in eval mode) with dynamic int8 `nn.Linear`s in its backbone and
-    fusion module (`model.dwatt`); its head stays fp32. `full_range`: 8-bit activations on every linear map, or
-    7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it exactly
-    (see the module docstring). For inference on a CPU only: the result cannot train."""
-    if not hasattr(model, "dwatt"):
-        raise ValueError(f"quantize_int8 takes a DWAtt task model, got {type(model).__name__}")
+    """`model` (a DWAtt task model or a probe ensemble, in place, put in eval mode) with dynamic int8 `nn.Linear`s in
+    its backbone and fusion (`quantized_parts`); its heads stay fp32. `full_range`: 8-bit activations on every linear
+    map, or 7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it
+    exactly (see the module docstring). For inference on a CPU only: the result cannot train."""
+    parts = quantized_parts(model)
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 dynamic quantization runs on the CPU: move the model there first (model.cpu())")
     model.eval()
     if full_range is None:
         full_range = full_range_activations_exact()
     encoder = model.config.encoder_config
-    chosen = {name: per_channel_dynamic_qconfig for name, module in model.dwatt.named_modules()
-              if isinstance(module, nn.Linear) and (full_range or not is_up_projection(module, encoder))}
     mapping = {nn.Linear: FullRangeDynamicLinear if full_range else dynamic_quantized.Linear}
-    with warnings.catch_warnings():  # PyTorch's note that its quantized tensor type is deprecated (see the docstring)
-        warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated.*")
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        torch.ao.quantization.quantize_dynamic(model.dwatt, chosen, dtype=torch.qint8, mapping=mapping, inplace=True)
+    for part in parts:  # a backbone shared by several parts is quantized with the first: its maps are no longer Linear
+        chosen = {name: per_channel_dynamic_qconfig for name, module in part.named_modules()
+                  if isinstance(module, nn.Linear) and (full_range or not is_up_projection(module, encoder))}
+        with warnings.catch_warnings():  # PyTorch's note that its quantized tensor type is deprecated (see the docstring)
+            warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated.*")
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
+            torch.ao.quantization.quantize_dynamic(part, chosen, dtype=torch.qint8, mapping=mapping, inplace=True)
     return model
 
 
@@ -99,4 +112,4 @@ def quantize(model: nn.Module, kind: str | None) -> nn.Module:
 
 
 __all__ = ["QUANTIZATIONS", "FullRangeDynamicLinear", "full_range_activations_exact", "is_up_projection", "quantize",
-           "quantize_int8"]
+           "quantize_int8", "quantized_parts"]
