@@ -33,6 +33,10 @@ done
 dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 16,64 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-agnews-ld --quiet
+# SmolLM2's ScalarMix with layer dropout (added later), out to 1e-1 at once: SmolLM2's ScalarMix reached 1e-1 on CoNLL-03.
+dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2,1e-1 --n-shots 16,64 \
+  --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.layer-dropout.jsonl --threads 1 --output-root runs/fair-agnews-ld --quiet
 # Probe ensembles (the top-3 and top-5 layers' heads averaged, added after MiniLM's grid ran): its probe trained again
 # into its own store; its runs equal the grid's (the report keeps each once, with the ensembles).
 dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 \
