@@ -225,7 +225,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
                      f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
                      f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
-                     f"dwatt predict {outcome.ensemble} \"...\", in PyTorch fp32)")
+                     f"dwatt predict {outcome.ensemble} \"...\", dwatt export {outcome.ensemble} OUT --quantize int8)")
     return lines
 
 
@@ -336,7 +336,8 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
         f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
         f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
         f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
-        f"{max(layer for layer, _ in members)}, then every head (PyTorch fp32; an ensemble is not exported).", "",
+        f"{max(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
+        f"export` writes it as one ONNX graph.", "",
         f"| layer | learning rate | dev {metric} of its head |", "|---|---|---|", *rows, ""]))
     return folder
 
