@@ -13,8 +13,14 @@ cut model's fp32 tags equal the uncut model's (PyTorch, every sentence), and the
 int8 export's agreement with fp32 is recorded. Sizes of the checkpoints and the exports (with their weight files),
 cut and uncut.
 
-    dwatt probe --backbone models/all-MiniLM-L6-v2 --n-shot 32 --dev-sentences 1000 --test --results runs/probe-minilm/results.jsonl
-    python benchmarks/probe_serving.py --chosen runs/probe-minilm/chosen/model --sentences 2000 --rounds 3
+With `--ensemble` (the folder `dwatt probe --save-ensemble K` wrote), the probe ensemble runs in the same rounds, in
+PyTorch and as its fp32 and int8 exports: what averaging the K best layers' heads costs against serving the chosen one.
+Checked: its fp32 export tags as it does in PyTorch; its int8 export's agreement with fp32 is recorded.
+
+    dwatt probe --backbone models/all-MiniLM-L6-v2 --n-shot 32 --dev-sentences 1000 --test --save-ensemble 3 \
+      --results runs/probe-minilm/results.jsonl
+    python benchmarks/probe_serving.py --chosen runs/probe-minilm/chosen/model --ensemble runs/probe-minilm/ensemble-3 \
+      --sentences 2000 --rounds 3
 
 Writes `results/probe_serving_<backbone>.json` and `.md` next to this file (or into --output).
 """
@@ -42,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 BASELINE, CONTROL = "pipeline batch 32", "pipeline batch 32 again"
 CUT, UNCUT, CUT_FP32 = "cut export int8", "uncut export int8", "cut export fp32"
 CUT_TORCH, UNCUT_TORCH = "cut model fp32 (PyTorch)", "uncut model fp32 (PyTorch)"
+ENSEMBLE, ENSEMBLE_FP32, ENSEMBLE_TORCH = "ensemble export int8", "ensemble export fp32", "ensemble fp32 (PyTorch)"
 # Issue 42's targets against the pipeline: MiniLM's head cut, exported and int8; SmolLM2's head cut (its fastest form
 # that tags as fp32 does is what counts: int8 is recorded with its agreement).
 TARGETS = {"all-MiniLM-L6-v2": ("cut export int8", 0.35), "SmolLM2-135M-Instruct-q4": ("cut export fp32", 0.25)}
@@ -88,9 +95,37 @@ def export(checkpoint: Path, folder: Path) -> None:
                    check=True, capture_output=True)
 
 
+def ensemble_settings(folder: Path, work: Path, tokenizer, words: list[list[str]]) -> dict:
+    """The probe ensemble in `folder`, in PyTorch and exported (fp32 and int8), as timed settings, with what is known
+    of it: its members, how deep it runs the backbone, whether its fp32 export tags as it does, its int8 export's
+    agreement, and its sizes."""
+    from dwatt.serving.ensemble import load_ensemble, member_folders
+
+    model, _, _ = load_ensemble(folder)
+    export(folder, work / "ensemble-onnx")
+    graphs = {graph: load_export(work / "ensemble-onnx", graph)[0] for graph in (None, "int8")}
+    tags = predict_tags(model, tokenizer, words)
+    assert predict_tags(graphs[None], tokenizer, words) == tags, "the ensemble's fp32 export tags differently from it"
+    int8_tags = predict_tags(graphs["int8"], tokenizer, words)
+    heads = list(model.heads.heads.values())
+    return {
+        "settings": {ENSEMBLE: lambda: predict_tags(graphs["int8"], tokenizer, words),
+                     ENSEMBLE_FP32: lambda: predict_tags(graphs[None], tokenizer, words),
+                     ENSEMBLE_TORCH: lambda: predict_tags(model, tokenizer, words)},
+        "layers": [head.config.read_layer for head in heads],
+        "depth": max(head.config.run_depth for head in heads),
+        "export_tags_equal_fp32": True,
+        "int8_tag_agreement": round(sum(a == b for a, b in zip(int8_tags, tags)) / len(words), 4),
+        "checkpoint_bytes": sum(folder_bytes(path, ("model.safetensors",)) for path in member_folders(folder)),
+        "export_bytes": {graph: export_bytes(work / "ensemble-onnx", file)
+                         for graph, file in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))},
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chosen", required=True, help="the checkpoint `dwatt probe` saved (OUTPUT/chosen/model)")
+    parser.add_argument("--ensemble", help="a probe ensemble's folder (OUTPUT/ensemble-K), timed beside the chosen head")
     parser.add_argument("--sentences", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
@@ -131,6 +166,8 @@ def main(argv: list[str] | None = None) -> dict:
             CUT_TORCH: lambda: predict_tags(cut, tokenizer, words),
             UNCUT_TORCH: lambda: predict_tags(whole, tokenizer, words),
         }
+        ensemble = ensemble_settings(Path(args.ensemble), work, tokenizer, words) if args.ensemble else {}
+        settings |= ensemble.pop("settings", {})
         timings = results_files.interleaved_timings(settings, args.rounds, control=BASELINE, warmup=args.warmup)
         median = timings["median"]
         sizes = {"checkpoint_bytes": {"cut": folder_bytes(chosen, ("model.safetensors",)),
@@ -154,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cut_vs_uncut_bound": round(bound, 3),
         "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": True, "int8_tag_agreement": round(int8_agreement, 4),
         **sizes,
+        **({"ensemble": ensemble} if ensemble else {}),
     }
     results_files.write(args.output, f"probe_serving_{name}", result, readme_text(result))
     return result
@@ -194,9 +232,19 @@ def readme_text(result: dict) -> str:
         f"{sizes['checkpoint_bytes']['uncut'] / mib:.1f} MiB; export fp32 {sizes['export_bytes']['cut']['fp32'] / mib:.1f}"
         f" / {sizes['export_bytes']['uncut']['fp32'] / mib:.1f} MiB, int8 {sizes['export_bytes']['cut']['int8'] / mib:.1f}"
         f" / {sizes['export_bytes']['uncut']['int8'] / mib:.1f} MiB.",
-        "",
     ]
-    return "\n".join(lines)
+    ensemble = result.get("ensemble")
+    if ensemble:
+        lines.append(
+            f"- The probe ensemble (the heads of layers {', '.join(map(str, ensemble['layers']))}, their probabilities "
+            f"averaged; the backbone run through layer {ensemble['depth']}): its int8 export takes "
+            f"**{ratio[ENSEMBLE]:.2f}×** the pipeline's time and **{median[ENSEMBLE] / median[CUT]:.2f}×** the chosen "
+            f"head's cut int8 export's; in PyTorch fp32 {median[ENSEMBLE_TORCH] / median[CUT_TORCH]:.2f}× the cut "
+            f"model's. Its fp32 export tags as it does in PyTorch on every sentence; its int8 export tags "
+            f"{100 * ensemble['int8_tag_agreement']:.1f}% of the sentences as fp32 does. Sizes: checkpoints "
+            f"{ensemble['checkpoint_bytes'] / mib:.1f} MiB (its members together), export fp32 "
+            f"{ensemble['export_bytes']['fp32'] / mib:.1f} MiB, int8 {ensemble['export_bytes']['int8'] / mib:.1f} MiB.")
+    return "\n".join(lines + [""])
 
 
 if __name__ == "__main__":
