@@ -99,7 +99,8 @@ def ensemble_settings(folder: Path, work: Path, tokenizer, words: list[list[str]
     """The probe ensemble in `folder`, in PyTorch and exported (fp32 and int8), as timed settings, with what is known
     of it: its members, how deep it runs the backbone, whether its fp32 export tags as it does, its int8 export's
     agreement, and its sizes."""
-    from dwatt.serving.ensemble import load_ensemble, member_folders
+    from dwatt.checkpoints import member_folders
+    from dwatt.serving.ensemble import load_ensemble
 
     model, _, _ = load_ensemble(folder)
     export(folder, work / "ensemble-onnx")

@@ -1,10 +1,12 @@
-"""Loading a saved DWAtt checkpoint (a `dwatt train` model folder, a head-only folder, or a Hub id) with its task."""
+"""Loading a saved DWAtt checkpoint (a `dwatt train` model folder, a head-only folder, or a Hub id) with its task, and
+the format of a probe ensemble's folder (`ensemble.json` beside its members' checkpoints; run as one model by
+`dwatt.serving.ensemble`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .atomic import read_json
+from .atomic import read_json, write_json_atomically
 from .tasks import TASKS, task_of_architectures
 
 
@@ -74,4 +76,56 @@ def load_checkpoint(path: str | Path):
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 
-__all__ = ["check_checkpoint_folder", "checkpoint_task", "load_checkpoint"]
+ENSEMBLE_FILE = "ensemble.json"
+
+
+def is_ensemble(path: str | Path) -> bool:
+    """Whether `path` (a folder, or a Hub repo id: its manifest fetched into the Hub cache) holds a probe ensemble."""
+    from .data.files import is_local_path
+
+    if is_local_path(path):
+        return (Path(path) / ENSEMBLE_FILE).is_file()
+    from transformers.utils import cached_file
+
+    try:
+        return cached_file(str(path), ENSEMBLE_FILE, _raise_exceptions_for_missing_entries=False) is not None
+    except OSError:  # no such repo, or none in the cache offline: not an ensemble; loading it as a checkpoint says why
+        return False
+
+
+def ensemble_folder(path: str | Path) -> Path:
+    """The local folder of the probe ensemble at `path`: the folder itself, or a Hub repo's snapshot (every member,
+    fetched into the Hub cache; offline, the cached one)."""
+    from .data.files import is_local_path
+
+    if is_local_path(path):
+        return Path(path)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(str(path)))
+
+
+def write_ensemble(folder: str | Path, members: list[str], about: dict) -> Path:
+    """`ensemble.json` in `folder`: the members' checkpoint folders relative to it, best layer first, and `about`
+    (how they were chosen)."""
+    path = Path(folder) / ENSEMBLE_FILE
+    write_json_atomically(path, {"members": members, **about})
+    return path
+
+
+def member_folders(folder: str | Path) -> list[Path]:
+    """The members' checkpoint folders an ensemble folder lists, each checked to be there."""
+    folder = Path(folder)
+    manifest = read_json(folder / ENSEMBLE_FILE)
+    members = manifest.get("members") if isinstance(manifest, dict) else None
+    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
+        raise ValueError(f"{folder / ENSEMBLE_FILE}: 'members' must be a list of the members' folders")
+    paths = [folder / member for member in members]
+    missing = [str(path) for path in paths if not (path / "config.json").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{folder / ENSEMBLE_FILE}: the member {missing[0]} has no checkpoint (config.json)")
+    return paths
+
+
+__all__ = ["ENSEMBLE_FILE", "check_checkpoint_folder", "checkpoint_task", "ensemble_folder", "is_ensemble", "load_checkpoint",
+           "member_folders", "write_ensemble"]

@@ -1,4 +1,5 @@
-"""The Hub side: model cards and pushes of head-only (or full) checkpoints through huggingface_hub's upload API.
+"""The Hub side: model cards and pushes of head-only (or full) checkpoints, and of probe ensembles, through
+huggingface_hub's upload API.
 
 Network code lives here, in the library, and never in the remote-code files that travel with checkpoints.
 """
@@ -62,11 +63,12 @@ def fusion_settings(config) -> str:
 
 
 def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True,
-               has_tokenizer: bool = False) -> str:
+               has_tokenizer: bool = False, subfolder: str | None = None) -> str:
     """
     README.md for a DWAtt checkpoint: YAML metadata (library_name, base_model, tags, datasets, metrics and the
     run's results as model-index), the fusion and training mode, the measured scores, and a usage snippet with
-    `trust_remote_code=True`.
+    `trust_remote_code=True` (loading from `subfolder` of the repo where the checkpoint is one of several, as an
+    ensemble's members are).
     """
     config = model.config
     task = task_of_architectures([type(model).__name__]) or TASKS["ner"]
@@ -105,7 +107,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
             }
         ]
     auto_class = task.auto_class
-    tokenizer_source = (repo_id or "path/to/checkpoint") if has_tokenizer else config.backbone_name_or_path
+    checkpoint = f'"{repo_id or "path/to/checkpoint"}"' + (f', subfolder="{subfolder}"' if subfolder else "")
+    tokenizer_source = checkpoint if has_tokenizer else f'"{config.backbone_name_or_path}"'
     trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
     if config.lora:
@@ -117,7 +120,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         yaml.safe_dump(metadata, sort_keys=False).rstrip(),
         "---",
         "",
-        f"# {repo_id or 'DWAtt checkpoint'}",
+        f"# {repo_id or 'DWAtt checkpoint'}" + (f" ({subfolder})" if subfolder else ""),
         "",
         f"A `{config.fusion}` layer-fusion model ({type(model).__name__}) over the "
         f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{config.backbone_name_or_path}`"
@@ -150,8 +153,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "```python",
         f"from transformers import {auto_class}, AutoTokenizer",
         "",
-        f'model = {auto_class}.from_pretrained("{repo_id or "path/to/checkpoint"}", trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer_source}"{trust_tokenizer})',
+        f'model = {auto_class}.from_pretrained({checkpoint}, trust_remote_code=True)',
+        f'tokenizer = AutoTokenizer.from_pretrained({tokenizer_source}{trust_tokenizer})',
         "```",
         "",
         "`trust_remote_code=True` runs the `*_dwatt.py` files of this repository (`modeling_dwatt.py` and the files it",
@@ -253,6 +256,19 @@ def push_to_hub(
     backbone is known only by a local path is refused, and a full push then records no backbone name. A failed
     Hub request raises `HubError` with one line saying what to do.
     """
+    published = _published_id(model, backbone_id, heads_only)
+    api = api or HfApi(token=token)
+    with _hub_errors(repo_id):
+        repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as folder:
+        _save_for_hub(model, Path(folder), published, heads_only, results, tokenizer, repo_id)
+        kind = "head-only" if heads_only else "full"
+        message = commit_message or f"Upload {kind} DWAtt checkpoint ({model.config.fusion})"
+        return _upload(api, repo_id, folder, message, token, revision, create_pr)
+
+
+def _published_id(model, backbone_id: str | None, heads_only: bool) -> str | None:
+    """The backbone's Hub id a push records (`backbone_hub_id`); a head-only push without one is refused."""
     published = backbone_hub_id(model, backbone_id)
     if heads_only and published is None:
         raise ValueError(
@@ -260,28 +276,85 @@ def push_to_hub(
             f"{model.config.backbone_name_or_path!r}; pass backbone_id= (--backbone-id), e.g. "
             "'sentence-transformers/all-MiniLM-L6-v2', or push the full model (--full)"
         )
-    api = api or HfApi(token=token)
-    with _hub_errors(repo_id):
-        repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
-    with tempfile.TemporaryDirectory() as folder, _published_backbone(model, published):
+    return published
+
+
+def _save_for_hub(model, folder: Path, published: str | None, heads_only: bool, results: dict | None, tokenizer,
+                  repo_id: str, subfolder: str | None = None) -> None:
+    """`model` as it goes out, into `folder` (the repo's `subfolder`): its weights (head-only or full), config naming
+    the backbone by `published`, tokenizer, results and model card."""
+    with _published_backbone(model, published):
         model.save_pretrained(folder, heads_only=heads_only)
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         if results is not None:
-            Path(folder, "results.json").write_text(json.dumps(_without_local_backbone(results, published), indent=2, default=str) + "\n")
-        Path(folder, "README.md").write_text(model_card(model, results, repo_id, heads_only, has_tokenizer=tokenizer is not None))
-        kind = "head-only" if heads_only else "full"
-        message = commit_message or f"Upload {kind} DWAtt checkpoint ({model.config.fusion})"
-        with _hub_errors(repo_id):
-            commit = api.upload_folder(
-                repo_id=repo_id,
-                folder_path=folder,
-                commit_message=message,
-                token=token,
-                revision=revision,
-                create_pr=create_pr,
-            )
+            (folder / "results.json").write_text(json.dumps(_without_local_backbone(results, published), indent=2, default=str) + "\n")
+        (folder / "README.md").write_text(model_card(model, results, repo_id, heads_only, has_tokenizer=tokenizer is not None,
+                                                     subfolder=subfolder))
+
+
+def _upload(api: HfApi, repo_id: str, folder: str | Path, message: str, token, revision: str | None = None,
+            create_pr: bool = False) -> str:
+    """`folder` uploaded to `repo_id` as one commit; the commit's URL."""
+    with _hub_errors(repo_id):
+        commit = api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=message, token=token,
+                                   revision=revision, create_pr=create_pr)
     return str(getattr(commit, "commit_url", commit))
+
+
+def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, backbone_id: str | None = None,
+                  commit_message: str | None = None, private: bool | None = None, token: str | bool | None = None,
+                  api: HfApi | None = None, **upload) -> str:
+    """
+    Push a probe ensemble's folder (`dwatt probe --save-ensemble K`) as one repo, in one commit: `ensemble.json` and a
+    model card at the top, each member (head-only by default: its head weights, config, tokenizer, results and card)
+    in its own subfolder, as in the folder. `dwatt predict REPO` and `load_ensemble(REPO)` run it from the Hub (one
+    backbone, named by its Hub id as in `push_to_hub`); each member also loads alone with
+    `AutoModel...from_pretrained(REPO, subfolder="layer-<k>/model", trust_remote_code=True)`. `upload`: `revision`,
+    `create_pr`, as for `push_to_hub`.
+    """
+    from .atomic import read_json, write_json_atomically
+    from .checkpoints import ENSEMBLE_FILE, load_checkpoint, member_folders
+
+    folder = Path(folder)
+    manifest = read_json(folder / ENSEMBLE_FILE)
+    paths = member_folders(folder)
+    members = [load_checkpoint(path) for path in paths]
+    published = {_published_id(model, backbone_id, heads_only) for model, _, _ in members}
+    if len(published) > 1:  # load_ensemble refuses members of two backbones; a copied folder could still hold them
+        raise ValueError(f"{folder / ENSEMBLE_FILE}: its members name different backbones ({sorted(map(str, published))})")
+    [backbone] = published
+    api = api or HfApi(token=token)
+    with _hub_errors(repo_id):
+        repo_id = api.create_repo(repo_id, private=private, token=token, exist_ok=True).repo_id
+    with tempfile.TemporaryDirectory() as staging:
+        staging = Path(staging)
+        for path, name, (model, tokenizer, _) in zip(paths, manifest["members"], members):
+            results = path.parent / "results.json"
+            (staging / name).mkdir(parents=True)
+            _save_for_hub(model, staging / name, backbone, heads_only, read_json(results) if results.is_file() else None,
+                          tokenizer, repo_id, subfolder=name)
+        write_json_atomically(staging / ENSEMBLE_FILE, manifest)
+        (staging / "README.md").write_text(ensemble_card(folder, manifest, repo_id, backbone, members[0][0]))
+        message = commit_message or f"Upload a DWAtt probe ensemble of {len(paths)} heads"
+        return _upload(api, repo_id, staging, message, token, **upload)
+
+
+def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | None, first) -> str:
+    """README.md for a pushed probe ensemble: YAML metadata, the probe's own card for the folder (how the members were
+    chosen), and how to run it."""
+    task = task_of_architectures([type(first).__name__]) or TASKS["ner"]
+    metadata = {"library_name": "dwatt", "base_model": backbone, "pipeline_tag": task.pipeline_tag,
+                "tags": TAGS + [task.pipeline_tag, "probe-ensemble"], "license": "apache-2.0"}
+    about = folder / "README.md"
+    body = about.read_text() if about.is_file() else f"# A probe ensemble of {len(manifest['members'])} heads\n"
+    return "\n".join([
+        "---", yaml.safe_dump(metadata, sort_keys=False).rstrip(), "---", "", body.rstrip(), "",
+        "## Use", "",
+        "With dwatt installed, the ensemble runs as one model (the backbone once, then every head):", "",
+        "```bash", f"dwatt predict {repo_id} \"...\"", "```", "",
+        f"Each member is a DWAtt checkpoint of its own: `from_pretrained(\"{repo_id}\", subfolder=\"{manifest['members'][0]}\", "
+        "trust_remote_code=True)` with the matching `AutoModelFor...` class.", ""])
 
 
 def _without_local_backbone(results: dict, published: str | None) -> dict:
@@ -293,10 +366,13 @@ def _without_local_backbone(results: dict, published: str | None) -> dict:
 
 
 def push_run(run_dir: str | Path, repo_id: str, **kwargs) -> str:
-    """Push a finished `dwatt train` run directory (its `model/` and `results.json`)."""
+    """Push a finished `dwatt train` run directory (its `model/` and `results.json`), or a probe ensemble's folder
+    (`push_ensemble`)."""
     from .atomic import read_json
-    from .checkpoints import load_checkpoint
+    from .checkpoints import is_ensemble, load_checkpoint
 
+    if is_ensemble(run_dir):
+        return push_ensemble(run_dir, repo_id, **kwargs)
     run_dir = Path(run_dir)
     results_file, model_dir = run_dir / "results.json", run_dir / "model"
     if not results_file.is_file() or not model_dir.is_dir():

@@ -43,6 +43,33 @@ def with_random_head(model):
     return model.eval()
 
 
+ENSEMBLE_LABELS = {0: "O", 1: "B-PER", 2: "I-PER"}
+
+
+def saved_with_tokenizer(model, folder, backbone):
+    """`model` with random heads (`with_random_head`), saved into `folder` with `backbone`'s tokenizer."""
+    from transformers import AutoTokenizer
+
+    with_random_head(model).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(backbone).save_pretrained(folder)
+    return folder
+
+
+def an_ensemble(task, backbone, folder, layers=(2, 1)):
+    """A probe ensemble's folder (as `dwatt probe --save-ensemble` writes it) of heads on `layers` of `backbone`
+    (random, seeded heads; labels `ENSEMBLE_LABELS`)."""
+    from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
+    from dwatt.checkpoints import write_ensemble
+
+    build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
+    torch.manual_seed(0)
+    for layer in layers:
+        member = build.from_backbone(str(backbone), fusion="base", layers=str(layer), id2label=ENSEMBLE_LABELS)
+        saved_with_tokenizer(member, folder / f"layer-{layer}" / "model", backbone)
+    write_ensemble(folder, [f"layer-{layer}/model" for layer in layers], {"task": task, "k": len(layers)})
+    return folder
+
+
 class RecordingApi:
     """Stands in for huggingface_hub.HfApi at its API boundary and records what the upload would send."""
 
@@ -55,7 +82,7 @@ class RecordingApi:
 
     def upload_folder(self, *, repo_id, folder_path, commit_message, **kwargs):
         folder = Path(folder_path)
-        files = {p.name: p.read_bytes() for p in folder.iterdir()}
+        files = {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
         self.calls.append(("upload_folder", repo_id, {"files": files, "commit_message": commit_message, **kwargs}))
         return type("CommitInfo", (), {"commit_url": f"https://hub.invalid/{repo_id}/commit/1"})()
 

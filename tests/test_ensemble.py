@@ -2,27 +2,19 @@
 probabilities, each member as it runs alone, on one backbone pass; int8 quantizes the shared backbone once and keeps the
 heads; it exports to one ONNX graph that `dwatt predict` runs like the ensemble; members of another task or label set and
 a member that is not there are refused with the place named. Saved by `dwatt probe --save-ensemble`:
-test_experiment_probe."""
+test_experiment_probe; pushed to the Hub and run by its id: test_hub."""
 
 import json
 
 import pytest
 import torch
-from transformers import AutoTokenizer
 
 from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
-from dwatt.serving.ensemble import is_ensemble, load_ensemble, write_ensemble
+from dwatt.checkpoints import is_ensemble, write_ensemble
+from dwatt.serving.ensemble import load_ensemble
 
-from .helpers import with_random_head
-
-
-LABELS = {0: "O", 1: "B-PER", 2: "I-PER"}
-
-
-def saved(model, folder, backbone):
-    with_random_head(model).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(backbone).save_pretrained(folder)
-    return folder
+from .helpers import ENSEMBLE_LABELS as LABELS
+from .helpers import an_ensemble, saved_with_tokenizer as saved
 
 
 @pytest.mark.parametrize("task", ["ner", "cls"])
@@ -41,17 +33,6 @@ def test_the_ensemble_s_logits_are_the_log_of_its_members_mean_probabilities(tas
     with torch.no_grad():
         alone = [member.eval()(**batch).logits.softmax(-1) for member in members]
         torch.testing.assert_close(model(**batch).logits, torch.stack(alone).mean(0).log())
-
-
-def an_ensemble(task, tiny_backbone, folder, layers=(2, 1)):
-    """An ensemble folder of heads on `layers` of the tiny backbone (random, seeded heads)."""
-    build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
-    torch.manual_seed(0)
-    for layer in layers:
-        member = build.from_backbone(str(tiny_backbone), fusion="base", layers=str(layer), id2label=LABELS)
-        saved(member, folder / f"layer-{layer}" / "model", tiny_backbone)
-    write_ensemble(folder, [f"layer-{layer}/model" for layer in layers], {"task": task, "k": len(layers)})
-    return folder
 
 
 def test_int8_quantizes_the_shared_backbone_once_and_keeps_every_member_s_head(tiny_backbone, tmp_path):

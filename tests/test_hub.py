@@ -1,8 +1,11 @@
-"""Head-only checkpoints, model cards, push_to_hub (at the HfApi boundary) and pull from a Hub cache, all offline. The
-command `dwatt push`: test_cli_push."""
+"""Head-only checkpoints, model cards, push_to_hub (at the HfApi boundary) and pull from a Hub cache, all offline; a
+probe ensemble pushed as one repo and run by its id. The command `dwatt push`: test_cli_push."""
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,10 +14,10 @@ import yaml
 from safetensors import safe_open
 
 from dwatt import FUSIONS, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
-from dwatt.hub import model_card, push_to_hub
+from dwatt.hub import model_card, push_run, push_to_hub
 
 from .conftest import run_without_dwatt, save_tiny_backbone
-from .helpers import RUN_RESULTS, RecordingApi, trained_like
+from .helpers import RUN_RESULTS, RecordingApi, an_ensemble, trained_like
 
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
@@ -316,3 +319,36 @@ def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt_or_warning(ti
     backbone_only = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
                                RUN_RESULTS, "someone/ner", has_tokenizer=False)
     assert f'AutoTokenizer.from_pretrained("{tiny_backbone}")' in backbone_only  # a plain backbone: nothing to trust
+
+
+def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_cache(tiny_backbone, tmp_path):
+    folder = an_ensemble("ner", tiny_backbone, tmp_path / "ensemble")
+    api = RecordingApi()
+    push_run(folder, "someone/ensemble", api=api, backbone_id="someone/tiny-bert")
+    files = uploaded(api)
+    assert api.calls[-1][2]["commit_message"] == "Upload a DWAtt probe ensemble of 2 heads"
+    assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"}
+    assert json.loads(files["ensemble.json"])["members"] == ["layer-2/model", "layer-1/model"]
+    for member in ("layer-2/model", "layer-1/model"):
+        assert {f"{member}/{name}" for name in ("config.json", "model.safetensors", "README.md", "tokenizer.json")} <= set(files)
+        config = json.loads(files[f"{member}/config.json"])
+        assert config["heads_only"] is True and config["backbone_name_or_path"] == "someone/tiny-bert"
+        (tmp_path / "member.safetensors").write_bytes(files[f"{member}/model.safetensors"])
+        with safe_open(str(tmp_path / "member.safetensors"), "pt") as stored:
+            assert not any(key.startswith("dwatt.backbone.") for key in stored.keys())
+        assert f'"someone/ensemble", subfolder="{member}"' in files[f"{member}/README.md"].decode()
+    card = files["README.md"].decode()
+    assert "base_model: someone/tiny-bert" in card and 'dwatt predict someone/ensemble "..."' in card
+    assert not any(str(tmp_path).encode() in content for content in files.values())
+    # Pulled by its id: the uploaded files as the Hub cache holds them, beside the backbone's; offline.
+    cache, snapshot = tmp_path / "hf" / "hub", tmp_path / "snapshot"
+    for name, content in files.items():
+        (snapshot / name).parent.mkdir(parents=True, exist_ok=True)
+        (snapshot / name).write_bytes(content)
+    lay_out_snapshot(cache, "someone/ensemble", "c" * 40, snapshot, main=True)
+    lay_out_snapshot(cache, "someone/tiny-bert", "d" * 40, tiny_backbone, main=True)
+    env = os.environ | {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
+    printed = [subprocess.run([sys.executable, "-m", "dwatt.cli", "predict", source, "peter blackburn rejects", "--quiet"],
+                              capture_output=True, text=True, env=env, timeout=300) for source in (str(folder), "someone/ensemble")]
+    assert [done.returncode for done in printed] == [0, 0], printed[1].stderr[-2000:]
+    assert printed[1].stdout == printed[0].stdout and "peter" in printed[0].stdout

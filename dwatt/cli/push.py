@@ -1,4 +1,5 @@
-"""`dwatt push`: a finished run (head-only by default) with its model card, to the Hub."""
+"""`dwatt push`: a finished run (head-only by default) with its model card, or a probe ensemble's folder as one repo,
+to the Hub."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 
 def register(commands) -> None:
     parser = commands.add_parser("push", help="push a finished run (head-only by default) with a model card to the Hub")
-    parser.add_argument("run_dir")
+    parser.add_argument("run_dir", help="a finished run's folder (results.json and model/), or a probe ensemble's "
+                                        "(dwatt probe --save-ensemble K: OUTPUT/ensemble-K)")
     parser.add_argument("repo_id")
     parser.add_argument("--full", action="store_true", help="push the backbone too")
     parser.add_argument("--commit-message", default=None)

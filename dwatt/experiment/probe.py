@@ -315,7 +315,7 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     """Train the ensemble's members (`outcome.ensemble_members`) again, together, each into
     `<folder>/ensemble-<size>/layer-<k>` (cut at its layer), and write the folder `dwatt predict` runs as one model
     (`dwatt.serving.ensemble`): the members best first, and a model card."""
-    from ..serving.ensemble import write_ensemble
+    from ..checkpoints import write_ensemble
     from ..training import run_together
 
     trial, members = outcome.trials[0], outcome.ensemble_members

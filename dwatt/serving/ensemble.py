@@ -2,7 +2,9 @@
 averaged, as `dwatt.training.probe_ensembles` scored them.
 
 `dwatt probe --save-ensemble K` writes a folder holding `ensemble.json` (the members' checkpoint folders, best layer
-first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer). `dwatt
+first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer): the folder's
+format is `dwatt.checkpoints`' (`write_ensemble`, `member_folders`); `dwatt push` sends it to the Hub as one repo
+(`dwatt.hub.push_ensemble`: the members head-only), which loads by its id. `dwatt
 predict` and `dwatt evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep
 as the deepest member reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its
 logits, so that an arg-max or a softmax of them is the ensemble's. Like a checkpoint, it runs int8 on a CPU
@@ -20,10 +22,6 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
-from ..atomic import read_json, write_json_atomically
-
-
-ENSEMBLE_FILE = "ensemble.json"
 
 
 @dataclass
@@ -31,32 +29,6 @@ class EnsembleOutput(ModelOutput):
     """`logits`: the log of the members' mean class probabilities (per token for a tagger)."""
 
     logits: torch.Tensor | None = None
-
-
-def is_ensemble(folder: str | Path) -> bool:
-    return (Path(folder) / ENSEMBLE_FILE).is_file()
-
-
-def write_ensemble(folder: str | Path, members: list[str], about: dict) -> Path:
-    """`ensemble.json` in `folder`: the members' checkpoint folders relative to it, best layer first, and `about`
-    (how they were chosen)."""
-    path = Path(folder) / ENSEMBLE_FILE
-    write_json_atomically(path, {"members": members, **about})
-    return path
-
-
-def member_folders(folder: str | Path) -> list[Path]:
-    """The members' checkpoint folders an ensemble folder lists, each checked to be there."""
-    folder = Path(folder)
-    manifest = read_json(folder / ENSEMBLE_FILE)
-    members = manifest.get("members") if isinstance(manifest, dict) else None
-    if not isinstance(members, list) or not members or not all(isinstance(m, str) for m in members):
-        raise ValueError(f"{folder / ENSEMBLE_FILE}: 'members' must be a list of the members' folders")
-    paths = [folder / member for member in members]
-    missing = [str(path) for path in paths if not (path / "config.json").is_file()]
-    if missing:
-        raise FileNotFoundError(f"{folder / ENSEMBLE_FILE}: the member {missing[0]} has no checkpoint (config.json)")
-    return paths
 
 
 class AveragedHeads(nn.Module):
@@ -92,12 +64,13 @@ class AveragedHeads(nn.Module):
 
 
 def load_ensemble(folder: str | Path):
-    """The ensemble in `folder` (`AveragedHeads`, in eval mode), its tokenizer (its first member's) and its task."""
-    from ..checkpoints import checkpoint_task
+    """The ensemble in `folder` (or a Hub repo `dwatt push` wrote it to: `ensemble_folder`) as `AveragedHeads`, in
+    eval mode, its tokenizer (its first member's) and its task."""
+    from ..checkpoints import checkpoint_task, ensemble_folder, member_folders
     from ..tokenization import load_tokenizer
     from .shared_heads import SharedBackboneHeads
 
-    paths = member_folders(folder)
+    paths = member_folders(ensemble_folder(folder))
     model = AveragedHeads(SharedBackboneHeads.from_pretrained([str(path) for path in paths])).eval()
     return model, load_tokenizer(str(paths[0])), checkpoint_task(model.config)
 
@@ -105,10 +78,9 @@ def load_ensemble(folder: str | Path):
 def load_checkpoint_or_ensemble(folder: str | Path):
     """What `folder` holds, run in PyTorch: a probe ensemble (`load_ensemble`) or a checkpoint
     (`dwatt.checkpoints.load_checkpoint`); the model in eval mode, its tokenizer and its task."""
-    from ..checkpoints import load_checkpoint
+    from ..checkpoints import is_ensemble, load_checkpoint
 
     return load_ensemble(folder) if is_ensemble(folder) else load_checkpoint(folder)
 
 
-__all__ = ["ENSEMBLE_FILE", "AveragedHeads", "EnsembleOutput", "is_ensemble", "load_checkpoint_or_ensemble", "load_ensemble",
-           "member_folders", "write_ensemble"]
+__all__ = ["AveragedHeads", "EnsembleOutput", "load_checkpoint_or_ensemble", "load_ensemble"]
