@@ -4,10 +4,10 @@ averaged, as `dwatt.training.probe_ensembles` scored them.
 `dwatt probe --save-ensemble K` writes a folder holding `ensemble.json` (the members' checkpoint folders, best layer
 first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer): the folder's
 format is `dwatt.checkpoints`' (`write_ensemble`, `member_folders`); `dwatt push` sends it to the Hub as one repo
-(`dwatt.hub.push_ensemble`: the members head-only), which loads by its id. `dwatt
-predict` and `dwatt evaluate` run such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep
-as the deepest member reads (`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its
-logits, so that an arg-max or a softmax of them is the ensemble's. Like a checkpoint, it runs int8 on a CPU
+(`dwatt.hub.push_ensemble`: the members head-only), which loads by its id. `dwatt predict` and `dwatt evaluate` run
+such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep as the deepest member reads
+(`SharedBackboneHeads`), and gives the log of the members' mean probabilities as its logits, so that an arg-max or a
+softmax of them is the ensemble's. Like a checkpoint, it runs int8 on a CPU
 (`--quantize int8`: the shared backbone's linear maps, `dwatt.serving.quantization`) and exports to one ONNX graph
 (`dwatt export`, `dwatt.serving.export`), its members' heads inside.
 """
@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers.utils import ModelOutput
-
 
 
 @dataclass
