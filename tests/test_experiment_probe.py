@@ -5,6 +5,7 @@ classification files, and a stopped probe resumed without training again."""
 import json
 
 import pytest
+from safetensors import safe_open
 
 from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenClassification
 
@@ -162,6 +163,12 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     members = [(member["layer"], member["learning_rate"]) for member in probed["members"]]
     assert list(zip(manifest["layers"], manifest["learning_rates"])) == members
     assert manifest["members"] == [f"layer-{layer}/model" for layer, _ in members]
+    for layer, _ in members:  # each member cut at its own layer, not at the deepest member's it trained beside
+        member = folder / f"layer-{layer}" / "model"
+        assert json.loads((member / "config.json").read_text()).get("backbone_depth") is None
+        with safe_open(str(member / "model.safetensors"), "pt") as stored:
+            kept = {int(key.split(".layer.")[1].split(".")[0]) for key in stored.keys() if ".encoder.layer." in key}
+        assert kept == set(range(layer))
     assert f"ensemble: {folder} (the 3 best layers' heads of trial 0 averaged: layers " in printed
     assert main(["evaluate", str(folder), "--data-dir", str(tiny_conll), "--split", "test"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(probed["test_scores"]["f1"], abs=1e-9)

@@ -325,6 +325,8 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
     if pending:
         run_together(pending)
+    for config in configs:  # also a member an earlier, stopped run trained and did not cut
+        cut_at_its_layer(Path(config.output_dir) / "model")
     _, _, metric = METRICS[outcome.task]
     about = {"task": outcome.task, "chosen_on": "dev", "trial": trial, "layers": [layer for layer, _ in members],
              "learning_rates": [rate for _, rate in members]}
@@ -340,6 +342,24 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
         f"export` writes it as one ONNX graph.", "",
         f"| layer | learning rate | dev {metric} of its head |", "|---|---|---|", *rows, ""]))
     return folder
+
+
+def cut_at_its_layer(model_folder: Path) -> None:
+    """A checkpoint trained on a backbone kept deeper than its head reads (the ensemble's members train together on
+    one as deep as the deepest member reads), saved again cut at its own layer: the same outputs, a checkpoint that
+    stores and runs only the layers it reads. The folder is replaced whole; one already cut is left as it is."""
+    from ..atomic import give_usual_modes, replace_folder, scratch_folder
+    from ..checkpoints import load_checkpoint
+
+    model, tokenizer, _ = load_checkpoint(str(model_folder))
+    if model.config.backbone_depth is None:
+        return
+    model.dwatt.cut_backbone()
+    with scratch_folder(model_folder) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        give_usual_modes(staging)
+        replace_folder(staging, model_folder)
 
 
 def _finished(config: RunConfig, folder: Path) -> dict | None:
