@@ -76,6 +76,18 @@ def load_checkpoint(path: str | Path):
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 
+def stored_keys(folder: str | Path) -> set[str]:
+    """The names of the tensors a local checkpoint folder stores (one safetensors file, or the shards of its index)."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        return set(read_json(index).get("weight_map", {}))
+    with safe_open(str(folder / "model.safetensors"), "pt") as stored:
+        return set(stored.keys())
+
+
 ENSEMBLE_FILE = "ensemble.json"
 
 
@@ -128,4 +140,4 @@ def member_folders(folder: str | Path) -> list[Path]:
 
 
 __all__ = ["ENSEMBLE_FILE", "check_checkpoint_folder", "checkpoint_task", "ensemble_folder", "is_ensemble", "load_checkpoint",
-           "member_folders", "write_ensemble"]
+           "member_folders", "stored_keys", "write_ensemble"]

@@ -64,7 +64,7 @@ def an_ensemble(task, backbone, folder, layers=(2, 1)):
     build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
     torch.manual_seed(0)
     for layer in layers:
-        member = build.from_backbone(str(backbone), fusion="base", layers=str(layer), id2label=ENSEMBLE_LABELS)
+        member = build.from_backbone(str(backbone), fusion="base", fused_layers=str(layer), id2label=ENSEMBLE_LABELS)
         saved_with_tokenizer(member, folder / f"layer-{layer}" / "model", backbone)
     write_ensemble(folder, [f"layer-{layer}/model" for layer in layers], {"task": task, "k": len(layers)})
     return folder

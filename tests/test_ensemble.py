@@ -21,7 +21,7 @@ from .helpers import an_ensemble, saved_with_tokenizer as saved
 def test_the_ensemble_s_logits_are_the_log_of_its_members_mean_probabilities(task, tiny_backbone, tmp_path):
     torch.manual_seed(0)
     build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
-    members = [build.from_backbone(str(tiny_backbone), fusion="base", layers=str(layer), id2label=LABELS)
+    members = [build.from_backbone(str(tiny_backbone), fusion="base", fused_layers=str(layer), id2label=LABELS)
                for layer in (2, 1)]
     for member, layer in zip(members, (2, 1)):
         saved(member, tmp_path / f"layer-{layer}" / "model", tiny_backbone)

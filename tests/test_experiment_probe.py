@@ -5,6 +5,7 @@ classification files, and a stopped probe resumed without training again."""
 import json
 
 import pytest
+import torch
 from safetensors import safe_open
 
 from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenClassification
@@ -178,3 +179,37 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     assert capsys.readouterr().out.split()[0] == "eu"
     assert main([*argv, "--save-ensemble", "4"]) == 2  # three layers probed
     assert "--save-ensemble 4: the probe has 3 layers to average" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("recorded", ["deeper", "not recorded"])
+def test_a_checkpoint_saved_deeper_than_its_head_reads_is_saved_again_cut_with_the_same_outputs(tiny_backbone, tmp_path,
+                                                                                               recorded):
+    """`cut_at_its_layer`: a head on layer 1 saved with the backbone's 3 layers, its config recording the depth (as an
+    encoder's ensemble members were saved) or not (as a decoder's were), is saved again storing layer 1 only."""
+    from transformers import AutoTokenizer
+
+    from dwatt import DWAttForTokenClassification
+    from dwatt.checkpoints import load_checkpoint, stored_keys
+    from dwatt.experiment.probe import cut_at_its_layer
+
+    torch.manual_seed(0)
+    model = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="1", num_labels=3,
+                                                      backbone_depth=3).eval()
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
+    if recorded == "not recorded":
+        config = json.loads((folder / "config.json").read_text())
+        config.pop("backbone_depth")
+        (folder / "config.json").write_text(json.dumps(config))
+    layers = lambda: {key.split(".layer.")[1].split(".")[0] for key in stored_keys(folder) if ".encoder.layer." in key}
+    assert layers() == {"0", "1", "2"}
+    cut_at_its_layer(folder)
+    assert layers() == {"0"}
+    cut, _, _ = load_checkpoint(folder)
+    batch = {"input_ids": torch.tensor([[2, 5, 6, 7, 3]]), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+    with torch.no_grad():
+        torch.testing.assert_close(cut(**batch).logits, model(**batch).logits)
+    before = (folder / "model.safetensors").stat().st_mtime_ns
+    cut_at_its_layer(folder)  # already cut: left as it is
+    assert (folder / "model.safetensors").stat().st_mtime_ns == before

@@ -349,12 +349,13 @@ def cut_at_its_layer(model_folder: Path) -> None:
     one as deep as the deepest member reads), saved again cut at its own layer: the same outputs, a checkpoint that
     stores and runs only the layers it reads. The folder is replaced whole; one already cut is left as it is."""
     from ..atomic import give_usual_modes, replace_folder, scratch_folder
-    from ..checkpoints import load_checkpoint
+    from ..checkpoints import load_checkpoint, stored_keys
 
-    model, tokenizer, _ = load_checkpoint(str(model_folder))
-    if model.config.backbone_depth is None:
+    model, tokenizer, _ = load_checkpoint(str(model_folder))  # loads only the layers its head reads
+    if model.config.backbone_depth is not None:  # recorded deeper: cut it
+        model.dwatt.cut_backbone()
+    elif stored_keys(model_folder) <= set(model.state_dict()):  # cut, and storing no layer past its own
         return
-    model.dwatt.cut_backbone()
     with scratch_folder(model_folder) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
