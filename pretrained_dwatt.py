@@ -7,10 +7,12 @@ Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwat
 transformers.
 """
 import copy
+import difflib
+import inspect
 
 import torch
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 from transformers.utils import logging
 
 try:
@@ -38,6 +40,17 @@ BACKBONE_IDENTITY = (
     "max_position_embeddings",
 )
 HUB_KWARGS = ("cache_dir", "force_download", "local_files_only", "token", "revision", "subfolder")
+
+
+def refuse_lookalike_arguments(config_kwargs: dict) -> None:
+    """A keyword argument that no config takes but that looks like one of `DWAttConfig`'s (`layers` for
+    `fused_layers`) is refused: the config would keep it as an attribute that nothing reads."""
+    own = [name for name in inspect.signature(DWAttConfig.__init__).parameters if name not in ("self", "kwargs")]
+    known = {*own, *inspect.signature(PretrainedConfig.__init__).parameters, "num_labels"}
+    for key in config_kwargs:
+        close = difflib.get_close_matches(key, own, n=1, cutoff=0.6) if key not in known else []
+        if close:
+            raise TypeError(f"{key!r} is not an argument of DWAttConfig (nothing would read it); did you mean {close[0]!r}?")
 
 
 class PretrainedBackboneMixin:
@@ -72,6 +85,7 @@ class PretrainedBackboneMixin:
                 (`cache_dir`, `local_files_only`, `token`, `attn_implementation`, ...).
             config_kwargs: any other [`DWAttConfig`] argument (`d_pos`, `num_extra_layers`, `id2label`, ...).
         """
+        refuse_lookalike_arguments(config_kwargs)
         load_kwargs = dict(load_kwargs or {})
         if revision is not None:
             load_kwargs["revision"] = revision

@@ -407,3 +407,14 @@ def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
             tiny_config(encoder, "base", fused_layers=spec)
     with pytest.raises(ValueError, match="'base_plus_n' fusion builds on the last layer only; leave it 'all', read one layer with base"):
         tiny_config(encoder, "base_plus_n", fused_layers="2")
+
+
+def test_from_backbone_refuses_an_argument_that_only_looks_like_a_config_argument(tiny_backbone):
+    from dwatt import DWAttForTokenClassification
+
+    for misspelt, meant in (("layers", "fused_layers"), ("d_poss", "d_pos"), ("num_extra_layer", "num_extra_layers")):
+        with pytest.raises(TypeError, match=rf"'{misspelt}' is not an argument of DWAttConfig .*did you mean '{meant}'"):
+            DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3, **{misspelt: 1})
+    model = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3, fused_layers="1",
+                                                      problem_type="single_label_classification", pad_token_id=0)
+    assert model.config.fused_layers == "1" and model.config.run_depth == 1

@@ -19,9 +19,10 @@ def remote_code_files() -> tuple[str, ...]:
 REMOTE_CODE = remote_code_files()
 # `inspect` reads constructor and forward signatures (which arguments an encoder family's classes accept); `copy`
 # copies a decoder's config to build Base+n's extra layers with its per-layer settings continued; `re` names the
-# state-dict keys of the layers past a cut (a pattern for transformers' loader).
+# state-dict keys of the layers past a cut (a pattern for transformers' loader); `difflib` names the config argument a
+# misspelt one of `from_backbone` looks like.
 ALLOWED_MODULES = {"torch", "transformers", "typing", "math", "dataclasses", "contextlib", "inspect", "copy", "re",
-                   "__future__"}
+                   "difflib", "__future__"}
 SIBLINGS = {Path(name).stem for name in REMOTE_CODE}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
