@@ -289,7 +289,8 @@ class PretrainedBackboneMixin:
         if heads_only:
             source = backbone_name_or_path or config.backbone_name_or_path
             revision = backbone_revision or config.backbone_revision
-            load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k != "revision"}
+            # the revision and subfolder given are the checkpoint's, not its backbone's
+            load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k not in ("revision", "subfolder")}
             if revision is not None:
                 load_kwargs["revision"] = revision
             pretrained = cls.load_pretrained_backbone(source, load_kwargs, depth=config.run_depth)

@@ -7,6 +7,7 @@ Network code lives here, in the library, and never in the remote-code files that
 from __future__ import annotations
 
 import json
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -306,8 +307,8 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
                   commit_message: str | None = None, private: bool | None = None, token: str | bool | None = None,
                   api: HfApi | None = None, **upload) -> str:
     """
-    Push a probe ensemble's folder (`dwatt probe --save-ensemble K`) as one repo, in one commit: `ensemble.json` and a
-    model card at the top, each member (head-only by default: its head weights, config, tokenizer, results and card)
+    Push a probe ensemble's folder (`dwatt probe --save-ensemble K`) as one repo, in one commit: `ensemble.json`, a
+    model card and the remote-code files at the top, each member (head-only by default: its head weights, config, tokenizer, results and card)
     in its own subfolder, as in the folder. `dwatt predict REPO` and `load_ensemble(REPO)` run it from the Hub (one
     backbone, named by its Hub id as in `push_to_hub`); each member also loads alone with
     `AutoModel...from_pretrained(REPO, subfolder="layer-<k>/model", trust_remote_code=True)`. `upload`: `revision`,
@@ -334,6 +335,10 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
             (staging / name).mkdir(parents=True)
             _save_for_hub(model, staging / name, backbone, heads_only, read_json(results) if results.is_file() else None,
                           tokenizer, repo_id, subfolder=name)
+        # transformers looks for a subfolder's remote code at the repo's top (get_class_from_dynamic_module takes no
+        # subfolder): the members' files, the same for each, go there too
+        for code in sorted((staging / manifest["members"][0]).glob("*_dwatt.py")):
+            shutil.copyfile(code, staging / code.name)
         write_json_atomically(staging / ENSEMBLE_FILE, manifest)
         (staging / "README.md").write_text(ensemble_card(folder, manifest, repo_id, backbone, members[0][0]))
         message = commit_message or f"Upload a DWAtt probe ensemble of {len(paths)} heads"

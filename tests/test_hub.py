@@ -14,6 +14,7 @@ import yaml
 from safetensors import safe_open
 
 from dwatt import FUSIONS, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
+from dwatt.checkpoints import load_checkpoint
 from dwatt.hub import model_card, push_run, push_to_hub
 
 from .conftest import run_without_dwatt, save_tiny_backbone
@@ -327,7 +328,9 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     push_run(folder, "someone/ensemble", api=api, backbone_id="someone/tiny-bert")
     files = uploaded(api)
     assert api.calls[-1][2]["commit_message"] == "Upload a DWAtt probe ensemble of 2 heads"
-    assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"}
+    remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
+                   "lora_dwatt.py", "pretrained_dwatt.py"}
+    assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"} | remote_code
     assert json.loads(files["ensemble.json"])["members"] == ["layer-2/model", "layer-1/model"]
     for member in ("layer-2/model", "layer-1/model"):
         assert {f"{member}/{name}" for name in ("config.json", "model.safetensors", "README.md", "tokenizer.json")} <= set(files)
@@ -352,3 +355,20 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
                               capture_output=True, text=True, env=env, timeout=300) for source in (str(folder), "someone/ensemble")]
     assert [done.returncode for done in printed] == [0, 0], printed[1].stderr[-2000:]
     assert printed[1].stdout == printed[0].stdout and "peter" in printed[0].stdout
+    # Each member alone, from its subfolder, by transformers with the repo's remote code (which it looks for at the
+    # repo's top) and without dwatt: the member's own logits.
+    ids = torch.tensor([[2, 5, 6, 7, 3]])
+    member, _, _ = load_checkpoint(folder / "layer-2" / "model")
+    with torch.no_grad():
+        torch.save({"ids": ids, "logits": member(input_ids=ids, attention_mask=torch.ones_like(ids)).logits},
+                   tmp_path / "member.pt")
+    run_without_dwatt(f"""
+        import torch
+        from transformers import AutoModelForTokenClassification
+        saved = torch.load({str(tmp_path / "member.pt")!r})
+        model = AutoModelForTokenClassification.from_pretrained("someone/ensemble", subfolder="layer-2/model",
+                                                                trust_remote_code=True).eval()
+        with torch.no_grad():
+            logits = model(input_ids=saved["ids"], attention_mask=torch.ones_like(saved["ids"])).logits
+        torch.testing.assert_close(logits, saved["logits"])
+    """, tmp_path, HF_HUB_CACHE=str(cache))
