@@ -78,6 +78,25 @@ dwatt sweep --fusions scalar_mix --learning-rates 3e-2,1e-1 --n-shots 32 --epoch
 dwatt sweep --fusions scalar_mix,concat,base_plus_n,dwatt --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 \
   --epochs 25 --trials 3 --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --threads 1 --output-root runs/no-dev --quiet
+# MPNet (added later), one trial per shard: the probe at every rate MPNet's fair grid reached (to 1e-1) in one group
+# (its ensembles need every rate of a trial together), ScalarMix to 3e-2, the other fusions at the grid's five rates.
+NAME=all-mpnet-base-v2
+for SHARD in 0 1 2; do
+  (dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1 --n-shots 32 \
+     --epochs 25 --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+     --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/3" --threads 1 \
+     --output-root runs/fair-few-shot-dev --quiet
+   dwatt sweep --fusions scalar_mix --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2,3e-2 --n-shots 32 --epochs 25 --trials 3 \
+     --dev-sentences 1000 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+     --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/3" --threads 1 \
+     --output-root runs/fair-few-shot-dev --quiet
+   dwatt sweep --fusions concat,dwatt,base_plus_n --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 \
+     --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+     --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --shard "$SHARD/3" --threads 1 \
+     --output-root runs/fair-few-shot-dev --quiet) &
+  [ "$SHARD" = 1 ] && wait  # two at a time on two cores
+done
+wait
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
