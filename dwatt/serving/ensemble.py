@@ -44,6 +44,7 @@ class AveragedHeads(nn.Module):
                                  f"{type(head).__name__} with labels {list(head.config.id2label.values())}, the first "
                                  f"a {type(members[0]).__name__} with {list(first.id2label.values())}")
         self.heads, self.config = heads, first
+        self.manifest: dict = {}  # the folder's ensemble.json, where it was loaded from one (`load_ensemble`)
 
     @property
     def takes_token_types(self) -> bool:
@@ -65,12 +66,15 @@ class AveragedHeads(nn.Module):
 def load_ensemble(folder: str | Path):
     """The ensemble in `folder` (or a Hub repo `dwatt push` wrote it to: `ensemble_folder`) as `AveragedHeads`, in
     eval mode, its tokenizer (its first member's) and its task."""
-    from ..checkpoints import checkpoint_task, ensemble_folder, member_folders
+    from ..atomic import read_json
+    from ..checkpoints import ENSEMBLE_FILE, checkpoint_task, ensemble_folder, member_folders
     from ..tokenization import load_tokenizer
     from .shared_heads import SharedBackboneHeads
 
-    paths = member_folders(ensemble_folder(folder))
+    local = ensemble_folder(folder)
+    paths = member_folders(local)
     model = AveragedHeads(SharedBackboneHeads.from_pretrained([str(path) for path in paths])).eval()
+    model.manifest = read_json(local / ENSEMBLE_FILE)
     return model, load_tokenizer(str(paths[0])), checkpoint_task(model.config)
 
 

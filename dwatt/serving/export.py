@@ -122,9 +122,8 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder, sha256_of, write_json_atomically
-    from ..checkpoints import ENSEMBLE_FILE, ensemble_folder, is_ensemble
-    from .ensemble import load_checkpoint_or_ensemble
+    from ..atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
+    from .ensemble import AveragedHeads, load_checkpoint_or_ensemble
 
     runtime = needs("onnxruntime")
     if quantize not in GRAPHS:
@@ -157,7 +156,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
             "id2label": {str(i): label for i, label in model.config.id2label.items()},
             "pooling": getattr(model.config, "pooling", None),
             # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
-            **({"ensemble": read_json(ensemble_folder(checkpoint) / ENSEMBLE_FILE)} if is_ensemble(checkpoint) else {}),
+            **({"ensemble": model.manifest} if isinstance(model, AveragedHeads) else {}),
             "inputs": inputs,
             "graphs": graphs,
             "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
