@@ -57,15 +57,17 @@ def saved_with_tokenizer(model, folder, backbone):
 
 def an_ensemble(task, backbone, folder, layers=(2, 1)):
     """A probe ensemble's folder (as `dwatt probe --save-ensemble` writes it) of heads on `layers` of `backbone`
-    (random, seeded heads; labels `ENSEMBLE_LABELS`)."""
+    (random, seeded heads; labels `ENSEMBLE_LABELS`): the deepest member whole, the others head-only."""
     from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
     from dwatt.checkpoints import write_ensemble
+    from dwatt.experiment.probe import store_member
 
     build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
     torch.manual_seed(0)
     for layer in layers:
         member = build.from_backbone(str(backbone), fusion="base", fused_layers=str(layer), id2label=ENSEMBLE_LABELS)
         saved_with_tokenizer(member, folder / f"layer-{layer}" / "model", backbone)
+        store_member(folder / f"layer-{layer}" / "model", whole=layer == max(layers))
     write_ensemble(folder, [f"layer-{layer}/model" for layer in layers], {"task": task, "k": len(layers)})
     return folder
 

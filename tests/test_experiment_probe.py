@@ -164,12 +164,15 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     members = [(member["layer"], member["learning_rate"]) for member in probed["members"]]
     assert list(zip(manifest["layers"], manifest["learning_rates"])) == members
     assert manifest["members"] == [f"layer-{layer}/model" for layer, _ in members]
-    for layer, _ in members:  # each member cut at its own layer, not at the deepest member's it trained beside
+    deepest = max(layer for layer, _ in members)
+    for layer, _ in members:  # the backbone stored once: by the deepest member, cut at its layer; the others head-only
         member = folder / f"layer-{layer}" / "model"
-        assert json.loads((member / "config.json").read_text()).get("backbone_depth") is None
+        config = json.loads((member / "config.json").read_text())
+        assert config.get("backbone_depth") is None and bool(config.get("heads_only")) == (layer != deepest)
         with safe_open(str(member / "model.safetensors"), "pt") as stored:
             kept = {int(key.split(".layer.")[1].split(".")[0]) for key in stored.keys() if ".encoder.layer." in key}
-        assert kept == set(range(layer))
+            embeddings = any(".embeddings." in key for key in stored.keys())
+        assert kept == (set(range(layer)) if layer == deepest else set()) and embeddings == (layer == deepest)
     assert f"ensemble: {folder} (the 3 best layers' heads of trial 0 averaged: layers " in printed
     assert main(["evaluate", str(folder), "--data-dir", str(tiny_conll), "--split", "test"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(probed["test_scores"]["f1"], abs=1e-9)
@@ -182,15 +185,18 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
 
 
 @pytest.mark.parametrize("recorded", ["deeper", "not recorded"])
-def test_a_checkpoint_saved_deeper_than_its_head_reads_is_saved_again_cut_with_the_same_outputs(tiny_backbone, tmp_path,
-                                                                                               recorded):
-    """`cut_at_its_layer`: a head on layer 1 saved with the backbone's 3 layers, its config recording the depth (as an
-    encoder's ensemble members were saved) or not (as a decoder's were), is saved again storing layer 1 only."""
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "head-only"])
+def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_same_outputs(tiny_backbone, tmp_path,
+                                                                                          recorded, whole):
+    """`store_member`: a head on layer 1 saved with the backbone's 3 layers, its config recording the depth (as an
+    encoder's ensemble members were saved) or not (as a decoder's were), is saved again storing layer 1 only (the
+    member that carries the ensemble's backbone) or its head only (the others); either loads alone with the outputs
+    it had, is left as it is when stored again as asked, and changes part when asked to."""
     from transformers import AutoTokenizer
 
     from dwatt import DWAttForTokenClassification
     from dwatt.checkpoints import load_checkpoint, stored_keys
-    from dwatt.experiment.probe import cut_at_its_layer
+    from dwatt.experiment.probe import store_member
 
     torch.manual_seed(0)
     model = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="1", num_labels=3,
@@ -204,12 +210,18 @@ def test_a_checkpoint_saved_deeper_than_its_head_reads_is_saved_again_cut_with_t
         (folder / "config.json").write_text(json.dumps(config))
     layers = lambda: {key.split(".layer.")[1].split(".")[0] for key in stored_keys(folder) if ".encoder.layer." in key}
     assert layers() == {"0", "1", "2"}
-    cut_at_its_layer(folder)
-    assert layers() == {"0"}
-    cut, _, _ = load_checkpoint(folder)
+    store_member(folder, whole=whole)
+    assert layers() == ({"0"} if whole else set())
+    assert any(key.startswith("dwatt.backbone.") for key in stored_keys(folder)) == whole
     batch = {"input_ids": torch.tensor([[2, 5, 6, 7, 3]]), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
+    stored, _, _ = load_checkpoint(folder)
     with torch.no_grad():
-        torch.testing.assert_close(cut(**batch).logits, model(**batch).logits)
+        torch.testing.assert_close(stored(**batch).logits, model(**batch).logits)
     before = (folder / "model.safetensors").stat().st_mtime_ns
-    cut_at_its_layer(folder)  # already cut: left as it is
+    store_member(folder, whole=whole)  # already stored as asked: left as it is
     assert (folder / "model.safetensors").stat().st_mtime_ns == before
+    store_member(folder, whole=not whole)  # the other part (a probe run again chose a deeper or shallower member)
+    assert layers() == (set() if whole else {"0"})
+    again, _, _ = load_checkpoint(folder)
+    with torch.no_grad():
+        torch.testing.assert_close(again(**batch).logits, model(**batch).logits)

@@ -313,8 +313,9 @@ def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]
 
 def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path:
     """Train the ensemble's members (`outcome.ensemble_members`) again, together, each into
-    `<folder>/ensemble-<size>/layer-<k>` (cut at its layer), and write the folder `dwatt predict` runs as one model
-    (`dwatt.serving.ensemble`): the members best first, and a model card."""
+    `<folder>/ensemble-<size>/layer-<k>` (the deepest whole, cut at its layer, the others head-only: `store_member`),
+    and write the folder `dwatt predict` runs as one model (`dwatt.serving.ensemble`): the members best first, and a
+    model card."""
     from ..checkpoints import write_ensemble
     from ..training import run_together
 
@@ -325,8 +326,9 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
     if pending:
         run_together(pending)
-    for config in configs:  # also a member an earlier, stopped run trained and did not cut
-        cut_at_its_layer(Path(config.output_dir) / "model")
+    deepest = max(layer for layer, _ in members)
+    for config, (layer, _) in zip(configs, members):  # also members an earlier, stopped run saved otherwise
+        store_member(Path(config.output_dir) / "model", whole=layer == deepest)
     _, _, metric = METRICS[outcome.task]
     about = {"task": outcome.task, "chosen_on": "dev", "trial": trial, "layers": [layer for layer, _ in members],
              "learning_rates": [rate for _, rate in members]}
@@ -344,20 +346,24 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     return folder
 
 
-def cut_at_its_layer(model_folder: Path) -> None:
-    """A checkpoint trained on a backbone kept deeper than its head reads (the ensemble's members train together on
-    one as deep as the deepest member reads), saved again cut at its own layer: the same outputs, a checkpoint that
-    stores and runs only the layers it reads. The folder is replaced whole; one already cut is left as it is."""
-    from ..atomic import give_usual_modes, replace_folder, scratch_folder
+def store_member(model_folder: Path, whole: bool) -> None:
+    """An ensemble member's checkpoint as its ensemble keeps it. The member that reads deepest is kept `whole`, cut at
+    its layer: it carries the backbone every member shares (`SharedBackboneHeads` runs it once, loaded from that
+    member). The others keep their heads only and name the backbone, as a LoRA run's checkpoint does: the folder
+    stores the backbone once, not K times, and each member still loads alone, with the backbone it names. A member
+    trained beside deeper ones was saved with their layers: it is cut. The folder is replaced whole; one already
+    stored as asked is left as it is."""
+    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder
     from ..checkpoints import load_checkpoint, stored_keys
 
+    stored_whole = not read_json(model_folder / "config.json").get("heads_only")
     model, tokenizer, _ = load_checkpoint(str(model_folder))  # loads only the layers its head reads
     if model.config.backbone_depth is not None:  # recorded deeper: cut it
         model.dwatt.cut_backbone()
-    elif stored_keys(model_folder) <= set(model.state_dict()):  # cut, and storing no layer past its own
-        return
+    elif stored_whole == whole and (not whole or stored_keys(model_folder) <= set(model.state_dict())):
+        return  # as asked, and a whole one stores no layer past its own
     with scratch_folder(model_folder) as staging:
-        model.save_pretrained(staging)
+        model.save_pretrained(staging, heads_only=not whole)
         tokenizer.save_pretrained(staging)
         give_usual_modes(staging)
         replace_folder(staging, model_folder)

@@ -2,7 +2,8 @@
 averaged, as `dwatt.training.probe_ensembles` scored them.
 
 `dwatt probe --save-ensemble K` writes a folder holding `ensemble.json` (the members' checkpoint folders, best layer
-first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer): the folder's
+first, and how they were chosen) beside the members' checkpoints (each with the backbone's tokenizer; the deepest
+member whole, cut at its layer, carrying the backbone they share, the others head-only): the folder's
 format is `dwatt.checkpoints`' (`write_ensemble`, `member_folders`); `dwatt push` sends it to the Hub as one repo
 (`dwatt.hub.push_ensemble`: the members head-only), which loads by its id. `dwatt predict` and `dwatt evaluate` run
 such a folder like any checkpoint: `AveragedHeads` runs the backbone once, as deep as the deepest member reads
