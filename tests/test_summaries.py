@@ -43,3 +43,19 @@ def test_a_run_trained_again_by_newer_code_counts_once_as_the_row_that_holds_mor
     assert without_duplicates([old, new]) == [new] and without_duplicates([new, old]) == [new]
     with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\)"):
         without_duplicates([old, new | {"best_dev_f1": 0.4}])
+
+
+def test_a_row_from_before_a_config_field_existed_is_the_same_run_as_one_at_its_default():
+    """A store written before `few_shot_dev` existed holds no such field; the run trained again today records it at
+    its default: one run, counted once (a probe trained again for its ensembles, beside the grid's), and refused
+    where the two disagree (float noise included: the report cannot tell which to believe)."""
+    from dwatt.experiment.summaries import run_identity, without_duplicates
+
+    today = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"_path": "new.jsonl"}
+    today["config"] = today["config"] | {"few_shot_dev": False}
+    before = today | {"config": {k: v for k, v in today["config"].items() if k != "few_shot_dev"}, "_path": "old.jsonl"}
+    assert run_identity(before) == run_identity(today)
+    assert run_identity(today | {"config": today["config"] | {"few_shot_dev": True}}) != run_identity(today)
+    assert without_duplicates([before, today]) == [before]
+    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\): in old\.jsonl and in new"):
+        without_duplicates([before, today | {"best_dev_f1": 0.50001}])

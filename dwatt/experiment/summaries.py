@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -54,8 +55,10 @@ def comparable(row: dict) -> dict:
 
 
 def run_identity(row: dict) -> str:
-    """The run a row is the result of: its configuration, without what does not change results."""
-    config = {key: value for key, value in row["config"].items() if key not in NOT_DEFINING}
+    """The run a row is the result of: its configuration, without what does not change results, the fields its code
+    did not know yet at today's defaults (as the store reads them, `store.run_settings`): a run trained again by
+    newer code is the same run."""
+    config = {key: value for key, value in (asdict(RunConfig()) | row["config"]).items() if key not in NOT_DEFINING}
     return json.dumps([config, row.get("seed")], sort_keys=True, default=str)
 
 
