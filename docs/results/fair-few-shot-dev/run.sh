@@ -97,6 +97,25 @@ for SHARD in 0 1 2; do
   [ "$SHARD" = 1 ] && wait  # two at a time on two cores
 done
 wait
+# ScalarMix with layer dropout (scalar_mix_dropout) on every backbone, each at the rates its ScalarMix reached here, its
+# own store per backbone; MiniLM's window alone around each trial's probe choice (layers within ±2, no last layer).
+for STEP in all-MiniLM-L6-v2:5e-5,3e-4,1e-3,3e-3,1e-2 SmolLM2-135M-Instruct-q4:5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1 \
+    all-mpnet-base-v2:5e-5,3e-4,1e-3,3e-3,1e-2,3e-2; do
+  IFS=: read -r NAME RATES <<< "$STEP"
+  dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 \
+    --dev-sentences 1000 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+    --results "docs/results/fair-few-shot-dev/fair.$NAME.layer-dropout.jsonl" --threads 1 \
+    --output-root runs/fair-few-shot-dev-ld --quiet
+done
+for STEP in scalar_mix:window-alone dwatt:window-alone-dwatt; do
+  IFS=: read -r FUSION STORE <<< "$STEP"
+  dwatt sweep --fusions "$FUSION" --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
+    --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
+    --window-around-probe docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.shard-*.jsonl \
+    docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --window-alone \
+    --results "docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.$STORE.jsonl" --threads 1 \
+    --output-root runs/window-alone --quiet
+done
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
