@@ -7,6 +7,7 @@ counts once. Scores are means over trials (seeds) with a 95% confidence interval
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict
@@ -58,8 +59,13 @@ def run_identity(row: dict) -> str:
     """The run a row is the result of: its configuration, without what does not change results, the fields its code
     did not know yet at today's defaults (as the store reads them, `store.run_settings`): a run trained again by
     newer code is the same run."""
-    config = {key: value for key, value in (asdict(RunConfig()) | row["config"]).items() if key not in NOT_DEFINING}
+    config = {key: value for key, value in (_default_config() | row["config"]).items() if key not in NOT_DEFINING}
     return json.dumps([config, row.get("seed")], sort_keys=True, default=str)
+
+
+@functools.cache
+def _default_config() -> dict:
+    return asdict(RunConfig())
 
 
 def without_duplicates(rows: list[dict]) -> list[dict]:

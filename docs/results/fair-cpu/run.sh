@@ -52,10 +52,10 @@ dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2,1e-
 dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets \
   --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.layer-dropout.jsonl --threads 1 --output-root runs/fair-ld --quiet
-# SmolLM2's probe at N = 32 (it ran on this CPU) the same way, for its ensembles. Where a probe's run trained again
-# differs from the grid's by float noise, the report keeps the one trained again and the grid's row is kept in
-# superseded/ (its README): resuming the grid's lines above would train those runs again.
-dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 \
+# SmolLM2's probe (N = 32 ran on this CPU, N = 128 on an H100) the same way, on this CPU, for its ensembles. Where a
+# probe's run trained again differs from the grid's by float noise, the report keeps the one trained again and the
+# grid's row is kept in superseded/ (its README): resuming the grid's lines above would train those runs again.
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets \
   --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
 # Beyond MiniLM (added later): MPNet's ScalarMix with layer dropout, and ScalarMix on the window of layers within ±2 of

@@ -40,6 +40,12 @@ wait
 dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2,3e-2 --n-shots 32 --epochs 25 \
   --trials 3 --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-fsd --quiet
+# SmolLM2's probe (it ran on an H100) the same way, on this CPU; where a run differs from the H100's by float noise, the
+# report keeps this one, whose heads the ensembles average, and the H100's row is kept in superseded/ (its README).
+dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 \
+  --trials 3 --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl --threads 1 \
+  --output-root runs/ens-fsd --quiet
 # Window fusions (issue 41): ScalarMix and DWAtt on the layers within ±2 of the layer each trial's probe chose (and
 # z_L, which every fusion reads), around the choice on the 1000 dev sentences and around the one on the few-shot dev
 # sample: the grid's second stage, each trial's centres read from SmolLM2's probe above (MiniLM has 6 layers: a window
@@ -115,6 +121,18 @@ for STEP in scalar_mix:window-alone dwatt:window-alone-dwatt; do
     docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --window-alone \
     --results "docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.$STORE.jsonl" --threads 1 \
     --output-root runs/window-alone --quiet
+done
+# MPNet's windows (after its three trials' probes): ScalarMix (to 3e-2, as MPNet's ScalarMix reached) and DWAtt on the
+# layers within ±2 of each trial's two probe choices, with the last layer and alone.
+for STEP in scalar_mix:window: scalar_mix:window-alone:--window-alone dwatt:window-dwatt: dwatt:window-alone-dwatt:--window-alone; do
+  IFS=: read -r FUSION STORE ALONE <<< "$STEP"
+  RATES=5e-5,3e-4,1e-3,3e-3,1e-2
+  [ "$FUSION" = scalar_mix ] && RATES=$RATES,3e-2
+  dwatt sweep --fusions "$FUSION" --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+    --backbones models/all-mpnet-base-v2 --test --few-shot-dev --engine budgets $ALONE \
+    --window-around-probe docs/results/fair-few-shot-dev/fair.all-mpnet-base-v2.shard-*.jsonl \
+    --results "docs/results/fair-few-shot-dev/fair.all-mpnet-base-v2.$STORE.jsonl" --threads 1 \
+    --output-root "runs/${STORE%-dwatt}" --quiet
 done
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
