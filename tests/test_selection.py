@@ -357,3 +357,20 @@ def test_a_window_is_not_planned_where_it_would_be_every_layer():
     assert WINDOW_METHODS["scalar_mix", False] not in covered.index
     assert covered.loc[WINDOW_METHODS["scalar_mix", True], "trials"] == 2
 
+
+
+def test_coverage_counts_windows_around_both_choices_and_only_those():
+    """A window grid with few-shot dev samples plans the windows around the probe's choice on dev (layer 6: 4-8) and
+    on each trial's sample (layer 3: 1-5); runs on a window that neither choice makes (a probe run again that chose
+    otherwise) do not count."""
+    from dwatt.experiment.selection import WINDOW_METHODS, coverage
+    from dwatt.experiment.summaries import runs_frame
+
+    method = WINDOW_METHODS["scalar_mix", False]
+    rows = window_grid_rows()
+    covered = coverage(runs_frame(rows)).set_index("method")
+    assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [2, 2, 8, 8]
+    around_dev_only = [row for row in rows if row["config"]["layers"] not in ("1-5", "only:1-5")]
+    moved = [row | {"config": row["config"] | {"layers": "2-6"}} for row in rows if row["config"]["layers"] == "1-5"]
+    covered = coverage(runs_frame(around_dev_only + moved)).set_index("method")
+    assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [0, 2, 4, 8]
