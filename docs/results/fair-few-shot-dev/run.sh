@@ -48,29 +48,18 @@ dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e
   --output-root runs/ens-fsd --quiet
 # Window fusions (issue 41): ScalarMix and DWAtt on the layers within ±2 of the layer each trial's probe chose (and
 # z_L, which every fusion reads), around the choice on the 1000 dev sentences and around the one on the few-shot dev
-# sample: the grid's second stage, each trial's centres read from SmolLM2's probe above (MiniLM has 6 layers: a window
-# of 5 around its layer 3 is every layer). Run on the CPU (the probe ran on an H100; rows say where each ran).
-for SHARD in 0 1; do
-  for FUSION in scalar_mix dwatt; do
-    dwatt sweep --fusions $FUSION --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
-      --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
-      --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.shard-*.jsonl \
-      --results docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.window.jsonl --shard "$SHARD/2" \
-      --threads 1 --output-root runs/window --quiet
-  done &
-done
-wait
-# The window alone (--layers only:a-b: no last layer, the backbone run no deeper than the window): ScalarMix and DWAtt,
-# side by side (each its own store).
-for STEP in scalar_mix:window-alone dwatt:window-alone-dwatt; do
-  IFS=: read -r FUSION STORE <<< "$STEP"
+# sample: the grid's second stage, each trial's centres read from SmolLM2's probe above (as trained again on the CPU;
+# MiniLM has 6 layers: a window of 5 around its layer 3 is every layer). Run on the CPU. (The H100's probe had chosen
+# other layers on two trials' samples: the windows around those stay in the stores, unused.)
+# The window alone (--window-alone: no last layer, the backbone run no deeper than the window) too, each its own store.
+for STEP in scalar_mix:window: scalar_mix:window-alone:--window-alone dwatt:window: dwatt:window-alone-dwatt:--window-alone; do
+  IFS=: read -r FUSION STORE ALONE <<< "$STEP"
   dwatt sweep --fusions "$FUSION" --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 --trials 3 \
-    --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets \
-    --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.shard-*.jsonl --window-alone \
+    --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets $ALONE \
+    --window-around-probe docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
     --results "docs/results/fair-few-shot-dev/fair.SmolLM2-135M-Instruct-q4.$STORE.jsonl" --threads 1 \
-    --output-root runs/window-alone --quiet &
+    --output-root "runs/${STORE%-dwatt}" --quiet
 done
-wait
 # SmolLM2's ScalarMix one rate up at a time (3e-2, then 1e-1): its few-shot dev sample chose 1e-2, the largest rate
 # tried, in every trial, then the 1000 dev sentences chose 3e-2 in every trial (run on the CPU, its own store).
 dwatt sweep --fusions scalar_mix --learning-rates 3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
