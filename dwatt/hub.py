@@ -315,12 +315,12 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
     `create_pr`, as for `push_to_hub`.
     """
     from .atomic import read_json, write_json_atomically
-    from .checkpoints import ENSEMBLE_FILE, load_checkpoint, member_folders
+    from .checkpoints import ENSEMBLE_FILE, member_folders
 
     folder = Path(folder)
     manifest = read_json(folder / ENSEMBLE_FILE)
     paths = member_folders(folder)
-    members = [load_checkpoint(path) for path in paths]
+    members = [_member_to_push(path, heads_only) for path in paths]
     published = {_published_id(model, backbone_id, heads_only) for model, _, _ in members}
     if len(published) > 1:  # load_ensemble refuses members of two backbones; a copied folder could still hold them
         raise ValueError(f"{folder / ENSEMBLE_FILE}: its members name different backbones ({sorted(map(str, published))})")
@@ -343,6 +343,37 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
         (staging / "README.md").write_text(ensemble_card(folder, manifest, repo_id, backbone, members[0][0]))
         message = commit_message or f"Upload a DWAtt probe ensemble of {len(paths)} heads"
         return _upload(api, repo_id, staging, message, token, **upload)
+
+
+def _member_to_push(path: Path, heads_only: bool):
+    """An ensemble member as `push_ensemble` saves it (model, tokenizer, task). A head-only member pushed head-only
+    needs only its head: it is built on the meta device with its stored tensors, never loading the backbone it
+    names (a local folder, perhaps, that is not where the ensemble now is: the folder alone runs, and pushes). Any
+    other is loaded whole (`load_checkpoint`)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    from .atomic import read_json
+    from .auto import register_auto_classes
+    from .checkpoints import checkpoint_task, load_checkpoint
+    from .tasks import model_class
+    from .tokenization import load_tokenizer
+
+    if not (heads_only and read_json(path / "config.json").get("heads_only")):
+        return load_checkpoint(path)
+    register_auto_classes()
+    config = AutoConfig.from_pretrained(path)
+    task = checkpoint_task(config)
+    config.heads_only = False  # built whole, its backbone on the meta device: only the head is saved
+    with torch.device("meta"):
+        model = model_class(task)(config)
+    stored = load_file(path / "model.safetensors")
+    missing = [key for key in model.head_state_dict() if key not in stored]
+    if missing:
+        raise ValueError(f"{path}: the head-only checkpoint lacks {len(missing)} head weights: {', '.join(missing[:8])}")
+    model.load_state_dict(stored, strict=False, assign=True)
+    return model.eval(), load_tokenizer(str(path)), task
 
 
 def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | None, first) -> str:

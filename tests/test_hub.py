@@ -327,6 +327,17 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     api = RecordingApi()
     push_run(folder, "someone/ensemble", api=api, backbone_id="someone/tiny-bert")
     files = uploaded(api)
+    # The head-only member names a backbone folder that is not there (the ensemble copied elsewhere): the push needs
+    # only its head, and sends the same files.
+    moved = tmp_path / "moved"
+    shutil.copytree(folder, moved)
+    config = json.loads((moved / "layer-1" / "model" / "config.json").read_text())
+    assert config["heads_only"] is True
+    (moved / "layer-1" / "model" / "config.json").write_text(json.dumps(config | {"backbone_name_or_path": "gone/tiny"}))
+    again = RecordingApi()
+    push_run(moved, "someone/ensemble", api=again, backbone_id="someone/tiny-bert")
+    assert uploaded(again).keys() == files.keys()
+    assert uploaded(again)["layer-1/model/model.safetensors"] == files["layer-1/model/model.safetensors"]
     assert api.calls[-1][2]["commit_message"] == "Upload a DWAtt probe ensemble of 2 heads"
     remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
                    "lora_dwatt.py", "pretrained_dwatt.py"}
