@@ -43,8 +43,8 @@ dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES" --n-shots 32,
 dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
-# MPNet's probe (N = 32, every rate it was tried at, trial 2 too: the grid plans it) the same way.
-dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
+# MPNet's probe (every rate it was tried at, trial 2 too: the grid plans it; N = 128 added later) the same way.
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
 # SmolLM2's ScalarMix with layer dropout (added later; at N = 32, 3e-2 because 1e-2 was chosen in every trial, then
