@@ -33,6 +33,30 @@ def test_sweep_skips_finished_runs(tmp_path):
     assert [r["run_id"] for r in rows] == [s.run_id for s in widest_first(specs)]  # each trial: DWAtt, then Base
 
 
+def test_runs_another_store_holds_are_not_trained_again_nor_copied(tmp_path):
+    from dataclasses import asdict
+
+    calls = []
+
+    def runner(config: RunConfig) -> dict:
+        calls.append(config.output_dir)
+        return {"best_dev_f1": config.seed / 10, "config": asdict(config)}
+
+    specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=2)
+    probe = [s for s in specs if s.fusion == "base"]
+    run_sweep(probe, tmp_path / "probe.jsonl", runner=runner, progress=False)
+    run_sweep(probe, tmp_path / "other-settings.jsonl", runner=runner, progress=False, evaluate_test=True)
+    calls.clear()
+    rows = run_sweep(specs, tmp_path / "grid.jsonl", runner=runner, progress=False, done_in=(tmp_path / "probe.jsonl",))
+    assert len(calls) == 2 and {r["spec"]["fusion"] for r in rows} == {"dwatt"}  # the probe's runs stay where they are
+    calls.clear()
+    run_sweep(specs, tmp_path / "grid-2.jsonl", runner=runner, progress=False, done_in=(tmp_path / "other-settings.jsonl",))
+    assert len(calls) == 4  # the same ids with other settings are other runs
+    with pytest.raises(FileNotFoundError, match="--done-in .*missing.jsonl"):
+        run_sweep(specs, tmp_path / "grid-3.jsonl", runner=runner, progress=False, done_in=(tmp_path / "missing.jsonl",))
+    assert not (tmp_path / "grid-3.jsonl").exists() or not ResultsStore(tmp_path / "grid-3.jsonl").rows()
+
+
 def without_paths(row: dict) -> dict:
     row = comparable(row)
     row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}

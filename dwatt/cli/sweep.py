@@ -41,6 +41,9 @@ def register(commands) -> None:
                              "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too")
     parser.add_argument("--window-alone", action="store_true", dest="window_alone",
                         help="the window's layers alone (--layers only:a-b): no last layer, a backbone cut below the window")
+    parser.add_argument("--done-in", nargs="+", default=(), dest="done_in", metavar="STORE",
+                        help="other results files, only read: a run one of them holds (same settings) is not trained "
+                             "again, e.g. a probe trained again into its own store")
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
@@ -53,7 +56,7 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..experiment.grid import grid, parse_shard, shard
     from ..experiment.store import ResultsStore, shard_results_path
-    from ..experiment.sweep import run_sweep
+    from ..experiment.sweep import done_elsewhere, run_sweep
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     settings |= {key: getattr(args, key) for key in GRID_OPTIONS if getattr(args, key) is not None}
@@ -79,7 +82,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
     overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {}),
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
-    rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine, **overrides)
+    rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
+                     done_in=tuple(args.done_in), **overrides)
     finished = ResultsStore(results).finished(specs, overrides, args.engine)
-    print(f"{len(finished)} of the grid's {len(specs)} runs done; {len(rows)} rows in {results}")
+    elsewhere = {run_id for run_id in done_elsewhere(specs, tuple(args.done_in), overrides, args.engine) if run_id not in finished}
+    print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
+          + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "") + f"; {len(rows)} rows in {results}")
     return 0

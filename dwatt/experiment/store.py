@@ -135,11 +135,13 @@ class ResultsStore:
     def done(self) -> set[str]:
         return {row["run_id"] for row in self.rows()}
 
-    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto") -> dict[str, dict]:
+    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto",
+                 strict: bool = True) -> dict[str, dict]:
         """The row of each spec that the store holds with the spec's identity: its id, its settings
         (`requested_settings` with `run_overrides`) and an engine `engine` would train it with (`engines_for`).
         A row with a spec's id and other settings raises `StoreConflictError` naming the difference, where the
-        sweep would otherwise either skip a run it never made or store two versions of one run."""
+        sweep would otherwise either skip a run it never made or store two versions of one run; with `strict=False`
+        (another store the sweep only reads) such a row is another run, and the spec is not finished there."""
         by_id: dict[str, list[dict]] = {}
         for number, row in enumerate(self.rows(), start=1):
             by_id.setdefault(row["run_id"], []).append(row | {"_line": number})
@@ -160,6 +162,8 @@ class ResultsStore:
                     finished[spec.run_id] = {k: v for k, v in row.items() if k != "_line"}
                     break
             else:
+                if not strict:
+                    continue
                 row = rows[0]
                 theirs = row_settings(row, spec.backbone) | {"engine": row_engine(row)}
                 mine = wanted | {"engine": " or ".join(engines)}

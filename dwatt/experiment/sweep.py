@@ -27,6 +27,20 @@ def refuse_repeated_ids(specs: list[RunSpec]) -> None:
         seen[spec.run_id] = spec
 
 
+def done_elsewhere(specs: list[RunSpec], stores: tuple[str | Path, ...], run_overrides: dict | None = None,
+                   engine: str = "auto") -> dict[str, dict]:
+    """The row of each spec that one of `stores` (read only) holds with the spec's identity (`ResultsStore.finished`);
+    a row there with the spec's id and other settings is another run. A store that is not there is refused: a
+    mistyped name would train again every run it holds."""
+    found: dict[str, dict] = {}
+    for path in stores:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--done-in {path}: no such results file")
+        found |= {run_id: row for run_id, row in ResultsStore(path).finished(specs, run_overrides, engine, strict=False).items()
+                  if run_id not in found}
+    return found
+
+
 def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
@@ -35,6 +49,7 @@ def run_sweep(
     progress: bool = True,
     engine: str = "auto",
     budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
+    done_in: tuple[str | Path, ...] = (),
     **run_overrides,
 ) -> list[dict]:
     """
@@ -42,6 +57,8 @@ def run_sweep(
     `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
     One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
+    `done_in`: other stores, only read: a run one of them holds with the same identity is not trained again (a run
+    trained again elsewhere, e.g. a probe into its own store for its ensembles, keeps a grid's command replayable).
     """
     from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
     from ..training import run, run_together
@@ -64,7 +81,7 @@ def run_sweep(
         ) from None
     with held:
         refuse_repeated_ids(specs)
-        done = store.finished(specs, run_overrides, engine)
+        done = store.finished(specs, run_overrides, engine) | done_elsewhere(specs, done_in, run_overrides, engine)
         pending = widest_first([spec for spec in specs if spec.run_id not in done])
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
         for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
@@ -80,4 +97,4 @@ def run_sweep(
         return store.rows()
 
 
-__all__ = ["refuse_repeated_ids", "run_sweep"]
+__all__ = ["done_elsewhere", "refuse_repeated_ids", "run_sweep"]

@@ -6,7 +6,8 @@
 # its largest rate, in every trial (MiniLM: every method has it; SmolLM2 and MPNet so far: the probe and ScalarMix,
 # the methods chosen at 3e-3 there; the report names the rates each table holds), and past 1e-2 where a method was
 # still chosen at the largest rate tried in every trial (below). Each backbone's grid runs as two
-# shards side by side, one thread each (two cores); a stopped grid resumes where it stopped when run again.
+# shards side by side, one thread each (two cores); a stopped grid resumes where it stopped when run again. Runs that
+# were trained again into a store of their own (the probes, for their ensembles: below) count as done (--done-in).
 # The backbones are the folders ../shared/models/fetch.sh writes (minilm, mpnet, smollm2) under models/.
 # SmolLM2's N = 32 runs at 1e-2 and its N = 128 runs (but four ScalarMix runs of trial 0) ran on an H100 with
 # benchmarks/device_fair.sh, the same sweep in the same stores (their rows say device cuda); this script resumes the rest.
@@ -19,7 +20,7 @@ for BACKBONE in models/all-MiniLM-L6-v2 models/SmolLM2-135M-Instruct-q4 models/a
     dwatt sweep --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all --learning-rates "$RATES" \
       --n-shots 32,128 --epochs 25 --trials 3 --dev-sentences 1000 --backbones "$BACKBONE" --test \
       --engine budgets --results "docs/results/fair-cpu/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 \
-      --output-root runs/fair --quiet &
+      --done-in "docs/results/fair-cpu/fair.$NAME.probe-ensembles.jsonl" --output-root runs/fair --quiet &
   done
   wait
 done
@@ -30,7 +31,8 @@ for STEP in base:all-MiniLM-L6-v2:3e-2 base,scalar_mix:all-mpnet-base-v2:3e-2 ba
   for SHARD in 0 1; do
     dwatt sweep --fusions "$FUSIONS" --probe-layers all --learning-rates "$RATE" --backbones "models/$NAME" \
       --n-shots 32,128 --epochs 25 --trials 3 --dev-sentences 1000 --test --engine budgets \
-      --results "docs/results/fair-cpu/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 --output-root runs/fair --quiet &
+      --results "docs/results/fair-cpu/fair.$NAME.jsonl" --shard "$SHARD/2" --threads 1 --output-root runs/fair \
+      --done-in "docs/results/fair-cpu/fair.$NAME.probe-ensembles.jsonl" --quiet &
   done
   wait
 done
@@ -58,25 +60,24 @@ dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2,1e-1 --n
 dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets \
   --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
-# Beyond MiniLM (added later): MPNet's ScalarMix with layer dropout, and ScalarMix on the window of layers within ±2 of
-# the layer each trial's probe chose on dev (and the last layer; the grid's second stage), at N = 32, each at the rates
-# MPNet's ScalarMix reached.
-dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 \
+# Beyond MiniLM (added later): MPNet's ScalarMix with layer dropout, at the rates MPNet's ScalarMix reached.
+dwatt sweep --fusions scalar_mix_dropout --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-mpnet-base-v2.layer-dropout.jsonl --threads 1 --output-root runs/fair-ld --quiet
-dwatt sweep --fusions scalar_mix --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
-  --backbones models/all-mpnet-base-v2 --test --engine budgets \
-  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
-  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window.jsonl --threads 1 --output-root runs/window-cpu --quiet
-# DWAtt on the same windows (with the last layer), at DWAtt's rates; ScalarMix on the windows alone (--window-alone:
-# no last layer, the backbone run no deeper than the window).
-dwatt sweep --fusions dwatt --learning-rates "$RATES" --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
-  --backbones models/all-mpnet-base-v2 --test --engine budgets \
-  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
-  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window-dwatt.jsonl --threads 1 --output-root runs/window-cpu --quiet
-dwatt sweep --fusions scalar_mix --learning-rates "$RATES",3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
-  --backbones models/all-mpnet-base-v2 --test --engine budgets --window-alone \
-  --window-around-probe docs/results/fair-cpu/fair.all-mpnet-base-v2.shard-*.jsonl docs/results/fair-cpu/fair.all-mpnet-base-v2.probe-ensembles.jsonl \
-  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.window-alone.jsonl --threads 1 --output-root runs/window-cpu --quiet
+# The grid's second stage: ScalarMix on the window of layers within ±2 of the layer each trial's probe chose on dev and
+# the last layer, the same alone (--window-alone: no last layer, the backbone run no deeper than the window), and
+# DWAtt on the window with the last layer; ScalarMix at the rates ScalarMix reached on the backbone, DWAtt at DWAtt's.
+# (MPNet's N = 32 ran first; a window that would be every layer is not run.)
+for STEP in all-MiniLM-L6-v2:"$RATES" SmolLM2-135M-Instruct-q4:"$RATES" all-mpnet-base-v2:"$RATES",3e-2; do
+  IFS=: read -r NAME MIX_RATES <<< "$STEP"
+  PROBES="docs/results/fair-cpu/fair.$NAME.shard-0-of-2.jsonl docs/results/fair-cpu/fair.$NAME.shard-1-of-2.jsonl docs/results/fair-cpu/fair.$NAME.probe-ensembles.jsonl"
+  for WINDOW in scalar_mix:"$MIX_RATES":window: scalar_mix:"$MIX_RATES":window-alone:--window-alone dwatt:"$RATES":window-dwatt:; do
+    IFS=: read -r FUSION FUSION_RATES STORE ALONE <<< "$WINDOW"
+    # shellcheck disable=SC2086  # PROBES is a list of files, ALONE an option or nothing
+    dwatt sweep --fusions "$FUSION" --learning-rates "$FUSION_RATES" --n-shots 32,128 --epochs 25 --trials 3 \
+      --dev-sentences 1000 --backbones "models/$NAME" --test --engine budgets $ALONE --window-around-probe $PROBES \
+      --results "docs/results/fair-cpu/fair.$NAME.$STORE.jsonl" --threads 1 --output-root runs/window-cpu --quiet
+  done
+done
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"
