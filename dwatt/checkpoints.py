@@ -76,6 +76,34 @@ def load_checkpoint(path: str | Path):
     return auto.from_pretrained(path, config=config).eval(), load_tokenizer(path), task
 
 
+def head_on_meta(config, tensors: dict, path: str | Path, adopt_missing=None):
+    """
+    The task model of a head-only checkpoint (its `config` and stored `tensors`; `path` names it in errors) without
+    a backbone of its own: built on the meta device, so no backbone weight is read or allocated, with its head
+    tensors (every tensor but the backbone's) assigned; the caller gives it a backbone or saves its head. A head
+    tensor the checkpoint lacks raises, naming it, unless `adopt_missing(model, missing)` fills it and returns those
+    still missing (a masked-LM head that did not train is the backbone's own).
+    """
+    import torch
+
+    from pretrained_dwatt import BACKBONE_PREFIX
+
+    from .stacked_heads import head_tensors
+    from .tasks import model_class
+
+    config.heads_only = False  # built whole, its backbone on the meta device
+    with torch.device("meta"):
+        model = model_class(checkpoint_task(config))(config)
+    head = {key: value for key, value in tensors.items() if not key.startswith(BACKBONE_PREFIX)}
+    missing = sorted(key for key in head_tensors(model) if key not in head)
+    if missing and adopt_missing is not None:
+        missing = adopt_missing(model, missing)
+    if missing:
+        raise ValueError(f"{path}: the head-only checkpoint lacks {len(missing)} head weights: {', '.join(missing[:8])}")
+    model.load_state_dict(head, strict=False, assign=True)
+    return model.eval()
+
+
 def stored_keys(folder: str | Path) -> set[str]:
     """The names of the tensors a local checkpoint folder stores (one safetensors file, or the shards of its index)."""
     from safetensors import safe_open

@@ -350,14 +350,12 @@ def _member_to_push(path: Path, heads_only: bool):
     needs only its head: it is built on the meta device with its stored tensors, never loading the backbone it
     names (a local folder, perhaps, that is not where the ensemble now is: the folder alone runs, and pushes). Any
     other is loaded whole (`load_checkpoint`)."""
-    import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
     from .atomic import read_json
     from .auto import register_auto_classes
-    from .checkpoints import checkpoint_task, load_checkpoint
-    from .tasks import model_class
+    from .checkpoints import checkpoint_task, head_on_meta, load_checkpoint
     from .tokenization import load_tokenizer
 
     if not (heads_only and read_json(path / "config.json").get("heads_only")):
@@ -365,15 +363,7 @@ def _member_to_push(path: Path, heads_only: bool):
     register_auto_classes()
     config = AutoConfig.from_pretrained(path)
     task = checkpoint_task(config)
-    config.heads_only = False  # built whole, its backbone on the meta device: only the head is saved
-    with torch.device("meta"):
-        model = model_class(task)(config)
-    stored = load_file(path / "model.safetensors")
-    missing = [key for key in model.head_state_dict() if key not in stored]
-    if missing:
-        raise ValueError(f"{path}: the head-only checkpoint lacks {len(missing)} head weights: {', '.join(missing[:8])}")
-    model.load_state_dict(stored, strict=False, assign=True)
-    return model.eval(), load_tokenizer(str(path)), task
+    return head_on_meta(config, load_file(path / "model.safetensors"), path), load_tokenizer(str(path)), task
 
 
 def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | None, first) -> str:

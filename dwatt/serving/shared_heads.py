@@ -24,7 +24,7 @@ from depth_dwatt import cut_config, layers_past_pattern
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from ..atomic import read_json
-from ..checkpoints import checkpoint_task
+from ..checkpoints import checkpoint_task, head_on_meta
 from ..stacked_heads import StackedHeads, head_tensors
 from ..tasks import model_class as task_model_class
 
@@ -230,24 +230,20 @@ class SharedBackboneHeads(nn.Module):
 
     @staticmethod
     def _head(config, tensors, backbone, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
-        """The checkpoint's model without a backbone of its own: built on the meta device, its head tensors assigned."""
-        model_class = task_model_class(checkpoint_task(config))
-        config.heads_only = False
-        with torch.device("meta"):
-            model = model_class(config)
-        model.dwatt.backbone = backbone
-        head = {k: v for k, v in tensors.items() if not k.startswith(BACKBONE_PREFIX)}
-        missing = [k for k in head_tensors(model) if k not in head]
-        if missing and all(k.startswith("lm_head.") for k in missing):
+        """The checkpoint's model without a backbone of its own (`head_on_meta`), reading `backbone`."""
+
+        def adopt_pretrained_lm_head(model, missing: list[str]) -> list[str]:
+            if not all(key.startswith("lm_head.") for key in missing):
+                return missing
             # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
-            pretrained = _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs)
+            pretrained = _pretrained_backbone(type(model), config, backbone_name_or_path, hub_kwargs)
             model.lm_head.to_empty(device="cpu")
             model.adopt_pretrained_head(pretrained)
-            missing = []
-        if missing:
-            raise ValueError(f"the checkpoint {path} lacks {len(missing)} head weights: {', '.join(sorted(missing)[:8])}")
-        model.load_state_dict(head, strict=False, assign=True)
-        return model.eval()
+            return []
+
+        model = head_on_meta(config, tensors, path, adopt_pretrained_lm_head)
+        model.dwatt.backbone = backbone
+        return model
 
     def forward(
         self,
