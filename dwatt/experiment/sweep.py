@@ -50,6 +50,7 @@ def run_sweep(
     engine: str = "auto",
     budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
     done_in: tuple[str | Path, ...] = (),
+    group_size: int | None = None,
     **run_overrides,
 ) -> list[dict]:
     """
@@ -59,6 +60,8 @@ def run_sweep(
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     `done_in`: other stores, only read: a run one of them holds with the same identity is not trained again (a run
     trained again elsewhere, e.g. a probe into its own store for its ensembles, keeps a grid's command replayable).
+    `group_size`: runs that train together train in parts of at most this many (`batches_of_runs`), each part's rows
+    stored when it ends.
     """
     from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
     from ..training import run, run_together
@@ -84,7 +87,7 @@ def run_sweep(
         done = store.finished(specs, run_overrides, engine) | done_elsewhere(specs, done_in, run_overrides, engine)
         pending = widest_first([spec for spec in specs if spec.run_id not in done])
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
+        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True), group_size):
             bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
