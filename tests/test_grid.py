@@ -114,11 +114,6 @@ def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(t
     assert base[0].run_id.endswith("/fe/base/n8/e2/t0/lr0.001/L1")
     groups = [group for stacked, group in batches_of_runs(specs, "auto") if stacked]
     assert [len(g) for g in groups] == [6, 2, 6, 2]  # per trial: the probe's 6 heads, DWAtt's 2 rates
-    parts = batches_of_runs(specs, "budgets", group_size=4)  # in parts, in order, nothing lost or repeated
-    assert [len(g) for _, g in parts] == [4, 2, 2, 4, 2, 2] and all(stacked for stacked, _ in parts)
-    assert [s for _, g in parts for s in g] == [s for g in groups for s in g]
-    with pytest.raises(ValueError, match="--group-size: expected a positive"):
-        batches_of_runs(specs, "budgets", group_size=0)
     assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
                                    backbones=(str(tiny_backbone),), probe_layers="1-2")] == ["1", "2"]
     # exactly the layers named: the last only where named, by number, range or step

@@ -65,6 +65,44 @@ def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_ba
     assert len(curves) == len(runs)  # every head went its own way: its own layer, its own rate
 
 
+def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_whole(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    """`train_in_parts`: a probe's heads trained 4 at a time, stopped after the first part, run again, trains only the
+    other part, and its runs (dev curves, test scores, few-shot choices, the probe's ensembles over every layer) are
+    those of the group trained whole."""
+    from dwatt.stacked_heads import train_heads as real_train_heads
+    from dwatt.training.probe_ensembles import ENSEMBLES_FIELD
+
+    runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
+    def group(where):
+        return [config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
+                       learning_rate=rate, epochs=2, evaluate_test=True, few_shot_dev=True) for layer, rate in runs]
+    whole = run_together(group("whole"))
+    parts = []
+
+    def stopped_after_one_part(*args, **kwargs):
+        parts.append(len(args[4]))
+        if len(parts) > 1:
+            raise KeyboardInterrupt
+        return real_train_heads(*args, **kwargs)
+
+    monkeypatch.setattr("dwatt.stacked_heads.train_heads", stopped_after_one_part)
+    with pytest.raises(KeyboardInterrupt):
+        run_together(group("parts"), train_in_parts=4)
+    assert parts == [4, 2] and len(list((tmp_path / "parts").rglob("dwatt_trained.json"))) == 4
+    parts.clear()
+    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k))
+    resumed = run_together(group("parts"), train_in_parts=4)
+    assert parts == [2]  # the part that had ended is not trained again
+    assert whole[0][ENSEMBLES_FIELD] and resumed[0][ENSEMBLES_FIELD] == whole[0][ENSEMBLES_FIELD]
+    assert {m["layer"] for entry in whole[0][ENSEMBLES_FIELD] for m in entry["members"]} <= {1, 2, 3}
+    assert whole[0][ENSEMBLES_FIELD][0]["candidates"]["layers"] == [1, 2, 3]
+    for mine, theirs in zip(resumed, whole):
+        assert mine["dev_curve"] == theirs["dev_curve"] and mine["few_shot_dev"] == theirs["few_shot_dev"]
+        assert mine["test_scores"] == pytest.approx(theirs["test_scores"], abs=1e-12)
+    with pytest.raises(ValueError, match="train_in_parts: expected a positive"):
+        run_together(group("zero"), train_in_parts=0)
+
+
 @pytest.mark.parametrize("dropout", [0.1, 0.0])
 def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll, tmp_path, dropout):
     """`LinearProbes` (one batched product over the cache's labelled rows) against running the model copy by copy:

@@ -44,9 +44,9 @@ def register(commands) -> None:
     parser.add_argument("--done-in", nargs="+", default=(), dest="done_in", metavar="STORE",
                         help="other results files, only read: a run one of them holds (same settings) is not trained "
                              "again, e.g. a probe trained again into its own store")
-    parser.add_argument("--group-size", type=int, default=None, dest="group_size", metavar="K",
-                        help="runs that train together (a probe's heads, the rates of a fusion) train in parts of at "
-                             "most K, each part stored when it ends: a stopped sweep loses one part, not the group")
+    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
+                        help="the heads of a group that trains together (a probe's, a fusion's rates) train K at a "
+                             "time, each kept as it ends: a sweep stopped in a long group resumes after its last part")
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {}),
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
-                     done_in=tuple(args.done_in), group_size=args.group_size, **overrides)
+                     done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)
     finished = ResultsStore(results).finished(specs, overrides, args.engine)
     elsewhere = {run_id for run_id in done_elsewhere(specs, tuple(args.done_in), overrides, args.engine) if run_id not in finished}
     print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"

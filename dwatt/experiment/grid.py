@@ -213,27 +213,20 @@ def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str
     return ("budgets",) if stackable(spec, engine, use_cache) else ("trainer",)
 
 
-def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True,
-                    group_size: int | None = None) -> list[tuple[bool, list[RunSpec]]]:
+def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_together`: under the
     "budgets" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates (and a Base
     head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups keep
-    the order of their first spec. `group_size`: no group larger, a larger one cut into consecutive parts (a sweep
-    stores a group's rows when it ends: a 150-head probe that takes hours on a CPU is safer in parts, and a copy's
-    numbers do not depend on the copies beside it, `stacked_heads`).
+    the order of their first spec.
     """
     if engine not in ENGINES:
         raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
-    if group_size is not None and group_size < 1:
-        raise ValueError(f"--group-size: expected a positive number of runs, got {group_size}")
     groups: dict[tuple[bool, RunSpec], list[RunSpec]] = {}
     for spec in specs:
         together = stackable(spec, engine, use_cache)
         groups.setdefault((together, spec.budget_group if together else spec), []).append(spec)
-    size = group_size or max((len(group) for group in groups.values()), default=1)
-    return [(together and (engine == "budgets" or len(group) > 1), group[start:start + size])
-            for (together, _), group in groups.items() for start in range(0, len(group), size)]
+    return [(together and (engine == "budgets" or len(group) > 1), group) for (together, _), group in groups.items()]
 
 
 PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")

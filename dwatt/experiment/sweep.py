@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict
+from functools import partial
 from pathlib import Path
 
 from filelock import FileLock, Timeout
@@ -50,7 +51,7 @@ def run_sweep(
     engine: str = "auto",
     budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
     done_in: tuple[str | Path, ...] = (),
-    group_size: int | None = None,
+    train_in_parts: int | None = None,
     **run_overrides,
 ) -> list[dict]:
     """
@@ -60,13 +61,14 @@ def run_sweep(
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     `done_in`: other stores, only read: a run one of them holds with the same identity is not trained again (a run
     trained again elsewhere, e.g. a probe into its own store for its ensembles, keeps a grid's command replayable).
-    `group_size`: runs that train together train in parts of at most this many (`batches_of_runs`), each part's rows
-    stored when it ends.
+    `train_in_parts`: the heads of a group that trains together train that many at a time, each part kept as it
+    ends (`run_together`), so a sweep stopped in a long group's training resumes after its last finished part.
     """
     from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
     from ..training import run, run_together
 
-    runner, budgets_runner = runner or run, budgets_runner or run_together
+    runner = runner or run
+    budgets_runner = budgets_runner or partial(run_together, train_in_parts=train_in_parts)
     if launched_processes() > 1:
         raise ValueError(
             "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
@@ -87,7 +89,7 @@ def run_sweep(
         done = store.finished(specs, run_overrides, engine) | done_elsewhere(specs, done_in, run_overrides, engine)
         pending = widest_first([spec for spec in specs if spec.run_id not in done])
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True), group_size):
+        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
             bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]

@@ -61,7 +61,8 @@ def procedures(task: str):
     return task_named(task).procedure("procedures")
 
 
-def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None) -> list[dict]:
+def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None,
+                 train_in_parts: int | None = None) -> list[dict]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
     in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
@@ -69,7 +70,11 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
     (and checkpoint) like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with
     `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's attention layers are left to run one
     copy after the other, which is always exact), never on a CPU. Token-classification heads on one layer train as
-    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`.
+    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
+    ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
+    most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
+    150-head probe takes hours on a CPU) loses one part. Everything after training (test scores, the probe's
+    ensembles, the results) is the whole group's.
     """
     from ..stacked_heads import HeadCopy, LinearProbes, train_heads
 
@@ -100,18 +105,27 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
     sample_size = parts.train_size  # a few-shot user's dev set: as large as the training sample (or the whole dev split)
     sample_score = ((lambda predicted, labels: parts.dev_metrics.score_sample(predicted, labels, sample_size, first.seed))
                     if first.few_shot_dev else None)
+    # copies a stopped group had trained are final; the others train, `train_in_parts` at a time
     trained = [load_trained(config) for config in configs]
-    if all(record is not None for record in trained):  # a group killed after training: its copies are final
-        outcomes, timings = [outcome for outcome, _ in trained], trained[0][1]
-    else:
-        outcomes, timings = train_heads(
-            model, parts.train_set, parts.dev_set, parts.collator, copies, parts.dev_metrics.score_ids,
+    outcomes = [record[0] if record is not None else None for record in trained]
+    part_timings = list({json.dumps(record[1], sort_keys=True): record[1] for record in trained if record is not None}.values())
+    untrained = [k for k, outcome in enumerate(outcomes) if outcome is None]
+    if train_in_parts is not None and train_in_parts < 1:
+        raise ValueError(f"train_in_parts: expected a positive number of copies, got {train_in_parts}")
+    size = train_in_parts or len(untrained) or 1
+    for start in range(0, len(untrained), size):
+        part = untrained[start:start + size]
+        part_outcomes, timings = train_heads(
+            model, parts.train_set, parts.dev_set, parts.collator, [copies[k] for k in part], parts.dev_metrics.score_ids,
             seed=first.seed, batch_size=first.batch_size, metric=task.score,
             vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
             linear_probes=linear_probes, sample_score=sample_score,
         )
-        for config, outcome in zip(configs, outcomes):
-            save_trained(config, outcome, timings)
+        part_timings.append(timings)
+        for k, outcome in zip(part, part_outcomes):
+            outcomes[k] = outcome
+            save_trained(configs[k], outcome, timings)
+    timings = {key: sum(part[key] for part in part_timings) for key in part_timings[0]}
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
     test = parts.test()

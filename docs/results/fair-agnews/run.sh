@@ -8,8 +8,8 @@
 # test accuracy of each choice (test: the 1200 vendored validation texts outside the 800).
 # The runs of one sample train together on the budgets engine. Each work unit (an N and a trial) is its own shard;
 # two run side by side, one thread each; a stopped grid resumes where it stopped. SmolLM2's probe of one sample (150
-# heads) takes hours on one core: it trains in parts of 30 heads (--group-size; a head ends as it does alone), so a
-# stopped session loses one part at most.
+# heads) takes hours on one core: it trains 30 heads at a time (--train-in-parts; a head ends as it does alone, and the
+# probe's ensembles are the whole probe's), so a stopped session loses one part at most.
 # SmolLM2's shards 0 and 1 (N = 16 trial 0, N = 64 trial 0's fusions) ran on an H100 with
 #   STORES=docs/results/fair-agnews GRID="--preset agnews-fe --n-shots 16,64" SHARDS=6 EXTRA=--few-shot-dev \
 #   bash benchmarks/device_fair.sh ...
@@ -25,7 +25,7 @@ for BACKBONE in models/all-MiniLM-L6-v2 models/SmolLM2-135M-Instruct-q4; do
     for SHARD in $((WORKER)) $((WORKER + 2)) $((WORKER + 4)); do
       dwatt sweep --preset agnews-fe --fusions base,scalar_mix,concat,base_plus_n,dwatt --probe-layers all \
         --learning-rates "$RATES" --n-shots 16,64 --backbones "$BACKBONE" --test --few-shot-dev --engine budgets \
-        --results "docs/results/fair-agnews/fair.$NAME.jsonl" --shard "$SHARD/6" --threads 1 --group-size 30 \
+        --results "docs/results/fair-agnews/fair.$NAME.jsonl" --shard "$SHARD/6" --threads 1 --train-in-parts 30 \
         --output-root runs/fair-agnews --quiet
     done &
   done
