@@ -59,3 +59,24 @@ def test_a_row_from_before_a_config_field_existed_is_the_same_run_as_one_at_its_
     assert without_duplicates([before, today]) == [before]
     with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\): in old\.jsonl and in new"):
         without_duplicates([before, today | {"best_dev_f1": 0.50001}])
+
+
+def test_a_run_trained_again_on_purpose_is_taken_from_the_preferred_store(tmp_path):
+    """Two executions of one run that differ by float noise: refused, unless the report is told which store to
+    believe (`--prefer`); the row kept says which it was kept over, and a preferred store that is not read is refused."""
+    from dwatt.experiment.summaries import PREFERRED_OVER, run_identity
+
+    grid, again = tmp_path / "grid.jsonl", tmp_path / "again.jsonl"
+    row = fair_row("base", 0, 1e-3, 0.5, 0.6, 1)
+    other = fair_row("dwatt", 0, 1e-3, 0.52, 0.61, 1)
+    grid.write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
+    again.write_text(json.dumps(row | {"best_dev_f1": 0.50001}) + "\n")
+    with pytest.raises(ValueError, match="appears twice with different results"):
+        load_rows([grid, again])
+    for order in ([grid, again], [again, grid]):
+        rows = load_rows(order, prefer=[again])
+        assert len(rows) == 2 and {run_identity(r) for r in rows} == {run_identity(row), run_identity(other)}
+        (kept,) = [r for r in rows if r["config"]["fusion"] == "base"]
+        assert kept["best_dev_f1"] == 0.50001 and kept[PREFERRED_OVER] == str(grid)
+    with pytest.raises(ValueError, match="--prefer .*elsewhere.jsonl: not among the results files read"):
+        load_rows([grid, again], prefer=[tmp_path / "elsewhere.jsonl"])

@@ -14,6 +14,9 @@ def register(commands) -> None:
     parser.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
     parser.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
     parser.add_argument("--title", default="Results")
+    parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE",
+                        help="where a run is held twice with different results (a run trained again: float noise), "
+                             "take the row of these stores (among the results) instead of refusing the report")
     parser.set_defaults(handler=run)
 
 
@@ -28,5 +31,5 @@ def report_module(command: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"report: {report_module('report').write_report(args.results, args.output, args.title)}")
+    print(f"report: {report_module('report').write_report(args.results, args.output, args.title, args.prefer)}")
     return 0

@@ -9,6 +9,7 @@ confidence interval from Student's t distribution; a setting with one trial has 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -26,6 +27,7 @@ from .summaries import (  # noqa: F401  (re-exported: the report's API reads run
     FUSION_NAMES,
     MODE_NAMES,
     NOT_DEFINING,
+    PREFERRED_OVER,
     SETTING,
     STORE_FIELDS,
     TIERS,
@@ -175,16 +177,23 @@ def mode_comparison(frame: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
-def write_report(paths: list[str | Path], output: str | Path, title: str = "Results") -> Path:
+def write_report(paths: list[str | Path], output: str | Path, title: str = "Results",
+                 prefer: Sequence[str | Path] = ()) -> Path:
     """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain, written into a
     scratch folder beside `output` and moved into place only when all of them are written: a report that fails
-    (unreadable results, no runs, a figure that cannot be drawn) leaves the earlier report as it was."""
+    (unreadable results, no runs, a figure that cannot be drawn) leaves the earlier report as it was. `prefer`:
+    stores whose row of a run is taken where another store holds that run with other results (`load_rows`)."""
     output = Path(output)
-    rows = load_rows(paths)
+    rows = load_rows(paths, prefer)
     if not rows:
         raise ValueError(f"{', '.join(map(str, paths))}: no runs to report")
     frame = runs_frame(rows)
     sources = ", ".join(sorted({str(Path(r["_path"])) for r in rows}))
+    preferred = [row for row in rows if PREFERRED_OVER in row]
+    if preferred:
+        sources += (f"; of {len(preferred)} runs also held with other results (float noise of a run trained again) "
+                    f"by {', '.join(sorted({str(Path(row[PREFERRED_OVER])) for row in preferred}))}, the rows of "
+                    f"{', '.join(sorted({str(Path(row['_path'])) for row in preferred}))} (`--prefer`)")
     with scratch_folder(output) as staging:
         (staging / "tables").mkdir()
         if is_fair_grid(frame):

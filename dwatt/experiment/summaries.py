@@ -8,6 +8,7 @@ counts once. Scores are means over trials (seeds) with a 95% confidence interval
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 import json
 import math
 from dataclasses import asdict
@@ -47,7 +48,7 @@ TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds"
 # What says which runs trained beside a run on the budgets engine, which changes none of its numbers.
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
-STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path")
+STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path", "_preferred_over")
 
 
 def comparable(row: dict) -> dict:
@@ -68,15 +69,22 @@ def _default_config() -> dict:
     return asdict(RunConfig())
 
 
-def without_duplicates(rows: list[dict]) -> list[dict]:
+PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
+
+
+def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> list[dict]:
     """
     Each run once. The shards of a sweep (or a store and a run's own results.json) may hold the same run twice:
     identical results (timings aside) are kept once; different results for one run are refused, naming both
-    places, since a report cannot tell which to believe. A run trained again by newer code (a probe trained again
+    places, since a report cannot tell which to believe, unless the caller says: where exactly one of the two comes
+    from a store in `prefer` (a run trained again on purpose, e.g. a probe for its ensembles, its first run's float
+    noise aside), that row is kept, marked `PREFERRED_OVER`. A run trained again by newer code (a probe trained again
     for its ensembles, `ENSEMBLES_FIELD`) may hold more: where the two agree on every field both hold, which runs it
     trained beside aside (`GROUPING_FIELDS`: a copy ends as it would alone), the row that holds everything the
     other does is kept.
     """
+    preferred = {Path(path).resolve() for path in prefer}
+    is_preferred = lambda row: Path(row["_path"]).resolve() in preferred
     kept: dict[str, dict] = {}
     for row in rows:
         identity = run_identity(row)
@@ -92,6 +100,9 @@ def without_duplicates(rows: list[dict]) -> list[dict]:
                 if mine.keys() > theirs.keys():
                     kept[identity] = row
                 continue
+        if mine != theirs and is_preferred(row) != is_preferred(first):
+            kept[identity] = (row if is_preferred(row) else first) | {PREFERRED_OVER: (first if is_preferred(row) else row)["_path"]}
+            continue
         if mine != theirs:
             # the fields both hold and disagree on; else what only one holds
             differing = (sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
@@ -119,9 +130,12 @@ def whole_row(path: Path) -> dict:
     return row
 
 
-def load_rows(paths: list[str | Path]) -> list[dict]:
+def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> list[dict]:
     """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
-    held by two of them counts once (`without_duplicates`)."""
+    held by two of them counts once (`without_duplicates`, the row of a store in `prefer` where they differ)."""
+    unread = [str(path) for path in prefer if Path(path).resolve() not in {Path(p).resolve() for p in paths}]
+    if unread:
+        raise ValueError(f"--prefer {unread[0]}: not among the results files read")
     rows = []
     for path in map(Path, paths):
         if not path.is_file():
@@ -134,7 +148,7 @@ def load_rows(paths: list[str | Path]) -> list[dict]:
             if missing:
                 raise ValueError(f"{where}: the row's config lacks {', '.join(map(repr, missing))}")
             rows.append(row | {"_path": str(path)})
-    return without_duplicates(rows)
+    return without_duplicates(rows, prefer)
 
 
 
