@@ -54,6 +54,20 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
 
 
+def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
+    """`dwatt probe --train-in-parts 4`: 3 layers x 2 rates train as parts of 4 and 2 heads, one probe's rows."""
+    from dwatt.cli import main
+    from dwatt.stacked_heads import train_heads
+
+    parts = []
+    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or train_heads(*a, **k))
+    assert main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs",
+                 "1", "--learning-rates", "1e-3,1e-2", "--results", str(tmp_path / "r.jsonl"), "--quiet", "--no-save",
+                 "--train-in-parts", "4"]) == 0
+    assert parts == [4, 2] and len((tmp_path / "r.jsonl").read_text().splitlines()) == 6
+    capsys.readouterr()
+
+
 def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
     """Stopped while the test split is scored (after every copy trained), `dwatt probe` run again trains nothing and
     stores what an uninterrupted probe stores."""

@@ -47,6 +47,9 @@ def register(commands) -> None:
                         help="also save the K best layers' heads (each at its best rate on dev), their probabilities "
                              "averaged, as one model in <output>/ensemble-K that dwatt predict and evaluate run "
                              "(PyTorch fp32)")
+    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
+                        help="train a trial's heads K at a time, each kept as it ends: a probe stopped (a 30-layer "
+                             "model on a CPU) resumes after its last part")
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)

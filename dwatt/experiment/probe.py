@@ -53,6 +53,7 @@ class ProbeSettings:
     output: str | None = None
     save_model: bool = True
     save_ensemble: int | None = None  # also save the heads of this many best layers, averaged, as one model
+    train_in_parts: int | None = None  # the heads of a trial train this many at a time, each kept as it ends
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -140,7 +141,8 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     if settings.save_ensemble and settings.save_ensemble > layers:  # said before anything trains
         raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
     overrides = settings.overrides()
-    run_sweep(specs, settings.results, settings.output_root, progress=settings.progress, engine="budgets", **overrides)
+    run_sweep(specs, settings.results, settings.output_root, progress=settings.progress, engine="budgets",
+              train_in_parts=settings.train_in_parts, **overrides)
     rows = ResultsStore(settings.results).finished(specs, overrides, "budgets")
     outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
