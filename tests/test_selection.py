@@ -12,6 +12,23 @@ from dwatt.experiment.report import write_report
 from .helpers import fair_row, window_grid_rows
 
 
+def test_a_last_layer_the_same_distance_behind_in_every_trial_has_no_interval_and_lists_nothing_else(tmp_path):
+    """The last layer's difference has no spread (one test example in each trial): it is said without a ± 0.00, and
+    the other methods' "no interval yet" list is not opened for it alone."""
+    rows = []
+    for trial in range(2):
+        for layer in (1, 2, 3):
+            test = {1: 0.5, 2: 0.7 + 0.01 * trial, 3: 0.69 + 0.01 * trial}[layer]
+            rows.append(fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 2), test, layer))
+        rows.append(fair_row("dwatt", trial, 1e-3, 0.6, 0.7 + 0.03 * trial))
+    store = tmp_path / "fair.jsonl"
+    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_report([store], tmp_path / "out", title="fair")
+    verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
+    assert "no interval yet" not in verdict and "±" in verdict  # DWAtt's difference has an interval
+    assert "The last layer: -1.00 (the same difference in every trial: no interval)." in verdict
+
+
 def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports_their_test_score(tmp_path):
     rows = []
     for trial in range(3):

@@ -339,9 +339,12 @@ def verdict_lines(table: pd.DataFrame) -> str:
         parts = [f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
                  f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it: {listed('beats')}; "
                  f"level with it (95% CI spans 0): {listed('level')}; that trail it: {listed('trails')}"]
-        if (mine.verdict == NO_INTERVAL).any():
+        if ((mine.verdict == NO_INTERVAL) & (mine.method != LAST_LAYER)).any():
             parts.append(f"; no interval yet (one trial, or the same difference in every trial): {listed(NO_INTERVAL)}")
-        if not last.empty:
+        if not last.empty and last.verdict.iloc[0] == NO_INTERVAL:  # a ± 0.00 would claim a certainty it lacks
+            why = "one trial" if trials == 1 else "the same difference in every trial: no interval"
+            parts.append(f". The last layer: {last.minus_best_layer.iloc[0]:+.2f} ({why})")
+        elif not last.empty:
             parts.append(f". The last layer: {with_interval(last.minus_best_layer.iloc[0], last.minus_best_layer_ci95.iloc[0], sign=True)}")
         edge = rows[rows.at_largest_rate.astype(bool)].method.tolist()
         if edge:
