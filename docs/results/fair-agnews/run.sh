@@ -44,5 +44,12 @@ dwatt sweep --preset agnews-fe --fusions scalar_mix_dropout --learning-rates "$R
 dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
+# SmolLM2's N = 16 trial 0 probe ran on an H100 before the probe ensembles existed: trained again on this CPU, its
+# heads 30 at a time, into a store of its own; where its runs differ from the H100's by float noise, the report takes
+# these (--prefer).
+dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16 --trials 1 \
+  --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets --train-in-parts 30 \
+  --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
+  --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"
