@@ -8,9 +8,9 @@ counts once. Scores are means over trials (seeds) with a 95% confidence interval
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,8 +47,9 @@ def tier(train_pool_size: int) -> str:
 TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
 # What says which runs trained beside a run on the budgets engine, which changes none of its numbers.
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
+PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
-STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path", "_preferred_over")
+STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path", PREFERRED_OVER)
 
 
 def comparable(row: dict) -> dict:
@@ -67,9 +68,6 @@ def run_identity(row: dict) -> str:
 @functools.cache
 def _default_config() -> dict:
     return asdict(RunConfig())
-
-
-PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
 
 
 def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> list[dict]:

@@ -125,7 +125,7 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
         for k, outcome in zip(part, part_outcomes):
             outcomes[k] = outcome
             save_trained(configs[k], outcome, timings)
-    timings = {key: sum(part[key] for part in part_timings) for key in part_timings[0]}
+    timings = {key: sum(spent[key] for spent in part_timings) for key in part_timings[0]}
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
              "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
     test = parts.test()
