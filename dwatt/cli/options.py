@@ -1,4 +1,4 @@
-"""What several commands share: comma-separated values, `--threads`, and the model `predict` and `evaluate` run
+"""What several commands share: comma-separated values, `--threads`, `--train-in-parts`, and the model `predict` and `evaluate` run
 (a checkpoint in PyTorch, or an ONNX export in onnxruntime, int8 with `--quantize int8`)."""
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ def csv_of(kind):
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for the model's kernels (default: all cores; on a shared machine, 1 per process)")
+
+
+def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
+                        help="the heads of a group that trains together (a probe's layers and rates, a fusion's "
+                             "rates) train K at a time, each kept as it ends: a run stopped in a long group resumes "
+                             "after its last finished part")
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from ..experiment.probe import PROBE_LEARNING_RATES
 from ..choices import POOLINGS
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
-from .options import add_threads_argument, csv_of
+from .options import add_threads_argument, add_train_in_parts_argument, csv_of
 
 
 def register(commands) -> None:
@@ -47,9 +47,7 @@ def register(commands) -> None:
                         help="also save the K best layers' heads (each at its best rate on dev), their probabilities "
                              "averaged, as one model in <output>/ensemble-K that dwatt predict and evaluate run "
                              "(PyTorch fp32)")
-    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
-                        help="train a trial's heads K at a time, each kept as it ends: a probe stopped (a 30-layer "
-                             "model on a CPU) resumes after its last part")
+    add_train_in_parts_argument(parser)
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)

@@ -6,7 +6,7 @@ import argparse
 
 from ..experiment.grid import ENGINES, PRESETS, WINDOW_RADIUS
 from ..run_config import CACHE_DTYPES, SAMPLINGS
-from .options import add_threads_argument, csv_of
+from .options import add_threads_argument, add_train_in_parts_argument, csv_of
 
 GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
                 "learning_rates", "probe_layers")  # the options that override a preset's `grid` arguments
@@ -44,9 +44,7 @@ def register(commands) -> None:
     parser.add_argument("--done-in", nargs="+", default=(), dest="done_in", metavar="STORE",
                         help="other results files, only read: a run one of them holds (same settings) is not trained "
                              "again, e.g. a probe trained again into its own store")
-    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
-                        help="the heads of a group that trains together (a probe's, a fusion's rates) train K at a "
-                             "time, each kept as it ends: a sweep stopped in a long group resumes after its last part")
+    add_train_in_parts_argument(parser)
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
@@ -58,8 +56,8 @@ def register(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..experiment.grid import grid, parse_shard, shard
-    from ..experiment.store import ResultsStore, shard_results_path
-    from ..experiment.sweep import done_elsewhere, run_sweep
+    from ..experiment.store import shard_results_path
+    from ..experiment.sweep import run_sweep, runs_done
 
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     settings |= {key: getattr(args, key) for key in GRID_OPTIONS if getattr(args, key) is not None}
@@ -87,8 +85,7 @@ def run(args: argparse.Namespace) -> int:
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)
-    finished = ResultsStore(results).finished(specs, overrides, args.engine)
-    elsewhere = {run_id for run_id in done_elsewhere(specs, tuple(args.done_in), overrides, args.engine) if run_id not in finished}
+    finished, elsewhere = runs_done(specs, results, tuple(args.done_in), overrides, args.engine)
     print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
           + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "") + f"; {len(rows)} rows in {results}")
     return 0

@@ -42,6 +42,13 @@ def done_elsewhere(specs: list[RunSpec], stores: tuple[str | Path, ...], run_ove
     return found
 
 
+def runs_done(specs: list[RunSpec], results: str | Path, done_in: tuple[str | Path, ...] = (),
+              run_overrides: dict | None = None, engine: str = "auto") -> tuple[set[str], set[str]]:
+    """The ids of the specs done: those the store at `results` holds, and those only the `done_in` stores hold."""
+    here = set(ResultsStore(results).finished(specs, run_overrides, engine))
+    return here, set(done_elsewhere(specs, done_in, run_overrides, engine)) - here
+
+
 def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
@@ -86,7 +93,7 @@ def run_sweep(
         ) from None
     with held:
         refuse_repeated_ids(specs)
-        done = store.finished(specs, run_overrides, engine) | done_elsewhere(specs, done_in, run_overrides, engine)
+        done = set().union(*runs_done(specs, store.path, done_in, run_overrides, engine))
         pending = widest_first([spec for spec in specs if spec.run_id not in done])
         bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
         for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
@@ -102,4 +109,4 @@ def run_sweep(
         return store.rows()
 
 
-__all__ = ["done_elsewhere", "refuse_repeated_ids", "run_sweep"]
+__all__ = ["done_elsewhere", "refuse_repeated_ids", "run_sweep", "runs_done"]
