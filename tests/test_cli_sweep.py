@@ -40,3 +40,29 @@ def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trai
     assert main(["sweep", "--fusions", "scalar_mix", "--window-alone", "--results", str(tmp_path / "r.jsonl")]) == 2
     assert "--window-alone shapes the windows of --window-around-probe" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_window_sweep_takes_the_preferred_probe_row_of_a_run_held_twice(tmp_path, capsys):
+    """Two probe stores that hold one run with different results (a probe trained again) are refused, naming the
+    run, unless `--prefer` names the one to believe; `--prefer` without windows to shape is refused."""
+    import json
+
+    from dwatt.cli import main
+
+    from .helpers import window_grid_rows
+
+    rows = window_grid_rows()
+    first, again = tmp_path / "probe.jsonl", tmp_path / "probe-again.jsonl"
+    first.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    retrained = rows[0] | {"best_dev_f1": rows[0]["best_dev_f1"] + 1e-6}
+    again.write_text(json.dumps(retrained) + "\n")
+    sweep = ["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
+             "--backbones", "/m/deep", "--window-around-probe", str(first), str(again),
+             "--results", str(tmp_path / "r.jsonl"), "--quiet"]
+    assert main(sweep) == 2
+    assert "appears twice with different results (best_dev_f1)" in capsys.readouterr().err
+    assert main([*sweep, "--prefer", str(again)]) == 2  # read past the twice-held run, to the trial no probe holds
+    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
+    assert main(["sweep", "--fusions", "scalar_mix", "--prefer", str(again), "--results", str(tmp_path / "r.jsonl")]) == 2
+    assert "--prefer shapes the windows of --window-around-probe" in capsys.readouterr().err
+    assert not (tmp_path / "r.jsonl").exists()

@@ -39,6 +39,9 @@ def register(commands) -> None:
     parser.add_argument("--window-around-probe", nargs="+", default=None, dest="window_around_probe", metavar="STORE",
                         help=f"each fusion on the layers within ±{WINDOW_RADIUS} of the one each trial's probe (in these results "
                              "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too")
+    parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE",
+                        help="where two --window-around-probe files hold one run with different results (a probe "
+                             "trained again: float noise), take the row of these (among them) instead of refusing")
     parser.add_argument("--window-alone", action="store_true", dest="window_alone",
                         help="the window's layers alone (--layers only:a-b): no last layer, a backbone cut below the window")
     parser.add_argument("--done-in", nargs="+", default=(), dest="done_in", metavar="STORE",
@@ -70,10 +73,11 @@ def run(args: argparse.Namespace) -> int:
         from ..experiment.selection import around_chosen_layers
         from ..experiment.summaries import load_rows, runs_frame
 
-        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe)), args.few_shot_dev,
+        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe, args.prefer)), args.few_shot_dev,
                                      alone=args.window_alone)
-    elif args.window_alone:
-        raise ValueError("--window-alone shapes the windows of --window-around-probe: give that too")
+    elif args.window_alone or args.prefer:
+        raise ValueError(f"{'--window-alone' if args.window_alone else '--prefer'} shapes the windows of "
+                         "--window-around-probe: give that too")
     results = args.results
     if args.shard:
         index, count = parse_shard(args.shard)
