@@ -104,6 +104,13 @@ def test_heads_on_different_backbones_are_refused_naming_both_and_the_first_diff
     fine_tuned.save_pretrained(tmp_path / "ft")
     with pytest.raises(ValueError, match=r"carries other backbone weights .*FT"):
         SharedBackboneHeads.from_pretrained([str(ours), str(tmp_path / "ft")])
+    # the head-only one named second, or reading fewer layers: its named backbone is still the one checked against
+    cut = tmp_path / "cut"
+    DWAttForTokenClassification.from_backbone(str(backbone), num_labels=5, fusion="base", fused_layers="1").save_pretrained(
+        cut, heads_only=True)
+    for order in ([tmp_path / "ft", ours], [tmp_path / "ft", cut]):
+        with pytest.raises(ValueError, match=r"carries other backbone weights .*FT"):
+            SharedBackboneHeads.from_pretrained([str(path) for path in order])
 
 
 def test_cli_predict_with_heads_prints_each_heads_tags_and_writes_jsonl(tiny_backbone, tmp_path, capsys, monkeypatch):

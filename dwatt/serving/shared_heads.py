@@ -194,9 +194,20 @@ class SharedBackboneHeads(nn.Module):
                         f"{key} {mine.get(key)!r} vs {theirs.get(key)!r}"
                     )
         tensors = {name: _checkpoint_tensors(path, hub_kwargs) for name, path in named.items()}
-        # One backbone pass as deep as the deepest head reads: loaded from that head's checkpoint (or the named one).
-        deepest = max(configs, key=lambda name: configs[name].run_depth)
-        backbone = cls._shared_backbone(configs[deepest], tensors[deepest], named[deepest], backbone_name_or_path, hub_kwargs)
+        # One backbone pass as deep as the deepest head reads. Its weights: the pretrained backbone a head-only
+        # checkpoint names (or `backbone_name_or_path`), else the deepest full checkpoint's; every full checkpoint's
+        # stored backbone must equal them, so a head-only head never runs on another checkpoint's fine-tuned backbone.
+        depth = max(config.run_depth for config in configs.values())
+        source = next((name for name, config in configs.items() if config.heads_only),
+                      max(configs, key=lambda name: configs[name].run_depth))
+        backbone = cls._shared_backbone(configs[source], tensors[source], named[source], backbone_name_or_path,
+                                        hub_kwargs, depth)
+        if backbone_name_or_path:
+            origin = repr(backbone_name_or_path)
+        elif configs[source].heads_only:
+            origin = f"the pretrained {configs[source].backbone_name_or_path!r} that {named[source]!r} names"
+        else:
+            origin = repr(named[source])
         reference = backbone.state_dict()
         heads = {}
         for name, config in configs.items():
@@ -204,18 +215,19 @@ class SharedBackboneHeads(nn.Module):
             differing = next((k for k, v in stored.items() if k in reference and not torch.equal(v, reference[k])), None)
             if differing is not None:
                 raise ValueError(
-                    f"the checkpoint {named[name]!r} carries other backbone weights than {named[first]!r} "
+                    f"the checkpoint {named[name]!r} carries other backbone weights than {origin} "
                     f"(first difference: {differing}); a fine-tuned (FT) backbone cannot be shared"
                 )
             heads[name] = cls._head(config, tensors[name], backbone, named[name], backbone_name_or_path, hub_kwargs)
         return cls(heads, backbone)
 
     @staticmethod
-    def _shared_backbone(config, tensors, path, backbone_name_or_path, hub_kwargs) -> nn.Module:
+    def _shared_backbone(config, tensors, path, backbone_name_or_path, hub_kwargs, depth: int) -> nn.Module:
+        """The backbone, its first `depth` layers: the pretrained one `config` (head-only) or `backbone_name_or_path`
+        names, else the one the full checkpoint at `path` stores."""
         from transformers import AutoModel
 
         model_class = task_model_class(checkpoint_task(config))
-        depth = config.run_depth
         if config.heads_only or backbone_name_or_path:
             return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).base_model.eval()
         encoder = config.encoder_config
