@@ -4,9 +4,10 @@
 cache. How much of the machine it uses is what this measures: the floating-point operations of the products
 (matrix multiplications and attention, counted by `torch.utils.flop_counter.FlopCounterMode` on one epoch of the same
 copies) per second of training, against the operations per second of one large matrix product measured in the same
-run, between the same rounds. Each head is timed run one copy after the other (the CPU default) and batched over the
-copies (`vmap`, one batched product per layer of the head: the GPU default for per-token fusions); a probe trains as
-`LinearProbes` (one product per layer read for all the copies that read it). The settings run in rotated rounds, the
+run, between the same rounds. Each head is timed run one copy after the other and batched over the copies (`vmap`,
+one batched product per layer of the head: the default for per-token fusions, chosen on these figures); a token
+classifier's probe trains as `LinearProbes` (one product per layer read for all the copies that read it), a text
+classifier's (AG News, pooled features) as stacked copies, timed both ways. The settings run in rotated rounds, the
 matmul measured twice a round as the noise control; each figure is the median over rounds.
 
     python benchmarks/engine_throughput.py                            # MiniLM, one thread, 5 rates, N = 32
@@ -35,7 +36,8 @@ from dwatt.stacked_heads import HeadCopy, train_heads
 from dwatt.defaults import default_backbone_path
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.training import RunConfig
-from dwatt.training.ner import prepare_ner
+from dwatt.tasks import task_named
+from dwatt.training.together import procedures
 
 HERE = Path(__file__).resolve().parent
 RATES = (5e-5, 3e-4, 1e-3, 3e-3, 1e-2)
@@ -57,14 +59,17 @@ def matmul_seconds(device: torch.device, size: int = 1024, repeats: int = 20) ->
 
 
 class Setting:
-    """One head's copies on one prepared run: what `train_heads` is given, and how it batches them."""
+    """One head's copies on one prepared group (`TrainedTogether`): what `train_heads` is given, and how it batches
+    them."""
 
-    def __init__(self, name: str, setup, copies: list[HeadCopy], vectorize: bool, seed: int):
+    def __init__(self, name: str, setup, copies: list[HeadCopy], vectorize: bool, seed: int, task: str = "ner"):
         self.name, self.setup, self.copies, self.vectorize, self.seed = name, setup, copies, vectorize, seed
+        self.metric = task_named(task).score
 
     def train(self) -> float:
-        _, timings = train_heads(self.setup.model, self.setup.train_set, self.setup.dev_set, self.setup.collator, self.copies, self.setup.metrics().score_ids, seed=self.seed,
-                                 batch_size=16, vectorize=self.vectorize)
+        _, timings = train_heads(self.setup.model, self.setup.train_set, self.setup.dev_set, self.setup.collator,
+                                 self.copies, self.setup.dev_metrics.score_ids, seed=self.seed, batch_size=16,
+                                 vectorize=self.vectorize, metric=self.metric)
         return timings["train_seconds"]
 
     def flops(self) -> int:
@@ -84,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n-shot", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--dev-sentences", type=int, default=1, help="scored after each epoch, not timed")
+    parser.add_argument("--cls-n-shot", type=int, default=16,
+                        help="also a probe of AG News text classifiers on this many texts per class (0: none)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", default=str(HERE / "results"))
@@ -97,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         backbone = args.backbone or str(default_backbone_path())
     backbone_name = "random-large" if args.backbone == "random-large" else portable_path(backbone).split("/")[-1]
 
-    def prepared(fusion: str, cache_layers: list[int] | None = None, layers: str = "all"):
-        config = RunConfig(backbone=backbone, fusion=fusion, layers=layers, n_shot=args.n_shot, epochs=args.epochs,
-                           dev_sentences=args.dev_sentences, output_dir=f"{work}/{fusion}", save_model=False,
+    def prepared(fusion: str, cache_layers: list[int] | None = None, layers: str = "all", task: str = "ner"):
+        config = RunConfig(backbone=backbone, fusion=fusion, layers=layers, task=task,
+                           n_shot=args.n_shot if task == "ner" else args.cls_n_shot, epochs=args.epochs,
+                           dev_sentences=args.dev_sentences, output_dir=f"{work}/{task}-{fusion}", save_model=False,
                            progress=False, seed=0)
-        setup = prepare_ner(config, cache_layers=cache_layers)
+        setup = procedures(task).prepare_together(config, cache_layers)
         setup.model.to(device)
         return setup
 
@@ -116,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     probe = prepared("base", cache_layers=list(range(1, layers + 1)), layers=str(layers))
     copies = [HeadCopy(args.epochs, rate, layer) for layer in range(layers) for rate in RATES]
     settings[f"probe, {layers} layers x {len(RATES)} rates (LinearProbes)"] = Setting("probe", probe, copies, False, 0)
+    if args.cls_n_shot:  # a text classifier's probe: pooled features, a Base head on each layer
+        probe = prepared("base", cache_layers=list(range(1, layers + 1)), layers=str(layers), task="cls")
+        for vectorize in (False, True):
+            name = f"AG News probe, {layers} layers x {len(RATES)} rates, {'vmap' if vectorize else 'one after another'}"
+            settings[name] = Setting(name, probe, copies, vectorize, seed=0, task="cls")
 
     flops = {name: setting.flops() for name, setting in settings.items()}
     seconds: dict[str, list[float]] = {name: [] for name in [MATMUL, *settings, MATMUL + results_files.AGAIN]}
@@ -134,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                    "copies": len(settings[name].copies)}
             for name in settings}
     result = {
-        "settings": {"backbone": backbone_name if args.backbone == "random-large" else portable_path(backbone), "n_shot": args.n_shot, "epochs": args.epochs,
+        "settings": {"backbone": backbone_name if args.backbone == "random-large" else portable_path(backbone), "n_shot": args.n_shot,
+                     "cls_n_shot": args.cls_n_shot, "epochs": args.epochs,
                      "dev_sentences": args.dev_sentences, "rounds": args.rounds, "learning_rates": list(RATES),
                      "threads": args.threads, "batch_size": 16},
         "matmul_gflop_per_second": round(peak / 1e9, 2),
@@ -144,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     lines = [f"# The stacked-copies engine against the machine's matmul throughput ({result['environment']['device_name']})\n",
              f"Command: `{result['command']}`. Training of the copies on one CoNLL-03 sample of N = {args.n_shot} "
+             + (f"and one AG News sample of {args.cls_n_shot} texts per class " if args.cls_n_shot else "") +
              f"({args.epochs} epochs, batch 16; the dev scoring after each epoch not timed): the products' floating-point operations "
              f"(FlopCounterMode) per second, against one 1024 x 1024 x 1024 fp32 product's "
              f"**{result['matmul_gflop_per_second']} GFLOP/s** measured between the same rounds (timed twice a round: "

@@ -68,8 +68,9 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
     in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
     layer the heads read): each ends as that run alone would with the same loop. Writes each run's `results.json`
     (and checkpoint) like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with
-    `torch.func.vmap`; by default on a GPU for the per-token fusions (Base+n's attention layers are left to run one
-    copy after the other, which is always exact), never on a CPU. Token-classification heads on one layer train as
+    `torch.func.vmap`; by default for the per-token fusions (Base+n's attention layers are left to run one copy
+    after the other, which is always exact), on a CPU too: faster there for every such head measured
+    (benchmarks/engine_throughput.py), each copy ending as it would alone up to float rounding. Token-classification heads on one layer train as
     `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
     ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
     most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
@@ -118,7 +119,7 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
         part_outcomes, timings = train_heads(
             model, parts.train_set, parts.dev_set, parts.collator, [copies[k] for k in part], parts.dev_metrics.score_ids,
             seed=first.seed, batch_size=first.batch_size, metric=task.score,
-            vectorize=torch.cuda.is_available() and model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
+            vectorize=model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
             linear_probes=linear_probes, sample_score=sample_score,
         )
         part_timings.append(timings)
