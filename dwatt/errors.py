@@ -7,7 +7,7 @@ class HubError(RuntimeError):
 
 
 class SweepBusyError(RuntimeError):
-    """Another sweep holds the results file."""
+    """Another process has held a results file's lock for longer than an append takes."""
 
 
 def first_line(error: BaseException) -> str:

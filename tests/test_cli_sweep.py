@@ -1,5 +1,6 @@
-"""dwatt sweep (dwatt.cli.sweep): a second sweep on a results file another is writing is refused in one line, and a
-window sweep names a trial its probe stores lack before anything trains. The sweep itself: test_experiment_sweep."""
+"""dwatt sweep (dwatt.cli.sweep): a sweep on a results file whose lock another process holds past an append is
+refused in one line, and a window sweep names a trial its probe stores lack before anything trains. The sweep
+itself: test_experiment_sweep."""
 
 import pytest
 
@@ -7,18 +8,20 @@ from dwatt.experiment.grid import grid
 from dwatt.experiment.sweep import run_sweep
 
 
-def test_a_second_sweep_on_the_same_results_file_is_refused(tmp_path, capsys):
+def test_a_sweep_whose_store_lock_is_held_past_an_append_is_refused(tmp_path, capsys, monkeypatch):
     from filelock import FileLock
 
     from dwatt.cli import main
     from dwatt.errors import SweepBusyError
+    from dwatt.experiment import sweep
 
+    monkeypatch.setattr(sweep, "APPEND_WAIT_SECONDS", 0.2)
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
-    with FileLock(tmp_path / ".r.jsonl.lock"):  # what a running sweep holds
-        with pytest.raises(SweepBusyError, match=r"r\.jsonl: another sweep is writing this results file"):
+    with FileLock(tmp_path / ".r.jsonl.lock"):  # held, not released as an append would
+        with pytest.raises(SweepBusyError, match=r"r\.jsonl: another process has held this results file's lock"):
             run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
         assert main(["sweep", "--fusions", "base", "--results", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
-        assert "another sweep is writing" in capsys.readouterr().err
+        assert "longer than an append takes" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
     assert len(run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)) == 1  # released
 

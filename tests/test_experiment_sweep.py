@@ -57,6 +57,71 @@ def test_runs_another_store_holds_are_not_trained_again_nor_copied(tmp_path):
     assert not (tmp_path / "grid-3.jsonl").exists() or not ResultsStore(tmp_path / "grid-3.jsonl").rows()
 
 
+def test_a_group_another_sweep_holds_is_left_to_it_and_trained_once_released(tmp_path):
+    """Sweeps that share a store train the groups no other holds: a group one of whose runs another sweep claims is
+    skipped whole (the budgets of one run train together), then trained by the next sweep once released."""
+    from dwatt.experiment.store import ResultsStore
+    from dwatt.experiment.sweep import claimed
+
+    calls = []
+
+    def budgets(configs):
+        calls.append(sorted(c.epochs for c in configs))
+        return [{"best_dev_f1": c.epochs / 100, "engine": "budgets"} for c in configs]
+
+    specs = grid(fusions=("dwatt",), n_shots=(1,), epochs=(1, 2), trials=2)
+    store = tmp_path / "r.jsonl"
+    held = [spec for spec in specs if spec.trial == 1][:1]  # one budget of trial 1's run
+    with claimed(ResultsStore(store), held) as mine:
+        assert mine
+        rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="budgets")
+    assert calls == [[1, 2]] and {row["spec"]["trial"] for row in rows} == {0}
+    rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="budgets")
+    assert calls == [[1, 2], [1, 2]] and sorted(row["run_id"] for row in rows) == sorted(spec.run_id for spec in specs)
+
+
+def sweep_beside_another(specs, store, trained, start):
+    """One of two sweeps on one store (a forked process): the runs it trained, one per line of `trained`. Each append
+    reads the store, waits, then writes (a slow file system): two sweeps appending at once would lose a row."""
+    from dwatt.atomic import write_text_atomically
+
+    def runner(config):
+        with open(trained, "a") as out:
+            out.write(config.output_dir + "\n")
+        time.sleep(0.02)
+        return {"best_dev_f1": config.seed / 10}
+
+    def slow_append(self, row):
+        lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
+        time.sleep(0.03)
+        write_text_atomically(self.path, "\n".join(lines) + "\n")
+
+    ResultsStore.append = slow_append  # in this forked process only
+    start.wait()
+    run_sweep(specs, store, runner=runner, progress=False)
+
+
+def test_two_sweeps_on_one_store_train_each_run_once_and_lose_no_row(tmp_path):
+    import multiprocessing
+
+    specs = grid(fusions=("base", "dwatt", "concat"), n_shots=(1, 2), epochs=(1,), trials=4)
+    store = tmp_path / "r.jsonl"
+    fork = multiprocessing.get_context("fork")
+    start = fork.Barrier(2)
+    workers = [fork.Process(target=sweep_beside_another, args=(specs, store, tmp_path / f"trained-{k}.txt", start))
+               for k in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(120)
+        assert worker.exitcode == 0
+    trained = [line for k in range(2) if (tmp_path / f"trained-{k}.txt").exists()
+               for line in (tmp_path / f"trained-{k}.txt").read_text().splitlines()]
+    assert len(trained) == len(set(trained)) == len(specs)  # no run trained twice, none left out
+    rows = ResultsStore(store).rows()
+    assert sorted(row["run_id"] for row in rows) == sorted(spec.run_id for spec in specs)  # one row each: none lost
+
+
 def without_paths(row: dict) -> dict:
     row = comparable(row)
     row["config"] = {k: v for k, v in row["config"].items() if k != "output_dir"}

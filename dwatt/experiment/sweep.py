@@ -1,9 +1,13 @@
 """Running a grid: every run the store does not hold yet, the runs of one sample that may train together
-together, one row appended per finished run; one sweep at a time per store, resumable after an interruption."""
+together, one row appended per finished run; resumable after an interruption. Several sweeps may share one store
+(workers of one machine, or of machines that share its file system): each trains the groups of runs no other holds
+(a claim per run), and appends under a short lock, so that no run trains twice and no row is lost."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
@@ -49,6 +53,40 @@ def runs_done(specs: list[RunSpec], results: str | Path, done_in: tuple[str | Pa
     return here, set(done_elsewhere(specs, done_in, run_overrides, engine)) - here
 
 
+# How long a sweep waits for the store's lock, which another sweep holds only while it appends its rows: a holder
+# past this is not appending (a process stopped while holding it, or an older dwatt's sweep holding it throughout).
+APPEND_WAIT_SECONDS = 60.0
+
+
+def store_lock(store: ResultsStore):
+    """The lock a sweep holds while it appends to `store`, acquired within `APPEND_WAIT_SECONDS` or refused."""
+    lock, wait = FileLock(store.path.with_name(f".{store.path.name}.lock")), APPEND_WAIT_SECONDS
+    try:
+        return lock.acquire(timeout=wait)
+    except Timeout:
+        raise SweepBusyError(
+            f"{store.path}: another process has held this results file's lock ({lock.lock_file}) for over {wait:.0f} s, "
+            "longer than an append takes; wait for it, or give this sweep another --results"
+        ) from None
+
+
+@contextmanager
+def claimed(store: ResultsStore, group: list[RunSpec]) -> Iterator[bool]:
+    """Whether this sweep holds every run of `group` (a lock per run beside the store, held until the block ends):
+    False where another sweep on the store holds one of them, which then trains the group."""
+    folder = store.path.with_name(f".{store.path.name}.claims")
+    folder.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as held:
+        for spec in group:
+            name = hashlib.sha256(spec.run_id.encode()).hexdigest()[:24]
+            try:
+                held.enter_context(FileLock(folder / f"{name}.lock").acquire(timeout=0))
+            except Timeout:
+                yield False
+                return
+        yield True
+
+
 def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
@@ -64,7 +102,8 @@ def run_sweep(
     """
     Run every spec not yet in the store at `results`, appending one row per finished run (the run's
     `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
-    One sweep at a time per results file: a second one on the same file is refused while the first holds its lock.
+    Several sweeps may run on one results file at once: each trains only the groups no other holds (`claimed`) and
+    has not finished, and appends under the store's lock (`store_lock`).
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
     `done_in`: other stores, only read: a run one of them holds with the same identity is not trained again (a run
     trained again elsewhere, e.g. a probe into its own store for its ensembles, keeps a grid's command replayable).
@@ -84,29 +123,30 @@ def run_sweep(
     store = ResultsStore(results)
     output_root = Path(output_root) if output_root else store.path.parent / "runs"
     store.path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        held = FileLock(store.path.with_name(f".{store.path.name}.lock")).acquire(timeout=0)
-    except Timeout:
-        raise SweepBusyError(
-            f"{store.path}: another sweep is writing this results file; two sweeps on one file would run the same "
-            "runs twice (wait for it, or give this one another --results)"
-        ) from None
-    with held:
+    with store_lock(store):  # refused at once where a holder is not appending
         refuse_repeated_ids(specs)
         done = set().union(*runs_done(specs, store.path, done_in, run_overrides, engine))
-        pending = widest_first([spec for spec in specs if spec.run_id not in done])
-        bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-        for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
+    pending = widest_first([spec for spec in specs if spec.run_id not in done])
+    bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
+    for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
+        with claimed(store, group) as mine:
+            if not mine:  # another sweep on this store trains it
+                continue
+            finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
+            group = [spec for spec in group if spec.run_id not in finished]
+            if not group:
+                continue
             bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
             fingerprint = backbone_fingerprint(group[0].backbone)
-            for spec, result in zip(group, results_of_group):
-                row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
-                store.append(portable_results(row, output_root))
+            with store_lock(store):
+                for spec, result in zip(group, results_of_group):
+                    row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
+                    store.append(portable_results(row, output_root))
             bar.update(len(group))
-        bar.close()
-        return store.rows()
+    bar.close()
+    return store.rows()
 
 
-__all__ = ["done_elsewhere", "refuse_repeated_ids", "run_sweep", "runs_done"]
+__all__ = ["APPEND_WAIT_SECONDS", "claimed", "done_elsewhere", "refuse_repeated_ids", "run_sweep", "runs_done", "store_lock"]
