@@ -1,6 +1,6 @@
 """dwatt sweep (dwatt.cli.sweep): a sweep on a results file whose lock another process holds past an append is
-refused in one line, and a window sweep names a trial its probe stores lack before anything trains. The sweep
-itself: test_experiment_sweep."""
+refused in one line, a sweep beside another on one store says what it left to it, and a window sweep names a trial
+its probe stores lack before anything trains. The sweep itself: test_experiment_sweep."""
 
 import pytest
 
@@ -69,3 +69,21 @@ def test_a_window_sweep_takes_the_preferred_probe_row_of_a_run_held_twice(tmp_pa
     assert main(["sweep", "--fusions", "scalar_mix", "--prefer", str(again), "--results", str(tmp_path / "r.jsonl")]) == 2
     assert "--prefer shapes the windows of --window-around-probe" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbone, tiny_conll, tmp_path, capsys):
+    """A run another sweep on the store holds is left to it, and the summary line says so."""
+    from dwatt.cli import main
+    from dwatt.experiment.store import ResultsStore
+    from dwatt.experiment.sweep import claimed
+
+    store = tmp_path / "r.jsonl"
+    specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(tiny_backbone),),
+                 data_dir=str(tiny_conll))
+    with claimed(ResultsStore(store), [spec for spec in specs if spec.fusion == "dwatt"]) as mine:
+        assert mine
+        assert main(["sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1",
+                     "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--results", str(store),
+                     "--quiet"]) == 0
+    assert "1 of the grid's 2 runs done, 1 still training in other sweeps on this store; 1 rows" in capsys.readouterr().out
+    assert [row["spec"]["fusion"] for row in ResultsStore(store).rows()] == ["base"]

@@ -90,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)
     finished, elsewhere = runs_done(specs, results, tuple(args.done_in), overrides, args.engine)
+    held = len(specs) - len(finished) - len(elsewhere)  # a sweep that returns has run every run no other sweep held
     print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
-          + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "") + f"; {len(rows)} rows in {results}")
+          + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "")
+          + (f", {held} still training in other sweeps on this store" if held else "") + f"; {len(rows)} rows in {results}")
     return 0
