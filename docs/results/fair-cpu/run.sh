@@ -24,6 +24,10 @@ for BACKBONE in models/all-MiniLM-L6-v2 models/SmolLM2-135M-Instruct-q4 models/a
   done
   wait
 done
+# MPNet's shard 1 holds every MPNet fusion at N = 128, the grid's costliest groups: from N = 128 trial 1's ScalarMix on,
+# its line ran as two workers on the one shard-1 store (the same line started twice: each takes the groups of runs no
+# other holds), their copies trained one at a time (--train-in-parts 1: each kept as it ends; the same results) and,
+# for the per-token fusions, under vmap (the CPU default from then on; float noise against one copy after another).
 # Past the grid's edge, one rate up at a time, for the methods chosen at the largest rate tried in every trial:
 # MiniLM's last layer (3e-2), MPNet's single layers and ScalarMix (3e-2), then MPNet's last layer again (1e-1).
 for STEP in base:all-MiniLM-L6-v2:3e-2 base,scalar_mix:all-mpnet-base-v2:3e-2 base:all-mpnet-base-v2:1e-1; do
