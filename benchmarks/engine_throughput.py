@@ -32,11 +32,11 @@ from transformers import AutoConfig
 
 import results_files
 from grid_speed import random_large_backbone
-from dwatt.stacked_heads import HeadCopy, train_heads
 from dwatt.defaults import default_backbone_path
 from dwatt.portable import backbone_folder, portable_path
-from dwatt.training import RunConfig
+from dwatt.stacked_heads import HeadCopy, train_heads
 from dwatt.tasks import task_named
+from dwatt.training import RunConfig
 from dwatt.training.together import procedures
 
 HERE = Path(__file__).resolve().parent
