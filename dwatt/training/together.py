@@ -70,8 +70,8 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
     (and checkpoint) like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with
     `torch.func.vmap`; by default for the per-token fusions (Base+n's attention layers are left to run one copy
     after the other, which is always exact), on a CPU too: faster there for every such head measured
-    (benchmarks/engine_throughput.py), each copy ending as it would alone up to float rounding. Token-classification heads on one layer train as
-    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
+    (benchmarks/engine_throughput.py), each copy ending as it would alone up to float rounding.
+    Token-classification heads on one layer train as `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
     ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
     most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
     150-head probe takes hours on a CPU) loses one part. Everything after training (test scores, the probe's
