@@ -81,9 +81,10 @@ def test_a_group_another_sweep_holds_is_left_to_it_and_trained_once_released(tmp
 
 
 def sweep_beside_another(specs, store, trained, start):
-    """One of two sweeps on one store (a forked process): the runs it trained, one per line of `trained`. Each append
-    reads the store, waits, then writes (a slow file system): two sweeps appending at once would lose a row."""
-    from dwatt.atomic import write_text_atomically
+    """One of two sweeps on one store (a forked process): the runs it trained, one per line of `trained`. Every read of
+    the store waits after reading (a slow file system), so an append, which reads the store and then writes it, leaves
+    room for the other sweep's: two sweeps appending at once would lose a row."""
+    read = ResultsStore.rows
 
     def runner(config):
         with open(trained, "a") as out:
@@ -91,12 +92,12 @@ def sweep_beside_another(specs, store, trained, start):
         time.sleep(0.02)
         return {"best_dev_f1": config.seed / 10}
 
-    def slow_append(self, row):
-        lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
+    def slow_rows(self):
+        rows = read(self)
         time.sleep(0.03)
-        write_text_atomically(self.path, "\n".join(lines) + "\n")
+        return rows
 
-    ResultsStore.append = slow_append  # in this forked process only
+    ResultsStore.rows = slow_rows  # in this forked process only
     start.wait()
     run_sweep(specs, store, runner=runner, progress=False)
 
