@@ -11,14 +11,13 @@ backbone of the same name) is not that run, and the store refuses to mix the two
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..atomic import read_text, sha256_of, write_text_atomically
+from ..atomic import write_text_atomically
 from ..data.files import json_objects
+from ..fingerprints import backbone_fingerprint, config_digest, run_fingerprints
 from ..portable import backbone_folder, portable_path
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
@@ -39,65 +38,36 @@ def run_settings(config: dict) -> dict:
     return settings
 
 
-WEIGHT_FILES = ("config.json", "*.safetensors", "*.bin")
-
-
-def config_digest(path: Path) -> str:
-    """sha256 of a model's config.json as it computes: its keys but those saying where it came from (`_name_or_path`,
-    `_commit_hash` and other private keys, `transformers_version`), in a canonical order. A folder written twice by
-    one conversion (into two temporary folders) or saved again by a newer transformers is the same backbone."""
-    config = json.loads(read_text(path))
-    computing = {key: value for key, value in config.items() if not key.startswith("_") and key != "transformers_version"}
-    return hashlib.sha256(json.dumps(computing, sort_keys=True).encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=32)
-def _fingerprint(folder: Path, stamp: tuple, verbatim: bool) -> str:
-    """sha256 of the names and digests of `folder`'s weight files (config.json's by `config_digest`, or its bytes
-    where `verbatim`, as fingerprints were taken before); `stamp` (names, sizes, times) keys the cache."""
-    files = sorted({path for pattern in WEIGHT_FILES for path in folder.glob(pattern) if path.is_file()})
-    digests = [sha256_of(path) if verbatim or path.name != "config.json" else config_digest(path) for path in files]
-    return hashlib.sha256("".join(f"{path.name}\0{digest}\n" for path, digest in zip(files, digests)).encode()).hexdigest()
-
-
-def backbone_fingerprint(backbone: str | None, verbatim: bool = False) -> str | None:
-    """sha256 of a local backbone folder's config and weight files, None for a Hub id: a committed row names a backbone
-    outside the working folder by its folder's name alone (`portable_path`), and two folders of one name are two
-    backbones only this tells apart. Hashed once per process for each folder as it stands. `verbatim` hashes
-    config.json's bytes, as rows written before `config_digest` did."""
-    folder = Path(backbone_folder(backbone))
-    if not folder.is_dir():
-        return None
-    stamp = tuple((path.name, path.stat().st_size, path.stat().st_mtime_ns) for path in sorted(folder.iterdir()) if path.is_file())
-    return _fingerprint(folder.resolve(), stamp, verbatim)
-
-
 def requested_settings(spec: RunSpec, run_overrides: dict) -> dict:
     """`run_settings` of the run `spec` asks for, with its defaults filled in as the run fills them (`validate`), and
-    its backbone's fingerprint (`backbone_fingerprint`)."""
+    what it reads by content: its backbone's and data folder's fingerprints (`run_fingerprints`)."""
     config = spec.run_config(".", **run_overrides)
     config.validate()
-    return run_settings(asdict(config)) | {"backbone_sha256": backbone_fingerprint(config.backbone)}
+    return run_settings(asdict(config)) | run_fingerprints(config.backbone, config.data_dir)
 
 
 def row_settings(row: dict, backbone: str | None = None) -> dict:
     """`run_settings` of a store row: from the configuration the run recorded, or, for a row without one, its spec;
-    with its backbone's fingerprint where the row records one. A fingerprint taken the earlier way (config.json's
-    bytes) of `backbone`, the folder the requested run reads as it stands here, reads as today's."""
+    with its backbone's and data folder's fingerprints where the row records them. A fingerprint taken the earlier way
+    (config.json's bytes) of `backbone`, the folder the requested run reads as it stands here, reads as today's."""
     config = row.get("config")
     if not isinstance(config, dict):
         config = asdict(RunSpec(**row["spec"]).run_config("."))
     fingerprint = row.get("backbone_sha256")
     if backbone is not None and fingerprint is not None and fingerprint == backbone_fingerprint(backbone, verbatim=True):
         fingerprint = backbone_fingerprint(backbone)
-    return run_settings(config) | {"backbone_sha256": fingerprint}
+    return run_settings(config) | {"backbone_sha256": fingerprint, "data_sha256": row.get("data_sha256")}
+
+
+# What rows record of what a run read by content (`run_fingerprints`); a row written before it recorded one of them
+# is judged by the rest.
+FINGERPRINTS = ("backbone_sha256", "data_sha256")
 
 
 def same_run(theirs: dict, mine: dict) -> bool:
-    """Whether a row's settings are the requested run's; a row from before rows recorded their backbone's
-    fingerprint is judged by the rest."""
-    if theirs.get("backbone_sha256") is None:
-        theirs = theirs | {"backbone_sha256": mine.get("backbone_sha256")}
+    """Whether a row's settings are the requested run's; a fingerprint a row from before rows recorded it lacks
+    (`FINGERPRINTS`) is judged by the rest."""
+    theirs = theirs | {key: mine.get(key) for key in FINGERPRINTS if key in mine and theirs.get(key) is None}
     return theirs == mine
 
 
@@ -186,6 +156,6 @@ def shard_results_path(results: str | Path, index: int, count: int) -> Path:
 
 
 __all__ = [
-    "ResultsStore", "StoreConflictError", "backbone_fingerprint", "config_digest", "differences", "requested_settings", "row_engine",
+    "FINGERPRINTS", "ResultsStore", "StoreConflictError", "backbone_fingerprint", "config_digest", "differences", "requested_settings", "row_engine",
     "row_settings", "run_settings", "same_run", "shard_results_path",
 ]

@@ -49,7 +49,7 @@ TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds"
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
 # What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
-STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "_path", PREFERRED_OVER)
+STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "data_sha256", "_path", PREFERRED_OVER)
 
 
 def comparable(row: dict) -> dict:

@@ -19,7 +19,8 @@ from ..errors import SweepBusyError
 from ..portable import portable_results
 from ..run_config import RunConfig
 from .grid import RunSpec, batches_of_runs, widest_first
-from .store import ResultsStore, backbone_fingerprint, differences
+from ..fingerprints import run_fingerprints
+from .store import ResultsStore, differences
 
 def refuse_repeated_ids(specs: list[RunSpec]) -> None:
     """Every run of a grid has its own id (and so its own row and folder); two that share one are named."""
@@ -139,10 +140,10 @@ def run_sweep(
             bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
             configs = [spec.run_config(output_root, **run_overrides) for spec in group]
             results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
-            fingerprint = backbone_fingerprint(group[0].backbone)
+            fingerprints = run_fingerprints(group[0].backbone, group[0].data_dir)
             with store_lock(store):
                 for spec, result in zip(group, results_of_group):
-                    row = {"run_id": spec.run_id, "spec": asdict(spec), "backbone_sha256": fingerprint} | result
+                    row = {"run_id": spec.run_id, "spec": asdict(spec)} | fingerprints | result
                     store.append(portable_results(row, output_root))
             bar.update(len(group))
     bar.close()

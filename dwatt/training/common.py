@@ -36,6 +36,7 @@ from ..features import (
     dataset_fingerprint,
     gib,
 )
+from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
 from ..run_config import RunConfig
 from ..sampling import sample_sentences
@@ -350,10 +351,11 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
 
 def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None,
                 layers: list[int] | None = None):
-    """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone and
-    revision, dtype and positions kept, the device, and the sentences' contents). Runs whose keys are equal share one
-    cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes them from it."""
-    rest = (backbone, model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
+    """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone, its
+    revision and weights by content, dtype and positions kept, the device, and the sentences' contents). Runs whose
+    keys are equal share one cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes
+    them from it."""
+    rest = (backbone, backbone_fingerprint(backbone), model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
             str(next(model.parameters()).device), dataset_fingerprint(tokens))
     return tuple(cached_layers(model, layers)), rest
 

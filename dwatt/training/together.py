@@ -21,6 +21,7 @@ from configuration_dwatt import single_layer
 from fusions_dwatt import FUSION_CLASSES
 
 from ..distributed import launched_processes
+from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS, task_named
@@ -190,7 +191,10 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
 
 
 def trained_identity(config: RunConfig) -> dict:
-    return {key: value for key, value in asdict(config).items() if key not in NOT_DEFINING + ("evaluate_test",)}
+    """What a kept copy was trained for: its settings and what it read by content (the backbone's weights and the data
+    folder's files, `run_fingerprints`), so that a copy kept before either changed in place is trained again."""
+    settings = {key: value for key, value in asdict(config).items() if key not in NOT_DEFINING + ("evaluate_test",)}
+    return settings | run_fingerprints(config.backbone, config.data_dir)
 
 
 def save_trained(config: RunConfig, outcome, timings: dict) -> None:
