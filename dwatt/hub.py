@@ -75,7 +75,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
     task = task_of_architectures([type(model).__name__]) or TASKS["ner"]
     pipeline_tag = task.pipeline_tag
     run = (results or {}).get("config", {})
-    dataset = _dataset_id(run.get("dataset"))
+    # a Hub dataset's id; the user's own files (a data folder) are no Hub dataset, and are named in the text only
+    dataset = None if run.get("data_dir") else _dataset_id(run.get("dataset"))
     metadata: dict = {
         "library_name": "transformers",
         "base_model": config.backbone_name_or_path,
@@ -140,7 +141,7 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         examples = (f"{results.get('num_train_examples')} training examples" if "num_train_examples" in results
                     else f"{results.get('num_train_sentences')} training sentences")
         lines.append(
-            f"- Data: {run.get('dataset')} with {examples} "
+            f"- Data: {run.get('dataset')}{' (the trainer’s own files)' if run.get('data_dir') else ''} with {examples} "
             f"(N = {run.get('n_shot')}, seed {results.get('seed')}), {run.get('epochs')} epochs"
         )
         scorer = "accuracy and macro-F1" if "best_dev_accuracy" in results else "seqeval"

@@ -112,8 +112,7 @@ class RunConfig:
         if self.few_shot_dev and (not task.trains_together or self.n_shot is None):
             raise ValueError("few_shot_dev: a second choice on a dev sample as large as the training sample is for "
                              "few-shot runs trained together (dwatt sweep --engine budgets), of NER or text classification")
-        if self.dataset is None:
-            self.dataset = task.default_dataset
+        self.dataset = task.dataset_for(self.dataset, self.data_dir)
         if self.batch_size is None:
             self.batch_size = task.batch_size
         if self.batch_size <= 0:

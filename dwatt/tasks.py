@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import import_module
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,16 @@ class Task:
     scorer: str  # "module:function" scoring a checkpoint on a split (`dwatt evaluate`)
     line_predictor: str  # "module:function" giving `dwatt predict` what it predicts and writes for each input line
     console: str  # "module:class" telling a run of it on the console (its headline and score tables)
+    folder_is_dataset: bool = False  # a folder of the user's files (`--data-dir`) is a dataset of its own
+
+    def dataset_for(self, dataset: str | None, data_dir: str | None = None) -> str:
+        """The dataset a run of this task reads, as run ids, model cards and messages name it: the one named; else,
+        where the user's folder is a dataset of its own (`folder_is_dataset`), the folder's name; else the default."""
+        if dataset:
+            return dataset
+        if data_dir is not None and self.folder_is_dataset:
+            return Path(data_dir).name or self.default_dataset
+        return self.default_dataset
 
     def procedure(self, role: str):
         """What the record names for `role`, imported: the module of "procedures", the function or class of
@@ -74,7 +85,7 @@ TASKS: dict[str, Task] = {task.name: task for task in (
          items="texts", few_shot=True, labelled=True, score="accuracy", score_name="accuracy",
          procedures="dwatt.training.cls", trains_together=True, pools=True,
          scorer="dwatt.serving.evaluation:score_classifier", line_predictor="dwatt.serving.lines:classifying",
-         console="dwatt.console:ClassificationConsole"),
+         console="dwatt.console:ClassificationConsole", folder_is_dataset=True),
 )}
 
 

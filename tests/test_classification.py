@@ -239,3 +239,42 @@ def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_car
     card = model_card(classifier, results, repo_id="me/topics")
     assert "pipeline_tag: text-classification" in card and "AutoModelForSequenceClassification" in card
     assert "| accuracy | 80.00 |" in card and "| f1 | 75.00 |" in card and "16 training examples" in card
+
+
+def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_its_folder(tiny_backbone, tiny_topics, tmp_path, capsys):
+    """`--text-column headline --label-column topic_name` on a folder whose columns have no common names: train, dev
+    and test are all read by them (the dev and test files were detected without them), in `dwatt train`, `probe` and
+    `evaluate`; the run, its id and its model card call the data by its folder's name, not ag_news."""
+    from dwatt.cli import main
+
+    data = tmp_path / "mycsv"
+    data.mkdir()
+    for name in ("train.csv", "dev.csv"):
+        lines = (tiny_topics / name).read_text().splitlines()[1:]
+        # the defaults would pick `title` and `class`: the wrong columns
+        (data / name).write_text("title,headline,class,topic_name\n" + "".join(
+            f"x,{line.rsplit(',', 1)[0]},{'a' if i % 2 else 'b'},{line.rsplit(',', 1)[1]}\n" for i, line in enumerate(lines)))
+    out = tmp_path / "run"
+    assert main(["train", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "3",
+                 "--epochs", "2", "--batch-size", "4", "--lr", "5e-3", "--output-dir", str(out), "--text-column", "headline",
+                 "--label-column", "topic_name"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["labels"] == ["food", "people", "places"] and results["config"]["dataset"] == "mycsv"
+    from dwatt.checkpoints import load_checkpoint
+    from dwatt.hub import model_card
+
+    card = model_card(load_checkpoint(out / "model")[0], results)
+    assert "ag_news" not in card and "- Data: mycsv (the trainer’s own files) with 9 training examples" in card
+    capsys.readouterr()
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(data), "--text-column", "headline",
+                 "--label-column", "topic_name"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert scored["accuracy"] == pytest.approx(results["best_dev_accuracy"], abs=1e-6)
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(data)]) == 2  # `class` holds a and b: not its labels
+    assert "mycsv" in capsys.readouterr().err
+    assert main(["probe", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "3",
+                 "--epochs", "1", "--learning-rates", "1e-2", "--text-column", "headline", "--label-column", "topic_name",
+                 "--results", str(tmp_path / "probe" / "r.jsonl"), "--quiet", "--no-save"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "probe" / "r.jsonl").read_text().splitlines()]
+    assert rows and all(row["run_id"].startswith("mycsv/") for row in rows)
+    capsys.readouterr()

@@ -25,6 +25,20 @@ def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:
                              "after its last finished part")
 
 
+COLUMNS = ("text_column", "pair_column", "label_column")
+
+
+def add_column_arguments(parser: argparse.ArgumentParser) -> None:
+    """The columns of a text-classification folder's CSV/TSV/JSONL files, read the same way in every split."""
+    parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
+    parser.add_argument("--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)")
+    parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
+
+
+def columns_of(args: argparse.Namespace) -> dict:
+    return {key: getattr(args, key) for key in COLUMNS}
+
+
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
                         help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "

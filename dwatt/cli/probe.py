@@ -11,7 +11,7 @@ from ..experiment.probe import PROBE_LEARNING_RATES
 from ..choices import POOLINGS
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
-from .options import add_threads_argument, add_train_in_parts_argument, csv_of
+from .options import add_column_arguments, add_threads_argument, add_train_in_parts_argument, csv_of
 
 
 def register(commands) -> None:
@@ -28,9 +28,7 @@ def register(commands) -> None:
     parser.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1: each trial's choice is printed")
     parser.add_argument("--layers", default="all", help="the layers to probe: all, every:k, a-b or a list")
     parser.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: as for dwatt train")
-    parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
-    parser.add_argument("--pair-column", default=None, help="cls: a second text column (default: detected)")
-    parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
+    add_column_arguments(parser)
     # and 5e-5 never: the probe's grid spans 3e-4..1e-2.
     parser.add_argument("--learning-rates", type=csv_of(float), default=PROBE_LEARNING_RATES, dest="learning_rates",
                         help="comma-separated (default: %(default)s; the fair comparison's heads chose 3e-4..1e-2)")

@@ -6,6 +6,7 @@ import argparse
 
 from ..experiment.grid import ENGINES, PRESETS, WINDOW_RADIUS
 from ..run_config import CACHE_DTYPES, SAMPLINGS
+from ..tasks import task_named
 from .options import add_threads_argument, add_train_in_parts_argument, csv_of
 
 GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("sweep: give --preset or --fusions")
     if settings.get("probe_layers") and "base" not in settings["fusions"]:
         raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
+    task = task_named(settings.get("task", "ner"))
+    if args.data_dir and task.folder_is_dataset and args.datasets is None:  # the user's own files: their folder's name
+        settings["datasets"] = (task.dataset_for(None, args.data_dir),)
     specs = grid(**settings, data_dir=args.data_dir)
     if args.window_around_probe:  # the second stage of a two-stage grid: its windows follow the probe's choices
         from ..experiment.selection import around_chosen_layers

@@ -10,7 +10,7 @@ from dataclasses import fields
 from ..choices import FUSIONS, POOLINGS
 from ..run_config import CACHE_DTYPES, MODES, SAMPLINGS, RunConfig, default_learning_rate
 from ..tasks import TASKS
-from .options import add_threads_argument, csv_of
+from .options import add_column_arguments, add_threads_argument, csv_of
 
 
 def register(commands) -> None:
@@ -44,9 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the layers the fusion mixes: all (default), every:k, a range a-b, or a list 3,7,12 (the last "
                              "besides; only:a-b: those alone, the backbone cut below them); with --fusion base, one layer k: "
                              "the head reads layer k alone")
-    parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
-    parser.add_argument("--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)")
-    parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
+    add_column_arguments(parser)
     parser.add_argument("--sampling", default=defaults.sampling, choices=SAMPLINGS, help="sentences: exactly --n-shot")
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--epochs", type=int, default=defaults.epochs)

@@ -166,8 +166,10 @@ def load_classification_folder(folder: str | Path, label_names: Sequence[str] | 
     splits = {"train": train}
     for split in ("validation", "test"):
         if split in files:
-            values = [str(row[1][detect_columns(files[split], list(row[1]), None, None, columns.get("label_column"))[2]])
-                      for row in read_rows(files[split])]
+            rows = read_rows(files[split])
+            label = detect_columns(files[split], list(rows[0][1]), columns.get("text_column"),
+                                   columns.get("pair_column"), columns.get("label_column"))[2]
+            values = [str(row[label]) for _, row in rows]
             names += [name for name in _label_names(values) if name not in names]
             splits[split] = read_classification_file(files[split], **columns, label_names=names)
     if len(names) > len(train.features["label"].names):

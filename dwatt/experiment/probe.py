@@ -121,13 +121,9 @@ def probe_specs(settings: ProbeSettings):
     from .grid import grid
 
     return grid(fusions=("base",), task=settings.task, n_shots=(settings.n_shot,), epochs=(settings.epochs,),
-                trials=settings.trials, datasets=(settings.dataset or default_dataset(settings.task),),
+                trials=settings.trials, datasets=(TASKS[settings.task].dataset_for(settings.dataset, settings.data_dir),),
                 backbones=(settings.backbone,), data_dir=settings.data_dir, dev_sentences=settings.dev_sentences,
                 learning_rates=settings.learning_rates, probe_layers=settings.layers, poolings=(settings.pooling,))
-
-
-def default_dataset(task: str) -> str:
-    return TASKS[task].default_dataset
 
 
 def run_probe(settings: ProbeSettings) -> ProbeOutcome:

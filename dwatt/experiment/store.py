@@ -31,7 +31,7 @@ def run_settings(config: dict) -> dict:
     settings = {key: value for key, value in (asdict(RunConfig()) | config).items() if key not in NOT_DEFINING}
     task = settings["task"]
     if task in TASKS:  # as `RunConfig.validate` fills them
-        settings["dataset"] = settings["dataset"] or TASKS[task].default_dataset
+        settings["dataset"] = TASKS[task].dataset_for(settings["dataset"], settings["data_dir"])
         settings["batch_size"] = settings["batch_size"] or TASKS[task].batch_size
     settings["backbone"] = portable_path(backbone_folder(settings["backbone"]))
     settings["data_dir"] = portable_path(settings["data_dir"])

@@ -219,7 +219,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
     for row in rows:
         config = row["config"]
         task = row.get("task", config.get("task", RunConfig.task))  # rows from before tasks: the default
-        dataset = config.get("dataset") or TASKS[task].default_dataset
+        dataset = TASKS[task].dataset_for(config.get("dataset"), config.get("data_dir"))
         records.append(
             {
                 "task": task,

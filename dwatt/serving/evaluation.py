@@ -7,6 +7,7 @@ from __future__ import annotations
 from ..data.classification import load_classification_dataset, warn_about_unseen_labels
 from ..data import load_ner_dataset
 from ..metrics import classification_scores, entity_scores
+from ..tasks import TASKS
 from .prediction import BATCH_SIZE, class_probabilities, predict_tags
 
 
@@ -28,12 +29,15 @@ def score_tagger(model, tokenizer, *, dataset: str | None, data_dir: str | None,
 
 
 def score_classifier(model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str,
-                     batch_size: int = BATCH_SIZE, **_) -> dict:
+                     batch_size: int = BATCH_SIZE, text_column: str | None = None, pair_column: str | None = None,
+                     label_column: str | None = None, **_) -> dict:
     """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset (default:
-    ag_news) whose labels include the checkpoint's; rows of a label the checkpoint lacks are warned about and scored
-    as errors."""
-    dataset = dataset or "ag_news"
-    data = load_classification_dataset(dataset, data_dir)
+    ag_news; a folder of the user's files is called by its name) whose labels include the checkpoint's; rows of a label
+    the checkpoint lacks are warned about and scored as errors. The `*_column`s name the files' columns, as in
+    training (detected when not given)."""
+    columns = {"text_column": text_column, "pair_column": pair_column, "label_column": label_column}
+    dataset = TASKS["cls"].dataset_for(dataset, data_dir)
+    data = load_classification_dataset(dataset, data_dir, **columns)
     if split not in data:
         raise ValueError(f"--split: {dataset} has no {split!r} split; it has {', '.join(data)}")
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
