@@ -5,6 +5,7 @@ usually are (`give_usual_modes`)."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -13,6 +14,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .errors import FolderBusyError, first_line
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
@@ -35,16 +38,52 @@ def write_json_atomically(path: str | Path, payload: dict) -> None:
 @contextmanager
 def scratch_folder(output: Path) -> Iterator[Path]:
     """A new, empty scratch folder beside `output` for this process, removed on the way out whatever happened (those
-    an earlier, killed write left are removed first): a folder is written there, then swapped in (`replace_folder`)."""
+    an earlier, killed write left are removed first): a folder is written there, then swapped in (`replace_folder`).
+    One process writes `output` at a time: a lock beside it (`.<name>.lock`, gone when the write ends) is held
+    throughout, and a second writer is refused (`FolderBusyError`) instead of removing the first one's scratch."""
+    from filelock import FileLock, Timeout
+
     output.parent.mkdir(parents=True, exist_ok=True)
-    for stale in output.parent.glob(f".{output.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
-    folder = output.parent / f".{output.name}.{os.getpid()}.tmp"
-    folder.mkdir()
+    lock = FileLock(output.parent / f".{output.name}.lock")
     try:
-        yield folder
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise FolderBusyError(f"{output}: another process is writing this folder now (it holds {lock.lock_file}); "
+                              "wait for it to end, or write elsewhere") from None
+    try:
+        for stale in output.parent.glob(f".{output.name}.*.tmp"):  # only a killed writer's: the lock is ours
+            shutil.rmtree(stale, ignore_errors=True)
+        folder = output.parent / f".{output.name}.{os.getpid()}.tmp"
+        folder.mkdir()
+        try:
+            yield folder
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     finally:
-        shutil.rmtree(folder, ignore_errors=True)
+        Path(lock.lock_file).unlink(missing_ok=True)
+        lock.release()
+
+
+# Free space below which a failed write is taken for a full disk (numpy's "problem writing element N to file", which
+# an ONNX graph's weights meet, carries no errno).
+FULL_DISK_BYTES = 16 << 20
+
+
+def failed_write(error: OSError, output: Path, what: str) -> OSError:
+    """An error writing `output` said in one line that names it: "no space left" where the disk is full (by errno, or
+    by the free space left beside it), and that nothing was replaced."""
+    try:
+        free = shutil.disk_usage(output.parent if output.parent.exists() else Path.cwd()).free
+    except OSError:
+        free = None
+    said = first_line(error)
+    if error.errno == errno.ENOSPC or (free is not None and free < FULL_DISK_BYTES):
+        left = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
+        described = OSError(f"{output}: no space left on the device while writing {what} ({left}; the system said: "
+                            f"{said}); nothing was replaced: free some space and run the command again")
+        described.errno = errno.ENOSPC
+        return described
+    return OSError(f"{output}: writing {what} failed ({said}); nothing was replaced")
 
 
 def replace_folder(new: Path, target: Path) -> None:
@@ -124,4 +163,4 @@ def give_usual_modes(folder: str | Path) -> None:
             path.chmod(mode)
 
 
-__all__ = ["give_usual_modes", "read_json", "read_text", "replace_folder", "scratch_folder", "sha256_of", "usual_mode", "write_json_atomically", "write_text_atomically"]
+__all__ = ["FULL_DISK_BYTES", "failed_write", "give_usual_modes", "read_json", "read_text", "replace_folder", "scratch_folder", "sha256_of", "usual_mode", "write_json_atomically", "write_text_atomically"]

@@ -164,7 +164,15 @@ def member_folders(folder: str | Path) -> list[Path]:
     missing = [str(path) for path in paths if not (path / "config.json").is_file()]
     if missing:
         raise FileNotFoundError(f"{folder / ENSEMBLE_FILE}: the member {missing[0]} has no checkpoint (config.json)")
+    unweighted = [path for path in paths if not any((path / name).is_file() for name in WEIGHT_FILES)]
+    if unweighted:
+        raise FileNotFoundError(f"{unweighted[0] / WEIGHT_FILES[0]}: missing; the member {unweighted[0].name} of "
+                                f"{folder / ENSEMBLE_FILE} has no weights: save the probe's ensemble again")
     return paths
+
+
+# What holds a local checkpoint's weights: one file, or the index of its shards.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
 __all__ = ["ENSEMBLE_FILE", "check_checkpoint_folder", "checkpoint_task", "ensemble_folder", "is_ensemble", "load_checkpoint",

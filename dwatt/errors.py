@@ -10,10 +10,14 @@ class SweepBusyError(RuntimeError):
     """Another process has held a results file's lock for longer than an append takes."""
 
 
+class FolderBusyError(RuntimeError):
+    """Another process is writing the folder a command would write (an export, a saved model)."""
+
+
 def first_line(error: BaseException) -> str:
     """An error's message as one line: its first, or the error's type where it says nothing."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
 
 
-__all__ = ["HubError", "SweepBusyError", "first_line"]
+__all__ = ["FolderBusyError", "HubError", "SweepBusyError", "first_line"]

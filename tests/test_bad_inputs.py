@@ -191,6 +191,20 @@ def tagger(env: Env, name: str = "tagger") -> Path:
     return folder
 
 
+def classifier(env: Env) -> Path:
+    """A text classifier on the tiny backbone for labels a and b, with its tokenizer."""
+    folder = env.tmp / "classifier"
+    if not folder.exists():
+        from transformers import AutoTokenizer
+
+        from dwatt import DWAttForSequenceClassification
+
+        model = DWAttForSequenceClassification.from_backbone(str(env.backbone), id2label={0: "a", 1: "b"})
+        model.save_pretrained(folder)
+        AutoTokenizer.from_pretrained(env.backbone).save_pretrained(folder)
+    return folder
+
+
 def edited(folder: Path, file: str, content: str | None = None, **changes) -> Path:
     path = folder / file
     if content is not None:
@@ -234,6 +248,22 @@ def run_with_results(env: Env, text: str) -> Path:
     return folder
 
 
+def swept_on_trainer(env: Env) -> list[str]:
+    """A store one sweep filled on the Trainer, and a sweep of another dev subset into it: only that is named."""
+    store = env.tmp / "trainer.jsonl"
+    common = ["sweep", "--fusions", "base", "--n-shots", "1", "--epochs", "1", "--trials", "1", "--backbone",
+              str(env.backbone), "--data-dir", str(env.conll), "--results", str(store), "--quiet"]
+    assert main(common + ["--engine", "trainer", "--dev-sentences", "2"]) == 0
+    return common + ["--dev-sentences", "3"]
+
+
+def csv_folder(env: Env) -> Path:
+    rows = "".join(f"{text},{topic}\n" for text, topic in (("eu rejects", "a"), ("peter call", "b")) * 3)
+    env.file("csv/train.csv", "headline,topic\n" + rows)
+    env.file("csv/dev.csv", "headline,topic\n" + rows)
+    return env.tmp / "csv"
+
+
 CLI_CASES = [
     ("push: results.json not JSON", lambda e: ["push", str(run_with_results(e, "{\n\n  nope")), "me/tagger"], r"run/results\.json:3: not JSON"),
     ("train: infinite learning rate", lambda e: train_args(e, "--lr", "inf"), r"--lr must be a finite number > 0, got inf"),
@@ -257,6 +287,12 @@ CLI_CASES = [
     ("sweep: --fusions ','", lambda e: ["sweep", "--fusions", ",", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--fusions: no value given"),
     ("sweep: --trials 0", lambda e: ["sweep", "--fusions", "base", "--trials", "0", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--trials must be >= 1, got 0"),
     ("probe: --learning-rates ''", lambda e: ["probe", "--learning-rates", "", "--results", str(e.tmp / "r.jsonl")], r"--learning-rates: no value given"),
+    ("sweep: a store of another dev subset names only that", swept_on_trainer, r"^(?!.*engine).*trainer\.jsonl:1: run conll2003/.* other settings \(dev_sentences: 2 there, 3 here\)"),
+    ("sweep: --learning-rates=-1e-3", lambda e: ["sweep", "--fusions", "base", "--learning-rates=-1e-3", "--quiet", "--results", str(e.tmp / "r.jsonl")], r"--learning-rates: every rate must be a finite number > 0, got -0\.001"),
+    ("probe: --learning-rates nan", lambda e: ["probe", "--learning-rates", "1e-3,nan", "--results", str(e.tmp / "r.jsonl")], r"--learning-rates: every rate must be a finite number > 0, got nan"),
+    ("probe: --train-in-parts 0", lambda e: ["probe", "--train-in-parts", "0", "--results", str(e.tmp / "r.jsonl")], r"--train-in-parts must be >= 1 \(heads trained at a time\), got 0"),
+    ("probe: --text-column no file has", lambda e: ["probe", "--task", "cls", "--backbone", str(e.backbone), "--data-dir", str(csv_folder(e)), "--text-column", "title", "--label-column", "topic", "--n-shot", "1", "--epochs", "1", "--results", str(e.tmp / "r.jsonl"), "--quiet", "--no-save"], r"csv/train\.csv: no text column 'title'; the columns are \['headline', 'topic'\]"),
+    ("evaluate: --label-column no file has", lambda e: ["evaluate", str(classifier(e)), "--data-dir", str(csv_folder(e)), "--text-column", "headline", "--label-column", "class"], r"csv/(train|dev)\.csv: no label column 'class'; the columns are \['headline', 'topic'\]"),
     ("probe: a store a sweep filled without --test", swept_without_test, r"probe\.jsonl:1: run conll2003/.* other settings \(evaluate_test: False there, True here\)"),
 ]
 
@@ -372,3 +408,23 @@ def test_every_command_that_computes_takes_threads_and_predict_s_help_says_what_
         parser.parse_args(["predict", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "(not with --heads, which runs fp32)" in help_text and "comma-separated with no space (A,B)" in help_text
+
+
+@pytest.mark.parametrize("command", ["sweep", "train", "export"])
+def test_ctrl_c_is_one_line_that_says_how_to_go_on(command, monkeypatch, capsys):
+    """The console script stopped by Ctrl-C: exit 130 and one line (not a 30-line traceback) saying what is kept."""
+    import sys
+
+    import dwatt.cli as cli
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "main", interrupted)
+    monkeypatch.setattr(sys, "argv", ["dwatt", command, "x"])
+    with pytest.raises(SystemExit) as stopped:
+        cli.entry()
+    assert stopped.value.code == 130
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"dwatt {command}: stopped (Ctrl-C); "), err
+    assert ("resume" in err[0]) == (command in ("sweep", "train"))

@@ -52,3 +52,47 @@ def test_non_finite_weights_are_not_exported(checkpoints, tmp_path, capsys):
     assert main(["export", str(broken), str(tmp_path / "onnx")]) == 2
     assert "its logits on the check batch are not finite" in capsys.readouterr().err
     assert not (tmp_path / "onnx").exists()
+
+
+def test_an_export_onto_a_full_disk_is_one_line_naming_the_folder(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
+    """numpy's "problem writing element N to file" (no errno) on a full disk: one line that names the export and says
+    the disk is full; the earlier export is kept, no scratch stays."""
+    import shutil
+    from collections import namedtuple
+
+    folder = fresh_copy(exported_ner, tmp_path)
+    before = files_of(folder)
+
+    def full(*args, **kwargs):
+        raise OSError("problem writing element 346112 to file")
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr("dwatt.serving.export.write_onnx", full)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 30, 10 << 30, 4096))
+    capsys.readouterr()
+    assert main(["export", str(checkpoints["ner"]), str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{folder}: no space left on the device while writing the export (0.0 MiB free" in err[0], err
+    assert "problem writing element 346112" in err[0] and "nothing was replaced" in err[0]
+    assert files_of(folder) == before and sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
+
+
+def test_two_exports_to_one_folder_at_once_the_second_is_refused_and_the_first_s_scratch_kept(checkpoints, tmp_path, capsys):
+    """A second export to a folder another process is writing is refused in one line; it no longer removes the first
+    one's scratch folder (which it took for a killed export's)."""
+    from filelock import FileLock
+
+    output = tmp_path / "onnx"
+    scratch = tmp_path / ".onnx.999999.tmp"
+    scratch.mkdir()  # the first export's scratch, being written
+    first = FileLock(tmp_path / ".onnx.lock")
+    first.acquire()  # held by the first export
+    capsys.readouterr()
+    assert main(["export", str(checkpoints["ner"]), str(output)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "onnx: another process is writing this folder now" in err[0], err
+    assert scratch.is_dir() and not output.exists()
+    first.release()
+    assert main(["export", str(checkpoints["ner"]), str(output)]) == 0  # once it ended: its leftovers are a killed one's
+    assert not scratch.exists() and not (tmp_path / ".onnx.lock").exists()
+    capsys.readouterr()

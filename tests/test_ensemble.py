@@ -5,6 +5,7 @@ a member that is not there are refused with the place named. Saved by `dwatt pro
 test_experiment_probe; pushed to the Hub and run by its id: test_hub."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -92,3 +93,18 @@ def test_members_of_other_labels_and_a_missing_member_are_refused(tiny_backbone,
     (tmp_path / "ensemble.json").write_text(json.dumps({"members": "a"}))
     with pytest.raises(ValueError, match=r"ensemble\.json: 'members' must be a list"):
         load_ensemble(tmp_path)
+
+
+def test_a_member_without_its_weights_is_one_line_naming_the_file(tiny_backbone, tmp_path, capsys):
+    """Not transformers' message about model.safetensors.index.json and a Hub address: the member's weights file."""
+    from dwatt.cli import main
+
+    for name in ("a", "b"):
+        saved(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", id2label=LABELS), tmp_path / name, tiny_backbone)
+    write_ensemble(tmp_path, ["a", "b"], {})
+    (tmp_path / "b" / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path), "peter"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and re.search(r"b/model\.safetensors: missing; the member b of .*ensemble\.json has no weights", err[0]), err
+    assert "index.json" not in err[0] and "http" not in err[0]

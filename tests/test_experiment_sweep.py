@@ -328,3 +328,40 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         assert main(["sweep", "--fusions", "dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1", "--test",
                      "--engine", "trainer", "--results", str(store), "--quiet"]) == 2
         assert "evaluate_test: False there, True here" in capsys.readouterr().err
+
+
+def test_a_group_a_stopped_sweep_held_is_trained_and_no_claim_file_stays(tmp_path):
+    """A worker killed while it held a group leaves its claim's file but no lock: a sweep beside it trains that group
+    once the lock is gone (it tries the groups it left once more at its end), removes every claim file of the runs it
+    stored, and does not count a file without a lock as a run still training."""
+    from filelock import FileLock
+
+    from dwatt.experiment.sweep import claim_path
+
+    calls = []
+    specs = grid(fusions=("dwatt",), n_shots=(1,), epochs=(1,), trials=2)
+    store = tmp_path / "r.jsonl"
+    dead = FileLock(claim_path(ResultsStore(store), specs[1]))
+    dead.acquire()
+
+    def runner(config):
+        calls.append(config.seed)
+        if dead.is_locked:  # the other worker is killed while this one trains
+            dead.release()
+        return {"best_dev_f1": 0.5}
+
+    rows = run_sweep(specs, store, runner=runner, progress=False, engine="trainer")
+    assert sorted(calls) == [0, 1] and len(rows) == 2
+    assert not list(tmp_path.glob(".r.jsonl.claims/*")) and not (tmp_path / ".r.jsonl.claims").exists()
+    # a claim file a killed worker left behind, no lock on it: not "still training"; a live claim is
+    from dwatt.experiment.sweep import held_elsewhere
+
+    other = ResultsStore(tmp_path / "s.jsonl")
+    for spec in specs:
+        claim_path(other, spec).parent.mkdir(parents=True, exist_ok=True)
+        claim_path(other, spec).touch()
+    assert held_elsewhere(other, specs) == 0
+    live = FileLock(claim_path(other, specs[0]))
+    live.acquire()
+    assert held_elsewhere(other, specs) == 1
+    live.release()

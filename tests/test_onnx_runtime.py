@@ -116,7 +116,9 @@ def test_a_decoder_s_export_encodes_words_and_texts_as_its_checkpoint_does(task,
     ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),
     ("labels of another count", r"model\.onnx: the graph scores 7 labels, dwatt_export\.json's id2label has 3"),
     ("a graph path outside the folder", r"dwatt_export\.json: graphs\.fp32 is '/etc/passwd'; a graph is a file of the export's own folder"),
-    ("a corrupt graph without a record", r"model\.onnx: onnxruntime cannot load it"),
+    ("a corrupt graph", r"model\.onnx: not the file this export was written with"),
+    ("the files' record deleted", r"dwatt_export\.json: lacks 'sha256'; export the checkpoint again"),
+    ("labels rotated", r"dwatt_export\.json: id2label .* is not .*config\.json's"),
 ])
 def test_a_damaged_export_is_refused_naming_the_file(damage, message, exported_ner, tmp_path, capsys):
     folder = fresh_copy(exported_ner, tmp_path)
@@ -149,9 +151,13 @@ def test_a_damaged_export_is_refused_naming_the_file(damage, message, exported_n
         config["id2label"] = {"0": "O", "1": "B-PER", "2": "I-PER"}
     elif damage == "a graph path outside the folder":
         config["graphs"]["fp32"] = "/etc/passwd"
-    elif damage == "a corrupt graph without a record":
-        del config["sha256"]  # an export written before files were recorded
+    elif damage == "a corrupt graph":
         (folder / "model.onnx").write_bytes(b"not a graph")
+    elif damage == "the files' record deleted":  # no longer taken for an export from before the record: refused
+        del config["sha256"]
+    elif damage == "labels rotated":
+        labels = list(config["id2label"].values())
+        config["id2label"] = {key: labels[(i + 1) % len(labels)] for i, key in enumerate(config["id2label"])}
     if damage != "config not JSON":
         config_path.write_text(json.dumps(config))
     assert main(["predict", str(folder), "peter", *quantize]) == 2

@@ -57,7 +57,7 @@ def test_a_row_from_before_a_config_field_existed_is_the_same_run_as_one_at_its_
     assert run_identity(before) == run_identity(today)
     assert run_identity(today | {"config": today["config"] | {"few_shot_dev": True}}) != run_identity(today)
     assert without_duplicates([before, today]) == [before]
-    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\): in old\.jsonl and in new"):
+    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\): at old\.jsonl and at new"):
         without_duplicates([before, today | {"best_dev_f1": 0.50001}])
 
 
@@ -80,3 +80,20 @@ def test_a_run_trained_again_on_purpose_is_taken_from_the_preferred_store(tmp_pa
         assert kept["best_dev_f1"] == 0.50001 and kept[PREFERRED_OVER] == str(grid)
     with pytest.raises(ValueError, match="--prefer .*elsewhere.jsonl: not among the results files read"):
         load_rows([grid, again], prefer=[tmp_path / "elsewhere.jsonl"])
+
+
+def test_two_rows_of_one_run_in_one_store_are_named_by_line_and_prefer_takes_one(tmp_path):
+    """One store holding a run twice with different results: the refusal names both lines (not the file twice), and
+    `--prefer STORE:LINE` takes that row."""
+    from dwatt.experiment.summaries import load_rows
+
+    row = fair_row("base", 0, 1e-3, 0.5, 0.6, 1)
+    store = tmp_path / "dup-conflict.jsonl"
+    store.write_text(json.dumps(row) + "\n" + json.dumps(fair_row("dwatt", 0, 1e-3, 0.4, 0.5, 1)) + "\n"
+                     + json.dumps(row | {"best_dev_f1": 0.7}) + "\n")
+    with pytest.raises(ValueError, match=r"at .*dup-conflict\.jsonl:1 and at .*dup-conflict\.jsonl:3; .* --prefer .*dup-conflict\.jsonl:1"):
+        load_rows([store])
+    [kept] = [r for r in load_rows([store], prefer=[f"{store}:3"]) if r["config"]["fusion"] == "base"]
+    assert kept["best_dev_f1"] == 0.7
+    with pytest.raises(ValueError, match=r"--prefer .*:9x: not among the results files read"):
+        load_rows([store], prefer=[f"{store}:9x"])

@@ -14,6 +14,15 @@ from importlib import import_module
 COMMANDS = ("train", "evaluate", "predict", "export", "push", "sweep", "probe", "report")
 
 
+# What a command stopped part-way leaves, and how to go on.
+STOPPED = {
+    "sweep": "every run finished so far is in the results file: run the same command again to resume after it",
+    "probe": "every head finished so far is kept: run the same command again to resume after it",
+    "train": "run the same command again (a run saved with --checkpoint-every-epoch resumes with --resume)",
+    None: "nothing it writes was left half-written; run the same command again",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -24,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from ..console import quiet_libraries
-    from ..errors import HubError, SweepBusyError, first_line
+    from ..errors import FolderBusyError, HubError, SweepBusyError, first_line
 
     parser = build_parser()
     args, unparsed = parser.parse_known_args(argv)
@@ -44,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         print(f"dwatt {args.command}: error: standard output was closed before everything was written", file=sys.stderr)
         return 2
-    except (ValueError, OSError, HubError, SweepBusyError) as error:
+    except (ValueError, OSError, HubError, SweepBusyError, FolderBusyError) as error:
         # One line, whatever failed (a bad argument, a file, the Hub): what happened and, where known, what to do.
         print(f"dwatt {args.command}: error: {first_line(error)}", file=sys.stderr)
         return 2
@@ -69,7 +78,13 @@ def entry() -> None:
     flushed (training commands exit the usual way, closing what they opened)."""
     import os
 
-    code = main()
+    try:
+        code = main()
+    except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept and how to go on, not a traceback
+        command = next((arg for arg in sys.argv[1:] if arg in COMMANDS), "")
+        print(f"\ndwatt {command}: stopped (Ctrl-C); {STOPPED.get(command, STOPPED[None])}".replace("dwatt :", "dwatt:"),
+              file=sys.stderr)
+        sys.exit(130)
     if len(sys.argv) > 1 and sys.argv[1] in ("predict", "evaluate"):
         for stream in (sys.stdout, sys.stderr):
             try:

@@ -39,6 +39,19 @@ def columns_of(args: argparse.Namespace) -> dict:
     return {key: getattr(args, key) for key in COLUMNS}
 
 
+def check_grid_arguments(args: argparse.Namespace) -> None:
+    """`--learning-rates` and `--train-in-parts` as the user wrote them, refused by their option's name (a rate
+    checked later would be named `--lr`, a count `train_in_parts`)."""
+    import math
+
+    for rate in getattr(args, "learning_rates", None) or ():
+        if not (math.isfinite(rate) and rate > 0):
+            raise ValueError(f"--learning-rates: every rate must be a finite number > 0, got {rate:g}")
+    parts = getattr(args, "train_in_parts", None)
+    if parts is not None and parts < 1:
+        raise ValueError(f"--train-in-parts must be >= 1 (heads trained at a time), got {parts}")
+
+
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
                         help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "

@@ -11,7 +11,7 @@ from ..experiment.probe import PROBE_LEARNING_RATES
 from ..choices import POOLINGS
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
-from .options import add_column_arguments, add_threads_argument, add_train_in_parts_argument, csv_of
+from .options import add_column_arguments, add_threads_argument, add_train_in_parts_argument, check_grid_arguments, csv_of
 
 
 def register(commands) -> None:
@@ -54,6 +54,7 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..experiment.probe import ProbeSettings, run_probe, summary_lines, table_lines
 
+    check_grid_arguments(args)
     names = {f.name for f in fields(ProbeSettings)}
     settings = ProbeSettings(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.quiet)
     outcome = run_probe(settings)

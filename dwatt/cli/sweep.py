@@ -7,7 +7,7 @@ import argparse
 from ..experiment.grid import ENGINES, PRESETS, WINDOW_RADIUS
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
-from .options import add_threads_argument, add_train_in_parts_argument, csv_of
+from .options import add_threads_argument, add_train_in_parts_argument, check_grid_arguments, csv_of
 
 GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
                 "learning_rates", "probe_layers")  # the options that override a preset's `grid` arguments
@@ -60,9 +60,10 @@ def register(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..experiment.grid import grid, parse_shard, shard
-    from ..experiment.store import shard_results_path
-    from ..experiment.sweep import run_sweep, runs_done
+    from ..experiment.store import ResultsStore, shard_results_path
+    from ..experiment.sweep import held_elsewhere, run_sweep, runs_done
 
+    check_grid_arguments(args)
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     settings |= {key: getattr(args, key) for key in GRID_OPTIONS if getattr(args, key) is not None}
     if "fusions" not in settings:
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)
     finished, elsewhere = runs_done(specs, results, tuple(args.done_in), overrides, args.engine)
-    held = len(specs) - len(finished) - len(elsewhere)  # a sweep that returns has run every run no other sweep held
+    held = held_elsewhere(ResultsStore(results), [spec for spec in specs if spec.run_id not in finished | elsewhere])
     print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
           + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "")
           + (f", {held} still training in other sweeps on this store" if held else "") + f"; {len(rows)} rows in {results}")

@@ -136,7 +136,8 @@ class ResultsStore:
                     continue
                 row = rows[0]
                 theirs = row_settings(row, spec.backbone) | {"engine": row_engine(row)}
-                mine = wanted | {"engine": " or ".join(engines)}
+                # the engine is named only where the row's is not one this sweep accepts
+                mine = wanted | {"engine": row_engine(row) if row_engine(row) in engines else " or ".join(engines)}
                 raise StoreConflictError(
                     f"{self.path}:{row['_line']}: run {spec.run_id} is there with other settings ({differences(theirs, mine)}); "
                     "a store keeps one version of each run: give this command another --results, or remove those rows"

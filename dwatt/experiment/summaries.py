@@ -48,8 +48,31 @@ TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds"
 # What says which runs trained beside a run on the budgets engine, which changes none of its numbers.
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
-# What a results store adds to a run's results.json (its row's id and spec); `_path` is where the row was read.
-STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "data_sha256", "_path", PREFERRED_OVER)
+# What a results store adds to a run's results.json (its row's id and spec); `_path` and `_line` are where the row
+# was read (no line for a run's results.json).
+STORE_FIELDS = ("run_id", "spec", "backbone_sha256", "data_sha256", "_path", "_line", PREFERRED_OVER)
+
+
+def row_place(row: dict) -> str:
+    """Where a row was read: `store:line`, or a results.json's path."""
+    return f"{row['_path']}:{row['_line']}" if row.get("_line") is not None else str(row["_path"])
+
+
+def preference(prefer: Sequence[str | Path], paths: Sequence[str | Path]):
+    """Whether a row is preferred (`--prefer`): a results file among `paths`, whose every row is, or one row of it,
+    `store:line` (two rows of one run in one store). Anything else is refused, naming it."""
+    read = {Path(p).resolve() for p in paths}
+    files, lines = set(), set()
+    for entry in map(str, prefer):
+        path, _, line = entry.rpartition(":")
+        if Path(entry).resolve() in read:
+            files.add(Path(entry).resolve())
+        elif path and line.isdigit() and Path(path).resolve() in read:
+            lines.add((Path(path).resolve(), int(line)))
+        else:
+            raise ValueError(f"--prefer {entry}: not among the results files read (a file, or a row of one as FILE:LINE)")
+    return lambda row: (Path(row["_path"]).resolve() in files
+                        or (Path(row["_path"]).resolve(), row.get("_line")) in lines)
 
 
 def comparable(row: dict) -> dict:
@@ -81,8 +104,7 @@ def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> l
     trained beside aside (`GROUPING_FIELDS`: a copy ends as it would alone), the row that holds everything the
     other does is kept.
     """
-    preferred = {Path(path).resolve() for path in prefer}
-    is_preferred = lambda row: Path(row["_path"]).resolve() in preferred
+    is_preferred = preference(prefer, sorted({row["_path"] for row in rows}))
     kept: dict[str, dict] = {}
     for row in rows:
         identity = run_identity(row)
@@ -107,8 +129,9 @@ def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> l
                          or sorted(mine.keys() ^ theirs.keys()))
             name = row.get("run_id") or first.get("run_id") or Path(row["config"].get("output_dir", "?")).name
             raise ValueError(
-                f"run {name} appears twice with different results ({', '.join(differing[:5])}): in {first['_path']} "
-                f"and in {row['_path']}; keep one of them"
+                f"run {name} appears twice with different results ({', '.join(differing[:5])}): at {row_place(first)} "
+                f"and at {row_place(row)}; keep one of them, or name the one to take with --prefer "
+                f"{row_place(first) if first.get('_line') is not None else first['_path']}"
             )
     return list(kept.values())
 
@@ -131,9 +154,7 @@ def whole_row(path: Path) -> dict:
 def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> list[dict]:
     """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
     held by two of them counts once (`without_duplicates`, the row of a store in `prefer` where they differ)."""
-    unread = [str(path) for path in prefer if Path(path).resolve() not in {Path(p).resolve() for p in paths}]
-    if unread:
-        raise ValueError(f"--prefer {unread[0]}: not among the results files read")
+    preference(prefer, paths)  # refused before anything is read
     rows = []
     for path in map(Path, paths):
         if not path.is_file():
@@ -145,7 +166,7 @@ def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> lis
             missing = [key for key in REQUIRED_CONFIG if key not in row["config"]]
             if missing:
                 raise ValueError(f"{where}: the row's config lacks {', '.join(map(repr, missing))}")
-            rows.append(row | {"_path": str(path)})
+            rows.append(row | {"_path": str(path), "_line": number})
     return without_duplicates(rows, prefer)
 
 

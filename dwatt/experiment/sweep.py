@@ -71,21 +71,52 @@ def store_lock(store: ResultsStore):
         ) from None
 
 
+def claim_path(store: ResultsStore, spec: RunSpec) -> Path:
+    """The lock file of `spec`'s claim on `store` (`claimed`)."""
+    return store.path.with_name(f".{store.path.name}.claims") / f"{hashlib.sha256(spec.run_id.encode()).hexdigest()[:24]}.lock"
+
+
 @contextmanager
 def claimed(store: ResultsStore, group: list[RunSpec]) -> Iterator[bool]:
     """Whether this sweep holds every run of `group` (a lock per run beside the store, held until the block ends):
-    False where another sweep on the store holds one of them, which then trains the group."""
-    folder = store.path.with_name(f".{store.path.name}.claims")
-    folder.mkdir(parents=True, exist_ok=True)
+    False where another sweep on the store holds one of them, which then trains the group. What counts is the lock,
+    not its file: a file a stopped sweep left behind holds nothing."""
     with ExitStack() as held:
         for spec in group:
-            name = hashlib.sha256(spec.run_id.encode()).hexdigest()[:24]
+            path = claim_path(store, spec)
+            path.parent.mkdir(parents=True, exist_ok=True)
             try:
-                held.enter_context(FileLock(folder / f"{name}.lock").acquire(timeout=0))
+                held.enter_context(FileLock(path).acquire(timeout=0))
             except Timeout:
                 yield False
                 return
         yield True
+
+
+def release_claims(store: ResultsStore, group: list[RunSpec]) -> None:
+    """Remove the claim files of `group`, whose rows are in the store, while this sweep still holds them: a sweep
+    that opened one before it went takes a lock on a file no longer there, then finds the runs done
+    (`ResultsStore.finished`) and trains nothing. The claims folder goes with its last file."""
+    for spec in group:
+        claim_path(store, spec).unlink(missing_ok=True)
+    try:
+        claim_path(store, group[0]).parent.rmdir()
+    except OSError:  # other claims are there, or it is gone
+        pass
+
+
+def held_elsewhere(store: ResultsStore, specs: list[RunSpec]) -> int:
+    """How many of `specs` another live sweep holds a claim on now (a lock taken, not a file left behind)."""
+    count = 0
+    for spec in specs:
+        path = claim_path(store, spec)
+        if not path.exists():
+            continue
+        try:
+            FileLock(path).acquire(timeout=0).lock.release()
+        except Timeout:
+            count += 1
+    return count
 
 
 def run_sweep(
@@ -129,25 +160,31 @@ def run_sweep(
         done = set().union(*runs_done(specs, store.path, done_in, run_overrides, engine))
     pending = widest_first([spec for spec in specs if spec.run_id not in done])
     bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-    for together, group in batches_of_runs(pending, engine, run_overrides.get("use_cache", True)):
-        with claimed(store, group) as mine:
-            if not mine:  # another sweep on this store trains it
-                continue
-            finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
-            group = [spec for spec in group if spec.run_id not in finished]
-            if not group:
-                continue
-            bar.set_postfix_str(group[0].run_id + (f" (+{len(group) - 1} trained together)" if len(group) > 1 else ""))
-            configs = [spec.run_config(output_root, **run_overrides) for spec in group]
-            results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
-            fingerprints = run_fingerprints(group[0].backbone, group[0].data_dir)
-            with store_lock(store):
-                for spec, result in zip(group, results_of_group):
-                    row = {"run_id": spec.run_id, "spec": asdict(spec)} | fingerprints | result
-                    store.append(portable_results(row, output_root))
-            bar.update(len(group))
+    groups = list(batches_of_runs(pending, engine, run_overrides.get("use_cache", True)))
+    # a group another sweep held is tried once more at the end: a sweep that was stopped holds nothing then
+    for _ in range(2):
+        left = []
+        for together, group in groups:
+            with claimed(store, group) as mine:
+                if not mine:  # another sweep on this store trains it
+                    left.append((together, group))
+                    continue
+                finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
+                todo = [spec for spec in group if spec.run_id not in finished]
+                if todo:
+                    bar.set_postfix_str(todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else ""))
+                    configs = [spec.run_config(output_root, **run_overrides) for spec in todo]
+                    results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
+                    fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
+                    with store_lock(store):
+                        for spec, result in zip(todo, results_of_group):
+                            row = {"run_id": spec.run_id, "spec": asdict(spec)} | fingerprints | result
+                            store.append(portable_results(row, output_root))
+                    bar.update(len(todo))
+                release_claims(store, group)
+        groups = left
     bar.close()
     return store.rows()
 
 
-__all__ = ["APPEND_WAIT_SECONDS", "claimed", "done_elsewhere", "refuse_repeated_ids", "run_sweep", "runs_done", "store_lock"]
+__all__ = ["APPEND_WAIT_SECONDS", "claim_path", "claimed", "done_elsewhere", "held_elsewhere", "release_claims", "refuse_repeated_ids", "run_sweep", "runs_done", "store_lock"]

@@ -122,8 +122,8 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
     checked when the export is loaded."""
-    from ..atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
-    from .ensemble import AveragedHeads, load_checkpoint_or_ensemble
+    from ..atomic import failed_write, replace_folder, scratch_folder
+    from .ensemble import load_checkpoint_or_ensemble
 
     runtime = needs("onnxruntime")
     if quantize not in GRAPHS:
@@ -134,39 +134,51 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
                          "give a new or empty folder")
     model, tokenizer, task = load_checkpoint_or_ensemble(checkpoint)
     with scratch_folder(output) as staging:
-        inputs = graph_inputs(model)
-        difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
-        if not math.isfinite(difference):
-            raise ValueError(f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
-                             "as after training at too large a learning rate); nothing exported")
-        if difference > TOLERANCE:
-            raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
-        graphs = {"fp32": GRAPHS[None]}
-        if quantize == "int8":
-            quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"])
-            graphs["int8"] = GRAPHS["int8"]
-        tokenizer.save_pretrained(staging)
-        model.config.save_pretrained(staging)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
-        config = {
-            "format": "onnx",
-            "task": task,
-            "source": portable_path(checkpoint),
-            "architecture": type(model).__name__,
-            "fusion": model.config.fusion,
-            "id2label": {str(i): label for i, label in model.config.id2label.items()},
-            "pooling": getattr(model.config, "pooling", None),
-            # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
-            **({"ensemble": model.manifest} if isinstance(model, AveragedHeads) else {}),
-            "inputs": inputs,
-            "graphs": graphs,
-            "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
-            "torch": torch.__version__,
-            "onnxruntime": runtime.__version__,
-            FILES_KEY: {path.name: sha256_of(path) for path in sorted(staging.iterdir()) if path.is_file()},
-        }
-        write_json_atomically(staging / EXPORT_CONFIG, config)
-        give_usual_modes(staging)
+        try:
+            config = _write_export(model, tokenizer, task, checkpoint, staging, quantize, runtime)
+        except OSError as error:
+            raise failed_write(error, output, "the export") from None
         replace_folder(staging, output)
+    return config
+
+
+def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quantize: str | None, runtime) -> dict:
+    """The export's files, written into `staging`; returns its config (`export_onnx`)."""
+    from ..atomic import give_usual_modes, sha256_of, write_json_atomically
+    from .ensemble import AveragedHeads
+
+    inputs = graph_inputs(model)
+    difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
+    if not math.isfinite(difference):
+        raise ValueError(f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
+                         "as after training at too large a learning rate); nothing exported")
+    if difference > TOLERANCE:
+        raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
+    graphs = {"fp32": GRAPHS[None]}
+    if quantize == "int8":
+        quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"])
+        graphs["int8"] = GRAPHS["int8"]
+    tokenizer.save_pretrained(staging)
+    model.config.save_pretrained(staging)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
+    config = {
+        "format": "onnx",
+        "task": task,
+        "source": portable_path(checkpoint),
+        "architecture": type(model).__name__,
+        "fusion": model.config.fusion,
+        "id2label": {str(i): label for i, label in model.config.id2label.items()},
+        "pooling": getattr(model.config, "pooling", None),
+        # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
+        **({"ensemble": model.manifest} if isinstance(model, AveragedHeads) else {}),
+        "inputs": inputs,
+        "graphs": graphs,
+        "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
+        "torch": torch.__version__,
+        "onnxruntime": runtime.__version__,
+        FILES_KEY: {path.name: sha256_of(path) for path in sorted(staging.iterdir()) if path.is_file()},
+    }
+    write_json_atomically(staging / EXPORT_CONFIG, config)
+    give_usual_modes(staging)
     return config
 
 

@@ -24,7 +24,7 @@ from ..tasks import TASKS
 EXPORT_CONFIG = "dwatt_export.json"
 GRAPHS = {None: "model.onnx", "int8": "model_int8.onnx"}
 FILES_KEY = "sha256"  # dwatt_export.json's record of every other file of the folder: name -> sha256
-REQUIRED = ("task", "id2label", "inputs", "graphs")
+REQUIRED = ("task", "id2label", "inputs", "graphs", FILES_KEY)
 
 
 def read_export_config(folder: Path) -> dict:
@@ -48,17 +48,28 @@ def read_export_config(folder: Path) -> dict:
     for kind, name in graphs.items():
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"{path}: graphs.{kind} is {name!r}; a graph is a file of the export's own folder")
+    if not isinstance(export[FILES_KEY], dict) or "config.json" not in export[FILES_KEY]:
+        raise ValueError(f"{path}: {FILES_KEY} must record every file of the export, config.json among them; "
+                         "export the checkpoint again")
     return export
+
+
+def check_labels(folder: Path, export: dict) -> None:
+    """`dwatt_export.json`'s labels are the model's (config.json's `id2label`), in the same order: a label map edited
+    in one of them would put every prediction under another tag."""
+    config_path = folder / "config.json"
+    config = read_json(config_path)
+    theirs = config.get("id2label") if isinstance(config, dict) else None
+    if TASKS[export["task"]].labelled and {str(k): v for k, v in (theirs or {}).items()} != export["id2label"]:
+        raise ValueError(f"{folder / EXPORT_CONFIG}: id2label {export['id2label']} is not {config_path}'s "
+                         f"{theirs}; export the checkpoint again")
 
 
 def check_files(folder: Path, export: dict, skip: tuple[str, ...] = ()) -> None:
     """Every file `dwatt_export.json` records (but those whose names start with one of `skip`: a graph not run)
     is there with the recorded sha256: a folder whose graph, weights or tokenizer was replaced or cut is refused,
-    naming the file. Exports written before the record existed are taken as they are."""
-    recorded = export.get(FILES_KEY)
-    if not isinstance(recorded, dict):
-        return
-    for name, digest in recorded.items():
+    naming the file (`read_export_config` requires the record)."""
+    for name, digest in export[FILES_KEY].items():
         if Path(name).name != name or name.startswith(skip):
             continue
         path = folder / name
@@ -118,6 +129,7 @@ class OnnxModel:
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
         self._check_outputs(graph)
+        check_labels(folder, self.export)
 
     def _check_outputs(self, graph: Path) -> None:
         """The graph's logits have the task's rank and, for a tagger or classifier, one score per label of the export's
@@ -158,5 +170,5 @@ def load_export(folder: str | Path, quantize: str | None = None):
     return model, tokenizer, model.export["task"]
 
 
-__all__ = ["EXPORT_CONFIG", "FILES_KEY", "GRAPHS", "OnnxModel", "check_files", "is_export", "load_export", "needs",
+__all__ = ["EXPORT_CONFIG", "FILES_KEY", "GRAPHS", "OnnxModel", "check_files", "check_labels", "is_export", "load_export", "needs",
            "read_export_config", "session_options"]
