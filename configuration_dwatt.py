@@ -314,9 +314,9 @@ class DWAttConfig(PretrainedConfig):
 DWAttConfig.register_for_auto_class()
 
 # The Auto class of each DWAtt model, and the model's name in modeling_dwatt.
-AUTO_MODELS = {"AutoModel": "DWAttModel", "AutoModelForTokenClassification": "RobertaDWAttForTokenClassification",
-               "AutoModelForMaskedLM": "RobertaDWAttForMaskedLM",
-               "AutoModelForSequenceClassification": "RobertaDWAttForSequenceClassification"}
+AUTO_MODELS = {"AutoModel": "DWAttModel", "AutoModelForTokenClassification": "DWAttForTokenClassification",
+               "AutoModelForMaskedLM": "DWAttForMaskedLM",
+               "AutoModelForSequenceClassification": "DWAttForSequenceClassification"}
 
 
 class _ModelOnFirstUse:

@@ -106,6 +106,24 @@ class BackboneDepthMixin:
         """A regular expression for the state-dict keys of the backbone's layers past `config.run_depth`."""
         return layers_past_pattern(self.backbone, self.config.encoder_config, self.config.run_depth)
 
+    def refuse_unused_layers(self, unexpected_keys, source) -> None:
+        """Refuse stored backbone layers past the ones the config runs (`run_depth`, among a checkpoint's
+        `unexpected_keys`): a cut checkpoint whose `fused_layers` was edited to a shallower layer would load with the
+        head's own layer left unread. A checkpoint saved whole before models were cut holds every layer past the
+        cut: unused on purpose, taken."""
+        if not self.is_cut:
+            return
+        past = re.compile(self.uncut_layers_pattern())
+        stored = sorted({int(found.group(2)) + 1 for key in unexpected_keys for found in [past.search(key)] if found})
+        depth, total = self.config.run_depth, self.config.encoder_config.num_hidden_layers
+        if stored and stored != list(range(depth + 1, total + 1)):
+            raise ValueError(
+                f"{source}: its weights hold backbone layers {depth + 1}-{stored[-1]}, past the {depth} its config runs "
+                f"(fused_layers {self.config.fused_layers!r}, backbone_depth {self.config.backbone_depth!r}): the head "
+                "read a deeper layer, and those layers would go unused: restore fused_layers to the layer it was "
+                "trained on"
+            )
+
     def use_backbone(self, backbone: nn.Module) -> None:
         """Make `backbone` this model's and install what reads its layers on the way. Forward hooks keep what
         `backbone_outputs` needs beyond the hidden states the backbone returns: for a cut backbone, its last layer's

@@ -163,14 +163,8 @@ class DWAttPreTrainedModel(PreTrainedModel):
                 f"config: {details}. A head trained for another label set needs `ignore_mismatched_sizes=True` to "
                 "start afresh; a backbone of another shape needs the checkpoint's own config."
             )
+        getattr(model, "dwatt", model).refuse_unused_layers(info["unexpected_keys"], pretrained_model_name_or_path)
         return (model, info) if output_loading_info else model
-
-    def post_init(self) -> None:
-        super().post_init()
-        dwatt = getattr(self, "dwatt", self)
-        if dwatt.is_cut:  # a checkpoint saved whole before models were cut holds the layers past the cut: unused
-            ignored = set(self._keys_to_ignore_on_load_unexpected or ())
-            self._keys_to_ignore_on_load_unexpected = ignored | {dwatt.uncut_layers_pattern()}
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -514,7 +508,7 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
         return output if return_dict is not False else output.to_tuple()
 
 
-class RobertaDWAttForTokenClassification(_DWAttWithHead):
+class DWAttForTokenClassification(_DWAttWithHead):
     """
     DWAtt layer fusion over a pretrained encoder, with a linear token-classification head on the fused
     representation (e.g. for NER). Works with RoBERTa, XLM-RoBERTa, BERT and MPNet backbones; the RoBERTa name is
@@ -523,7 +517,7 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
     Example:
 
     ```python
-    >>> model = RobertaDWAttForTokenClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=9)
+    >>> model = DWAttForTokenClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=9)
     >>> outputs = model(**batch, output_layer_weights=True)
     >>> outputs.logits.shape, outputs.layer_weights.shape  # (batch, seq, 9), (batch, seq, 24)
     ```
@@ -543,7 +537,7 @@ class RobertaDWAttForTokenClassification(_DWAttWithHead):
         return self.per_position(lambda vectors: self.classifier(self.dropout(vectors)), fused, positions)
 
 
-class RobertaDWAttForMaskedLM(_DWAttWithHead):
+class DWAttForMaskedLM(_DWAttWithHead):
     """
     DWAtt layer fusion over a pretrained encoder, with the backbone's own masked-LM head applied to the fused
     representation. `from_backbone` copies the pretrained head's weights (dense, LayerNorm, vocabulary projection
@@ -586,7 +580,7 @@ class RobertaDWAttForMaskedLM(_DWAttWithHead):
         adopt_masked_lm_head(self.lm_head, pretrained)
 
 
-class RobertaDWAttForSequenceClassification(_DWAttWithHead):
+class DWAttForSequenceClassification(_DWAttWithHead):
     """
     DWAtt layer fusion over a pretrained encoder for sentence (or sentence-pair) classification and regression.
     The fusion runs per token as for NER; the fused tokens are then pooled into one vector (`config.pooling`:
@@ -600,7 +594,7 @@ class RobertaDWAttForSequenceClassification(_DWAttWithHead):
     Example:
 
     ```python
-    >>> model = RobertaDWAttForSequenceClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=4)
+    >>> model = DWAttForSequenceClassification.from_backbone("roberta-large", fusion="dwatt", num_labels=4)
     >>> model(**batch).logits.shape  # (batch, 4)
     ```
     """
@@ -668,19 +662,20 @@ def count_parameters(module: nn.Module) -> int:
     return sum(parameter.numel() for parameter in module.parameters())
 
 
-# Family-neutral names: the same classes, for users of any encoder (the RoBERTa names are the paper's).
-DWAttForTokenClassification = RobertaDWAttForTokenClassification
-DWAttForMaskedLM = RobertaDWAttForMaskedLM
-DWAttForSequenceClassification = RobertaDWAttForSequenceClassification
+# The paper's names (it used RoBERTa): the same classes. A checkpoint records the family-neutral names above, whatever
+# its backbone (a Qwen tagger is no RoBERTa model); checkpoints that recorded these load as before.
+RobertaDWAttForTokenClassification = DWAttForTokenClassification
+RobertaDWAttForMaskedLM = DWAttForMaskedLM
+RobertaDWAttForSequenceClassification = DWAttForSequenceClassification
 
 DWAttModel.register_for_auto_class("AutoModel")
-RobertaDWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
-RobertaDWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
-RobertaDWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
+DWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
+DWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
+DWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
 if __name__ == "modeling_dwatt":  # imported by its name: the classes take the place of `configuration_dwatt`'s stand-ins
     import transformers
 
-    for _model in (DWAttModel, RobertaDWAttForTokenClassification, RobertaDWAttForMaskedLM, RobertaDWAttForSequenceClassification):
+    for _model in (DWAttModel, DWAttForTokenClassification, DWAttForMaskedLM, DWAttForSequenceClassification):
         _auto = next(auto for auto, name in AUTO_MODELS.items() if name == _model.__name__)
         getattr(transformers, _auto).register(DWAttConfig, _model, exist_ok=True)
 

@@ -104,6 +104,8 @@ class PretrainedBackboneMixin:
         model = cls(whole)
         if depth < encoder.num_hidden_layers:
             model.dwatt.cut_backbone(config.backbone_depth)
+        else:  # as asked (None: the default, the deepest layer read), not the depth it was built at
+            model.config.backbone_depth = config.backbone_depth
         model._attach_pretrained_backbone(pretrained, name_or_path, adopt_head=True)
         if dtype is not None:
             model.to(getattr(torch, dtype) if isinstance(dtype, str) else dtype)

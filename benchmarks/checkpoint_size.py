@@ -19,7 +19,7 @@ import torch
 from transformers import RobertaConfig
 
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
-from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
+from dwatt import DWAttConfig, DWAttForTokenClassification
 
 HERE = Path(__file__).resolve().parent
 
@@ -43,7 +43,7 @@ def lora_sizes() -> list[dict]:
         for name, folder in (("roberta-large shape", large), (DEFAULT_BACKBONE_HUB_ID, default_backbone_path())):
             for fusion in ("dwatt", "concat", "base"):
                 torch.manual_seed(0)
-                model = RobertaDWAttForTokenClassification.from_backbone(str(folder), fusion=fusion, num_labels=9)
+                model = DWAttForTokenClassification.from_backbone(str(folder), fusion=fusion, num_labels=9)
                 add_lora(model)
                 head = Path(work, f"head-{fusion}")
                 model.save_pretrained(head, heads_only=True)
@@ -65,7 +65,7 @@ def main() -> int:
         config = DWAttConfig(
             encoder_config=RobertaConfig(**ROBERTA_LARGE_SHAPE), fusion=fusion, num_labels=9, backbone_name_or_path="roberta-large"
         )
-        model = RobertaDWAttForTokenClassification(config)
+        model = DWAttForTokenClassification(config)
         with tempfile.TemporaryDirectory() as work:
             full, head = Path(work, "full"), Path(work, "head")
             model.save_pretrained(full)

@@ -25,7 +25,7 @@ import torch
 from transformers import AutoModel, RobertaConfig
 
 import results_files
-from dwatt import DWAttConfig, RobertaDWAttForTokenClassification
+from dwatt import DWAttConfig, DWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
 
 HERE = Path(__file__).resolve().parent
@@ -62,7 +62,7 @@ def build_models(encoder: RobertaConfig, device, dtype) -> dict[str, torch.nn.Mo
     torch.manual_seed(0)
     models = {"backbone": AutoModel.from_config(encoder, add_pooling_layer=False)}
     for fusion in FUSIONS:
-        models[fusion] = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion=fusion, num_labels=9))
+        models[fusion] = DWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion=fusion, num_labels=9))
     return {name: model.to(device, dtype).eval() for name, model in models.items()}
 
 
@@ -100,7 +100,7 @@ def training_steps(encoder, batch, device, dtype, rounds: int, warmup: int) -> l
     rows = []
     for mode in ("fe", "ft"):
         torch.manual_seed(0)
-        model = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion="dwatt", num_labels=9))
+        model = DWAttForTokenClassification(DWAttConfig(encoder_config=encoder, fusion="dwatt", num_labels=9))
         model = model.to(device, dtype).train()
         model.freeze_backbone(mode == "fe")
         optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=5e-5)
@@ -156,7 +156,7 @@ def real_backbone_rows(backbone: str, rounds: int, warmup: int) -> list[dict]:
     models = {"backbone": plain, NOISE_CONTROL: plain}
     for fusion in FUSIONS:
         torch.manual_seed(0)
-        models[fusion] = RobertaDWAttForTokenClassification.from_backbone(backbone, fusion=fusion, num_labels=9).eval()
+        models[fusion] = DWAttForTokenClassification.from_backbone(backbone, fusion=fusion, num_labels=9).eval()
     for batch, tokens in CPU_SETTINGS:
         generator = torch.Generator().manual_seed(0)
         ids = torch.randint(1000, plain.config.vocab_size, (batch, tokens), generator=generator)

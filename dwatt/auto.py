@@ -25,16 +25,16 @@ def register_auto_classes() -> None:
     from configuration_dwatt import DWAttConfig
     from modeling_dwatt import (
         DWAttModel,
-        RobertaDWAttForMaskedLM,
-        RobertaDWAttForSequenceClassification,
-        RobertaDWAttForTokenClassification,
+        DWAttForMaskedLM,
+        DWAttForSequenceClassification,
+        DWAttForTokenClassification,
     )
 
     AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
     AutoModel.register(DWAttConfig, DWAttModel, exist_ok=True)
-    AutoModelForTokenClassification.register(DWAttConfig, RobertaDWAttForTokenClassification, exist_ok=True)
-    AutoModelForMaskedLM.register(DWAttConfig, RobertaDWAttForMaskedLM, exist_ok=True)
-    AutoModelForSequenceClassification.register(DWAttConfig, RobertaDWAttForSequenceClassification, exist_ok=True)
+    AutoModelForTokenClassification.register(DWAttConfig, DWAttForTokenClassification, exist_ok=True)
+    AutoModelForMaskedLM.register(DWAttConfig, DWAttForMaskedLM, exist_ok=True)
+    AutoModelForSequenceClassification.register(DWAttConfig, DWAttForSequenceClassification, exist_ok=True)
     _registered = True
 
 

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 from transformers import set_seed
 
-from modeling_dwatt import RobertaDWAttForTokenClassification
+from modeling_dwatt import DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from .features import FeatureCache
@@ -291,7 +291,7 @@ class LinearProbes:
         """Whether `model` is such a head, and `dataset` a cache whose rows it reads: the layer each copy names, or
         the one layer cached."""
         trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
-        return (isinstance(model, RobertaDWAttForTokenClassification) and type(model).head is RobertaDWAttForTokenClassification.head
+        return (isinstance(model, DWAttForTokenClassification) and type(model).head is DWAttForTokenClassification.head
                 and model.dwatt.fusion.passes_layer_through and model.fuse_labelled_positions_only
                 and tuple(trainable) == cls.PARAMETERS and isinstance(dataset, FeatureCache) and dataset.labels is not None
                 and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1))

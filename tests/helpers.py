@@ -15,6 +15,16 @@ from dwatt.training import RunConfig
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
+def recording_runner(calls: list):
+    """A stand-in for a sweep's run: records the config and returns it the way a run's results do."""
+
+    def runner(config: RunConfig) -> dict:
+        calls.append(config)
+        return {"config": asdict(config), "best_dev_f1": 0.5, "engine": "trainer"}
+
+    return runner
+
+
 def trained_like(model):
     """Perturb every trainable non-backbone weight, so that a reload that silently re-initialised one would show."""
     with torch.no_grad():

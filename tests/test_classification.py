@@ -165,7 +165,7 @@ def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_wi
         from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
         path = {str(out / "model")!r}
         model = AutoModelForSequenceClassification.from_pretrained(path, trust_remote_code=True).eval()
-        assert type(model).__name__ == "RobertaDWAttForSequenceClassification", type(model)
+        assert type(model).__name__ == "DWAttForSequenceClassification", type(model)
         tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=False)
         classify = pipeline("text-classification", model=path, tokenizer=tokenizer, trust_remote_code=True)
         best = classify("peter blackburn call")[0]

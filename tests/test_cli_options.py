@@ -32,3 +32,32 @@ def test_a_folder_runs_where_it_was_written_for_and_the_other_runtime_is_refused
     model, _, task = inference_model(args(checkpoints["cls"], quantize="int8"))
     assert task == "cls" and any(isinstance(m, dynamic_quantized.Linear) for m in model.dwatt.modules())
     assert not isinstance(model.out_proj, dynamic_quantized.Linear)  # the head stays fp32
+
+
+def test_the_default_threads_are_the_cores_no_other_process_keeps_busy(monkeypatch):
+    """A command with no --threads takes the cores of its affinity that others left idle (at least one), so that its
+    threads do not spin waiting for a core another process holds (benchmarks/threads.py); the console script sets it
+    for OpenMP before torch starts, unless OMP_NUM_THREADS says otherwise."""
+    import os
+    import sys
+
+    import psutil
+
+    import dwatt.cli as cli
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    for busy, expected in (([3.0, 5.0], 2), ([100.0, 2.0], 1), ([100.0, 100.0], 1), ([60.0, 60.0], 1), ([30.0, 20.0], 2)):
+        monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu, busy=busy: busy)
+        assert cli.default_threads() == expected, busy
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu: [100.0, 0.0])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cli, "main", lambda argv=None: 0)
+    monkeypatch.setattr(sys, "argv", ["dwatt", "train"])
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert os.environ["OMP_NUM_THREADS"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's own setting is kept
+    with pytest.raises(SystemExit):
+        cli.entry()
+    assert os.environ["OMP_NUM_THREADS"] == "2"

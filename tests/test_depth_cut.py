@@ -125,3 +125,33 @@ def test_a_fusion_of_only_a_window_of_layers_runs_the_backbone_no_deeper_with_th
         expected = uncut(**batch).logits
         torch.testing.assert_close(cut(**batch).logits, expected)
         torch.testing.assert_close(reloaded(**batch).logits, expected)
+
+
+def test_a_cut_checkpoint_whose_fused_layers_was_edited_shallower_is_refused(tiny_backbone, tmp_path):
+    """A head cut at layer 2, its config edited to read layer 1: the stored layer 2 would go unused, silently. Refused,
+    naming fused_layers; the checkpoint as saved loads."""
+    cut, _, folders = saved_heads(tiny_backbone, tmp_path)
+    config_path = folders["cut"] / "config.json"
+    config = json.loads(config_path.read_text())
+    config["fused_layers"] = "1"
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"cut: its weights hold backbone layers 2-2, past the 1 its config runs "
+                                         r"\(fused_layers '1', backbone_depth None\).*restore fused_layers"):
+        DWAttForTokenClassification.from_pretrained(folders["cut"])
+    config["fused_layers"] = "2"
+    config_path.write_text(json.dumps(config))
+    assert DWAttForTokenClassification.from_pretrained(folders["cut"]).config.run_depth == 2
+
+
+@pytest.mark.parametrize("layer", [2, 3])
+def test_a_decoder_s_checkpoint_records_family_neutral_classes_and_backbone_depth_at_its_default(layer, tiny_decoder, tmp_path):
+    """A Llama-family tagger is no RoBERTa model: config.json and the model card name DWAttForTokenClassification.
+    `backbone_depth` is recorded as its docstring says, None at its default (the layer read), at k = L as below it."""
+    model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), fusion="base", fused_layers=str(layer), num_labels=3)
+    model.save_pretrained(tmp_path / "m")
+    saved = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert saved["architectures"] == ["DWAttForTokenClassification"] and "Roberta" not in json.dumps(saved["auto_map"])
+    assert saved.get("backbone_depth") is None
+    assert "Roberta" not in model_card(model)
+    reloaded = DWAttForTokenClassification.from_pretrained(tmp_path / "m")
+    assert reloaded.config.run_depth == layer and type(reloaded).__name__ == "DWAttForTokenClassification"

@@ -85,7 +85,7 @@ def test_members_of_other_labels_and_a_missing_member_are_refused(tiny_backbone,
     other = {0: "O", 1: "B-LOC", 2: "I-LOC"}
     saved(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", id2label=other), tmp_path / "b", tiny_backbone)
     write_ensemble(tmp_path, ["a", "b"], {})
-    with pytest.raises(ValueError, match=r"one task and label set: b is a RobertaDWAttForTokenClassification with labels \['O', 'B-LOC'"):
+    with pytest.raises(ValueError, match=r"one task and label set: b is a DWAttForTokenClassification with labels \['O', 'B-LOC'"):
         load_ensemble(tmp_path)
     write_ensemble(tmp_path, ["a", "gone"], {})
     with pytest.raises(FileNotFoundError, match=r"ensemble\.json: the member .*gone has no checkpoint"):

@@ -16,6 +16,8 @@ from dwatt.experiment.summaries import comparable
 from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig, run_ner
 
+from .helpers import recording_runner
+
 
 def test_sweep_skips_finished_runs(tmp_path):
     from dwatt.experiment.grid import widest_first
@@ -214,17 +216,6 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     conflicting.write_text(json.dumps(changed) + "\n")
     with pytest.raises(ValueError, match=rf"run {changed['run_id']} appears twice with different results \(best_dev_f1.*{Path(shards[1]).name}.*conflict\.jsonl"):
         write_report(shards + [conflicting], tmp_path / "conflict")
-
-
-def recording_runner(calls: list):
-    """A stand-in for a run: records the config and returns it the way a run's results do."""
-    from dataclasses import asdict
-
-    def runner(config: RunConfig) -> dict:
-        calls.append(config)
-        return {"config": asdict(config), "best_dev_f1": 0.5, "engine": "trainer"}
-
-    return runner
 
 
 def copy_backbone(source, target):

@@ -103,11 +103,11 @@ def test_importing_the_configuration_by_its_name_registers_the_auto_classes_and_
         "config = DWAttConfig(encoder_config=encoder.to_dict(), num_labels=3)\n"
         "assert AutoConfig.for_model('dwatt').model_type == 'dwatt' and 'modeling_dwatt' not in sys.modules\n"
         "model = AutoModelForSequenceClassification.from_config(config)\n"
-        "assert type(model).__name__ == 'RobertaDWAttForSequenceClassification', type(model)\n"
+        "assert type(model).__name__ == 'DWAttForSequenceClassification', type(model)\n"
         "assert type(AutoModel.from_config(config)).__name__ == 'DWAttModel' and 'dwatt' not in sys.modules\n"
         "import modeling_dwatt\n"
         "from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING as mapping\n"
-        "assert mapping[DWAttConfig] is modeling_dwatt.RobertaDWAttForTokenClassification\n"
+        "assert mapping[DWAttConfig] is modeling_dwatt.DWAttForTokenClassification\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
 

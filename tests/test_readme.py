@@ -30,7 +30,7 @@ def test_quick_start_runs(minilm_path, tmp_path, monkeypatch):
     exec(compile(code, "README quick start", "exec"), namespace)
     assert namespace["out"].logits.shape == (1, 6, 9)
     assert namespace["out"].layer_weights.shape == (1, 6, 6)
-    assert type(namespace["reloaded"]).__name__ == "RobertaDWAttForTokenClassification"
+    assert type(namespace["reloaded"]).__name__ == "DWAttForTokenClassification"
 
 
 def test_readme_parameter_table_matches_the_models():

@@ -7,6 +7,7 @@ reading the command line imports neither torch nor transformers, and each comman
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from importlib import import_module
@@ -72,12 +73,33 @@ def use_threads(count: int | None) -> None:
         sys.modules["torch"].set_num_threads(count)
 
 
-def entry() -> None:
-    """The `dwatt` console script: `main`, and for the commands that only read (predict, evaluate) an exit that skips
-    the interpreter's teardown of torch and transformers, about a second of a short command, once the output is
-    flushed (training commands exit the usual way, closing what they opened)."""
-    import os
+# How long `default_threads` watches the cores before a command starts (torch's import takes longer).
+BUSY_SAMPLE_SECONDS = 0.2
 
+
+def default_threads() -> int:
+    """The CPU threads a command takes when neither `--threads` nor OMP_NUM_THREADS says: the cores this process may
+    run on (its affinity) that no other process kept busy over the last `BUSY_SAMPLE_SECONDS`, at least one. Threads
+    that wait for cores another process holds spin and slow each other down several times over
+    (benchmarks/threads.py); alone, every core, as before."""
+    import psutil
+
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    try:
+        busy = psutil.cpu_percent(interval=BUSY_SAMPLE_SECONDS, percpu=True)
+        free = sum(1 - busy[core] / 100 for core in cores if core < len(busy))
+    except (OSError, RuntimeError):  # no per-core figures here: every core
+        free = len(cores)
+    return max(1, min(len(cores), math.floor(free + 0.5)))
+
+
+def entry() -> None:
+    """The `dwatt` console script: `main` (its threads chosen by `default_threads` unless the command line or the
+    environment says), and for the commands that only read (predict, evaluate) an exit that skips the interpreter's
+    teardown of torch and transformers, about a second of a short command, once the output is flushed (training
+    commands exit the usual way, closing what they opened)."""
+    if "OMP_NUM_THREADS" not in os.environ:  # read by torch's OpenMP when it starts; `--threads` still overrides
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(default_threads())
     try:
         code = main()
     except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept and how to go on, not a traceback

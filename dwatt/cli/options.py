@@ -15,7 +15,8 @@ def csv_of(kind):
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for the model's kernels (default: all cores; on a shared machine, 1 per process)")
+                        help="CPU threads for the model's kernels (default: the cores no other process keeps busy, at "
+                             "least one; OMP_NUM_THREADS, where set)")
 
 
 def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from transformers import DataCollatorWithPadding
 
 from fusions_dwatt import FUSION_CLASSES
-from modeling_dwatt import RobertaDWAttForSequenceClassification
+from modeling_dwatt import DWAttForSequenceClassification
 
 from ..data.classification import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
 from ..console import first_text
@@ -65,7 +65,7 @@ class ClassificationSetup:
     sampled_ids: list[int]
     dev: object
     tokenizer: object
-    model: RobertaDWAttForSequenceClassification
+    model: DWAttForSequenceClassification
     freeze: FreezeBackboneCallback
     cached: str | bool
     train_set: object
@@ -130,7 +130,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     if config.pooling is not None:
         model_kwargs["pooling"] = config.pooling
     model = INITIAL_MODELS.build(
-        backbone, config.fusion, config.seed, model_class=RobertaDWAttForSequenceClassification,
+        backbone, config.fusion, config.seed, model_class=DWAttForSequenceClassification,
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
         cache_layers=cache_layers,

@@ -22,7 +22,7 @@ from transformers import (
 )
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_dwatt import RobertaDWAttForTokenClassification
+from modeling_dwatt import DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
@@ -51,7 +51,7 @@ FEATURE_MEMO = FeatureMemo()
 
 class InitialModels:
     """
-    `RobertaDWAttForTokenClassification.from_backbone` under `set_seed(seed)`, remembered for the life of a
+    `DWAttForTokenClassification.from_backbone` under `set_seed(seed)`, remembered for the life of a
     process. Building a model initialises a random backbone before the pretrained weights overwrite it: several
     seconds for a large backbone, paid again by every run of a sweep, while the runs of one fusion and trial (every
     N, every budget) start from the same weights. The first build of a (backbone, fusion, seed, config) keeps the
@@ -65,8 +65,8 @@ class InitialModels:
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
-    def build(self, backbone: str, fusion: str, seed: int, model_class=RobertaDWAttForTokenClassification,
-              cache_layers: list[int] | None = None, **config_kwargs) -> RobertaDWAttForTokenClassification:
+    def build(self, backbone: str, fusion: str, seed: int, model_class=DWAttForTokenClassification,
+              cache_layers: list[int] | None = None, **config_kwargs) -> DWAttForTokenClassification:
         """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
         the heads of a probe read, whose shared backbone runs as deep as the deepest of them."""
         cls = model_class

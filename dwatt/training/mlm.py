@@ -13,7 +13,7 @@ from transformers import (
     set_seed,
 )
 
-from modeling_dwatt import RobertaDWAttForMaskedLM
+from modeling_dwatt import DWAttForMaskedLM
 
 from ..console import masked_prose_line
 from ..data import (
@@ -106,13 +106,13 @@ def run_mlm(config: RunConfig) -> dict:
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
     # before the data: the collator would otherwise complain of a missing mask token
-    RobertaDWAttForMaskedLM.check_backbone(AutoConfig.from_pretrained(backbone))
+    DWAttForMaskedLM.check_backbone(AutoConfig.from_pretrained(backbone))
     data, train_source = load_mlm_splits(config.data_dir)
     tokenizer = load_tokenizer(backbone)
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
     collator = mlm_collator(tokenizer)
     set_seed(config.seed)
-    model = RobertaDWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.model_options())
+    model = DWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.model_options())
     model.fuse_labelled_positions_only = True  # the loss reads masked positions only
     freeze = set_training_mode(model, config)
     best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")

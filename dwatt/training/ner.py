@@ -11,7 +11,7 @@ from transformers import (
     DataCollatorForTokenClassification,
 )
 
-from modeling_dwatt import RobertaDWAttForTokenClassification
+from modeling_dwatt import DWAttForTokenClassification
 
 from ..console import first_sentence
 from ..data import (
@@ -60,7 +60,7 @@ class NERSetup:
     dev: object
     tokenizer: object
     dev_tokens: object
-    model: RobertaDWAttForTokenClassification
+    model: DWAttForTokenClassification
     freeze: FreezeBackboneCallback
     cached: bool
     train_set: object

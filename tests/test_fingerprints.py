@@ -11,7 +11,7 @@ from dwatt.experiment.store import ResultsStore
 from dwatt.experiment.sweep import run_sweep
 from dwatt.fingerprints import backbone_fingerprint, data_fingerprint
 
-from .test_experiment_sweep import recording_runner
+from .helpers import recording_runner
 
 
 def relabelled_copy(source, target):
