@@ -360,6 +360,10 @@ class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
         else:
             layers = self._select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
+        dtype = next((p.dtype for p in self.fusion.parameters() if p.is_floating_point()), last_layer.dtype)
+        if last_layer.dtype != dtype:  # a backbone kept in bf16/fp16 (as saved) under an fp32 fusion: its dtype here
+            layers = [layer.to(dtype) for layer in layers] if isinstance(layers, list) else layers.to(dtype)
+            last_layer = last_layer.to(dtype)
         layer_inputs = None
         if self.fusion.needs_layer_inputs:
             recorded = self._take_layer_inputs()  # kept by the backbone's own run (Base+n on a decoder)
@@ -499,7 +503,8 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        logits = self.head(fused.last_hidden_state, positions)
+        head = next((p for name, p in self.named_parameters() if not name.startswith("dwatt.backbone.")), None)
+        logits = self.head(fused.last_hidden_state.to(head.dtype if head is not None else None), positions)
         loss = None if labels is None else self.task_loss(logits, labels.to(logits.device), num_items_in_batch)
         output = self.output_class(
             loss=loss, logits=logits, hidden_states=fused.hidden_states, attentions=fused.attentions,

@@ -280,7 +280,9 @@ class LinearProbes:
 
     def __init__(self, model: torch.nn.Module, copies: int, layers: Sequence[int]):
         self.stacked = StackedHeads(model, copies, vectorize=False, layers=layers)
-        self.parameters, self.dropout, self.dtype = self.stacked.parameters, model.dropout, model.dtype
+        # the heads' dtype (fp32 over a backbone kept in bf16 or fp16 as it was saved), which the features are cast to
+        self.parameters, self.dropout = self.stacked.parameters, model.dropout
+        self.dtype = self.parameters["classifier.weight"].dtype
         # a copy that names no layer reads the stack as it is: a Base head's one layer, the stack's last
         layers = [-1 if layer is None else layer for layer in layers]
         self.read = sorted(set(layers))  # the cached layers some copy reads, gathered once per batch

@@ -217,3 +217,29 @@ def test_a_data_parallel_run_on_a_decoder_equals_one_process(tiny_decoder, tiny_
         assert torch.equal(tensor, ranks[1]["weights"][name]), name
         assert torch.allclose(tensor, weights[name], atol=1e-5, rtol=0), name
     assert ranks[0]["results"]["best_dev_f1"] == pytest.approx(alone["best_dev_f1"], abs=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_a_backbone_saved_in_bf16_trains_probes_predicts_and_exports(kind, tiny_backbone, tiny_decoder, tiny_conll, tmp_path, capsys):
+    """Most LLM checkpoints are saved in bf16 and transformers 5 loads them so: the fusion and head train in fp32 on
+    features cast to it, with the feature cache and without, in a probe's stacked heads too; the export is fp32."""
+    import shutil
+
+    from transformers import AutoModel
+
+    source = tiny_backbone if kind == "encoder" else tiny_decoder
+    backbone = tmp_path / "bf16"
+    shutil.copytree(source, backbone)
+    AutoModel.from_pretrained(source).to(torch.bfloat16).save_pretrained(backbone)
+    assert json.loads((backbone / "config.json").read_text())["dtype"] == "bfloat16"
+    common = ["--backbone", str(backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs", "1", "--quiet"]
+    for fusion, cached in (("dwatt", []), ("base", ["--layers", "2"]), ("scalar_mix", ["--no-cache"])):
+        assert main(["train", *common, "--fusion", fusion, *cached, "--output-dir", str(tmp_path / fusion)]) == 0, fusion
+    assert main(["probe", *common, "--learning-rates", "1e-2", "--results", str(tmp_path / "probe" / "r.jsonl")]) == 0
+    assert main(["predict", str(tmp_path / "dwatt" / "model"), "eu rejects german call"]) == 0
+    assert main(["export", str(tmp_path / "dwatt" / "model"), str(tmp_path / "onnx")]) == 0
+    capsys.readouterr()
+    for folder in (tmp_path / "dwatt" / "model", tmp_path / "onnx"):
+        assert main(["predict", str(folder), "eu rejects german call"]) == 0
+    printed = capsys.readouterr().out.split("\n\n")
+    assert printed[0].strip() == printed[1].strip()

@@ -133,6 +133,7 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
         raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
                          "give a new or empty folder")
     model, tokenizer, task = load_checkpoint_or_ensemble(checkpoint)
+    model.float()  # a backbone kept in bf16 or fp16 as it was saved: onnxruntime's CPU kernels want fp32 (Elu has no bf16)
     with scratch_folder(output) as staging:
         try:
             config = _write_export(model, tokenizer, task, checkpoint, staging, quantize, runtime)
