@@ -63,16 +63,18 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
     assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
-    assert "Fusions that beat it: DWAtt +3.17 ± 0.72; level with it (95% CI spans 0): none; that trail it: none." in verdict
+    assert ("Fusions that beat it (Holm-corrected p < 0.05): DWAtt +3.17 ± 0.72; level with it (no difference shown): "
+            "none; that trail it: none.") in verdict
     assert verdict.rstrip().endswith("The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in every "
                                      "trial (a larger one might score higher): last layer, best single layer.")
     assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
-    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
-    assert answer == ("On CoNLL-03 test F1, each method at its own learning rate chosen on a dev set of 200 sentences "
-                      "(deep at N = 32), a fusion "
-                      "beats the best single layer in DWAtt on deep at N = 32 (+3.17 ± 0.72 F1 over 3 trials), of 1 fusion-setting "
-                      "pairs (where no method differs, about 0.0 of them would beat it by chance alone); the last layer "
-                      "trails the best one by 9.7 F1.\n")
+    answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text().splitlines()
+    assert answer[:3] == ["| setting | best single layer | last layer | DWAtt |", "|---|---|---|---|",
+                          "| deep, N = 32 (3 trials) | 64.00 | -9.70 ± 0.75 ▼ | +3.17 ± 0.72 ▲ |"]
+    assert answer[3] == "| every setting: trials ahead (sign test) |  | 0 of 3 ahead | 3 of 3 ahead |"
+    assert answer[5].startswith("CoNLL-03 test F1: the best single layer's, and each method's difference from it in F1 "
+                                "(mean ± 95% CI over trials, paired), each method at its own learning rate chosen on a "
+                                "dev set of 200 sentences. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the 1 ")
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
@@ -89,33 +91,19 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
     assert verdict(3.83, 9e-14) == verdict(-3.83, 0.0) == "no interval" and verdict(0.0, 0.0) == "level"
 
 
-def test_the_fair_answer_says_when_no_fusion_beats_the_best_layer():
+def test_the_fair_answer_has_no_table_where_no_difference_has_an_interval():
     from dwatt.experiment.report import fair_answer
 
-    table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4,
-                          "method": ["best single layer", "last layer", "DWAtt", "Concat"],
-                          "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan, 2.0, 3.0, 1.0]})
-    assert fair_answer(table) == ("On CoNLL-03 test F1, each method at its own learning rate chosen on the dev split (m at N = "
-                                  "32), no fusion beats a head on the best single layer (the 95% CI of every paired difference "
-                                  "reaches 0 or below); the last layer trails the best one by 12.0 F1.\n")
-    assert fair_answer(table.assign(minus_best_layer_ci95=math.nan)) == ""  # one trial each: no answer yet
+    table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4, "epochs": [25] * 4,
+                          "method": ["best single layer", "last layer", "DWAtt", "Concat"], "metric": ["F1"] * 4,
+                          "test_score": [60.0, 48.0, 61.0, 56.0], "trials": [1] * 4,
+                          "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan] * 4})
+    assert fair_answer(table) == ""  # one trial each: no answer yet
     assert fair_answer(table.assign(minus_best_layer_ci95=0.0)) == ""  # every trial the same difference: none either
-    assert fair_answer(table.assign(dataset="wikiann:sw")).startswith("On wikiann:sw test F1")
-    assert "chosen on a dev set of 1000 sentences (m at" in fair_answer(table.assign(dev_sentences=1000.0))
-
-
-def test_the_fair_answer_says_where_the_last_layer_trails_and_where_its_interval_spans_0():
-    from dwatt.experiment.report import fair_answer
-
-    table = pd.DataFrame({"backbone": ["m", "m", "m", "m"], "dataset": ["ag_news"] * 4, "n_shot": [16, 16, 64, 64],
-                          "method": ["best single layer", "last layer"] * 2,
-                          "minus_best_layer": [math.nan, 0.75, math.nan, -5.0], "minus_best_layer_ci95": [math.nan, 4.73, math.nan, 1.0],
-                          "metric": ["accuracy"] * 4})
-    assert fair_answer(table).endswith("the last layer trails the best one in 1 of 2 settings by 5.0 accuracy points, and it is "
-                                       "level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 accuracy points).\n")
-    level = table[table.n_shot == 16]
-    assert fair_answer(level).endswith("the last layer is level with the best one (95% CI spans 0) on m at N = 16 (+0.75 ± 4.73 "
-                                       "accuracy points).\n")
+    with_intervals = table.assign(minus_best_layer_ci95=[math.nan, 2.0, 3.0, 1.0], trials=3)
+    lines = fair_answer(with_intervals).splitlines()  # a table without its tests: marked by the uncorrected CIs
+    assert lines[2] == "| m, N = 32 (3 trials) | 60.00 | -12.00 ± 2.00 ▼ | -4.00 ± 1.00 ▼ | +1.00 ± 3.00 |"
+    assert fair_answer(with_intervals.assign(dataset="wikiann:sw")).splitlines()[-1].startswith("wikiann:sw test F1")
 
 
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
@@ -182,9 +170,9 @@ def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_repo
     assert table.loc["DWAtt"].minus_best_layer == pytest.approx(5.0 + 0.5 / 3)
     assert "| N | method | test accuracy |" in report and "test accuracy of the run chosen on dev" in report
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
-    assert answer.startswith("On AG News test accuracy, each method at its own learning rate chosen on a dev set of 800 "
-                             "texts (enc at N = 16), a fusion beats the best single layer in DWAtt on enc at N = 16 "
-                             "(+5.17 ± 0.72 accuracy points over 3 trials)")
+    assert "| enc, N = 16 (3 trials) | 71.00 |" in answer and "+5.17 ± 0.72 ▲" in answer
+    assert "AG News test accuracy: the best single layer's, and each method's difference from it in accuracy points" in answer
+    assert "chosen on a dev set of 800 texts" in answer
 
 
 def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_sample(tmp_path):
@@ -296,8 +284,10 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     assert ensemble.learning_rates_tried == "0.0001, 0.001" and pd.isna(ensemble.regret)
     assert "| 32 | top-3 layers averaged | 55.00 ± 0.00 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
     assert "| 1,3,2; 1,3,2; 1,3,2 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
-    assert "Fusions or probe ensembles that beat it: top-3 layers averaged +4.00" in (tables / "fair_verdicts.md").read_text()
-    assert "a fusion or probe ensemble beats the best single layer" in (tables / "fair_answer.md").read_text()
+    assert ("Fusions or probe ensembles that beat it (Holm-corrected p < 0.05): top-3 layers averaged +4.00"
+            in (tables / "fair_verdicts.md").read_text())
+    answer = (tables / "fair_answer.md").read_text().splitlines()
+    assert answer[0] == "| setting | best single layer | last layer | top-3 |" and answer[2].endswith("| +4.00 ± 2.48 ▲ |")
     coverage = (tables / "coverage.md").read_text()
     assert "| top-3 layers averaged |" in coverage and "| 3/3 | 3/3 |" in coverage
     # a run trained again with another result is still refused, ensembles or not

@@ -16,8 +16,8 @@ import pandas as pd
 
 from ..atomic import scratch_folder
 from .figures import FIGURES, draw_all, figure_probe, save
-from .selection import (BEST_LAYER, ENSEMBLE_METHODS, LAST_LAYER, METHODS, NO_INTERVAL, coverage, fair_comparison,
-                        is_fair_grid, no_dev_comparison, probe_curve, verdicts)
+from .selection import (BEST_LAYER, ENSEMBLE_METHODS, FUSION_METHODS, LAST_LAYER, METHODS, NO_INTERVAL, coverage,
+                        fair_comparison, is_fair_grid, no_dev_comparison, pooled_comparison, probe_curve, verdicts)
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
@@ -337,8 +337,9 @@ def verdict_lines(table: pd.DataFrame) -> str:
         last = mine[mine.method == LAST_LAYER]
         trials = int(best.trials.iloc[0])
         parts = [f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
-                 f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it: {listed('beats')}; "
-                 f"level with it (95% CI spans 0): {listed('level')}; that trail it: {listed('trails')}"]
+                 f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it "
+                 f"(Holm-corrected p < 0.05): {listed('beats')}; level with it (no difference shown): {listed('level')}; "
+                 f"that trail it: {listed('trails')}"]
         if ((mine.verdict == NO_INTERVAL) & (mine.method != LAST_LAYER)).any():
             parts.append(f"; no interval yet (one trial, or the same difference in every trial): {listed(NO_INTERVAL)}")
         if not last.empty and last.verdict.iloc[0] == NO_INTERVAL:  # a ± 0.00 would claim a certainty it lacks
@@ -402,32 +403,127 @@ def regret_table(table: pd.DataFrame) -> str:
     return markdown(pivot.rename(columns={"n_shot": "N"}).assign(N=lambda t: t.N.map(lambda n: f"{n:g}")))
 
 
-def fair_answer(table: pd.DataFrame) -> str:
-    """The fair comparison's answer in a sentence, from the differences with an interval (`verdict`): which
-    fusion beats the best single layer where, or that none does; and how the last layer compares with it."""
+# The methods the answer's table shows, in its order (the window fusions and ScalarMix+LD are in the full tables).
+ANSWER_METHODS = (LAST_LAYER, *ENSEMBLE_METHODS.values(), FUSION_METHODS["scalar_mix"], FUSION_METHODS["concat"],
+                  FUSION_METHODS["base_plus_n"], FUSION_METHODS["dwatt"])
+SHORT_NAMES = {LAST_LAYER: "last layer", **{name: name.removesuffix(" layers averaged") for name in ENSEMBLE_METHODS.values()}}
+MARKS = {"beats": " ▲", "trails": " ▼"}
+
+
+def fair_answer(table: pd.DataFrame, pooled: pd.DataFrame | None = None) -> str:
+    """The fair comparison's answer as one small table: a row per setting (backbone, N), the best single layer's test
+    score, and each method's paired difference from it (mean ± 95% CI), marked ▲/▼ where the Holm-corrected test finds
+    it ahead/behind (`selection.with_corrected_verdicts`), ‡ where that verdict depends on how ties on dev are broken;
+    a last row with each method's trials ahead across every setting (`selection.pooled_comparison`); and what the
+    marks mean. Empty where no difference has an interval yet."""
     judged = verdicts(table)
-    judged = judged[judged.verdict != NO_INTERVAL]
-    if judged.empty:
+    if judged.empty or (judged.verdict == NO_INTERVAL).all():
         return ""
-    fusions = judged[judged.method != LAST_LAYER]
-    last = judged[judged.method == LAST_LAYER]
-    scope = "; ".join(f"{backbone} at N = {', '.join(f'{n:g}' for n in sorted(shots))}"
-                      for backbone, shots in judged.groupby("backbone").n_shot.unique().items())
-    metric = " and ".join(dict.fromkeys(judged.metric)) if "metric" in judged else "F1"
+    methods = [method for method in ANSWER_METHODS if method in set(judged.method)]
+    metric = judged.metric.iloc[0]
+    header = ["setting", "best single layer", *[SHORT_NAMES.get(method, method) for method in methods]]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for (backbone, dataset, n_shot, epochs), rows in table.groupby(["backbone", "dataset", "n_shot", "epochs"], sort=False):
+        best = rows[rows.method == BEST_LAYER]
+        mine = judged[(judged.backbone == backbone) & (judged.dataset == dataset) & (judged.n_shot == n_shot)
+                      & (judged.epochs == epochs)].set_index("method")
+        if best.empty:
+            continue
+        cells = []
+        for method in methods:
+            if method not in mine.index:
+                cells.append("")
+                continue
+            row = mine.loc[method]
+            text = (f"{row.minus_best_layer:+.2f}" if row.verdict == NO_INTERVAL
+                    else with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True))
+            fewer = f" ({row.trials:.0f} trials)" if row.trials != best.trials.iloc[0] else ""  # paired on those only
+            cells.append(text + MARKS.get(row.verdict, "") + ("" if row.get("tie_robust", True) else " ‡") + fewer)
+        trials = int(best.trials.iloc[0])
+        lines.append(f"| {backbone}, N = {n_shot:g} ({trials} trials) | {best.test_score.iloc[0]:.2f} | " + " | ".join(cells) + " |")
+    if pooled is not None and not pooled.empty:
+        across = pooled.set_index("method")
+        cells = [f"{across.loc[m].ahead:.0f} of {across.loc[m].ahead + across.loc[m].behind:.0f} ahead{MARKS.get(across.loc[m].verdict, '')}"
+                 if m in across.index else "" for m in methods]
+        lines.append("| every setting: trials ahead (sign test) |  | " + " | ".join(cells) + " |")
+    family = judged[(judged.method != LAST_LAYER) & (judged.verdict != NO_INTERVAL)]
     unit = METRIC_UNITS.get(metric, metric)
-    wins = fusions[fusions.verdict == "beats"]
-    if wins.empty:
-        answer = (f"no {kinds(fusions)} beats a head on the best single layer (the 95% CI of every paired difference "
-                  "reaches 0 or below)")
+    legend = (f"{datasets_of(judged)} test {metric}: the best single layer's, and each method's difference from it in "
+              f"{unit} (mean ± 95% CI over trials, paired), each method at its own learning rate chosen on "
+              f"{dev_size_words(table)}. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the {len(family)} "
+              "method-setting pairs of the fusions and ensembles (every method of the full tables), the last layer's "
+              "settings corrected apart; unmarked: no difference shown.")
+    if pooled is not None and not pooled.empty:
+        legend += (" Last row: trials ahead of the best single layer over every setting, a two-sided sign test, "
+                   "Holm-corrected across methods.")
+    if "tie_robust" in judged and not judged.tie_robust.all():
+        legend += " ‡: the verdict changes with how ties on dev are broken (the tie rule averages the tied runs)."
+    return "\n".join(lines) + "\n\n" + legend + "\n"
+
+
+FUSIONS_OF_ALL_LAYERS = tuple(FUSION_METHODS[name] for name in ("scalar_mix", "concat", "base_plus_n", "dwatt"))
+
+
+def fair_advice(table: pd.DataFrame, pooled: pd.DataFrame) -> str:
+    """What to do, in three sentences that follow the corrected verdicts (`fair_answer`'s marks): where the last layer
+    stands, whether a fusion of all layers is ahead of the best single layer anywhere, and whether the probe's
+    ensembles are ahead across settings (`selection.pooled_comparison`)."""
+    judged = verdicts(table)
+    if judged.empty or pooled.empty:
+        return ""
+    across = pooled.set_index("method")
+    settings = judged.groupby(["backbone", "dataset", "n_shot"]).ngroups
+    last = judged[judged.method == LAST_LAYER]
+    trailing = int((last.verdict == "trails").sum())
+    first = ("Probe the layers first (`dwatt probe`) and keep the head of the layer your dev set chooses: the last "
+             f"layer trails it in {'every setting' if trailing == settings else f'{trailing} of {settings} settings'} "
+             "above." if trailing else
+             "Probe the layers first (`dwatt probe`): the last layer is not shown behind the layer your dev set chooses "
+             "in any setting above, and the probe costs little.")
+    fusions = judged[judged.method.isin(FUSIONS_OF_ALL_LAYERS)]
+    pooled_verdict = lambda method: across.loc[method].verdict if method in across.index else ""
+    across_ahead = [m for m in FUSIONS_OF_ALL_LAYERS if pooled_verdict(m) == "beats"]
+    somewhere = [m for m in FUSIONS_OF_ALL_LAYERS if m not in across_ahead and (fusions[fusions.method == m].verdict == "beats").any()]
+    behind = [m for m in FUSIONS_OF_ALL_LAYERS if pooled_verdict(m) == "trails"]
+    said = []
+    if across_ahead:
+        said.append(f"{', '.join(across_ahead)} {'is' if len(across_ahead) == 1 else 'are'} ahead of that layer across "
+                    "settings (last row)")
+    if somewhere:
+        said.append(f"{', '.join(somewhere)} in the settings marked ▲ only")
+    second = ("Of the fusions of every layer, " + "; ".join(said) if said else
+              "No fusion of every layer (ScalarMix, Concat, Base+n, DWAtt) is shown ahead of that layer, in any setting "
+              "or across them, once the tests are corrected")
+    second += f"; {', '.join(behind)} trail{'s' if len(behind) == 1 else ''} it across settings." if behind else "."
+    ensembles = [m for m in ENSEMBLE_METHODS.values() if m in across.index]
+    winners = [m for m in ensembles if across.loc[m].verdict == "beats"]
+    if winners:
+        best = winners[0]
+        size = best.split("-")[1].split(" ")[0]
+        third = (f"Averaging the {best.removesuffix(' averaged')}' heads is ahead of it across settings "
+                 f"({across.loc[best].ahead:.0f} of {across.loc[best].ahead + across.loc[best].behind:.0f} trials, Holm "
+                 f"p = {across.loc[best].p_holm:.2g}), at no training cost: save it with `dwatt probe --save-ensemble {size}`.")
+    elif (judged[judged.method.isin(ensembles)].verdict == "beats").any():
+        third = ("Averaging the best layers' heads (`dwatt probe --save-ensemble 3`) is ahead only in the settings "
+                 "marked ▲, not across settings: the single layer's head is the simpler model to serve.")
+    elif ensembles:
+        third = ("Averaging the best layers' heads (`dwatt probe --save-ensemble 3`) is not shown ahead of that layer: "
+                 "the single layer's head is the simpler model to serve.")
     else:
-        answer = f"a {kinds(fusions)} beats the best single layer in " + "; ".join(
-            f"{row.method} on {row.backbone} at N = {row.n_shot:g} ({difference_words(row, unit)}"
-            f" over {row.trials:g} trial{'s' if row.trials != 1 else ''})"
-            for row in wins.itertuples()) + f", of {len(fusions)} {'fusion' if kinds(fusions) == 'fusion' else 'method'}-setting pairs"
-        # a two-sided 95% CI lies above 0 by chance in 2.5% of the pairs where there is no difference
-        answer += f" (where no method differs, about {len(fusions) / 40:.1f} of them would beat it by chance alone)"
-    return (f"On {datasets_of(judged)} test {metric}, each method at its own learning rate chosen on {dev_size_words(judged)} "
-            f"({scope}), {answer}{last_layer_words(last, unit)}.\n")
+        third = ""
+    return " ".join(part for part in (first, second, third) if part) + "\n"
+
+
+def pooled_table(pooled: pd.DataFrame) -> str:
+    """`selection.pooled_comparison` as a pipe table: each method's trials ahead of and behind the best single layer
+    over every setting, the sign test's p before and after Holm's correction across methods, and the verdict."""
+    if pooled.empty:
+        return ""
+    rows = pooled.assign(mean=pooled.mean_difference.map(lambda d: f"{d:+.2f}"),
+                         p=pooled.p_value.map(lambda p: f"{p:.2g}"), holm=pooled.p_holm.map(lambda p: f"{p:.2g}"))
+    return markdown(rows.rename(columns={"mean": "mean difference", "p": "sign test p", "holm": "Holm p"}),
+                    ["dataset", "method", "settings", "trials", "ahead", "behind", "mean difference", "sign test p",
+                     "Holm p", "verdict"])
 
 
 def kinds(judged: pd.DataFrame, plural: bool = False) -> str:
@@ -474,14 +570,16 @@ def few_shot_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
     table = fair_comparison(frame, few_shot_dev=True)
     if table.empty:
         return []
-    texts = {"fair_answer": fair_answer(table), "fair_verdicts": verdict_lines(table), "regret": regret_table(table),
-             "fair_comparison": fair_table(table)}
+    pooled = pooled_comparison(frame, few_shot_dev=True)
+    texts = {"fair_answer": fair_answer(table, pooled), "fair_verdicts": verdict_lines(table),
+             "regret": regret_table(table), "fair_comparison": fair_table(table), "pooled": pooled_table(pooled)}
     for name, text in texts.items():
         (tables / f"{name}_few_shot_dev.md").write_text(text)
     return ["## Chosen as a few-shot user chooses: on a dev sample as large as the training sample\n",
             f"Every choice made again on each trial's own dev sample ({dev_size_words(table)}, drawn uniformly from "
             "the dev sentences above, another draw each trial), each choice's test score as before.\n",
-            texts["fair_answer"], texts["fair_verdicts"], "**Selection regret on the few-shot dev sample**\n",
+            texts["fair_answer"], texts["fair_verdicts"], "**Across settings, on the few-shot dev sample**\n",
+            texts["pooled"], "**Selection regret on the few-shot dev sample**\n",
             texts["regret"], texts["fair_comparison"]]
 
 
@@ -521,8 +619,14 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     (output / "tables" / "fair_comparison.md").write_text(fair)
     answers = verdict_lines(table) if not table.empty else ""
     (output / "tables" / "fair_verdicts.md").write_text(answers)
-    answer = fair_answer(table) if not table.empty else ""
+    pooled = pooled_comparison(frame)
+    pooled.to_csv(output / "tables" / "pooled.csv", index=False)
+    pooled_text = pooled_table(pooled)
+    (output / "tables" / "pooled.md").write_text(pooled_text)
+    answer = fair_answer(table, pooled) if not table.empty else ""
     (output / "tables" / "fair_answer.md").write_text(answer)
+    advice = fair_advice(table, pooled) if not table.empty else ""
+    (output / "tables" / "fair_advice.md").write_text(advice)
     regrets = regret_table(table)
     (output / "tables" / "regret.md").write_text(regrets)
     covered = coverage_table(coverage(frame))
@@ -537,7 +641,11 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
              f"Generated by `dwatt report` from {sources} ({len(frame)} runs). Each method's learning rate (and the best "
              f"single layer's layer) is chosen per trial by the best dev {metric} ({METRIC_DEFINITIONS.get(metric, metric)}, "
              f"best epoch); the table reports the test {metric} of that choice, mean ± 95% CI (Student's t) over "
-             "trials, and its difference to the best single layer's, paired by trial.\n", answer, answers, fair,
+             "trials, and its difference to the best single layer's, paired by trial. A method beats or trails the best "
+             "single layer where Holm's correction over the table's method-setting pairs leaves p < 0.05 (Student's "
+             "paired t); across settings, a sign test over every trial, Holm-corrected across methods. Where several "
+             "runs tie on dev, the method's test score is the mean of theirs.\n", answer, advice, answers,
+             "## Across settings: each method's trials against the best single layer\n", pooled_text, fair,
              "## Selection regret: what choosing on dev cost\n",
              f"The test {metric} of each method's run chosen on dev minus the best test {metric} among the runs it chose "
              "from (its learning rates; for the best single layer, every layer at every rate; each run at its dev-chosen "

@@ -24,6 +24,7 @@ from ..run_config import default_learning_rate
 from ..tasks import TASKS
 from ..training.probe_ensembles import ENSEMBLE_SIZES
 from .grid import WINDOW_RADIUS, RunSpec
+from .significance import holm, paired_p_value, sign_test, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
@@ -162,8 +163,22 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
+# Dev scores this close are one score (800 dev texts give accuracy in steps of 0.125 points: ties happen).
+TIE_TOLERANCE = 1e-9
+# The order a grid lists one method's runs in (`grid.grid`): by learning rate, then by layer.
+GRID_ORDER = ("learning_rate", "layer")
+
+
 def _best(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs.loc[[runs.dev_score.idxmax()]]
+    """The run chosen on dev, as one row: the best dev score; where several runs share it (within `TIE_TOLERANCE`),
+    the first of them in grid order (`GRID_ORDER`) stands for the choice (its rate and layer), and its `test_score` is
+    the mean of the tied runs' (the tie rule, stated in the docs), their own kept in `tied_test_scores`."""
+    tied = runs[runs.dev_score >= runs.dev_score.max() - TIE_TOLERANCE]
+    tied = tied.sort_values([key for key in GRID_ORDER if key in tied], kind="stable")
+    chosen = tied.iloc[[0]].copy()
+    chosen["tied_test_scores"] = [list(tied.test_score)]
+    chosen["test_score"] = tied.test_score.mean()
+    return chosen
 
 
 def _rates_text(rates) -> str:
@@ -205,9 +220,12 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "method"]).learning_rate.agg(
         lambda rates: sorted(rates.unique()))
     members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
-    records = []
+    records, tie_choices = [], []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
+        best_ties = setting[setting.method == BEST_LAYER].set_index("trial").tied_test_scores
         for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
+            own_ties = mine.set_index("trial").tied_test_scores
+            tie_choices.append([[m - b for m in own_ties[trial] for b in best_ties[trial]] for trial in differences.index])
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
             probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
             tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)]
@@ -227,8 +245,72 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                 **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
                 # chosen at the largest rate tried in every trial: a larger one might have scored higher
                 "at_largest_rate": bool(not ensemble and len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
+                "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
+                "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
             })
+    table = pd.DataFrame.from_records(records)
+    return with_corrected_verdicts(table, tie_choices)
+
+
+def with_corrected_verdicts(table: pd.DataFrame, tie_choices: list | None = None) -> pd.DataFrame:
+    """`table` with `p_holm` (`significance.holm`: each dataset's method-setting pairs are one family, the last
+    layer's settings another), the `verdict` it
+    gives (`significance.verdict_of`), and `tie_robust`: whether that verdict holds over every way of breaking the ties
+    on dev (`tie_choices`: per row, per trial, the differences the tied runs could give)."""
+    table = table.assign(p_holm=math.nan, verdict="", tie_robust=True)
+    # the fusions and ensembles against the best layer are one family per dataset; the last layer is its own
+    for _, family in table.groupby([table.dataset, table.method == LAST_LAYER], sort=False):
+        adjusted = holm(list(family.p_value))
+        table.loc[family.index, "p_holm"] = adjusted
+        table.loc[family.index, "verdict"] = [
+            "" if method == BEST_LAYER else verdict_of(difference, p)
+            for method, difference, p in zip(family.method, family.minus_best_layer, adjusted)]
+        if tie_choices is not None:
+            p_values = list(family.p_value)
+            table.loc[family.index, "tie_robust"] = [
+                True if math.isnan(p_values[k]) or all(len(choices) == 1 for choices in tie_choices[index])
+                else tie_robust(tie_choices[index], p_values, k)
+                for k, index in enumerate(family.index)]
+    return table
+
+
+def trial_differences(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
+    """Every trial's paired difference in test score between each method and the best single layer (both chosen on
+    dev, `chosen_on_dev`): one row per backbone, dataset, N, method and trial."""
+    picks = chosen_on_dev(with_methods(frame, few_shot_dev))
+    records = []
+    if picks.empty:
+        return pd.DataFrame()
+    for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
+        for method, _, differences in paired_against(setting, BEST_LAYER, "test_score"):
+            if method != BEST_LAYER:
+                records += [{"backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs,
+                             "method": method, "trial": trial, "difference": value} for trial, value in differences.items()]
     return pd.DataFrame.from_records(records)
+
+
+def pooled_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
+    """Per dataset and method, across every setting (backbone, N) it ran in: the sign test of its trials' differences
+    from the best single layer (`significance.sign_test`), Holm-corrected across the dataset's methods, and the mean
+    difference; `verdict` as the per-setting ones are read (`significance.verdict_of`)."""
+    differences = trial_differences(frame, few_shot_dev)
+    if differences.empty:
+        return pd.DataFrame()
+    records = []
+    for (dataset, method), rows in differences.groupby(["dataset", "method"], sort=False):
+        ahead, behind, p = sign_test(list(rows.difference))
+        records.append({"dataset": dataset, "method": method, "settings": len(rows.groupby(["backbone", "n_shot"])),
+                        "trials": len(rows), "ahead": ahead, "behind": behind, "mean_difference": rows.difference.mean(),
+                        "p_value": p})
+    table = pd.DataFrame.from_records(records)
+    if table.empty:
+        return table
+    table["p_holm"] = math.nan
+    for _, family in table.groupby("dataset", sort=False):
+        table.loc[family.index, "p_holm"] = holm(list(family.p_value))
+    table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
+    order = {method: k for k, method in enumerate(METHODS)}
+    return table.sort_values(["dataset", "method"], key=lambda c: c.map(order) if c.name == "method" else c).reset_index(drop=True)
 
 
 def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -> pd.DataFrame:
@@ -264,7 +346,7 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -
 def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     """
     Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
-    row has, the N values any row of the dataset has, every method any row has, each method at every learning rate
+    row of the backbone has, the N values any row of the dataset has, every method any row has, each method at every learning rate
     it was tried at on that backbone and at the rates most methods were tried at (each backbone's methods counted
     apart: the grid's own), and the
     single-layer heads on every layer of the backbone; a window fusion in the trials whose probe chose a layer a window
@@ -277,7 +359,6 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     sampled = with_methods(frame, few_shot_dev=True)  # the probes' choices on their few-shot dev samples, where made
     sampled_probes = sampled[sampled.fusion == PROBE_FUSION] if not sampled.empty else sampled
-    trials = sorted(runs.trial.unique())
     methods = [method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)]
     # the grid's own rates: those most methods were tried at, counted per backbone (a rate past the grid's edge is
     # a few methods' on a backbone where they chose its largest; a method whose runs have only begun lacks some of
@@ -290,6 +371,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
         depth = backbone_depth(on_backbone)
+        trials = sorted(on_backbone.trial.unique())  # each backbone's grid its own (one may have run more trials)
         for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
             setting = on_backbone[on_backbone.n_shot == n_shot]
             # the windows a window grid plans in each trial: around the layer its probe chose on dev and, where it
@@ -340,9 +422,16 @@ def verdict(difference: float, interval: float) -> str:
 
 def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     """The rows of a `fair_comparison` table other than the best single layer's, with their `verdict` against it
-    (every method judged, none singled out by its test score)."""
+    (every method judged, none singled out by its test score): the corrected one (`with_corrected_verdicts`) where the
+    table carries its tests, else whether the uncorrected 95% CI excludes 0 (`verdict`); `no interval` where the CI
+    says nothing (one trial, or the same difference in every trial) either way."""
     rows = table[table.method != BEST_LAYER].copy()
-    rows["verdict"] = [verdict(m, c) for m, c in zip(rows.minus_best_layer, rows.minus_best_layer_ci95)]
+    by_interval = [verdict(m, c) for m, c in zip(rows.minus_best_layer, rows.minus_best_layer_ci95)]
+    if "p_holm" in rows:
+        rows["verdict"] = [NO_INTERVAL if said == NO_INTERVAL else verdict_of(m, p)
+                           for said, m, p in zip(by_interval, rows.minus_best_layer, rows.p_holm)]
+    else:
+        rows["verdict"] = by_interval
     return rows
 
 
@@ -361,4 +450,5 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "NO_INTERVAL", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "no_dev_comparison", "probe_curve", "probe_windows", "verdict", "verdicts", "window_around", "with_methods"]
+           "no_dev_comparison", "pooled_comparison", "probe_curve", "probe_windows", "trial_differences", "verdict", "verdicts",
+           "window_around", "with_corrected_verdicts", "with_methods"]

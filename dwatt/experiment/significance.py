@@ -1,0 +1,88 @@
+"""What the fair comparison's differences can be said to show, with the corrections stated.
+
+- Per setting (backbone, dataset, N): each method's paired differences from the best single layer, trial by trial,
+  tested two-sided with Student's t (`paired_p_value`, the test behind the 95% CIs the tables print). The
+  p-values of one table's method-setting pairs are corrected together for multiple comparisons by Holm's step-down
+  method (`holm`): a method "beats" or "trails" the best single layer only where its corrected p is below 0.05.
+- Across settings: one pooled test per method (`pooled_sign_tests`), a two-sided sign test over every trial of every
+  setting of a table (ahead against behind; exact ties left out), its p-values corrected by Holm across methods.
+- Ties on dev: where several runs of a method share the best dev score, the method's test score is the mean of theirs
+  (`selection.chosen_on_dev`); whether a verdict holds over every way of breaking them is `tie_robust`.
+
+Torch-free: the report reads it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+
+ALPHA = 0.05
+# Past this many ways of breaking a setting's ties, only the two extremes (each trial's lowest and highest
+# difference) are tried.
+TIE_COMBINATIONS = 4096
+
+
+def paired_p_value(differences: Sequence[float]) -> float:
+    """Two-sided p of Student's one-sample t-test that the mean paired difference is 0; NaN for fewer than 2 trials
+    or no spread (a difference the same in every trial says nothing of how it varies)."""
+    from scipy import stats
+
+    values = [value for value in differences if not math.isnan(value)]
+    if len(values) < 2 or max(values) - min(values) < 1e-12:
+        return math.nan
+    return float(stats.ttest_1samp(values, 0.0).pvalue)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given (NaN stays NaN, outside the family)."""
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
+    adjusted, running = [math.nan] * len(p_values), 0.0
+    for rank, (p, i) in enumerate(indexed):
+        running = max(running, min(1.0, (len(indexed) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def sign_test(differences: Sequence[float]) -> tuple[int, int, float]:
+    """(ahead, behind, two-sided p) of the sign test of paired differences; exact ties (|d| < 1e-9) left out."""
+    from scipy import stats
+
+    ahead = sum(1 for value in differences if value > 1e-9)
+    behind = sum(1 for value in differences if value < -1e-9)
+    if ahead + behind == 0:
+        return 0, 0, math.nan
+    return ahead, behind, float(stats.binomtest(ahead, ahead + behind, 0.5).pvalue)
+
+
+def verdict_of(difference: float, adjusted_p: float) -> str:
+    """`beats` or `trails` where the corrected p is below `ALPHA` (in the direction of the mean difference), else
+    `level`; `no interval` where there is no test (one trial, or no spread)."""
+    if math.isnan(adjusted_p):
+        return "no interval"
+    if adjusted_p < ALPHA:
+        return "beats" if difference > 0 else "trails"
+    return "level"
+
+
+def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float], index: int) -> bool:
+    """Whether the Holm verdict of pair `index` of a family is the same for every way of breaking its ties:
+    `trial_choices` holds, per trial, every paired difference a choice among tied runs could give (one where there is
+    no tie); `others` the family's p-values (this pair's own is recomputed for each way). Past `TIE_COMBINATIONS`
+    ways, each trial's lowest and highest difference only."""
+    options = [sorted(set(choices)) for choices in trial_choices]
+    count = math.prod(len(choice) for choice in options)
+    ways = (itertools.product(*options) if count <= TIE_COMBINATIONS
+            else [tuple(choice[0] for choice in options), tuple(choice[-1] for choice in options)])
+    seen = set()
+    for way in ways:
+        family = list(others)
+        family[index] = paired_p_value(way)
+        seen.add(verdict_of(sum(way) / len(way), holm(family)[index]))
+        if len(seen) > 1:
+            return False
+    return True
+
+
+__all__ = ["ALPHA", "TIE_COMBINATIONS", "holm", "paired_p_value", "sign_test", "tie_robust", "verdict_of"]
