@@ -14,9 +14,20 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from transformers import AutoModel, PretrainedConfig, PreTrainedModel
-from transformers.masking_utils import create_bidirectional_mask
 from transformers.utils import logging
 
+
+
+def bidirectional_mask(backbone, hidden_states, attention_mask):
+    """The attention mask an encoder's layer takes: transformers 5's `create_bidirectional_mask`, or in the 4.x
+    releases (which have none) the extended additive mask their encoders build (`get_extended_attention_mask`)."""
+    try:
+        from transformers.masking_utils import create_bidirectional_mask
+    except ImportError:  # transformers 4.x
+        if attention_mask is None:
+            attention_mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
+        return backbone.get_extended_attention_mask(attention_mask, hidden_states.shape[:2], dtype=hidden_states.dtype)
+    return create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
 
 
 def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
@@ -93,8 +104,7 @@ class BackboneFamily:
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers) -> list[tuple[tuple, dict]]:
         """The positional and keyword arguments of each of `layers` after the hidden states."""
-        mask = create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
-        return [((mask,), {}) for _ in layers]
+        return [((bidirectional_mask(backbone, hidden_states, attention_mask),), {}) for _ in layers]
 
     def lm_head_size(self, config) -> int:
         """Width of the masked-LM head's dense layer (ALBERT and ELECTRA project down to the embedding size)."""
@@ -161,7 +171,7 @@ class ModernBertFamily(BackboneFamily):
 
         mask_kwargs = {"config": backbone.config, "inputs_embeds": hidden_states, "attention_mask": attention_mask}
         masks = {
-            "full_attention": create_bidirectional_mask(**mask_kwargs),
+            "full_attention": bidirectional_mask(backbone, hidden_states, attention_mask),
             "sliding_attention": create_bidirectional_sliding_window_mask(**mask_kwargs),
         }
         positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None]  # ModernBERT's own default
