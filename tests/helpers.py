@@ -15,6 +15,20 @@ from dwatt.training import RunConfig
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
+def stopped_while_scoring_test(monkeypatch, command) -> None:
+    """`command()` (a probe or sweep with --test) stopped as Ctrl-C would stop it while the test split is scored,
+    after every head of its group trained and was kept."""
+    import pytest
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr("dwatt.training.ner.scored_test_split", stopped)
+        with pytest.raises(KeyboardInterrupt):
+            command()
+
+
 def recording_runner(calls: list):
     """A stand-in for a sweep's run: records the config and returns it the way a run's results do."""
 

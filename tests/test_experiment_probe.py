@@ -10,6 +10,8 @@ from safetensors import safe_open
 
 from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenClassification
 
+from .helpers import stopped_while_scoring_test
+
 
 def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
                                                                                          tmp_path, capsys):
@@ -80,13 +82,7 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
                      "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet", "--test",
                      "--no-save"])
 
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr("dwatt.training.ner.scored_test_split", stopped)
-        with pytest.raises(KeyboardInterrupt):
-            probe(tmp_path / "stopped" / "r.jsonl")
+    stopped_while_scoring_test(monkeypatch, lambda: probe(tmp_path / "stopped" / "r.jsonl"))
     assert not (tmp_path / "stopped" / "r.jsonl").exists()
     assert len(list((tmp_path / "stopped").rglob("dwatt_trained.json"))) == 3 * 2  # 3 layers x 2 rates, all final
 

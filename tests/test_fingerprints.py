@@ -11,7 +11,7 @@ from dwatt.experiment.store import ResultsStore
 from dwatt.experiment.sweep import run_sweep
 from dwatt.fingerprints import backbone_fingerprint, data_fingerprint
 
-from .helpers import recording_runner
+from .helpers import recording_runner, stopped_while_scoring_test
 
 
 def relabelled_copy(source, target):
@@ -90,13 +90,7 @@ def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(tiny_backb
                      "1", "--learning-rates", "1e-2", "--results", str(tmp_path / "p" / "r.jsonl"), "--quiet", "--test",
                      "--no-save"])
 
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    with monkeypatch.context() as patched:
-        patched.setattr("dwatt.training.ner.scored_test_split", stopped)
-        with pytest.raises(KeyboardInterrupt):
-            probe()
+    stopped_while_scoring_test(monkeypatch, probe)
     assert list((tmp_path / "p").rglob("dwatt_trained.json"))
     before = backbone_fingerprint(str(backbone))
     weights = load_file(str(backbone / "model.safetensors"))

@@ -50,6 +50,19 @@ dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rate
 dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16 --trials 1 \
   --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets --train-in-parts 30 \
   --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
+# Ten trials where they are cheap (MiniLM, added later): the probe (its ensembles, best and last layers) to trials
+# 3-9 in its store, then ScalarMix, Concat and DWAtt to 10 trials in a store of their own (trials 0-2 are the grid's);
+# Base+n and ScalarMix+LD stay at 3 trials.
+dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 --trials 10 \
+  --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
+  --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
+for N in 16 64; do
+  dwatt sweep --preset agnews-fe --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shots $N --trials 10 \
+    --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --train-in-parts 30 \
+    --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.ten-trials.jsonl \
+    --done-in docs/results/fair-agnews/fair.all-MiniLM-L6-v2.shard-{0,1,2,3,4,5}-of-6.jsonl \
+    --threads 1 --output-root runs/fair-agnews --quiet
+done
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"

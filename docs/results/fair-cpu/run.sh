@@ -90,5 +90,16 @@ dwatt sweep --fusions scalar_mix --learning-rates 3e-2 --n-shots 32,128 --epochs
   docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-0-of-2.jsonl docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-1-of-2.jsonl \
   docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.window.jsonl --threads 1 --output-root runs/window-cpu --quiet
+# Ten trials where they are cheap (MiniLM, added later): the probe (its ensembles, best and last layers) to trials
+# 3-9 in its store, then ScalarMix, Concat and DWAtt to 10 trials in a store of their own (trials 0-2 are the grid's).
+# Base+n, ScalarMix+LD and the windows stay at 3 trials; the coverage table counts each backbone's own trials.
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 10 \
+  --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
+  --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
+dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 10 \
+  --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
+  --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.ten-trials.jsonl \
+  --done-in docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-0-of-2.jsonl docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-1-of-2.jsonl \
+  --threads 1 --output-root runs/fair --quiet
 dwatt report docs/results/fair-cpu/fair.*.jsonl --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"
