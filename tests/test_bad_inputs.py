@@ -264,6 +264,37 @@ def csv_folder(env: Env) -> Path:
     return env.tmp / "csv"
 
 
+def ensemble_without_weights(env: Env) -> Path:
+    """A probe ensemble of two taggers, the second's weights file gone."""
+    import shutil
+
+    from dwatt.checkpoints import write_ensemble
+
+    folder = env.tmp / "ensemble"
+    for name in ("a", "b"):
+        shutil.copytree(tagger(env), folder / name)
+    write_ensemble(folder, ["a", "b"], {})
+    (folder / "b" / "model.safetensors").unlink()
+    return folder
+
+
+def store_holding_a_run_twice(env: Env) -> Path:
+    """A results store with one run on lines 1 and 2, its dev F1 different."""
+    from .helpers import fair_row
+
+    row = fair_row("dwatt", 0, 1e-3, 0.5, 0.6)
+    return env.file("dup-conflict.jsonl", json.dumps(row) + "\n" + json.dumps(row | {"best_dev_f1": 0.7}) + "\n")
+
+
+def export_being_written(env: Env) -> list[str]:
+    """An export folder another process holds the lock of (it is writing it)."""
+    from filelock import FileLock
+
+    env.held = FileLock(env.tmp / ".onnx.lock")  # kept on the Env: released when the test ends
+    env.held.acquire()
+    return ["export", str(tagger(env)), str(env.tmp / "onnx")]
+
+
 CLI_CASES = [
     ("push: results.json not JSON", lambda e: ["push", str(run_with_results(e, "{\n\n  nope")), "me/tagger"], r"run/results\.json:3: not JSON"),
     ("train: infinite learning rate", lambda e: train_args(e, "--lr", "inf"), r"--lr must be a finite number > 0, got inf"),
@@ -293,6 +324,9 @@ CLI_CASES = [
     ("probe: --train-in-parts 0", lambda e: ["probe", "--train-in-parts", "0", "--results", str(e.tmp / "r.jsonl")], r"--train-in-parts must be >= 1 \(heads trained at a time\), got 0"),
     ("probe: --text-column no file has", lambda e: ["probe", "--task", "cls", "--backbone", str(e.backbone), "--data-dir", str(csv_folder(e)), "--text-column", "title", "--label-column", "topic", "--n-shot", "1", "--epochs", "1", "--results", str(e.tmp / "r.jsonl"), "--quiet", "--no-save"], r"csv/train\.csv: no text column 'title'; the columns are \['headline', 'topic'\]"),
     ("evaluate: --label-column no file has", lambda e: ["evaluate", str(classifier(e)), "--data-dir", str(csv_folder(e)), "--text-column", "headline", "--label-column", "class"], r"csv/(train|dev)\.csv: no label column 'class'; the columns are \['headline', 'topic'\]"),
+    ("predict: an ensemble member without its weights", lambda e: ["predict", str(ensemble_without_weights(e)), "eu"], r"ensemble/b/model\.safetensors: missing; the member b of .*ensemble\.json has no weights"),
+    ("report: a store holding a run twice", lambda e: ["report", str(store_holding_a_run_twice(e)), "--output", str(e.tmp / "rep")], r"at .*dup-conflict\.jsonl:1 and at .*dup-conflict\.jsonl:2; keep one of them, or name the one to take with --prefer .*dup-conflict\.jsonl:1"),
+    ("export: a folder another export is writing", export_being_written, r"onnx: another process is writing this folder now"),
     ("probe: a store a sweep filled without --test", swept_without_test, r"probe\.jsonl:1: run conll2003/.* other settings \(evaluate_test: False there, True here\)"),
 ]
 
