@@ -343,7 +343,7 @@ def test_a_group_a_stopped_sweep_held_is_trained_and_no_claim_file_stays(tmp_pat
 
     rows = run_sweep(specs, store, runner=runner, progress=False, engine="trainer")
     assert sorted(calls) == [0, 1] and len(rows) == 2
-    assert not list(tmp_path.glob(".r.jsonl.claims/*")) and not (tmp_path / ".r.jsonl.claims").exists()
+    assert not list(tmp_path.glob(".r.jsonl.claims/*"))  # the empty folder stays: another sweep may claim in it
     # a claim file a killed worker left behind, no lock on it: not "still training"; a live claim is
     from dwatt.experiment.sweep import held_elsewhere
 

@@ -16,10 +16,10 @@ from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ..errors import SweepBusyError
+from ..fingerprints import run_fingerprints
 from ..portable import portable_results
 from ..run_config import RunConfig
 from .grid import RunSpec, batches_of_runs, widest_first
-from ..fingerprints import run_fingerprints
 from .store import ResultsStore, differences
 
 def refuse_repeated_ids(specs: list[RunSpec]) -> None:
@@ -96,13 +96,10 @@ def claimed(store: ResultsStore, group: list[RunSpec]) -> Iterator[bool]:
 def release_claims(store: ResultsStore, group: list[RunSpec]) -> None:
     """Remove the claim files of `group`, whose rows are in the store, while this sweep still holds them: a sweep
     that opened one before it went takes a lock on a file no longer there, then finds the runs done
-    (`ResultsStore.finished`) and trains nothing. The claims folder goes with its last file."""
+    (`ResultsStore.finished`) and trains nothing. The (hidden) claims folder stays: another sweep may be about to
+    take a claim in it."""
     for spec in group:
         claim_path(store, spec).unlink(missing_ok=True)
-    try:
-        claim_path(store, group[0]).parent.rmdir()
-    except OSError:  # other claims are there, or it is gone
-        pass
 
 
 def held_elsewhere(store: ResultsStore, specs: list[RunSpec]) -> int:
