@@ -16,7 +16,8 @@ def register(commands) -> None:
     parser.add_argument("--title", default="Results")
     parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE",
                         help="where a run is held twice with different results (a run trained again: float noise), "
-                             "take the row of these stores (among the results) instead of refusing the report")
+                             "take the row of these stores (among the results), or of STORE:LINE for two rows of one "
+                             "store, instead of refusing the report")
     parser.set_defaults(handler=run)
 
 
