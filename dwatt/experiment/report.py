@@ -464,6 +464,11 @@ def fair_answer(table: pd.DataFrame, pooled: pd.DataFrame | None = None) -> str:
 FUSIONS_OF_ALL_LAYERS = tuple(FUSION_METHODS[name] for name in ("scalar_mix", "concat", "base_plus_n", "dwatt"))
 
 
+def words(names: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
 def fair_advice(table: pd.DataFrame, pooled: pd.DataFrame) -> str:
     """What to do, in three sentences that follow the corrected verdicts (`fair_answer`'s marks): where the last layer
     stands, whether a fusion of all layers is ahead of the best single layer anywhere, and whether the probe's
@@ -487,14 +492,14 @@ def fair_advice(table: pd.DataFrame, pooled: pd.DataFrame) -> str:
     behind = [m for m in FUSIONS_OF_ALL_LAYERS if pooled_verdict(m) == "trails"]
     said = []
     if across_ahead:
-        said.append(f"{', '.join(across_ahead)} {'is' if len(across_ahead) == 1 else 'are'} ahead of that layer across "
+        said.append(f"{words(across_ahead)} {'is' if len(across_ahead) == 1 else 'are'} ahead of that layer across "
                     "settings (last row)")
     if somewhere:
-        said.append(f"{', '.join(somewhere)} in the settings marked ▲ only")
+        said.append(f"{words(somewhere)} in the settings marked ▲ only")
     second = ("Of the fusions of every layer, " + "; ".join(said) if said else
               "No fusion of every layer (ScalarMix, Concat, Base+n, DWAtt) is shown ahead of that layer, in any setting "
               "or across them, once the tests are corrected")
-    second += f"; {', '.join(behind)} trail{'s' if len(behind) == 1 else ''} it across settings." if behind else "."
+    second += f"; {words(behind)} trail{'s' if len(behind) == 1 else ''} it across settings." if behind else "."
     ensembles = [m for m in ENSEMBLE_METHODS.values() if m in across.index]
     winners = [m for m in ensembles if across.loc[m].verdict == "beats"]
     if winners:
