@@ -503,7 +503,7 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
             return_dict=True,
             **kwargs,
         )
-        head = next((p for name, p in self.named_parameters() if not name.startswith("dwatt.backbone.")), None)
+        head = next((p for name, part in self.named_children() if name != "dwatt" for p in part.parameters()), None)
         logits = self.head(fused.last_hidden_state.to(head.dtype if head is not None else None), positions)
         loss = None if labels is None else self.task_loss(logits, labels.to(logits.device), num_items_in_batch)
         output = self.output_class(
