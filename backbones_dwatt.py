@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers import AutoModel, PretrainedConfig, PreTrainedModel
+from transformers import MODEL_MAPPING, PretrainedConfig, PreTrainedModel
 from transformers.utils import logging
 
 
@@ -27,7 +27,8 @@ def bidirectional_mask(backbone, hidden_states, attention_mask):
         if attention_mask is None:
             attention_mask = torch.ones(hidden_states.shape[:2], device=hidden_states.device)
         return backbone.get_extended_attention_mask(attention_mask, hidden_states.shape[:2], dtype=hidden_states.dtype)
-    return create_bidirectional_mask(config=backbone.config, inputs_embeds=hidden_states, attention_mask=attention_mask)
+    # positionally: 5.0 names the embeddings `input_embeds`, later releases `inputs_embeds`
+    return create_bidirectional_mask(backbone.config, hidden_states, attention_mask)
 
 
 def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
@@ -348,8 +349,9 @@ def _quiet_loading(quiet: bool = True):
 
 
 def backbone_class(encoder_config) -> type[PreTrainedModel]:
-    """The class `AutoModel` builds for an encoder config."""
-    return AutoModel._model_mapping[type(encoder_config)]
+    """The class `AutoModel` builds for an encoder config (transformers' public `MODEL_MAPPING`, config class to
+    model class)."""
+    return MODEL_MAPPING[type(encoder_config)]
 
 
 def backbone_kwargs(encoder_config) -> dict:

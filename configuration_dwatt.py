@@ -313,45 +313,5 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-# The Auto class of each DWAtt model, and the model's name in modeling_dwatt.
-AUTO_MODELS = {"AutoModel": "DWAttModel", "AutoModelForTokenClassification": "DWAttForTokenClassification",
-               "AutoModelForMaskedLM": "DWAttForMaskedLM",
-               "AutoModelForSequenceClassification": "DWAttForSequenceClassification"}
-
-
-class _ModelOnFirstUse:
-    """A DWAtt model class as the Auto classes hold it once the configuration is imported: `modeling_dwatt` (torch's
-    model code, seconds to import) is imported when the class is first used, and registers the classes themselves."""
-
-    config_class = DWAttConfig
-
-    def __init__(self, name: str):
-        self.__name__ = name
-
-    def __getattr__(self, attribute: str):
-        try:  # (in a try block: transformers reads the other imports of a checkpoint's files as its requirements)
-            import modeling_dwatt
-        except ImportError:
-            raise AttributeError(attribute) from None
-        return getattr(getattr(modeling_dwatt, self.__name__), attribute)
-
-
-def register_auto_classes() -> None:
-    """`DWAttConfig` and the DWAtt models in transformers' Auto classes, where no DWAtt classes are yet, so that
-    `AutoModelFor...from_config(DWAttConfig(...))` works right after `from configuration_dwatt import DWAttConfig`.
-    Runs when this file is imported by its name; a copy transformers loads from a checkpoint (trust_remote_code)
-    is registered by transformers, for that checkpoint alone."""
-    import transformers
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    if DWAttConfig.model_type not in CONFIG_MAPPING:
-        AutoConfig.register(DWAttConfig.model_type, DWAttConfig)
-        for auto, name in AUTO_MODELS.items():
-            getattr(transformers, auto).register(DWAttConfig, _ModelOnFirstUse(name))
-
-
-if __name__ == "configuration_dwatt":
-    register_auto_classes()
-
-__all__ = ["AUTO_MODELS", "DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "register_auto_classes",
+__all__ = ["DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers",
            "single_layer"]

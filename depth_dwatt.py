@@ -42,6 +42,7 @@ def layers_past_pattern(backbone: nn.Module, encoder_config, depth: int) -> str:
 
 
 KEPT = "_dwatt_kept"
+HOOKS = "_dwatt_hooks"
 
 
 def _keep_inputs(module, args, kwargs):
@@ -57,13 +58,16 @@ def _keep_output(module, args, output):
 
 def keep_layer_io(layer: nn.Module, inputs: bool = False, output: bool = False) -> None:
     """Hooks that keep what `layer` receives besides the hidden states (`inputs`) or what it returns (`output`) in a
-    store on the layer itself, read with `kept`: a deep copy of the backbone, or a module the ONNX exporter traced,
-    keeps hook and store together."""
+    store on the layer itself, read with `kept`. The handles torch returns are kept on the layer too, for
+    `remove_keepers`: a deep copy of the backbone, or a module the ONNX exporter traced, keeps hooks, handles and store
+    together."""
     setattr(layer, KEPT, {})
+    handles = getattr(layer, HOOKS, [])
     if inputs:
-        layer.register_forward_pre_hook(_keep_inputs, with_kwargs=True)
+        handles.append(layer.register_forward_pre_hook(_keep_inputs, with_kwargs=True))
     if output:
-        layer.register_forward_hook(_keep_output)
+        handles.append(layer.register_forward_hook(_keep_output))
+    setattr(layer, HOOKS, handles)
 
 
 def kept(layer: nn.Module, what: str):
@@ -73,17 +77,13 @@ def kept(layer: nn.Module, what: str):
 
 
 def remove_keepers(backbone: nn.Module) -> None:
-    """Remove the hooks `keep_layer_io` installed on `backbone`'s modules, and their stores."""
-    keepers = (_keep_inputs, _keep_output)
+    """Remove the hooks `keep_layer_io` installed on `backbone`'s modules (through their handles), and their stores."""
     for module in backbone.modules():
-        for hooks in (module._forward_hooks, module._forward_pre_hooks):
-            for key in [key for key, hook in hooks.items() if hook in keepers]:
-                del hooks[key]
-                for flags in (module._forward_hooks_with_kwargs, module._forward_hooks_always_called,
-                              module._forward_pre_hooks_with_kwargs):
-                    flags.pop(key, None)
-        if hasattr(module, KEPT):
-            delattr(module, KEPT)
+        for handle in getattr(module, HOOKS, ()):
+            handle.remove()
+        for name in (HOOKS, KEPT):
+            if hasattr(module, name):
+                delattr(module, name)
 
 
 class BackboneDepthMixin:

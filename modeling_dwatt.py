@@ -34,7 +34,7 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
 try:
     from .backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
                                   is_decoder_only, layer_norm_eps, positions_from_mask)
-    from .configuration_dwatt import AUTO_MODELS, DWAttConfig
+    from .configuration_dwatt import DWAttConfig
     from .depth_dwatt import BackboneDepthMixin
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
@@ -42,7 +42,7 @@ try:
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
     from backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
                                  is_decoder_only, layer_norm_eps, positions_from_mask)
-    from configuration_dwatt import AUTO_MODELS, DWAttConfig
+    from configuration_dwatt import DWAttConfig
     from depth_dwatt import BackboneDepthMixin
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
     from lora_dwatt import LoRAUpdates
@@ -413,6 +413,14 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
         self.backbone_frozen = frozen
         self.train(self.training)
 
+    def post_init(self):
+        super().post_init()
+        if getattr(self.config, "heads_only", False):
+            # While a head-only checkpoint loads: transformers 4.x takes one that stores no `dwatt.` tensor (a Base
+            # head's, its classifier only) for a base model's weights and refuses it; without a base-model prefix,
+            # keys are read as they are. `from_pretrained` gives the model the class's prefix back once loaded.
+            self.base_model_prefix = ""
+
     def train(self, mode: bool = True):
         super().train(mode)
         if getattr(self, "backbone_frozen", False):
@@ -673,25 +681,16 @@ RobertaDWAttForTokenClassification = DWAttForTokenClassification
 RobertaDWAttForMaskedLM = DWAttForMaskedLM
 RobertaDWAttForSequenceClassification = DWAttForSequenceClassification
 
-DWAttModel.register_for_auto_class("AutoModel")
-DWAttForTokenClassification.register_for_auto_class("AutoModelForTokenClassification")
-DWAttForMaskedLM.register_for_auto_class("AutoModelForMaskedLM")
-DWAttForSequenceClassification.register_for_auto_class("AutoModelForSequenceClassification")
-if __name__ == "modeling_dwatt":  # imported by its name: the classes take the place of `configuration_dwatt`'s stand-ins
-    import transformers
-
-    for _model in (DWAttModel, DWAttForTokenClassification, DWAttForMaskedLM, DWAttForSequenceClassification):
-        _auto = next(auto for auto, name in AUTO_MODELS.items() if name == _model.__name__)
-        getattr(transformers, _auto).register(DWAttConfig, _model, exist_ok=True)
+# The Auto class of each DWAtt model. `register_for_auto_class` records it in a saved config's `auto_map`, which is how
+# `AutoModelFor...from_pretrained(..., trust_remote_code=True)` finds the class in a checkpoint; registering the classes
+# with transformers' Auto classes in a process is dwatt's one job (`dwatt.auto.register_auto_classes`).
+AUTO_MODELS = {"AutoModel": DWAttModel, "AutoModelForTokenClassification": DWAttForTokenClassification,
+               "AutoModelForMaskedLM": DWAttForMaskedLM, "AutoModelForSequenceClassification": DWAttForSequenceClassification}
+for auto_class_name, model_class in AUTO_MODELS.items():
+    model_class.register_for_auto_class(auto_class_name)
 
 __all__ = [
-    "DWAttForMaskedLM",
-    "DWAttForSequenceClassification",
-    "DWAttForTokenClassification",
-    "DWAttModel",
-    "DWAttPreTrainedModel",
-    "RobertaDWAttForMaskedLM",
-    "RobertaDWAttForSequenceClassification",
-    "RobertaDWAttForTokenClassification",
-    "count_parameters",
+    "AUTO_MODELS", "DWAttForMaskedLM", "DWAttForSequenceClassification", "DWAttForTokenClassification", "DWAttModel",
+    "DWAttPreTrainedModel", "RobertaDWAttForMaskedLM", "RobertaDWAttForSequenceClassification",
+    "RobertaDWAttForTokenClassification", "count_parameters",
 ]

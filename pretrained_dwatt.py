@@ -128,7 +128,7 @@ class PretrainedBackboneMixin:
 
     def _attach_pretrained_backbone(self, pretrained: PreTrainedModel, name_or_path: str, adopt_head: bool) -> None:
         """Make a loaded pretrained backbone `self.dwatt.backbone` (in the place of the one this model was built
-        with, in its dtype, device and attention implementation), after checking it is the same architecture and
+        with, in its dtype and device), after checking it is the same architecture and
         shape as the one this model was built (or trained) for."""
         ours, theirs = self.config.encoder_config, pretrained.base_model.config
         found = {key: getattr(theirs, key, None) for key in BACKBONE_IDENTITY}
@@ -154,24 +154,9 @@ class PretrainedBackboneMixin:
             )
         reference = next(built.parameters())
         loaded.to(dtype=reference.dtype, device=None if reference.is_meta else reference.device)
-        wanted = getattr(built.config, "_attn_implementation", None)
-        if wanted and wanted != getattr(loaded.config, "_attn_implementation", None) and hasattr(loaded, "set_attn_implementation"):
-            loaded.set_attn_implementation(wanted)
         self.dwatt.use_backbone(loaded.train(built.training))
         if adopt_head:
             self.adopt_pretrained_head(pretrained)
-
-    def _initialize_missing_keys(self, *args, **kwargs) -> None:
-        """transformers' initialisation of the weights a checkpoint lacks, without the backbone of a head-only
-        checkpoint: the pretrained one takes its place right after (`_attach_pretrained_backbone`), so drawing random
-        weights for it would only cost time."""
-        if getattr(self.config, "heads_only", False):
-            backbone = self.dwatt.backbone
-            for part in backbone.modules():
-                part._is_hf_initialized = True
-            for tensor in (*backbone.parameters(), *backbone.buffers()):
-                tensor._is_hf_initialized = True
-        super()._initialize_missing_keys(*args, **kwargs)
 
     def head_state_dict(self) -> dict[str, torch.Tensor]:
         """
@@ -292,7 +277,8 @@ class PretrainedBackboneMixin:
             source = backbone_name_or_path or config.backbone_name_or_path
             revision = backbone_revision or config.backbone_revision
             # the revision and subfolder given are the checkpoint's, not its backbone's
-            load_kwargs = {k: kwargs[k] for k in HUB_KWARGS if k in kwargs and k not in ("revision", "subfolder")}
+            load_kwargs = {k: kwargs[k] for k in (*HUB_KWARGS, "attn_implementation")
+                           if k in kwargs and k not in ("revision", "subfolder")}
             if revision is not None:
                 load_kwargs["revision"] = revision
             pretrained = cls.load_pretrained_backbone(source, load_kwargs, depth=config.run_depth)
@@ -301,6 +287,7 @@ class PretrainedBackboneMixin:
                 model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)
                 model.config.lora["merged"] = True
             model.config.heads_only = False
+            vars(model).pop("base_model_prefix", None)  # the class's again (see `post_init`)
             model.config.backbone_name_or_path, model.config.backbone_revision = str(source), revision
         return (model, info) if output_loading_info else model
 

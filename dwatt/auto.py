@@ -1,6 +1,7 @@
 """DWAtt in transformers' Auto classes: with them registered, `AutoConfig`/`AutoModelFor...from_pretrained` load a
 DWAtt checkpoint with this package's classes and without `trust_remote_code` (with it, the code the checkpoint
-carries runs instead)."""
+carries runs instead). This is the one place that registers them: the remote-code files only declare, through
+`register_for_auto_class`, which Auto class each model belongs to (the `auto_map` a checkpoint's config records)."""
 
 from __future__ import annotations
 
@@ -14,27 +15,14 @@ def register_auto_classes() -> None:
     global _registered
     if _registered:
         return
-    from transformers import (
-        AutoConfig,
-        AutoModel,
-        AutoModelForMaskedLM,
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
+    import transformers
 
     from configuration_dwatt import DWAttConfig
-    from modeling_dwatt import (
-        DWAttModel,
-        DWAttForMaskedLM,
-        DWAttForSequenceClassification,
-        DWAttForTokenClassification,
-    )
+    from modeling_dwatt import AUTO_MODELS
 
-    AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
-    AutoModel.register(DWAttConfig, DWAttModel, exist_ok=True)
-    AutoModelForTokenClassification.register(DWAttConfig, DWAttForTokenClassification, exist_ok=True)
-    AutoModelForMaskedLM.register(DWAttConfig, DWAttForMaskedLM, exist_ok=True)
-    AutoModelForSequenceClassification.register(DWAttConfig, DWAttForSequenceClassification, exist_ok=True)
+    transformers.AutoConfig.register(DWAttConfig.model_type, DWAttConfig, exist_ok=True)
+    for auto_class, model_class in AUTO_MODELS.items():
+        getattr(transformers, auto_class).register(DWAttConfig, model_class, exist_ok=True)
     _registered = True
 
 

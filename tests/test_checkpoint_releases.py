@@ -1,18 +1,22 @@
 """Checkpoints saved by today's code load with equal logits in the transformers releases users have, through
-`trust_remote_code` in a process without dwatt: the oldest supported (the last 4.x, 4.57; CI installs it in a virtual
-environment of its own and names its Python in DWATT_OLDEST_TRANSFORMERS_PYTHON) and the newest (this environment's).
-Token and sequence classification and masked LM; full, head-only, LoRA (merged and beside the head) and cut at a layer."""
+`trust_remote_code` in a process without dwatt: the supported range's oldest (the last 4.x, 4.57), its first 5.x (5.0)
+and its newest, each installed by CI in a folder of its own (`pip install --target`) named in
+DWATT_TRANSFORMERS_RELEASES, and this environment's. Token and sequence classification and masked LM; full,
+head-only, LoRA (merged and beside the head) and cut at a layer."""
 
 import importlib.util
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
-OLDEST = os.environ.get("DWATT_OLDEST_TRANSFORMERS_PYTHON")
+# Folders that each hold one transformers release and its dependencies (torch comes from this environment), separated
+# by the path separator; the releases the docs' range names (docs/guides/hub.md).
+RELEASES = [folder for folder in os.environ.get("DWATT_TRANSFORMERS_RELEASES", "").split(os.pathsep) if folder]
 LOAD = """
 import json, sys
 from pathlib import Path
@@ -52,44 +56,34 @@ def saved_today(folder: Path) -> list[str]:
     return [name for name, *_ in module.CHECKPOINTS]
 
 
-# What the oldest supported release cannot load, with the reason the docs give (docs/guides/hub.md): a head-only
-# checkpoint of a Base head stores no fusion weight, only `classifier.*`, which transformers 4.x takes for a base
-# model's state dict and refuses. Saved whole (it is cut at its layer, so small), it loads.
-KNOWN_IN_4X = {"base-layer2-tagger-heads": "The state dictionary of the model you are trying to load is corrupted"}
-
-
-@pytest.mark.skipif(not OLDEST, reason="DWATT_OLDEST_TRANSFORMERS_PYTHON names no Python with transformers 4.57 (CI sets it)")
-def test_checkpoints_saved_today_load_with_equal_logits_under_the_oldest_supported_transformers(tmp_path):
-    names = saved_today(tmp_path / "checkpoints")
-    script = tmp_path / "load.py"
-    script.write_text(LOAD)
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
-    done = subprocess.run([OLDEST, str(script), str(tmp_path / "checkpoints")], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["transformers"].startswith("4.57"), report
-    assert set(report["differences"]) == set(names)
-    for name, difference in report["differences"].items():
-        if name in KNOWN_IN_4X:  # when it loads, the docs' range and this list have to say so
-            assert KNOWN_IN_4X[name] in str(difference), (name, difference)
-        else:
-            assert isinstance(difference, float) and difference <= 1e-4, (name, difference)
-
-
-def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(tmp_path):
-    """The same script under this environment's transformers (the newest supported), in a process without dwatt."""
-    import sys
-
+def load_in_a_process_without_dwatt(tmp_path: Path, release: str | None = None) -> tuple[list[str], dict]:
+    """Today's checkpoints, and what a process without dwatt (the release's transformers first on its path, where
+    given) reports of loading them: `{"transformers": version, "differences": {name: max |logit difference|}}`."""
     from .conftest import BLOCKED_IMPORTS
 
     names = saved_today(tmp_path / "checkpoints")
     script = tmp_path / "load.py"
     script.write_text(BLOCKED_IMPORTS + LOAD)
     environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    if release:
+        environment["PYTHONPATH"] = release
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "checkpoints")], cwd=tmp_path, env=environment,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    return names, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)")
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_checkpoints_saved_today_load_with_equal_logits_under_each_supported_transformers_release(tmp_path, release):
+    names, report = load_in_a_process_without_dwatt(tmp_path, release)
+    assert Path(release).name.endswith(report["transformers"]), report  # the folder's release, not this environment's
     assert set(report["differences"]) == set(names)
-    assert all(difference <= 1e-4 for difference in report["differences"].values()), report
+    assert all(isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()), report
+
+
+def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(tmp_path):
+    """The same script under this environment's transformers, in a process without dwatt."""
+    names, report = load_in_a_process_without_dwatt(tmp_path)
+    assert set(report["differences"]) == set(names)
+    assert all(isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()), report

@@ -1,6 +1,7 @@
-"""The package's import graph flows one way: no module imports a module that imports it back, the core never reaches
-the experiment side (dwatt.experiment) and training never reaches the serving code (dwatt.serving). Read statically
-from the sources, function-level imports included."""
+"""The house's import graph flows one way: no module of the package or of the remote-code files beside it
+(`*_dwatt.py`) imports a module that imports it back, the core never reaches the experiment side (dwatt.experiment)
+and training never reaches the serving code (dwatt.serving). Read statically from the sources, function-level and
+fallback imports included."""
 
 import ast
 from pathlib import Path
@@ -16,22 +17,36 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def for_annotations_only(source: ast.Module) -> set[int]:
+    """The nodes under `if TYPE_CHECKING:`: imports a type checker reads and Python never runs."""
+    return {id(inner) for node in ast.walk(source) if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+            and node.test.id == "TYPE_CHECKING" for statement in node.body for inner in ast.walk(statement)}
+
+
+REMOTE_CODE = {path.stem: path for path in PACKAGE.parent.glob("*_dwatt.py")}
+
+
 def import_graph() -> dict[str, set[str]]:
-    """`{module: modules of the package it imports}`. `from pkg import x` imports `pkg` itself (its `__init__`, where
-    the name is looked up) and, where x is a submodule, x too; `import dwatt` imports the package's `__init__`."""
-    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    """`{module: modules of the house it imports}`. `from pkg import x` imports `pkg` itself (its `__init__`, where
+    the name is looked up) and, where x is a submodule, x too; `import dwatt` imports the package's `__init__`. A
+    remote-code file is a top-level module (`modeling_dwatt`), imported relatively as remote code."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")} | REMOTE_CODE
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
         here = name.split(".") if is_package else name.split(".")[:-1]
         edges = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        source = ast.parse(path.read_text(), str(path))
+        skipped = for_annotations_only(source)
+        for node in (node for node in ast.walk(source) if id(node) not in skipped):
             if isinstance(node, ast.Import):
-                edges |= {alias.name for alias in node.names if alias.name.split(".")[0] == "dwatt"}
+                edges |= {alias.name for alias in node.names if alias.name.split(".")[0] in {"dwatt", *REMOTE_CODE}}
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
+                if node.level and name in REMOTE_CODE:
+                    base = node.module
+                elif node.level:
                     base = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
-                elif (node.module or "").split(".")[0] == "dwatt":
+                elif (node.module or "").split(".")[0] in {"dwatt", *REMOTE_CODE}:
                     base = node.module
                 else:
                     continue
@@ -88,26 +103,34 @@ def test_serving_never_reaches_the_experiment_side_nor_training():
         assert not any(in_package(r, "dwatt.experiment") or in_package(r, "dwatt.training") for r in reached), module
 
 
-def test_importing_the_configuration_by_its_name_registers_the_auto_classes_and_the_models_load_on_first_use():
-    """In a fresh interpreter, the remote-code files alone (as a script beside them, or a Hub user who downloaded
-    them, would import them): `AutoModelFor...from_config(DWAttConfig(...))` works without `import dwatt`, and the
-    model code is imported only when a model is made."""
+def test_the_house_has_no_circle_through_the_remote_code_files():
+    graph = import_graph()
+    assert {"configuration_dwatt", "fusions_dwatt", "pretrained_dwatt"} <= graph["modeling_dwatt"]
+    assert "modeling_dwatt" in graph["dwatt.auto"]
+    assert not reachable(graph, "configuration_dwatt") & {"modeling_dwatt", "pretrained_dwatt"}
+
+
+def test_importing_the_remote_code_registers_nothing_and_dwatt_registers_in_one_place():
+    """In a fresh interpreter, importing the remote-code files by their names (as a script beside them would) changes
+    no Auto class; `dwatt.auto.register_auto_classes` is the one place that registers the DWAtt classes, and the
+    config's Auto class finds the models after it."""
     import subprocess
     import sys
 
     script = (
-        "import sys\n"
-        "from configuration_dwatt import DWAttConfig\n"
-        "from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, BertConfig\n"
-        "encoder = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)\n"
-        "config = DWAttConfig(encoder_config=encoder.to_dict(), num_labels=3)\n"
-        "assert AutoConfig.for_model('dwatt').model_type == 'dwatt' and 'modeling_dwatt' not in sys.modules\n"
-        "model = AutoModelForSequenceClassification.from_config(config)\n"
-        "assert type(model).__name__ == 'DWAttForSequenceClassification', type(model)\n"
-        "assert type(AutoModel.from_config(config)).__name__ == 'DWAttModel' and 'dwatt' not in sys.modules\n"
-        "import modeling_dwatt\n"
+        "import transformers\n"
+        "from transformers.models.auto.configuration_auto import CONFIG_MAPPING\n"
         "from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING as mapping\n"
+        "from configuration_dwatt import DWAttConfig\n"
+        "import modeling_dwatt\n"
+        "assert 'dwatt' not in CONFIG_MAPPING and DWAttConfig not in mapping\n"
+        "from dwatt.auto import register_auto_classes\n"
+        "register_auto_classes()\n"
         "assert mapping[DWAttConfig] is modeling_dwatt.DWAttForTokenClassification\n"
+        "encoder = transformers.BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)\n"
+        "config = transformers.AutoConfig.for_model('dwatt', encoder_config=encoder.to_dict(), num_labels=3)\n"
+        "model = transformers.AutoModelForSequenceClassification.from_config(config)\n"
+        "assert type(model) is modeling_dwatt.DWAttForSequenceClassification, type(model)\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, cwd=PACKAGE.parent)
 
@@ -168,3 +191,17 @@ def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_i
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             pandas_importers += [module_name(path) for name in names if name.split(".")[0] == "pandas"]
     assert pandas_importers == []
+
+
+def test_the_tables_load_without_torch_transformers_or_datasets():
+    """The experiment side's tables (a report over committed stores) import neither the models nor the data
+    libraries: what they need of the fusions and the results' fields is in torch-free modules (`dwatt.choices`,
+    `dwatt.schema`)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nimport dwatt.experiment.report, dwatt.experiment.selection\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'tokenizers') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            cwd=PACKAGE.parent).stdout.strip()
+    assert loaded == "[]"

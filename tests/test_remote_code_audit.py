@@ -111,3 +111,98 @@ def test_the_readme_and_the_site_leave_the_line_counts_to_the_security_note():
         text = page.read_text()
         assert not re.search(r"`(modeling|configuration)_dwatt\.py` \(\d+ lines\)", text), page
         assert not re.search(r"(modeling|configuration)_dwatt\.py\W{0,3}\s+\|\s+\d+\s+\|", text), page
+
+# Underscored names that transformers asks a model class to define, as its own modeling files do: the initialisation
+# hook it calls on every module, and the flags that say which attention implementations the model accepts. Any other
+# underscored name the remote code reaches that it does not define itself belongs to transformers or torch, which may
+# rename or drop it in any release.
+DECLARED_OVERRIDES = {"_init_weights", "_supports_sdpa", "_supports_flash_attn", "_supports_attention_backend"}
+
+
+def underscored(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and len(name) > 1
+
+
+def names_defined(module: ast.Module) -> set[str]:
+    """What the code names itself: its classes, functions, arguments, variables and attributes it assigns, and the
+    attribute names it keeps in module-level string constants (`KEPT = "_dwatt_kept"`)."""
+    names = set()
+    for node in ast.walk(module):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Store):
+            names.add(node.id if isinstance(node, ast.Name) else node.attr)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            names.add(node.value.value)
+    return names
+
+
+def names_reached(module: ast.Module) -> dict[str, int]:
+    """Every underscored name the code reads or imports (attributes, imported names, attribute names given to
+    getattr/hasattr/setattr as strings), with the first line it is on."""
+    found = {}
+    for node in ast.walk(module):
+        names = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.ImportFrom):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"getattr", "hasattr", "setattr", "delattr"}:
+            names = [arg.value for arg in node.args[1:2] if isinstance(arg, ast.Constant) and isinstance(arg.value, str)]
+        for name in names:
+            if underscored(name):
+                found.setdefault(name, node.lineno)
+    return found
+
+
+def their_private_names() -> set[str]:
+    """The underscored names of the parts of transformers and torch a model class builds on (the pretrained model and
+    config classes, the Auto classes, remote-code loading, torch's Module): an own name of the remote code that is
+    one of these overrides or sets something of theirs."""
+    import importlib
+
+    sources = ("transformers.modeling_utils", "transformers.configuration_utils", "transformers.models.auto.auto_factory",
+               "transformers.models.auto.configuration_auto", "transformers.dynamic_module_utils",
+               "torch.nn.modules.module")
+    text = "\n".join(Path(importlib.import_module(source).__file__).read_text() for source in sources)
+    return {name for name in re.findall(r"\b_[A-Za-z]\w*", text)}
+
+
+def private_names(modules: dict[str, ast.Module], theirs: set[str]) -> list[str]:
+    """`file:line: name` for each private name of transformers or torch the code reaches, overrides or sets."""
+    defined = {name: names_defined(module) for name, module in modules.items()}
+    own = set().union(*defined.values()) - theirs
+    found = [f"{name}:{line}: {reached}" for name, module in modules.items()
+             for reached, line in names_reached(module).items() if reached not in own | DECLARED_OVERRIDES]
+    found += [f"{name}: defines {defines}" for name in modules for defines in sorted(defined[name] & theirs)
+              if underscored(defines) and defines not in DECLARED_OVERRIDES]
+    return sorted(found)
+
+
+def test_remote_code_reaches_no_private_name_of_transformers_or_torch():
+    """Public APIs only: an underscored name that the remote code reaches and does not define itself is private to
+    transformers or torch."""
+    assert private_names({name: tree(name) for name in REMOTE_CODE}, their_private_names()) == []
+
+
+def test_the_private_name_audit_catches_what_it_claims_to():
+    sample = ast.parse(
+        "from transformers.modeling_utils import _load_state_dict\n"
+        "KEPT = '_dwatt_kept'\n"
+        "def f(model, layer):\n"
+        "    model._own = 1\n"
+        "    layer._forward_hooks.clear()\n"
+        "    getattr(model.config, '_attn_implementation', None)\n"
+        "    getattr(layer, KEPT), getattr(layer, '_dwatt_kept'), model._own, model._init_weights\n"
+        "    return AutoModel._model_mapping[type(model.config)]\n"
+        "class M(PreTrainedModel):\n"
+        "    def _initialize_missing_keys(self):\n"
+        "        self.backbone._is_hf_initialized = True\n"
+    )
+    assert private_names({"sample.py": sample}, their_private_names()) == sorted([
+        "sample.py:1: _load_state_dict", "sample.py:5: _forward_hooks", "sample.py:6: _attn_implementation",
+        "sample.py:8: _model_mapping", "sample.py: defines _initialize_missing_keys",
+        "sample.py: defines _is_hf_initialized", "sample.py:11: _is_hf_initialized",
+    ])
