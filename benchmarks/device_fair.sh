@@ -63,7 +63,7 @@ PY
         # shellcheck disable=SC2086  # FUSIONS, GRID and EXTRA are lists of options
         timeout -s INT "$left" python3 -c "from dwatt.cli import entry; entry()" sweep \
           --fusions $FUSIONS --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 $GRID --backbones "models/$NAME" --test \
-          --engine budgets --results "$OUT/fair.$NAME.jsonl" --shard "$SHARD/$SHARDS" --output-root runs/fair \
+          --engine stacked --results "$OUT/fair.$NAME.jsonl" --shard "$SHARD/$SHARDS" --output-root runs/fair \
           $EXTRA >> "$OUT/shard$SHARD.log" 2>&1 || true
       done &
     done

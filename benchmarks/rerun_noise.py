@@ -48,7 +48,7 @@ def train(backbone: str, output: Path, threads: int) -> None:
                  backbones=(backbone,), dev_sentences=1000, learning_rates=RATES, probe_layers="all")
     for name, vectorize in EXECUTIONS.items():
         run_sweep(specs, output / f"minilm.{name.replace(' ', '-')}.jsonl", output_root=output / "runs" / name,
-                  engine="budgets", budgets_runner=partial(run_together, vectorize=vectorize), evaluate_test=True)
+                  engine="stacked", budgets_runner=partial(run_together, vectorize=vectorize), evaluate_test=True)
 
 
 def rows_by_id(paths) -> dict[str, dict]:

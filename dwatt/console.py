@@ -61,8 +61,7 @@ def headline(results: dict) -> str:
 
 
 class RunConsole:
-    """How the console tells a run of one task: its headline and its score tables. Each task's record names its own
-    (`Task.console`)."""
+    """How the console tells a run of one task: its headline and its score tables (`CONSOLES`: each task's)."""
 
     def headline(self, results: dict) -> str:
         raise NotImplementedError
@@ -111,8 +110,12 @@ class MaskedLMConsole(RunConsole):
                 f"{results['wall_seconds']:.0f} s")
 
 
+# The console's own mapping: how it tells a run of each task.
+CONSOLES = {"ner": TaggingConsole, "mlm": MaskedLMConsole, "cls": ClassificationConsole}
+
+
 def console_of(results: dict) -> RunConsole:
-    return task_named(results.get("task", "ner")).procedure("console")()
+    return CONSOLES[task_named(results.get("task", "ner")).name]()
 
 
 EXAMPLE_WORDS = 12  # a readable length for the `next` hint's example
@@ -170,6 +173,6 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
 
 
 __all__ = [
-    "VERBOSITIES", "ClassificationConsole", "MaskedLMConsole", "RunConsole", "TaggingConsole", "console_of", "first_sentence",
+    "CONSOLES", "VERBOSITIES", "ClassificationConsole", "MaskedLMConsole", "RunConsole", "TaggingConsole", "console_of", "first_sentence",
     "first_text", "headline", "masked_prose_line", "quiet_libraries", "scores_table", "summary",
 ]

@@ -111,7 +111,7 @@ class RunConfig:
         task = task_named(self.task)
         if self.few_shot_dev and (not task.trains_together or self.n_shot is None):
             raise ValueError("few_shot_dev: a second choice on a dev sample as large as the training sample is for "
-                             "few-shot runs trained together (dwatt sweep --engine budgets), of NER or text classification")
+                             "few-shot runs trained together (dwatt sweep --engine stacked), of NER or text classification")
         self.dataset = task.dataset_for(self.dataset, self.data_dir)
         if self.batch_size is None:
             self.batch_size = task.batch_size

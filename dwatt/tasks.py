@@ -1,19 +1,18 @@
 """The tasks dwatt trains and serves, declared once.
 
-Each `Task` says everything about a task that is a fact, and where its procedures are: its model class, how a
-checkpoint's config names it, the Hub's pipeline tag and the Auto class a checkpoint loads with, the dataset and batch
-size a run takes when none is given, the rank of its logits, the input the console's hint shows when a run has none
-of its own, what its evaluation items are called, the score a run is chosen by; and by name, the module that trains
-it, the function that scores a checkpoint (`dwatt evaluate`), the one that predicts `dwatt predict`'s lines, and how
-the console tells a run. Nothing outside this table chooses by a task's name. Importable without torch or
-transformers (reading the command line and checking an ONNX export start quickly); the procedures are imported when
-asked for (`Task.procedure`), and `model_class` imports the models file when called.
+Each `Task` is a record of facts: its model class, how a checkpoint's config names it, the Hub's pipeline tag and the
+Auto class a checkpoint loads with, the dataset and batch size a run takes when none is given, the rank of its logits,
+the input the console's hint shows when a run has none of its own, what its evaluation items are called, the score a
+run is chosen by. It names no procedure: each role keeps its own mapping from a task to what it runs, beside that
+code (training: `dwatt.training.together.PROCEDURES`; serving: `dwatt.serving.lines.LINE_PREDICTORS`; the console:
+`dwatt.console.CONSOLES`; `dwatt evaluate`: `dwatt.cli.evaluate.scorer`), so that this module points at nothing above
+it. Nothing else chooses by a task's name. Importable without torch or transformers (reading the command line and
+checking an ONNX export start quickly); `model_class` imports the models file when called.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib import import_module
 from pathlib import Path
 
 
@@ -36,12 +35,8 @@ class Task:
     labelled: bool  # its head predicts the labels of its data (not the vocabulary)
     score: str  # the dev score a run is chosen by, as results name it (`best_dev_<score>`, `test_scores[<score>]`)
     score_name: str  # how tables call it
-    procedures: str  # the module of its procedures: `run(config)`, and `prepare_together` where runs train together
     trains_together: bool  # FE runs of it may train as stacked copies of one head (`dwatt.training.together`)
     pools: bool  # its head reads one vector per text (`--pooling`), from the text and label columns of its files
-    scorer: str  # "module:function" scoring a checkpoint on a split (`dwatt evaluate`)
-    line_predictor: str  # "module:function" giving `dwatt predict` what it predicts and writes for each input line
-    console: str  # "module:class" telling a run of it on the console (its headline and score tables)
     folder_is_dataset: bool = False  # a folder of the user's files (`--data-dir`) is a dataset of its own
 
     def dataset_for(self, dataset: str | None, data_dir: str | None = None) -> str:
@@ -53,12 +48,6 @@ class Task:
             return Path(data_dir).name or self.default_dataset
         return self.default_dataset
 
-    def procedure(self, role: str):
-        """What the record names for `role`, imported: the module of "procedures", the function or class of
-        "scorer", "line_predictor" and "console" ("module:name")."""
-        module, _, name = getattr(self, role).partition(":")
-        return getattr(import_module(module), name) if name else import_module(module)
-
 
 # The FE rates: on CoNLL-03 (docs/results/fair-cpu, each method's rate chosen on dev among 5e-5 ... 1e-2), 5e-5 was
 # chosen for no method in any trial and trailed 1e-3 for every one. On AG News (docs/results/fair-agnews), DWAtt's
@@ -69,23 +58,18 @@ TASKS: dict[str, Task] = {task.name: task for task in (
          pipeline_tag="token-classification", auto_class="AutoModelForTokenClassification", default_dataset="conll2003",
          batch_size=16, fe_learning_rate=1e-3, logits_rank=3, example_input="Peter Blackburn visited Brussels .",
          items="sentences",
-         few_shot=True, labelled=True, score="f1", score_name="F1", procedures="dwatt.training.ner",
-         trains_together=True, pools=False, scorer="dwatt.serving.evaluation:score_tagger",
-         line_predictor="dwatt.serving.lines:tagging", console="dwatt.console:TaggingConsole"),
+         few_shot=True, labelled=True, score="f1", score_name="F1", trains_together=True, pools=False),
     Task(name="mlm", model="DWAttForMaskedLM", architecture_suffix="ForMaskedLM", pipeline_tag="fill-mask",
          auto_class="AutoModelForMaskedLM", default_dataset="wikitext2", batch_size=8, fe_learning_rate=1e-3, logits_rank=3,
          example_input="Paris is the {mask} of France .", items="blocks", few_shot=False, labelled=False,
-         score="perplexity", score_name="perplexity", procedures="dwatt.training.mlm", trains_together=False,
-         pools=False, scorer="dwatt.training.mlm:score_checkpoint", line_predictor="dwatt.serving.lines:mask_filling",
-         console="dwatt.console:MaskedLMConsole"),
+         score="perplexity", score_name="perplexity", trains_together=False,
+         pools=False),
     Task(name="cls", model="DWAttForSequenceClassification", architecture_suffix="ForSequenceClassification",
          pipeline_tag="text-classification", auto_class="AutoModelForSequenceClassification", default_dataset="ag_news",
          batch_size=16, fe_learning_rate=3e-4, logits_rank=2,
          example_input="Stocks rallied after the central bank held interest rates steady .",
          items="texts", few_shot=True, labelled=True, score="accuracy", score_name="accuracy",
-         procedures="dwatt.training.cls", trains_together=True, pools=True,
-         scorer="dwatt.serving.evaluation:score_classifier", line_predictor="dwatt.serving.lines:classifying",
-         console="dwatt.console:ClassificationConsole", folder_is_dataset=True),
+         trains_together=True, pools=True, folder_is_dataset=True),
 )}
 
 

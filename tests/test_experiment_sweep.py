@@ -69,16 +69,16 @@ def test_a_group_another_sweep_holds_is_left_to_it_and_trained_once_released(tmp
 
     def budgets(configs):
         calls.append(sorted(c.epochs for c in configs))
-        return [{"best_dev_f1": c.epochs / 100, "engine": "budgets"} for c in configs]
+        return [{"best_dev_f1": c.epochs / 100, "engine": "stacked"} for c in configs]
 
     specs = grid(fusions=("dwatt",), n_shots=(1,), epochs=(1, 2), trials=2)
     store = tmp_path / "r.jsonl"
     held = [spec for spec in specs if spec.trial == 1][:1]  # one budget of trial 1's run
     with claimed(ResultsStore(store), held) as mine:
         assert mine
-        rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="budgets")
+        rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="stacked")
     assert calls == [[1, 2]] and {row["spec"]["trial"] for row in rows} == {0}
-    rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="budgets")
+    rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="stacked")
     assert calls == [[1, 2], [1, 2]] and sorted(row["run_id"] for row in rows) == sorted(spec.run_id for spec in specs)
 
 
@@ -290,7 +290,7 @@ def test_a_backbone_written_again_elsewhere_is_the_same_backbone(tiny_backbone, 
     ({}, {"evaluate_test": True}, "evaluate_test: False there, True here"),
     ({}, {"cache_dtype": "float32"}, "cache_dtype: 'float16' there, 'float32' here"),
     ({}, {"data_dir": "other"}, "data_dir: None there, 'other' here"),
-    ({}, {"engine": "budgets"}, "engine: 'trainer' there, 'budgets' here"),
+    ({}, {"engine": "stacked"}, "engine: 'trainer' there, 'stacked' here"),
 ])
 def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, second, named, capsys):
     """A re-run with other --dev-sentences/--test/--cache-dtype/--data-dir/--engine is refused with the difference

@@ -91,7 +91,7 @@ def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
     assert not any(stacked for stacked, _ in batches_of_runs(specs, "auto", use_cache=False))
     one_budget = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1)
     assert batches_of_runs(one_budget, "auto") == [(False, one_budget)]
-    assert batches_of_runs(one_budget, "budgets") == [(True, one_budget)]
+    assert batches_of_runs(one_budget, "stacked") == [(True, one_budget)]
     rates = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1, learning_rates=(1e-4, 1e-3))
     assert [s.run_id for s in rates] == ["conll2003/default/fe/dwatt/n8/e2/t0/lr0.0001", "conll2003/default/fe/dwatt/n8/e2/t0/lr0.001"]
     assert batches_of_runs(rates, "auto") == [(True, rates)]
@@ -120,3 +120,14 @@ def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(t
     for spec, layers in (("every:2", ["2"]), ("every:3", ["3"]), ("2-3", ["2", "3"]), ("1,3", ["1", "3"])):
         assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
                                        backbones=(str(tiny_backbone),), probe_layers=spec)] == layers, spec
+
+
+def test_the_stacked_engine_answers_to_its_old_name_and_an_unknown_engine_is_refused():
+    from dwatt.experiment.grid import engine_named
+    from dwatt.experiment.store import row_engine
+
+    assert engine_named("budgets") == engine_named("stacked") == "stacked" and engine_named("auto") == "auto"
+    assert row_engine({"engine": "budgets"}) == row_engine({"engine": "stacked"}) == "stacked"
+    assert row_engine({}) == "trainer"
+    with pytest.raises(ValueError, match="--engine: unknown engine 'stacks'; expected one of auto, trainer, stacked"):
+        engine_named("stacks")

@@ -146,7 +146,7 @@ def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny
     settings = dict(fusion=fusion, batch_size=64, save_model=True, extra={"classifier_dropout": 0.0})
     trainer = run_ner(config(tiny_backbone, tiny_conll, tmp_path / "trainer", **settings))
     (budgets,) = run_together([config(tiny_backbone, tiny_conll, tmp_path / "budgets", **settings)])
-    assert trainer["engine"] == "trainer" and budgets["engine"] == "budgets"
+    assert trainer["engine"] == "trainer" and budgets["engine"] == "stacked"
     assert [p["step"] for p in trainer["dev_curve"]] == [p["step"] for p in budgets["dev_curve"]] == [1, 2, 3]
     assert [p["f1"] for p in trainer["dev_curve"]] == pytest.approx([p["f1"] for p in budgets["dev_curve"]], abs=1e-9)
     trainer_scores = trainer["best_dev_scores"]

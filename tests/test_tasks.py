@@ -28,9 +28,11 @@ def test_an_unknown_task_is_refused_with_the_tasks_listed():
 
 
 # A table keyed by task names, or a choice made by comparing a task's name, outside the registry (the experiment
-# tables pick their rows by dataset, or by the score the task records declare).
+# tables pick their rows by dataset, or by the score the task records declare) and each role's one mapping from a task
+# to what it runs (ROLE_MAPPINGS, each checked below to cover every task).
 TASK_DISPATCH = re.compile(r"""["'](ner|mlm|cls)["']\s*:|task["')\]]*\s*[!=]=\s*["']|task\s+(not\s+)?in\s+\(["']""")
-NOT_YET = {}
+ROLE_MAPPINGS = {"dwatt/training/together.py": 1, "dwatt/serving/lines.py": 1, "dwatt/console.py": 1,
+                 "dwatt/cli/evaluate.py": 1}
 
 
 def test_tasks_are_told_apart_by_name_only_where_listed():
@@ -41,7 +43,7 @@ def test_tasks_are_told_apart_by_name_only_where_listed():
         count = sum(bool(TASK_DISPATCH.search(line)) for line in path.read_text().splitlines())
         if count:
             found[path.relative_to(ROOT).as_posix()] = count
-    assert found == NOT_YET
+    assert found == ROLE_MAPPINGS
 
 
 def test_the_task_dispatch_pattern_catches_what_it_claims_to():
@@ -51,9 +53,10 @@ def test_the_task_dispatch_pattern_catches_what_it_claims_to():
     assert not TASK_DISPATCH.search("task = TASKS[name]")
 
 
-def test_every_task_names_its_procedures_and_those_that_train_together_can():
-    from dwatt.training import procedures
+def test_the_training_side_has_a_procedure_for_every_task_and_those_that_train_together_can():
+    from dwatt.training.together import PROCEDURES, procedures
 
+    assert set(PROCEDURES) == set(TASKS)
     for task in TASKS.values():
         module = procedures(task.name)
         assert callable(module.run), task.name
@@ -61,12 +64,17 @@ def test_every_task_names_its_procedures_and_those_that_train_together_can():
 
 
 @pytest.mark.parametrize("role", ["scorer", "line_predictor"])
-def test_every_task_names_a_scorer_and_a_line_predictor_the_commands_find(role):
-    """`dwatt evaluate` and `dwatt predict` take these from the record; each takes the keywords the command gives."""
+def test_the_commands_have_a_scorer_and_a_line_predictor_for_every_task(role):
+    """`dwatt evaluate` and `dwatt predict` take these from their own mappings; each takes the keywords the command
+    gives."""
     import inspect
 
+    from dwatt.cli.evaluate import scorer
+    from dwatt.serving.lines import LINE_PREDICTORS
+
+    assert set(LINE_PREDICTORS) == set(TASKS)
     for task in TASKS.values():
-        function = task.procedure(role)
+        function = scorer(task.name) if role == "scorer" else LINE_PREDICTORS[task.name]
         assert callable(function), (task.name, role)
         parameters = inspect.signature(function).parameters
         wanted = ({"dataset", "data_dir", "split", "batch_size", "block_size", "seed"} if role == "scorer"
@@ -75,9 +83,17 @@ def test_every_task_names_a_scorer_and_a_line_predictor_the_commands_find(role):
         assert wanted <= set(parameters) or takes_any, (task.name, role, list(parameters))
 
 
-def test_every_task_names_how_the_console_tells_its_runs():
-    from dwatt.console import RunConsole
+def test_the_console_tells_the_runs_of_every_task():
+    from dwatt.console import CONSOLES, RunConsole
+
+    assert set(CONSOLES) == set(TASKS)
+    for console in CONSOLES.values():
+        assert issubclass(console, RunConsole) and console.headline is not RunConsole.headline
+
+
+def test_the_task_records_name_no_procedure():
+    """Records of facts: no "module:function" string that points at code above them."""
+    from dataclasses import astuple
 
     for task in TASKS.values():
-        console = task.procedure("console")
-        assert issubclass(console, RunConsole) and console.headline is not RunConsole.headline, task.name
+        assert not any(isinstance(value, str) and value.startswith("dwatt.") for value in astuple(task)), task.name

@@ -102,7 +102,7 @@ def test_classification_runs_trained_together_end_as_each_alone(fusion, vectoriz
     curves = set()
     for run, joint in zip(runs, together):
         (alone,) = run_together([make(run, "alone")], vectorize=vectorize)
-        assert joint["engine"] == "budgets" and joint["trained_together_runs"] == len(runs)
+        assert joint["engine"] == "stacked" and joint["trained_together_runs"] == len(runs)
         assert joint["dev_curve"] == alone["dev_curve"] and len(joint["dev_curve"]) == run["epochs"]
         assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12) and joint["num_test_examples"] == 4
         mine, theirs = head_weights(tmp_path / "together" / name(run)), head_weights(tmp_path / "alone" / name(run))

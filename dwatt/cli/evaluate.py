@@ -1,5 +1,5 @@
 """`dwatt evaluate`: a trained checkpoint (or its ONNX export) scored on one split, by its task's scorer
-(`Task.scorer`)."""
+(`scorer`)."""
 
 from __future__ import annotations
 
@@ -27,10 +27,19 @@ def register(commands) -> None:
     parser.set_defaults(handler=run)
 
 
+def scorer(task: str):
+    """The function that scores a checkpoint of `task` on a split: the command's own mapping of tasks (the masked LM's
+    is in `dwatt.training.mlm`, which owns its masking)."""
+    from ..serving.evaluation import score_classifier, score_tagger
+    from ..training.mlm import score_checkpoint
+
+    return {"ner": score_tagger, "mlm": score_checkpoint, "cls": score_classifier}[task_named(task).name]
+
+
 def run(args: argparse.Namespace) -> int:
     positive_batch_size(args)
     model, tokenizer, task = inference_model(args)
-    score = task_named(task).procedure("scorer")
+    score = scorer(task)
     scores = score(model, tokenizer, dataset=args.dataset, data_dir=args.data_dir, split=args.split,
                    batch_size=args.batch_size, block_size=args.block_size, seed=args.seed, **columns_of(args))
     print(json.dumps({"checkpoint": args.checkpoint, **scores}, indent=2))

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..serving.lines import HeadsWriter, InputLines, write_all
+from ..serving.lines import LINE_PREDICTORS, HeadsWriter, InputLines, write_all
 from ..serving.prediction import BATCH_SIZE, CHUNK_BATCHES
 from ..tasks import task_named
 from .options import add_inference_arguments, add_threads_argument, inference_model, positive_batch_size
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
     model, tokenizer, task = inference_model(args)
-    predict, writer = task_named(task).procedure("line_predictor")(model, tokenizer, args.batch_size, output_form(args))
+    predict, writer = LINE_PREDICTORS[task_named(task).name](model, tokenizer, args.batch_size, output_form(args))
     write_all(with_progress(lines, args.quiet), args.batch_size * CHUNK_BATCHES, predict, writer)
     return finish(lines)
 

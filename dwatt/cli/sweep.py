@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..experiment.grid import ENGINES, PRESETS, WINDOW_RADIUS
+from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
 from .options import add_threads_argument, add_train_in_parts_argument, check_grid_arguments, csv_of
@@ -27,8 +27,9 @@ def register(commands) -> None:
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
-    parser.add_argument("--engine", choices=ENGINES, default="auto",
-                        help="budgets: train the epoch budgets of an FE run together; auto: where a run has several")
+    parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), default="auto",
+                        help="stacked: train the runs of one FE sample together as stacked copies of one head "
+                             "(budgets, its old name, still works); auto: where a sample has several runs")
     parser.add_argument("--results", default="runs/sweep/results.jsonl")
     parser.add_argument("--shard", default=None, metavar="I/N",
                         help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl")
@@ -52,7 +53,7 @@ def register(commands) -> None:
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
     parser.add_argument("--few-shot-dev", action="store_true",
                         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
-                             "--engine budgets), and score that choice on test too")
+                             "--engine stacked), and score that choice on test too")
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from ..experiment.sweep import held_elsewhere, run_sweep, runs_done
 
     check_grid_arguments(args)
+    args.engine = engine_named(args.engine)  # its old name, in older scripts, is the same engine
     settings = dict(PRESETS[args.preset]) if args.preset else {}
     settings |= {key: getattr(args, key) for key in GRID_OPTIONS if getattr(args, key) is not None}
     if "fusions" not in settings:

@@ -23,9 +23,20 @@ from ..portable import backbone_label
 from ..run_config import RunConfig
 from ..tasks import TASKS, task_named
 
-# How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "budgets" trains the epoch budgets
-# of an FE run together (`dwatt.stacked_heads`); "auto" does the latter wherever a group has more than one budget.
-ENGINES = ("auto", "trainer", "budgets")
+# How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "stacked" trains the runs of one FE
+# sample (epoch budgets, learning rates, a probe's layers) together as stacked copies of one head
+# (`dwatt.stacked_heads`); "auto" does the latter wherever a group has more than one run.
+ENGINES = ("auto", "trainer", "stacked")
+# The stacked engine's name before it was renamed, as older rows and scripts give it.
+ENGINE_ALIASES = {"budgets": "stacked"}
+
+
+def engine_named(name: str) -> str:
+    """The engine `name` stands for (an old name read as the new one), or a clear error listing them."""
+    engine = ENGINE_ALIASES.get(name, name)
+    if engine not in ENGINES:
+        raise ValueError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINES)}")
+    return engine
 # How far either side of the best single layer a window fusion reaches (`dwatt.experiment.selection.window_around`).
 WINDOW_RADIUS = 2
 
@@ -204,29 +215,27 @@ def stackable(spec: RunSpec, engine: str, use_cache: bool = True) -> bool:
 
 def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str, ...]:
     """The engines whose rows are `spec`'s run when a sweep asks for `engine`: "auto" takes either (it picks by the
-    size of each group), "budgets" the budgets engine where the run may train with others (the `Trainer` elsewhere),
+    size of each group), "stacked" the stacked engine where the run may train with others (the `Trainer` elsewhere),
     "trainer" the `Trainer`."""
-    if engine not in ENGINES:
-        raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    engine = engine_named(engine)
     if engine == "auto":
-        return ("budgets", "trainer") if stackable(spec, engine, use_cache) else ("trainer",)
-    return ("budgets",) if stackable(spec, engine, use_cache) else ("trainer",)
+        return ("stacked", "trainer") if stackable(spec, engine, use_cache) else ("trainer",)
+    return ("stacked",) if stackable(spec, engine, use_cache) else ("trainer",)
 
 
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_together`: under the
-    "budgets" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates (and a Base
-    head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups keep
-    the order of their first spec.
+    "stacked" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates (and
+    a Base head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups
+    keep the order of their first spec.
     """
-    if engine not in ENGINES:
-        raise ValueError(f"--engine: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+    engine = engine_named(engine)
     groups: dict[tuple[bool, RunSpec], list[RunSpec]] = {}
     for spec in specs:
         together = stackable(spec, engine, use_cache)
         groups.setdefault((together, spec.budget_group if together else spec), []).append(spec)
-    return [(together and (engine == "budgets" or len(group) > 1), group) for (together, _), group in groups.items()]
+    return [(together and (engine == "stacked" or len(group) > 1), group) for (together, _), group in groups.items()]
 
 
 PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")
@@ -296,6 +305,6 @@ PRESETS = {
 }
 
 __all__ = [
-    "ENGINES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "WINDOW_RADIUS", "RunSpec", "batches_of_runs", "engines_for", "grid",
+    "ENGINES", "ENGINE_ALIASES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "WINDOW_RADIUS", "RunSpec", "batches_of_runs", "engine_named", "engines_for", "grid",
     "parse_shard", "probed", "probes_layers", "reads_one_layer", "shard", "stackable", "widest_first", "work_unit",
 ]

@@ -17,12 +17,11 @@ from dataclasses import replace
 
 import pandas as pd
 
-from fusions_dwatt import FUSION_CLASSES
-
+from ..choices import FUSION_FACTS
 from ..portable import backbone_label
 from ..run_config import default_learning_rate
 from ..tasks import TASKS
-from ..training.probe_ensembles import ENSEMBLE_SIZES
+from ..schema import ENSEMBLE_SIZES
 from .grid import WINDOW_RADIUS, RunSpec
 from .significance import holm, paired_p_value, sign_test, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
@@ -46,7 +45,7 @@ ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for siz
 # probe's choice on dev is, per trial.
 WINDOW_METHODS = {(name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
                   for name, method in FUSION_METHODS.items()
-                  if FUSION_CLASSES[name].per_token and not FUSION_CLASSES[name].passes_layer_through
+                  if FUSION_FACTS[name].per_token and not FUSION_FACTS[name].passes_layer_through
                   for alone in (False, True)}
 WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
 METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())

@@ -21,7 +21,7 @@ from ..fingerprints import backbone_fingerprint, config_digest, run_fingerprints
 from ..portable import backbone_folder, portable_path
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
-from .grid import RunSpec, engines_for
+from .grid import ENGINE_ALIASES, RunSpec, engines_for
 
 def run_settings(config: dict) -> dict:
     """What a run's numbers depend on, from its configuration (a `RunConfig` as a dict, or a results row's `config`):
@@ -72,8 +72,10 @@ def same_run(theirs: dict, mine: dict) -> bool:
 
 
 def row_engine(row: dict) -> str:
-    """The engine that trained a row's run; rows written before runs recorded it came from the `Trainer`."""
-    return row.get("engine") or "trainer"
+    """The engine that trained a row's run (by its name today: "budgets" rows are "stacked" ones); rows written before
+    runs recorded it came from the `Trainer`."""
+    engine = row.get("engine") or "trainer"
+    return ENGINE_ALIASES.get(engine, engine)
 
 
 def differences(theirs: dict, mine: dict) -> str:

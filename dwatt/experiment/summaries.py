@@ -16,22 +16,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from configuration_dwatt import single_layer
-from fusions_dwatt import FUSION_CLASSES
-
 from ..atomic import read_text
+from ..choices import FUSION_FACTS
 from ..data.files import json_objects
 from ..portable import backbone_label
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
-from ..training.probe_ensembles import ENSEMBLES_FIELD
+from ..schema import ENSEMBLES_FIELD
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
-FUSION_NAMES = {name: FUSION_CLASSES[name].display_name for name in sorted(FUSION_CLASSES)}  # tables' column order
+FUSION_NAMES = {name: FUSION_FACTS[name].display_name for name in sorted(FUSION_FACTS)}  # tables' column order
 # The fusion a head on one layer is (its runs on each layer make a probe), and the fusions that weigh the layers anew
 # for each token (whose rows' layer weights the figures draw), from the fusions' own declarations
-PROBE_FUSION = next(name for name, fusion in FUSION_CLASSES.items() if fusion.passes_layer_through)
-TOKEN_WEIGHTED = tuple(name for name, fusion in FUSION_CLASSES.items() if fusion.weighs_layers and not fusion.linear_in_layers)
+PROBE_FUSION = next(name for name, fusion in FUSION_FACTS.items() if fusion.passes_layer_through)
+TOKEN_WEIGHTED = tuple(name for name, fusion in FUSION_FACTS.items() if fusion.weighs_layers and not fusion.linear_in_layers)
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
 # 1k and 100 sentences, a proxy for the size of the language's Wikipedia.
 TIERS = ((20_000, "high"), (5_000, "medium"), (1_000, "low"), (0, "very low"))
@@ -45,7 +43,7 @@ def tier(train_pool_size: int) -> str:
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
 TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
-# What says which runs trained beside a run on the budgets engine, which changes none of its numbers.
+# What says which runs trained beside a run on the stacked engine, which changes none of its numbers.
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
 # What a results store adds to a run's results.json (its row's id and spec); `_path` and `_line` are where the row
@@ -177,6 +175,8 @@ def read_layer(row: dict) -> float:
     config = row["config"]
     if config.get("fusion") != PROBE_FUSION:
         return math.nan
+    from configuration_dwatt import single_layer  # here: importing the tables imports neither torch nor transformers
+
     layer = single_layer(config.get("layers"))
     return float(layer) if layer is not None else float(row.get("backbone_layers", math.nan))
 

@@ -190,8 +190,8 @@ def write_all(lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callab
         writer.out.flush()
 
 
-# What `dwatt predict` runs on a chunk of lines and how it writes them, one per task (each task's record names its
-# own: `Task.line_predictor`). `form`: "block", "line" or "json" (see the writers).
+# What `dwatt predict` runs on a chunk of lines and how it writes them, one per task (`LINE_PREDICTORS`). `form`:
+# "block", "line" or "json" (see the writers).
 
 def tagging(model, tokenizer, batch_size: int, form: str) -> tuple[Callable[[list[str]], list], Writer]:
     """NER: each line split on whitespace into words, tagged."""
@@ -218,5 +218,9 @@ def mask_filling(model, tokenizer, batch_size: int, form: str) -> tuple[Callable
     return (lambda texts: fill_masks(model, tokenizer, texts, batch_size=batch_size)), MaskWriter(form)
 
 
-__all__ = ["HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "classifying", "mask_filling",
+
+# Serving's own mapping: what `dwatt predict` runs for each task.
+LINE_PREDICTORS = {"ner": tagging, "mlm": mask_filling, "cls": classifying}
+
+__all__ = ["LINE_PREDICTORS", "HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "classifying", "mask_filling",
            "predicted_in_order", "tagging", "write_all"]

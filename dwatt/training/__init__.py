@@ -6,9 +6,9 @@
 - `ner`: few-shot NER;
 - `mlm`: masked LM on WikiText-2;
 - `cls`: few-shot text classification;
-- `together`: FE runs of one sample trained together by the budgets engine (NER, text classification).
+- `together`: FE runs of one sample trained together by the stacked engine (NER, text classification).
 
-`run(config)` runs `config.task`'s procedure (`Task.procedures`).
+`run(config)` runs `config.task`'s procedure (`together.PROCEDURES`, the training side's mapping of tasks).
 """
 
 from __future__ import annotations

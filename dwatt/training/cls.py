@@ -20,6 +20,7 @@ from ..portable import backbone_folder
 from ..sampling import sample_examples_per_class
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
+    TrainedTogether,
     INITIAL_MODELS,
     RunClock,
     RunConfig,
@@ -217,9 +218,8 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
 
 
 def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
-    """What runs trained together need of text classification (`dwatt.training.together.TrainedTogether`), for
+    """What runs trained together need of text classification (`dwatt.training.common.TrainedTogether`), for
     `config` and the layers the group's heads read (`cache_layers`, for probes)."""
-    from .together import TrainedTogether
 
     setup = prepare_classification(config, cache_layers)
     return TrainedTogether(

@@ -10,6 +10,7 @@ import platform
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -216,7 +217,7 @@ def refuse_few_shot_dev(config: RunConfig) -> None:
     """A run of the `Trainer` makes no second choice on a few-shot dev sample: runs trained together do."""
     if config.few_shot_dev:
         raise ValueError("few_shot_dev: the choice on a few-shot dev sample is made by runs trained together "
-                         "(dwatt sweep --engine budgets --few-shot-dev), not by the Trainer")
+                         "(dwatt sweep --engine stacked --few-shot-dev), not by the Trainer")
 
 
 def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
@@ -364,3 +365,22 @@ def cache_facts(*caches) -> dict:
     """What results.json says of a run's feature caches: their size and where they lived."""
     return {"cache_bytes": sum(cache.nbytes for cache in caches),
             "cache_storage": "disk" if any(cache.storage == "disk" for cache in caches) else "memory"}
+
+
+@dataclass
+class TrainedTogether:
+    """What runs trained together need of their task, prepared for the group's first run: the model in FE form (of
+    the cached `cache_layers` where heads read one layer each), the cached training and dev sets with their collator,
+    the training sample's size (a few-shot dev sample is as large), the dev scores (`score_ids(predicted, labels)` and
+    `score_sample(predicted, labels, size, seed)`), a run's results from its best point and curve (its best weights
+    loaded in the model), and the test split with its scores, where the run scores test."""
+
+    model: torch.nn.Module
+    tokenizer: object
+    train_set: object
+    dev_set: object
+    collator: Callable
+    train_size: int
+    dev_metrics: object
+    results: Callable[[RunConfig, dict, list[dict]], dict]
+    test: Callable[[], tuple[object, object] | None]

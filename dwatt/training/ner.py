@@ -30,6 +30,7 @@ from ..portable import backbone_folder
 from ..sampling import few_shot_split
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
+    TrainedTogether,
     INITIAL_MODELS,
     RunClock,
     RunConfig,
@@ -181,9 +182,8 @@ def run_ner(config: RunConfig) -> dict:
 
 
 def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
-    """What runs trained together need of NER (`dwatt.training.together.TrainedTogether`), for `config` and the
+    """What runs trained together need of NER (`dwatt.training.common.TrainedTogether`), for `config` and the
     layers the group's heads read (`cache_layers`, for probes)."""
-    from .together import TrainedTogether
 
     setup = prepare_ner(config, cache_layers=cache_layers)
     return TrainedTogether(

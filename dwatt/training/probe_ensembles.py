@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..schema import ENSEMBLE_SIZES, ENSEMBLES_FIELD
 from ..stacked_heads import one_layer
 
-ENSEMBLE_SIZES = (3, 5)
-ENSEMBLES_FIELD = "probe_ensembles"  # where the group's first run's results hold them
 
 
 @torch.no_grad()

@@ -1,22 +1,23 @@
-"""FE runs trained together by the budgets engine (`dwatt.stacked_heads.train_heads`), for every task whose runs may be
+"""FE runs trained together by the stacked engine (`dwatt.stacked_heads.train_heads`), for every task whose runs may be
 (`Task.trains_together`: few-shot NER and text classification).
 
 Runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer
 (`fusion="base"`, `layers=k`), in the layer they read -- share the sample, the model's initialisation and one feature
 cache; `run_together` trains them as stacked copies of one head and writes each run's results as the run alone would.
 What differs between tasks (preparing the data and the model, the scores, the results) comes from the task's module
-(`Task.procedures`), through its `prepare_together`, as a `TrainedTogether`.
+(`PROCEDURES`), through its `prepare_together`, as a `TrainedTogether`.
 """
 
 from __future__ import annotations
 
+import copy
 import json
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-
+import dwatt.training.cls as cls  # (not `from . import`: that reads the package, which imports this module)
+import dwatt.training.mlm as mlm
+import dwatt.training.ner as ner
 from configuration_dwatt import single_layer
 from fusions_dwatt import FUSION_CLASSES
 
@@ -24,8 +25,8 @@ from ..distributed import launched_processes
 from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
-from ..tasks import TASKS, task_named
-from .common import RunClock, finish_run, run_facts
+from ..tasks import TASKS, Task, task_named
+from .common import RunClock, TrainedTogether, finish_run, run_facts
 from .probe_ensembles import ENSEMBLES_FIELD, ProbeEnsembles, predict_features, probe_ensembles
 
 # What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
@@ -37,50 +38,53 @@ SAMPLE_PREFIX = "few_shot_dev::"  # the copy's weights at the epoch its few-shot
 FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
 
 
-@dataclass
-class TrainedTogether:
-    """What runs trained together need of their task, prepared for the group's first run: the model in FE form (of
-    the cached `cache_layers` where heads read one layer each), the cached training and dev sets with their collator,
-    the training sample's size (a few-shot dev sample is as large), the dev scores (`score_ids(predicted, labels)` and
-    `score_sample(predicted, labels, size, seed)`), a run's results from its best point and curve (its best weights
-    loaded in the model), and the test split with its scores, where the run scores test."""
-
-    model: torch.nn.Module
-    tokenizer: object
-    train_set: object
-    dev_set: object
-    collator: Callable
-    train_size: int
-    dev_metrics: object
-    results: Callable[[RunConfig, dict, list[dict]], dict]
-    test: Callable[[], tuple[object, object] | None]
+# The training side's own mapping: the module that trains each task, with its `run(config)` and, where its runs may
+# train together (`Task.trains_together`), its `prepare_together`.
+PROCEDURES = {"ner": ner, "mlm": mlm, "cls": cls}
 
 
 def procedures(task: str):
-    """The module of `task`'s procedures (`Task.procedures`): its `run`, and its `prepare_together` where its runs
-    may train together."""
-    return task_named(task).procedure("procedures")
+    """The module that trains `task` (see `PROCEDURES`)."""
+    return PROCEDURES[task_named(task).name]
 
 
-def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None,
-                 train_in_parts: int | None = None) -> list[dict]:
-    """
-    FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
-    in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
-    layer the heads read): each ends as that run alone would with the same loop. Writes each run's `results.json`
-    (and checkpoint) like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with
-    `torch.func.vmap`; by default for the per-token fusions (Base+n's attention layers are left to run one copy
-    after the other, which is always exact), on a CPU too: faster there for every such head measured
-    (benchmarks/engine_throughput.py), each copy ending as it would alone up to float rounding.
-    Token-classification heads on one layer train as `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
-    ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
-    most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
-    150-head probe takes hours on a CPU) loses one part. Everything after training (test scores, the probe's
-    ensembles, the results) is the whole group's.
-    """
-    from ..stacked_heads import HeadCopy, LinearProbes, train_heads
+@dataclass
+class TogetherPlan:
+    """What a group of runs trained together is, before anything trains: its runs (the first one's settings shared),
+    its task, the layer each head reads where they are heads on one layer each (`read`; `cache_layers`, the cached
+    layers, where they differ) and the copies the engine trains."""
 
-    started = RunClock()
+    configs: list[RunConfig]
+    task: Task
+    read: list[int] | None
+    cache_layers: list[int] | None
+    copies: list
+
+    @property
+    def first(self) -> RunConfig:
+        return self.configs[0]
+
+    @property
+    def probes(self) -> bool:
+        return self.cache_layers is not None
+
+
+@dataclass
+class TogetherScores:
+    """What the group's scoring made for the runs' results: each copy's test scores as chosen on dev, on the few-shot
+    dev sample and at its last epoch (`None` where not scored), and the probe's ensembles (the first run's)."""
+
+    test: list[dict | None]
+    sample_test: list[dict | None]
+    last_epoch_test: list[dict | None]
+    ensembles: list | None
+
+
+def plan_together(configs: list[RunConfig]) -> TogetherPlan:
+    """The group's plan, after checking that its runs may train together (FE with the feature cache, one process,
+    differing only in `TRAINED_TOGETHER_MAY_DIFFER`, and the layer for heads on one layer)."""
+    from ..stacked_heads import HeadCopy
+
     first = configs[0]
     task = task_named(first.task)
     may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if FUSION_CLASSES[first.fusion].passes_layer_through else ())
@@ -98,96 +102,153 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
         raise ValueError("runs trained together run in one process; under torchrun/accelerate train one run at a "
                          "time (dwatt train), or split a sweep across workers with --shard")
     read = probed_layers(configs)
-    probes = read is not None and len(set(read)) > 1
-    cache_layers = sorted(set(read)) if probes else None
-    parts = procedures(first.task).prepare_together(first, cache_layers)
-    model = parts.model
-    copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if probes else None)
+    cache_layers = sorted(set(read)) if read is not None and len(set(read)) > 1 else None
+    copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if cache_layers else None)
               for c, layer in zip(configs, read or [None] * len(configs))]
+    return TogetherPlan(configs, task, read, cache_layers, copies)
+
+
+def train_together(plan: TogetherPlan, parts: TrainedTogether, vectorize: bool | None, linear_probes: bool | None,
+                   train_in_parts: int | None) -> tuple[list, dict]:
+    """Each copy's training (`BudgetOutcome`), and the group's training facts for the results. Copies a stopped group
+    kept are final; the others train, `train_in_parts` at a time, each kept as it ends (`save_trained`)."""
+    from ..stacked_heads import train_heads
+
+    if train_in_parts is not None and train_in_parts < 1:
+        raise ValueError(f"train_in_parts: expected a positive number of copies, got {train_in_parts}")
+    first, model = plan.first, parts.model
     sample_size = parts.train_size  # a few-shot user's dev set: as large as the training sample (or the whole dev split)
     sample_score = ((lambda predicted, labels: parts.dev_metrics.score_sample(predicted, labels, sample_size, first.seed))
                     if first.few_shot_dev else None)
-    # copies a stopped group had trained are final; the others train, `train_in_parts` at a time
-    trained = [load_trained(config) for config in configs]
+    trained = [load_trained(config) for config in plan.configs]
     outcomes = [record[0] if record is not None else None for record in trained]
     part_timings = list({json.dumps(record[1], sort_keys=True): record[1] for record in trained if record is not None}.values())
     untrained = [k for k, outcome in enumerate(outcomes) if outcome is None]
-    if train_in_parts is not None and train_in_parts < 1:
-        raise ValueError(f"train_in_parts: expected a positive number of copies, got {train_in_parts}")
     size = train_in_parts or len(untrained) or 1
     for start in range(0, len(untrained), size):
         part = untrained[start:start + size]
         part_outcomes, timings = train_heads(
-            model, parts.train_set, parts.dev_set, parts.collator, [copies[k] for k in part], parts.dev_metrics.score_ids,
-            seed=first.seed, batch_size=first.batch_size, metric=task.score,
+            model, parts.train_set, parts.dev_set, parts.collator, [plan.copies[k] for k in part],
+            parts.dev_metrics.score_ids, seed=first.seed, batch_size=first.batch_size, metric=plan.task.score,
             vectorize=model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
             linear_probes=linear_probes, sample_score=sample_score,
         )
         part_timings.append(timings)
         for k, outcome in zip(part, part_outcomes):
             outcomes[k] = outcome
-            save_trained(configs[k], outcome, timings)
+            save_trained(plan.configs[k], outcome, timings)
     timings = {key: sum(spent[key] for spent in part_timings) for key in part_timings[0]}
     facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
-             "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in configs) / max(timings["train_seconds"], 1e-9)}
+             "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in plan.configs)
+             / max(timings["train_seconds"], 1e-9)}
+    return outcomes, facts
+
+
+def score_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, linear_probes: bool | None) -> TogetherScores:
+    """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and the probe's
+    ensembles; nothing where the runs do not score test."""
+    from ..stacked_heads import LinearProbes
+
+    first, model, count = plan.first, parts.model, len(plan.configs)
     test = parts.test()
-    layers = [copy.layer for copy in copies]
+    if test is None:
+        return TogetherScores([None] * count, [None] * count, [None] * count, None)
+    layers = [copy.layer for copy in plan.copies]
     # with few_shot_dev, also the weights a user with no dev set keeps: the last epoch's (where the group kept them)
-    no_dev = first.few_shot_dev and test is not None and all(outcome.final_state is not None for outcome in outcomes)
-    test_predictions = sample_test_predictions = final_test_predictions = None  # of every head at once, for probes
-    if test is not None and linear_probes is not False and LinearProbes.fits(model, layers, test[0]):
-        predict = lambda states: LinearProbes.predict(model, states, layers, test[0])
-        test_predictions = predict([outcome.best_state for outcome in outcomes])
-        if first.few_shot_dev:
-            sample_test_predictions = predict([outcome.sample_best_state for outcome in outcomes])
-        if no_dev:
-            final_test_predictions = predict([outcome.final_state for outcome in outcomes])
+    no_dev = first.few_shot_dev and all(outcome.final_state is not None for outcome in outcomes)
+    together = linear_probes is not False and LinearProbes.fits(model, layers, test[0])
+
+    def scores(states: list[dict]) -> list[dict]:
+        if together:
+            predictions, labels = LinearProbes.predict(model, states, layers, test[0])
+            return [test[1].score_ids(predictions[k], labels) for k in range(count)]
+        scored = []
+        for k, state in enumerate(states):
+            model.load_state_dict(state, strict=False)
+            scored.append(evaluate_features(model, test[0], parts.collator, test[1], layer=plan.copies[k].layer))
+        return scored
 
     ensembles = None  # the group's probe ensembles, held by its first run's results
-    if probes and test is not None:
-        sample = {"size": sample_size, "seed": first.seed, "items": task.items} if first.few_shot_dev else None
+    if plan.probes:
+        sample = {"size": parts.train_size, "seed": first.seed, "items": plan.task.items} if first.few_shot_dev else None
         state_of = lambda k, chosen_on: outcomes[k].best_state if chosen_on == "dev" else outcomes[k].sample_best_state
-        ensembles = probe_ensembles(ProbeEnsembles(model, parts.collator, read, layers, state_of),
-                                    [c.learning_rate for c in configs], outcomes, parts.dev_set, parts.dev_metrics,
-                                    test, task.score, sample)
+        ensembles = probe_ensembles(ProbeEnsembles(model, parts.collator, plan.read, layers, state_of),
+                                    [c.learning_rate for c in plan.configs], outcomes, parts.dev_set, parts.dev_metrics,
+                                    test, plan.task.score, sample)
+    return TogetherScores(
+        test=scores([outcome.best_state for outcome in outcomes]),
+        sample_test=scores([outcome.sample_best_state for outcome in outcomes]) if first.few_shot_dev else [None] * count,
+        last_epoch_test=scores([outcome.final_state for outcome in outcomes]) if no_dev else [None] * count,
+        ensembles=ensembles,
+    )
 
-    def test_scores(index: int, state: dict, predictions) -> dict:
-        if predictions is not None:
-            return test[1].score_ids(predictions[0][index], predictions[1])
-        model.load_state_dict(state, strict=False)
-        return evaluate_features(model, test[0], parts.collator, test[1], layer=copies[index].layer)
 
+def as_run_saves_it(model, plan: TogetherPlan, config: RunConfig):
+    """The group's model as one run saves it: the same modules, with a copy of the config that names the layer the
+    run's head reads (the group's model reads every cached layer; its own config is left as it is)."""
+    if not plan.probes:
+        return model
+    view = copy.copy(model)  # shares the modules and their weights; a config of its own
+    view.config = copy.deepcopy(model.config)
+    view.config.fused_layers = config.layers
+    return view
+
+
+def write_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, facts: dict, scores: TogetherScores,
+                   started: RunClock) -> list[dict]:
+    """Each run's `results.json` and checkpoint, as the run alone would write them; the copies' kept training goes
+    once every run is written."""
+    first, model, task = plan.first, parts.model, plan.task
     all_results = []
-    own_layers = model.config.fused_layers
-    for index, (config, outcome) in enumerate(zip(configs, outcomes)):
+    for index, (config, outcome) in enumerate(zip(plan.configs, outcomes)):
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
-        model.load_state_dict(outcome.best_state, strict=False)
-        model.config.fused_layers = config.layers if probes else own_layers  # what the saved head reads
+        model.load_state_dict(outcome.best_state, strict=False)  # what the run reports and saves
         results = parts.results(config, outcome.best, outcome.curve)
-        results |= {"engine": "budgets", "trained_together": [c.epochs for c in configs],
-                    "trained_together_runs": len(configs)}
+        results |= {"engine": "stacked", "trained_together": [c.epochs for c in plan.configs],
+                    "trained_together_runs": len(plan.configs)}
         results |= run_facts(model, facts, None)
-        if test is not None:
-            results["test_scores"] = test_scores(index, outcome.best_state, test_predictions)
+        if scores.test[index] is not None:
+            results["test_scores"] = scores.test[index]
         if first.few_shot_dev:
-            results["few_shot_dev"] = {task.items: sample_size, "seed": first.seed,
+            results["few_shot_dev"] = {task.items: parts.train_size, "seed": first.seed,
                                        f"best_{task.score}": outcome.sample_best[f"sample_{task.score}"],
                                        "best_epoch": outcome.sample_best["epoch"]}
-            if test is not None:
-                results["few_shot_dev"]["test_scores"] = test_scores(index, outcome.sample_best_state,
-                                                                     sample_test_predictions)
-        if ensembles and index == 0:
-            results[ENSEMBLES_FIELD] = ensembles
-        if no_dev:
-            results["last_epoch"] = {"epoch": outcome.epochs,
-                                     "test_scores": test_scores(index, outcome.final_state, final_test_predictions)}
-        model.load_state_dict(outcome.best_state, strict=False)  # what the run saves
-        all_results.append(finish_run(config, model, parts.tokenizer, results, started))
-    for config in configs:  # results.json now holds what the record kept
+            if scores.sample_test[index] is not None:
+                results["few_shot_dev"]["test_scores"] = scores.sample_test[index]
+        if scores.ensembles and index == 0:
+            results[ENSEMBLES_FIELD] = scores.ensembles
+        if scores.last_epoch_test[index] is not None:
+            results["last_epoch"] = {"epoch": outcome.epochs, "test_scores": scores.last_epoch_test[index]}
+        all_results.append(finish_run(config, as_run_saves_it(model, plan, config), parts.tokenizer, results, started))
+    for config in plan.configs:  # results.json now holds what the record kept
         for name in TRAINED_RECORD:
             (Path(config.output_dir) / name).unlink(missing_ok=True)
-    model.config.fused_layers = own_layers
     return all_results
+
+
+def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None,
+                 train_in_parts: int | None = None) -> list[dict]:
+    """
+    FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
+    in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
+    layer the heads read): each ends as that run alone would with the same loop. Plan (`plan_together`), train
+    (`train_together`), score (`score_together`), write (`write_together`): each run's `results.json` (and checkpoint)
+    like a run of the `Trainer`; returns the results in order. `vectorize`: batch the copies with `torch.func.vmap`;
+    by default for the per-token fusions (Base+n's attention layers are left to run one copy after the other, which is
+    always exact), on a CPU too: faster there for every such head measured (benchmarks/engine_throughput.py), each
+    copy ending as it would alone up to float rounding. Token-classification heads on one layer train as
+    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
+    ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
+    most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
+    150-head probe takes hours on a CPU) loses one part. Everything after training (test scores, the probe's
+    ensembles, the results) is the whole group's.
+    """
+    started = RunClock()
+    plan = plan_together(configs)
+    parts = procedures(plan.first.task).prepare_together(plan.first, plan.cache_layers)
+    outcomes, facts = train_together(plan, parts, vectorize, linear_probes, train_in_parts)
+    scores = score_together(plan, parts, outcomes, linear_probes)
+    return write_together(plan, parts, outcomes, facts, scores, started)
 
 
 def trained_identity(config: RunConfig) -> dict:
@@ -258,4 +319,5 @@ def evaluate_features(model, dataset, collator, metrics, batch_size: int = 32, l
     return metrics.score_ids([batch.argmax(-1) for batch in logits], labels)
 
 
-__all__ = ["TrainedTogether", "evaluate_features", "procedures", "run_together"]
+__all__ = ["PROCEDURES", "TogetherPlan", "TogetherScores", "TrainedTogether", "evaluate_features", "plan_together", "procedures",
+           "run_together", "score_together", "train_together", "write_together"]
