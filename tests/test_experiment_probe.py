@@ -133,7 +133,7 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     alone = RunConfig(**(probed["config"] | {"output_dir": str(tmp_path / "alone"), "save_model": False,
                                              "backbone": str(tiny_backbone), "data_dir": str(data)}))
     (trained,) = run_together([alone])
-    assert probed["engine"] == "budgets" and trained["dev_curve"] == probed["dev_curve"]
+    assert probed["engine"] == "stacked" and trained["dev_curve"] == probed["dev_curve"]
     model = tmp_path / "probe" / "chosen" / "model"
     assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
     capsys.readouterr()
@@ -235,3 +235,23 @@ def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_sam
     again, _, _ = load_checkpoint(folder)
     with torch.no_grad():
         torch.testing.assert_close(again(**batch).logits, model(**batch).logits)
+
+
+def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_comparison_found():
+    """The probe's words on the top-3 average follow the pooled, Holm-corrected verdict of the fair comparison's
+    tables for each dataset (regenerated from the stores by `dwatt report`)."""
+    import csv
+    from pathlib import Path
+
+    from dwatt.experiment.probe import ENSEMBLE_EVIDENCE, ensemble_evidence
+
+    root = Path(__file__).resolve().parents[1] / "docs" / "results"
+    found = {}
+    for grid in ("fair-cpu", "fair-agnews"):
+        with open(root / grid / "report" / "tables" / "pooled.csv", newline="") as table:
+            for row in csv.DictReader(table):
+                if row["method"] == "top-3 layers averaged":
+                    found[row["dataset"]] = row["verdict"]
+    assert {dataset: verdict for dataset, (_, verdict) in ENSEMBLE_EVIDENCE.items()} == found
+    assert "keep it with --save-ensemble 3" in ensemble_evidence("ner", 3) and ensemble_evidence("ner", 5) == ""
+    assert "simpler model to serve" in ensemble_evidence("cls", 3)
