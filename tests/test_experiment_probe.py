@@ -254,4 +254,5 @@ def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_co
                     found[row["dataset"]] = row["verdict"]
     assert {dataset: verdict for dataset, (_, verdict) in ENSEMBLE_EVIDENCE.items()} == found
     assert "keep it with --save-ensemble 3" in ensemble_evidence("ner", 3) and ensemble_evidence("ner", 5) == ""
+    assert "ahead" in ensemble_evidence("ner", 3, saved=True) and "--save-ensemble" not in ensemble_evidence("ner", 3, saved=True)
     assert "simpler model to serve" in ensemble_evidence("cls", 3)

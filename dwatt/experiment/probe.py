@@ -200,14 +200,15 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
 ENSEMBLE_EVIDENCE = {"conll2003": ("CoNLL-03", "beats"), "ag_news": ("AG News", "level")}
 
 
-def ensemble_evidence(task: str, size: int) -> str:
-    """One clause on what the fair comparison found of the top-`size` ensemble on `task`'s default dataset, or ""."""
+def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
+    """One clause on what the fair comparison found of the top-`size` ensemble on `task`'s default dataset, or ""
+    (`saved`: this probe saved it already, so the clause does not ask for it again)."""
     dataset, verdict = ENSEMBLE_EVIDENCE.get(TASKS[task].default_dataset, (None, None))
     if size != 3 or dataset is None:
         return ""
     if verdict == "beats":
         return (f"; on {dataset}, dwatt's fair comparison found the top-3 average ahead of the best single layer across "
-                "settings (docs/results.md): keep it with --save-ensemble 3")
+                "settings (docs/results.md)" + ("" if saved else ": keep it with --save-ensemble 3"))
     return (f"; on {dataset}, dwatt's fair comparison did not find the top-3 average ahead of the best single layer "
             "across settings (docs/results.md): the single layer's head is the simpler model to serve")
 
@@ -228,7 +229,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(f"the {size} best layers' heads averaged (layers {layers}; --save-ensemble {size} saves it as one model): "
                      f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
                      f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}"
-                     + ensemble_evidence(outcome.task, size))
+                     + ensemble_evidence(outcome.task, size, saved=len(outcome.ensemble_members) == size))
     last = max(outcome.layers)
     if last != layer and outcome.depth is not None and last == outcome.depth:
         best_rate = max(outcome.rates, key=lambda r: outcome.mean(last, r))
