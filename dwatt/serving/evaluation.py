@@ -1,6 +1,6 @@
 """`dwatt evaluate`: a trained checkpoint (or its ONNX export) scored on one split of a dataset, as training scored
-it. Each task's record names its scorer (`Task.scorer`); the masked LM's is in `dwatt.training.mlm`, which owns its
-masking."""
+it. `dwatt evaluate` maps each task to its scorer (`dwatt.cli.evaluate.scorer`); the masked LM's is in
+`dwatt.training.mlm`, which owns its masking."""
 
 from __future__ import annotations
 
