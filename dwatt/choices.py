@@ -29,6 +29,8 @@ FUSION_FACTS = {
 FUSIONS = tuple(FUSION_FACTS)
 POOLINGS = ("mean", "first", "last")
 QUANTIZATIONS = ("int8",)  # dwatt.serving.quantization: dynamic int8 linear maps
+# dwatt export's int8 graphs (dwatt.serving.int8_graphs): int8 is the backbone family's scheme
+EXPORT_QUANTIZATIONS = ("int8", "int8-dynamic", "int8-smooth", "int8-weights")
 RUNTIMES = ("torch", "onnx")  # a checkpoint in PyTorch, a `dwatt export` folder in onnxruntime
 
-__all__ = ["FUSIONS", "FUSION_FACTS", "FusionFacts", "POOLINGS", "QUANTIZATIONS", "RUNTIMES"]
+__all__ = ["EXPORT_QUANTIZATIONS", "FUSIONS", "FUSION_FACTS", "FusionFacts", "POOLINGS", "QUANTIZATIONS", "RUNTIMES"]

@@ -64,3 +64,20 @@ def test_the_full_range_probe_tells_a_saturating_kernel_from_an_exact_one(monkey
         assert full_range_activations_exact() is not saturating
     finally:
         full_range_activations_exact.cache_clear()
+
+
+def test_int8_in_pytorch_refuses_a_decoder_llm_and_names_the_export_that_keeps_its_tags(tiny_decoder, tmp_path, capsys):
+    from dwatt.cli import main
+
+    from .helpers import saved_with_tokenizer
+
+    model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3)
+    with pytest.raises(ValueError, match=r"loses a decoder LLM's answers: .*dwatt export CHECKPOINT OUT --quantize int8"):
+        quantize_int8(model)
+    quantized = quantize_int8(model, allow_lossy=True)  # the benchmark's measurement of it
+    assert any(isinstance(module, dynamic_quantized.Linear) for module in quantized.dwatt.modules())
+    folder = saved_with_tokenizer(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3),
+                                  tmp_path / "decoder", tiny_decoder)
+    assert main(["predict", str(folder), "peter", "--quantize", "int8"]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "% of words (benchmarks/results/int8_decoders_cpu.md)" in error[0]

@@ -75,7 +75,8 @@ def test_every_fusion_exports_to_onnx_with_dynamic_axes_and_runs_in_onnxruntime(
     names = graph_inputs(model)
     batch = padded_batch(2, 7, seed=1)
     batch |= {"token_type_ids": torch.zeros_like(batch["input_ids"])} if "token_type_ids" in names else {}
-    assert write_onnx(model, batch, tmp_path / "model.onnx") <= 1e-4
+    difference, largest = write_onnx(model, batch, tmp_path / "model.onnx")
+    assert difference <= 1e-4 * max(1.0, largest) and largest > 0
     other = padded_batch(3, 11, seed=2)  # another batch size and length than the graph was traced with
     other |= {"token_type_ids": torch.zeros_like(other["input_ids"])} if "token_type_ids" in names else {}
     session = onnxruntime.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])

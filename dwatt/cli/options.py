@@ -55,7 +55,8 @@ def check_grid_arguments(args: argparse.Namespace) -> None:
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
-                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU); on an ONNX export, "
+                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU; an encoder's: a "
+                             "decoder LLM's checkpoint is refused, its export keeps the tags); on an ONNX export, "
                              "the export's int8 graph (not with --heads, which runs fp32)")
     parser.add_argument("--runtime", choices=RUNTIMES, default=None,
                         help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "

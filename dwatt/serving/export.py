@@ -24,11 +24,14 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..choices import EXPORT_QUANTIZATIONS
 from ..portable import portable_path
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 
 
-# onnxruntime against PyTorch on the check batch, fp32: larger means the graph computes something else.
+# onnxruntime against PyTorch on the check batch, fp32, relative to the largest logit (at least 1): larger means the
+# graph computes something else. (Absolute, a head on Qwen2.5-Coder-1.5B's raw layer 12, whose logits on the check
+# batch reach 1466, differed by 3e-4: the order of fp32 sums.)
 TOLERANCE = 1e-4
 CHECK_TEXTS = ["Peter Blackburn rejects the [MASK] call in Brussels .", "EU [MASK] ."]
 
@@ -78,10 +81,10 @@ def check_batch(tokenizer, inputs: list[str]) -> dict[str, torch.Tensor]:
     return {name: batch[name] for name in inputs}
 
 
-def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Path) -> float:
+def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Path) -> tuple[float, float]:
     """`model`'s forward pass (inputs: `batch`'s keys, in `graph_inputs` order; output: `logits`) as an ONNX graph
     at `path`, batch and sequence axes dynamic. Returns the largest difference between onnxruntime's logits and
-    PyTorch's on `batch`."""
+    PyTorch's on `batch`, and the largest of PyTorch's logits in magnitude."""
     needs("onnxscript")
     runtime = needs("onnxruntime")
     inputs = list(batch)
@@ -93,31 +96,59 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
                           output_names=["logits"], dynamic_shapes=axes, optimize=True, verbose=False)
     session = runtime.InferenceSession(str(path), session_options(runtime), providers=["CPUExecutionProvider"])
     got = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})[0]
-    return float((torch.from_numpy(got) - expected).abs().max())
+    return float((torch.from_numpy(got) - expected).abs().max()), float(expected.abs().max())
 
 
-def quantize_onnx(source: str | Path, target: str | Path) -> None:
-    """onnxruntime's dynamic int8 quantization of the graph at `source`, written to `target`: int8 weights with one
-    scale per output channel (one per tensor lost 2.2 F1 on a MiniLM tagger, and 7.4 on an MPNet one:
-    benchmarks/int8_accuracy.py), activations quantized per batch. Matrix products whose weight is a stack of matrices
-    (DWAtt's value MLPs, one per layer) stay fp32, as in PyTorch's int8 path: onnxruntime's integer product takes
-    per-channel scales on matrices only."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict:
+    """The int8 graph of the fp32 graph at `source` (its `OnnxModel`: `fp32`), written to `target` by `scheme`
+    (`dwatt.serving.int8_graphs`): `dynamic`, onnxruntime's dynamic int8 (one scale per weight channel: one per
+    tensor lost 2.2 F1 on a MiniLM tagger and 7.4 on an MPNet one, benchmarks/int8_accuracy.py; activations one scale
+    per batch), `weights`, onnxruntime's `MatMulNBits` (weights per block, int8 arithmetic), or `smooth`, calibrated
+    on the sample that `answer(model)` runs (activations one scale per token, smoothed; the few products it would
+    lose most on stay fp32). Returns what `smooth` left fp32 (`{}` for the others)."""
+    from .int8_graphs import calibrated_smooth_graph, quantize_dynamic_graph, quantize_weights_graph
 
-    graph = onnx.load(str(source), load_external_data=False).graph
-    ranks = {tensor.name: len(tensor.dims) for tensor in graph.initializer}
-    stacked = [node.name for node in graph.node if node.op_type == "MatMul" and ranks.get(node.input[1], 2) > 2]
     with _quiet_exporter():
-        quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True,
-                         nodes_to_exclude=stacked)
+        if scheme == "smooth":
+            return calibrated_smooth_graph(source, target, fp32, answer)
+        (quantize_dynamic_graph if scheme == "dynamic" else quantize_weights_graph)(source, target)
+        return {}
 
 
-def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None) -> dict:
+def check_int8(checkpoint, task: str, tokenizer, staging: Path, scheme: str, export: dict, calibration, allow_lossy: bool) -> dict:
+    """Write the int8 graph (`quantize_onnx`) and measure how often it gives the fp32 graph's answer on the
+    calibration sample (`dwatt.serving.int8_graphs.agreement`); below `AGREEMENT_THRESHOLD`, refuse it (ValueError)
+    unless `allow_lossy`. Returns the record `dwatt_export.json` keeps."""
+    from .int8_graphs import AGREEMENT_THRESHOLD, INT8_SCHEMES, agreement, answers, calibration_sample
+    from .onnx_runtime import OnnxModel
+
+    sample, described = calibration_sample(task, calibration)
+    fp32 = OnnxModel.of_graph(staging / GRAPHS[None], export)
+
+    def answer(model):
+        return answers(task, model, tokenizer, sample)
+
+    left_fp32 = quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"], scheme, fp32, answer)
+    found = agreement(task, answer(fp32), answer(OnnxModel.of_graph(staging / GRAPHS["int8"], export)))
+    record = {"scheme": scheme, "calibration": described, **found, "threshold": AGREEMENT_THRESHOLD,
+              "allow_lossy": allow_lossy, **left_fp32}
+    if found["agreement"] < AGREEMENT_THRESHOLD and not allow_lossy:
+        others = " or ".join(f"--quantize int8-{other}" for other in INT8_SCHEMES if other != scheme)
+        raise ValueError(f"{checkpoint}: its int8 graph ({scheme}) gives {100 * found['agreement']:.1f}% of "
+                         f"{found['unit']} the fp32 graph's answer on {described} (under "
+                         f"{100 * AGREEMENT_THRESHOLD:.0f}%); nothing exported: try {others}, export fp32 alone "
+                         "(no --quantize), or keep it with --allow-lossy")
+    return record
+
+
+def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None,
+                calibration: str | Path | None = None, allow_lossy: bool = False) -> dict:
     """Write `checkpoint` (a saved DWAtt task model, full or head-only, or a probe ensemble's folder: one graph, its
-    logits the ensemble's) to `output` as an ONNX graph with its tokenizer and `dwatt_export.json`; with
-    `quantize="int8"` also an int8 graph. Checks onnxruntime against PyTorch on a padded
-    batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE` or are not finite. The export is
+    logits the ensemble's) to `output` as an ONNX graph with its tokenizer and `dwatt_export.json`; with `quantize`
+    (`EXPORT_QUANTIZATIONS`: `dwatt.serving.int8_graphs`) also an int8 graph, checked against the fp32 graph on
+    `calibration` (`check_int8`: refused below 98% agreement unless `allow_lossy`). Checks onnxruntime against PyTorch
+    on a padded batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE` of the largest
+    logit or are not finite. The export is
     written into a scratch folder beside `output` and swapped in whole when it is complete (`replace_folder`): a
     re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
     new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
@@ -126,8 +157,10 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     from .ensemble import load_checkpoint_or_ensemble
 
     runtime = needs("onnxruntime")
-    if quantize not in GRAPHS:
-        raise ValueError(f"--quantize: {quantize!r} is not one of int8")
+    if quantize is not None and quantize not in EXPORT_QUANTIZATIONS:
+        raise ValueError(f"--quantize: {quantize!r} is not one of {', '.join(EXPORT_QUANTIZATIONS)}")
+    if calibration is not None and not Path(calibration).is_file():
+        raise ValueError(f"--calibration {calibration}: no such file (one input a line, as dwatt predict --file reads)")
     output = Path(output)
     if output.exists() and not (output.is_dir() and (is_export(output) or not any(output.iterdir()))):
         raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
@@ -136,44 +169,54 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     model.float()  # a backbone kept in bf16 or fp16 as it was saved: onnxruntime's CPU kernels want fp32 (Elu has no bf16)
     with scratch_folder(output) as staging:
         try:
-            config = _write_export(model, tokenizer, task, checkpoint, staging, quantize, runtime)
+            config = _write_export(model, tokenizer, task, checkpoint, staging, quantize, runtime, calibration, allow_lossy)
         except OSError as error:
             raise failed_write(error, output, "the export") from None
         replace_folder(staging, output)
     return config
 
 
-def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quantize: str | None, runtime) -> dict:
+def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quantize: str | None, runtime,
+                  calibration=None, allow_lossy: bool = False) -> dict:
     """The export's files, written into `staging`; returns its config (`export_onnx`)."""
     from ..atomic import give_usual_modes, sha256_of, write_json_atomically
     from .ensemble import AveragedHeads
+    from .int8_graphs import scheme_for
 
     inputs = graph_inputs(model)
-    difference = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
-    if not math.isfinite(difference):
+    difference, largest = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
+    if not (math.isfinite(difference) and math.isfinite(largest)):
         raise ValueError(f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
                          "as after training at too large a learning rate); nothing exported")
-    if difference > TOLERANCE:
-        raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {TOLERANCE}); not kept")
+    tolerance = TOLERANCE * max(1.0, largest)
+    if difference > tolerance:
+        raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {tolerance:.2e}: "
+                         f"{TOLERANCE} of the largest logit, {largest:.3g}); not kept")
     graphs = {"fp32": GRAPHS[None]}
-    if quantize == "int8":
-        quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"])
+    labels = {str(i): label for i, label in model.config.id2label.items()}
+    pooling = getattr(model.config, "pooling", None)
+    int8 = None
+    if quantize is not None:
+        about = {"inputs": inputs, "id2label": labels, "pooling": pooling, "task": task}
+        int8 = check_int8(checkpoint, task, tokenizer, staging, scheme_for(quantize, model), about, calibration, allow_lossy)
         graphs["int8"] = GRAPHS["int8"]
     tokenizer.save_pretrained(staging)
     model.config.save_pretrained(staging)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
+    (staging / "README.md").write_text(export_card(checkpoint, task, model.config.fusion, graphs, int8))
     config = {
         "format": "onnx",
         "task": task,
         "source": portable_path(checkpoint),
         "architecture": type(model).__name__,
         "fusion": model.config.fusion,
-        "id2label": {str(i): label for i, label in model.config.id2label.items()},
-        "pooling": getattr(model.config, "pooling", None),
+        "id2label": labels,
+        "pooling": pooling,
         # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
         **({"ensemble": model.manifest} if isinstance(model, AveragedHeads) else {}),
         "inputs": inputs,
         "graphs": graphs,
-        "check": {"max_abs_logit_difference": difference, "tolerance": TOLERANCE},
+        "check": {"max_abs_logit_difference": difference, "largest_logit": largest, "tolerance": tolerance},
+        **({"int8": int8} if int8 is not None else {}),
         "torch": torch.__version__,
         "onnxruntime": runtime.__version__,
         FILES_KEY: {path.name: sha256_of(path) for path in sorted(staging.iterdir()) if path.is_file()},
@@ -183,4 +226,19 @@ def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quanti
     return config
 
 
-__all__ = ["export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]
+def export_card(checkpoint, task: str, fusion: str, graphs: dict, int8: dict | None) -> str:
+    """The export's README.md: what it holds, how to run it, and how far its int8 graph is from fp32."""
+    lines = [f"# ONNX export ({task}, {fusion})", "",
+             f"Written by `dwatt export` from `{portable_path(checkpoint)}`. Graphs: "
+             + ", ".join(f"`{name}` ({kind})" for kind, name in graphs.items()) + ". Run with `dwatt predict "
+             "FOLDER ...` (onnxruntime; `--quantize int8` for the int8 graph); `dwatt_export.json` records the "
+             "sha256 of every file, checked on load."]
+    if int8 is not None:
+        lossy = " Kept below the threshold with `--allow-lossy`." if int8["agreement"] < int8["threshold"] else ""
+        lines += ["", f"**int8** ({int8['scheme']}): gives the fp32 graph's answer on {100 * int8['agreement']:.1f}% "
+                  f"of {int8['unit']} ({100 * int8['inputs_agreement']:.1f}% of whole inputs) of {int8['calibration']}; "
+                  f"the export refuses int8 under {100 * int8['threshold']:.0f}%.{lossy}"]
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["export_card", "export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]

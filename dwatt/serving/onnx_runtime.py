@@ -122,6 +122,19 @@ class OnnxModel:
         graph = folder / self.export["graphs"][wanted]
         unused = tuple(name for kind, name in self.export["graphs"].items() if kind != wanted)
         check_files(folder, self.export, skip=unused)
+        self._open(graph, runtime)
+        check_labels(folder, self.export)
+
+    @classmethod
+    def of_graph(cls, graph: str | Path, export: dict) -> OnnxModel:
+        """A graph not yet in an export folder (the export checks its int8 graph before writing the folder), run with
+        `export`'s inputs and labels."""
+        model = cls.__new__(cls)
+        model.export = export
+        model._open(Path(graph), needs("onnxruntime"))
+        return model
+
+    def _open(self, graph: Path, runtime) -> None:
         try:
             self.session = runtime.InferenceSession(str(graph), session_options(runtime), providers=["CPUExecutionProvider"])
         except Exception as error:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail) share no base
@@ -129,7 +142,6 @@ class OnnxModel:
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
         self._check_outputs(graph)
-        check_labels(folder, self.export)
 
     def _check_outputs(self, graph: Path) -> None:
         """The graph's logits have the task's rank and, for a tagger or classifier, one score per label of the export's

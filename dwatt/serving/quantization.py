@@ -35,6 +35,14 @@ from torch.ao.quantization import per_channel_dynamic_qconfig
 from ..choices import QUANTIZATIONS
 
 
+# PyTorch's dynamic int8 gives activations one scale per tensor, which a decoder LLM's outlier activations defeat
+# (dwatt.serving.int8_graphs); the export's per-token graph keeps the tags.
+DECODERS_REFUSED = ("int8 in PyTorch (one activation scale per tensor) loses a decoder LLM's answers: SmolLM2's "
+                    "layer-11 tagger kept 91.7% of words (benchmarks/results/int8_decoders_cpu.md); export the "
+                    "checkpoint with `dwatt export CHECKPOINT OUT --quantize int8` (per token, checked against fp32) "
+                    "and run `dwatt predict OUT --quantize int8`")
+
+
 class FullRangeDynamicLinear(dynamic_quantized.Linear):
     """PyTorch's dynamic int8 `Linear` with activations quantized to all 8 bits (`reduce_range=False`)."""
 
@@ -72,12 +80,17 @@ def quantized_parts(model: nn.Module) -> list[nn.Module]:
     raise ValueError(f"quantize_int8 takes a DWAtt task model or a probe ensemble, got {type(model).__name__}")
 
 
-def quantize_int8(model: nn.Module, full_range: bool | None = None) -> nn.Module:
+def quantize_int8(model: nn.Module, full_range: bool | None = None, allow_lossy: bool = False) -> nn.Module:
     """`model` (a DWAtt task model or a probe ensemble, in place, put in eval mode) with dynamic int8 `nn.Linear`s in
     its backbone and fusion (`quantized_parts`); its heads stay fp32. `full_range`: 8-bit activations on every linear
     map, or 7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it
-    exactly (see the module docstring). For inference on a CPU only: the result cannot train."""
+    exactly (see the module docstring). A decoder LLM is refused (`DECODERS_REFUSED`) unless `allow_lossy`. For
+    inference on a CPU only: the result cannot train."""
+    from backbones_dwatt import is_decoder_only
+
     parts = quantized_parts(model)
+    if is_decoder_only(model.config.encoder_config) and not allow_lossy:
+        raise ValueError(DECODERS_REFUSED)
     if next(model.parameters()).device.type != "cpu":
         raise ValueError("int8 dynamic quantization runs on the CPU: move the model there first (model.cpu())")
     model.eval()
