@@ -32,7 +32,7 @@ def test_an_unknown_task_is_refused_with_the_tasks_listed():
 # to what it runs (ROLE_MAPPINGS, each checked below to cover every task).
 TASK_DISPATCH = re.compile(r"""["'](ner|mlm|cls)["']\s*:|task["')\]]*\s*[!=]=\s*["']|task\s+(not\s+)?in\s+\(["']""")
 ROLE_MAPPINGS = {"dwatt/training/together.py": 1, "dwatt/serving/lines.py": 1, "dwatt/console.py": 1,
-                 "dwatt/cli/evaluate.py": 1}
+                 "dwatt/cli/evaluate.py": 1, "dwatt/serving/int8_graphs.py": 1}
 
 
 def test_tasks_are_told_apart_by_name_only_where_listed():
@@ -81,6 +81,13 @@ def test_the_commands_have_a_scorer_and_a_line_predictor_for_every_task(role):
                   else {"model", "tokenizer", "batch_size", "form"})
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         assert wanted <= set(parameters) or takes_any, (task.name, role, list(parameters))
+
+
+def test_the_int8_check_of_an_export_knows_every_task():
+    from dwatt.serving.int8_graphs import TASK_CHECKS
+
+    assert set(TASK_CHECKS) == set(TASKS)
+    assert all(callable(check.answers) and callable(check.default_sample) for check in TASK_CHECKS.values())
 
 
 def test_the_console_tells_the_runs_of_every_task():

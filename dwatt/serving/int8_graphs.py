@@ -35,6 +35,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -71,36 +72,55 @@ def calibration_sample(task: str, path: str | Path | None = None, size: int = CA
     line, as `dwatt predict --file` reads them; blank lines skipped; a tagger's split on whitespace), or by default
     the first `size` sentences of CoNLL-03's dev split (a tagger's words; a masked LM's text) or texts of AG News'
     evaluation split (a classifier's)."""
-    if path is not None:
-        from .lines import decoded
+    check = TASK_CHECKS[task]
+    if path is None:
+        return check.default_sample(size)
+    from .lines import decoded
 
-        raw = Path(path).read_bytes()
-        lines = [decoded(line, str(path), number) for number, line in enumerate(raw.splitlines(), 1)]
-        texts = [line.strip() for line in lines if line.strip()][:size]
-        if not texts:
-            raise ValueError(f"--calibration {path}: no input lines (one sentence or text a line)")
-        return ([text.split() for text in texts] if task == "ner" else texts), f"{len(texts)} lines of {Path(path).name}"
-    if task == "cls":
-        from ..data.classification import load_classification_dataset
+    raw = Path(path).read_bytes()
+    lines = [decoded(line, str(path), number) for number, line in enumerate(raw.splitlines(), 1)]
+    texts = [line.strip() for line in lines if line.strip()][:size]
+    if not texts:
+        raise ValueError(f"--calibration {path}: no input lines (one sentence or text a line)")
+    return check.from_lines(texts), f"{len(texts)} lines of {Path(path).name}"
 
-        texts = load_classification_dataset("ag_news")["validation"]["text"][:size]
-        return list(texts), f"the first {len(texts)} texts of AG News' evaluation split"
+
+def _conll_sentences(size: int) -> tuple[list[list[str]], str]:
     from ..data import load_conll2003
 
     sentences = [words for words in load_conll2003()["validation"]["tokens"] if words][:size]
-    return ((sentences if task == "ner" else [" ".join(words) for words in sentences]),
-            f"the first {len(sentences)} sentences of CoNLL-03's dev split")
+    return sentences, f"the first {len(sentences)} sentences of CoNLL-03's dev split"
 
 
-def answers(task: str, model, tokenizer, sample: list) -> list[list]:
-    """`model`'s answer to every input of `sample`, as a list per input: a tagger's tag per word, a classifier's
-    label, a masked LM's most likely token at every position."""
-    from .prediction import class_probabilities, predict_tags, split_pairs
+def _conll_texts(size: int) -> tuple[list[str], str]:
+    sentences, described = _conll_sentences(size)
+    return [" ".join(words) for words in sentences], described
 
-    if task == "ner":
-        return predict_tags(model, tokenizer, sample)
-    if task == "cls":
-        return [[int(label)] for label in class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)).argmax(-1)]
+
+def _ag_news_texts(size: int) -> tuple[list[str], str]:
+    from ..data.classification import load_classification_dataset
+
+    texts = list(load_classification_dataset("ag_news")["validation"]["text"][:size])
+    return texts, f"the first {len(texts)} texts of AG News' evaluation split"
+
+
+def _split_words(texts: list[str]) -> list[list[str]]:
+    return [text.split() for text in texts]
+
+
+def _tags(model, tokenizer, sample: list) -> list[list]:
+    from .prediction import predict_tags
+
+    return predict_tags(model, tokenizer, sample)
+
+
+def _labels(model, tokenizer, sample: list) -> list[list]:
+    from .prediction import class_probabilities, split_pairs
+
+    return [[int(label)] for label in class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)).argmax(-1)]
+
+
+def _top_tokens(model, tokenizer, sample: list) -> list[list]:
     from .prediction import encode_texts, logits_of, pad_id, padded
 
     rows = encode_texts(tokenizer, sample)
@@ -112,13 +132,34 @@ def answers(task: str, model, tokenizer, sample: list) -> list[list]:
     return found
 
 
+class TaskCheck(NamedTuple):
+    """How a task's int8 graph is checked: what one answer is (`unit`), inputs from lines of text, the default
+    sample (`size` -> inputs, where they come from) and the model's answers to them, a list per input."""
+
+    unit: str
+    from_lines: Callable[[list[str]], list]
+    default_sample: Callable[[int], tuple[list, str]]
+    answers: Callable[[object, object, list], list[list]]
+
+
+TAGGER = TaskCheck("words", _split_words, _conll_sentences, _tags)
+CLASSIFIER = TaskCheck("texts", list, _ag_news_texts, _labels)
+MASKED_LM = TaskCheck("tokens", list, _conll_texts, _top_tokens)
+TASK_CHECKS = {"ner": TAGGER, "cls": CLASSIFIER, "mlm": MASKED_LM}  # this role's mapping (dwatt.tasks holds facts)
+
+
+def answers(task: str, model, tokenizer, sample: list) -> list[list]:
+    """`model`'s answer to every input of `sample`, as a list per input: a tagger's tag per word, a classifier's
+    label, a masked LM's most likely token at every position."""
+    return TASK_CHECKS[task].answers(model, tokenizer, sample)
+
+
 def agreement(task: str, reference: list[list], other: list[list]) -> dict:
     """How often `other`'s answers are `reference`'s: per unit (word, text, token) and per whole input."""
     units = sum(len(answer) for answer in reference)
     same = sum(a == b for mine, theirs in zip(reference, other) for a, b in zip(mine, theirs))
     whole = sum(mine == theirs for mine, theirs in zip(reference, other))
-    unit = {"ner": "words", "cls": "texts"}.get(task, "tokens")
-    return {"unit": unit, "units": units, "agreement": same / max(units, 1), "inputs_agreement": whole / max(len(reference), 1)}
+    return {"unit": TASK_CHECKS[task].unit, "units": units, "agreement": same / max(units, 1), "inputs_agreement": whole / max(len(reference), 1)}
 
 
 # The graphs ------------------------------------------------------------------------------------------------------
@@ -352,7 +393,8 @@ def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarr
     return {"int8": len(replacing), "fp32": left}
 
 
-__all__ = ["AGREEMENT_THRESHOLD", "CALIBRATION_SIZE", "EXPORT_QUANTIZATIONS", "INT8_SCHEMES", "KEEP_FP32_ERROR", "agreement",
+__all__ = ["AGREEMENT_THRESHOLD", "CALIBRATION_SIZE", "EXPORT_QUANTIZATIONS", "INT8_SCHEMES", "KEEP_FP32_ERROR", "TASK_CHECKS",
+           "TaskCheck", "agreement",
            "answers", "calibrated_smooth_graph", "calibration_sample", "input_ranges", "per_token_errors",
            "quantize_dynamic_graph", "quantize_smooth_graph", "quantize_weights_graph", "quantized_products", "scheme_for",
            "smoothing_scales"]
