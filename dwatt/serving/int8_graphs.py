@@ -207,13 +207,14 @@ def quantize_weights_graph(source: Path, target: Path, bits: int = 8) -> None:
     """onnxruntime's `MatMulNBits` of `source`'s backbone and fusion (scheme `weights`): symmetric weights of `bits`
     bits in blocks of `WEIGHT_BLOCK`, int8 arithmetic."""
     import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from onnxruntime.quantization.matmul_nbits_quantizer import DefaultWeightOnlyQuantConfig, MatMulNBitsQuantizer
 
     model = onnx.load(str(source))
     wanted = {node.name for node in quantized_products(model.graph)}
     kept = [node.name for node in model.graph.node if node.op_type == "MatMul" and node.name not in wanted]
-    quantizer = MatMulNBitsQuantizer(model, bits=bits, block_size=WEIGHT_BLOCK, is_symmetric=True, accuracy_level=4,
-                                     nodes_to_exclude=kept)
+    # the bits given through the configuration: onnxruntime 1.22's quantizer takes them nowhere else
+    scheme = DefaultWeightOnlyQuantConfig(block_size=WEIGHT_BLOCK, is_symmetric=True, accuracy_level=4, bits=bits)
+    quantizer = MatMulNBitsQuantizer(model, nodes_to_exclude=kept, algo_config=scheme)
     quantizer.process()
     quantizer.model.save_model_to_file(str(target), use_external_data_format=_large(source))
 
