@@ -20,8 +20,8 @@ leaves the other tokens a handful of levels: measured on SmolLM2's layer-11 head
 inputs against 2-4% with one scale per token, and 92% of words tagged as fp32 tags them. Measured on that head and
 on Qwen2.5-Coder-1.5B's probe-chosen layer-12 head (`benchmarks/int8_decoders.py`, which also measures static QDQ,
 mixed precision, per token alone, weight-only int4 and a bf16 backbone): `weights` gave 98.7% and 99.7% of words as
-fp32, F1 -0.03 and +0.00, at 0.73x and 0.54x the fp32 graph's time; `smooth` 98.5% and 99.5%, F1 -0.18 and -0.63,
-at 0.53x and 0.48x. `weights` keeps the answers best, so it is the decoders' `int8`; `smooth` is the faster one.
+fp32, F1 -0.03 and +0.00, at 0.74x and 0.54x the fp32 graph's time; `smooth` 98.5% and 99.5%, F1 -0.18 and -0.63,
+at 0.60x and 0.48x. `weights` keeps the answers best, so it is the decoders' `int8`; `smooth` is the faster one.
 
 `--quantize int8` takes the backbone family's scheme (`scheme_for`): `dynamic` for encoders, `weights` for decoder-only
 LLMs. The export then runs both graphs on a calibration sample (`--calibration FILE`, one input per line; by default
@@ -47,8 +47,8 @@ INT8_SCHEMES = ("dynamic", "weights", "smooth")
 WEIGHT_BLOCK = 128  # inputs per weight scale of the `weights` scheme
 SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength: 0.5, 0.7 measured alike on SmolLM2 (98.2%, 98.3% of words)
 # A smoothed input whose per-token 8-bit error passes this on a calibration batch keeps its products fp32: on
-# SmolLM2's layer-11 head, 3 of 77 products' inputs, 5.3-5.5% (the next 4.1%); keeping the worst 2 took its test
-# words from 98.1% to 98.7% as fp32, at 0.54x the fp32 time against 0.51x.
+# SmolLM2's layer-11 head, the inputs of 3 of 77 products, 5.3-5.5% (the next 4.1%); that took its test words from
+# 98.09% to 98.54% as fp32 (benchmarks/results/int8_decoders_cpu.md: "smooth alone", "smooth").
 KEEP_FP32_ERROR = 0.05
 
 
@@ -159,7 +159,8 @@ def agreement(task: str, reference: list[list], other: list[list]) -> dict:
     units = sum(len(answer) for answer in reference)
     same = sum(a == b for mine, theirs in zip(reference, other) for a, b in zip(mine, theirs))
     whole = sum(mine == theirs for mine, theirs in zip(reference, other))
-    return {"unit": TASK_CHECKS[task].unit, "units": units, "agreement": same / max(units, 1), "inputs_agreement": whole / max(len(reference), 1)}
+    return {"unit": TASK_CHECKS[task].unit, "units": units, "agreement": same / max(units, 1),
+            "inputs_agreement": whole / max(len(reference), 1)}
 
 
 # The graphs ------------------------------------------------------------------------------------------------------
@@ -177,17 +178,13 @@ def quantized_products(graph) -> list:
 
 
 def is_head(node) -> bool:
+    """Whether the exporter placed `node` in no backbone or fusion module (a graph without name scopes: none is)."""
     scopes = {prop.key: prop.value for prop in node.metadata_props}.get("pkg.torch.onnx.name_scopes")
     return scopes is not None and not any(scope.split(".")[-1] in ("dwatt", "backbone") for scope in _scope_list(scopes))
 
 
 def _scope_list(text: str) -> list[str]:
     return [part.strip(" '\"") for part in text.strip("[]").split(",")]
-
-
-def stacked_products(graph) -> list[str]:
-    ranks = {tensor.name: len(tensor.dims) for tensor in graph.initializer}
-    return [node.name for node in graph.node if node.op_type == "MatMul" and ranks.get(node.input[1], 2) > 2]
 
 
 def quantize_dynamic_graph(source: Path, target: Path, keep_fp32: Collection[str] = ()) -> None:
