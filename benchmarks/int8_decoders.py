@@ -51,7 +51,7 @@ from dwatt.data import load_conll2003
 from dwatt.serving.export import export_onnx
 from dwatt.serving.int8_graphs import (answers, calibrated_smooth_graph, calibration_sample, input_ranges,
                                        quantize_dynamic_graph, quantize_smooth_graph, quantize_weights_graph,
-                                       quantized_products, smoothing_scales)
+                                       quantized_products, run_recording, smoothing_scales)
 from dwatt.serving.onnx_runtime import OnnxModel, load_export
 from dwatt.serving.quantization import quantize_int8
 
@@ -73,37 +73,19 @@ def per_tensor_errors(source: Path, fp32: OnnxModel, answer) -> dict[str, float]
     """Each quantized product's input: the largest relative error, over the calibration batches, of 8 bits with one
     scale per tensor (asymmetric, as onnxruntime's dynamic quantization)."""
     import onnx
-    import onnxruntime
 
-    model = onnx.load(str(source), load_external_data=False)
-    nodes = quantized_products(model.graph)
-    inputs = list(dict.fromkeys(node.input[0] for node in nodes))
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs)
-    probe = source.with_name("errors.onnx")
-    onnx.save(model, str(probe))
-    session = onnxruntime.InferenceSession(str(probe), providers=["CPUExecutionProvider"])
     errors: dict[str, float] = {}
 
-    class Recording:
-        takes_arrays, config = True, fp32.config
+    def record(name: str, values: np.ndarray) -> None:
+        low, high = min(values.min(), 0.0), max(values.max(), 0.0)
+        step = (high - low) / 255 or 1.0
+        zero = np.round(-low / step)
+        restored = (np.clip(np.round(values / step) + zero, 0, 255) - zero) * step
+        error = float(np.linalg.norm(restored - values) / max(np.linalg.norm(values), 1e-30))
+        errors[name] = max(errors.get(name, 0.0), error)
 
-        def __call__(self, **batch):
-            from types import SimpleNamespace
-
-            feeds = {name: np.asarray(batch.get(name, np.zeros_like(batch["input_ids"])), dtype=np.int64)
-                     for name in fp32.export["inputs"]}
-            outputs = session.run(["logits", *inputs], feeds)
-            for name, values in zip(inputs, outputs[1:]):
-                low, high = min(values.min(), 0.0), max(values.max(), 0.0)
-                step = (high - low) / 255 or 1.0
-                zero = np.round(-low / step)
-                restored = (np.clip(np.round(values / step) + zero, 0, 255) - zero) * step
-                error = float(np.linalg.norm(restored - values) / max(np.linalg.norm(values), 1e-30))
-                errors[name] = max(errors.get(name, 0.0), error)
-            return SimpleNamespace(logits=outputs[0])
-
-    answer(Recording())
-    probe.unlink()
+    run_recording(source, fp32, answer, record)
+    nodes = quantized_products(onnx.load(str(source), load_external_data=False).graph)
     return {node.name: errors[node.input[0]] for node in nodes}
 
 

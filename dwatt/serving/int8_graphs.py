@@ -243,7 +243,7 @@ class _RecordingGraph:
         return SimpleNamespace(logits=outputs[0])
 
 
-def _run_recording(source: Path, fp32, run_sample: Callable[[object], object],
+def run_recording(source: Path, fp32, run_sample: Callable[[object], object],
                    record: Callable[[str, np.ndarray], None]) -> None:
     """`run_sample(model)` through `source`'s graph with each quantized product's input recorded (`_RecordingGraph`;
     `model` is called as `fp32`, the graph's `OnnxModel`, is). The graph runs from a copy of its structure beside
@@ -267,14 +267,14 @@ def _run_recording(source: Path, fp32, run_sample: Callable[[object], object],
 
 def input_ranges(source: Path, fp32, run_sample: Callable[[object], object]) -> dict[str, np.ndarray]:
     """Each quantized product's input: its largest magnitude per channel over the calibration sample
-    (`_run_recording`)."""
+    (`run_recording`)."""
     ranges: dict[str, np.ndarray] = {}
 
     def record(name: str, rows: np.ndarray) -> None:
         largest = np.abs(rows).max(0)
         ranges[name] = np.maximum(ranges[name], largest) if name in ranges else largest
 
-    _run_recording(source, fp32, run_sample, record)
+    run_recording(source, fp32, run_sample, record)
     return ranges
 
 
@@ -299,7 +299,7 @@ def smoothing_scales(source: Path, ranges: dict[str, np.ndarray], alpha: float |
 
 def per_token_errors(source: Path, fp32, run_sample: Callable[[object], object], scales: dict[str, np.ndarray]) -> dict[str, float]:
     """Each quantized input, smoothed by `scales`: the largest relative error over the calibration batches of 8 bits
-    with one scale per token, the error the `smooth` graph makes there (`_run_recording`)."""
+    with one scale per token, the error the `smooth` graph makes there (`run_recording`)."""
     errors: dict[str, float] = {}
 
     def record(name: str, rows: np.ndarray) -> None:
@@ -308,7 +308,7 @@ def per_token_errors(source: Path, fp32, run_sample: Callable[[object], object],
         error = np.linalg.norm(np.round(smoothed / step) * step - smoothed) / max(float(np.linalg.norm(smoothed)), 1e-30)
         errors[name] = max(errors.get(name, 0.0), float(error))
 
-    _run_recording(source, fp32, run_sample, record)
+    run_recording(source, fp32, run_sample, record)
     return errors
 
 
@@ -393,6 +393,6 @@ def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarr
 
 __all__ = ["AGREEMENT_THRESHOLD", "CALIBRATION_SIZE", "EXPORT_QUANTIZATIONS", "INT8_SCHEMES", "KEEP_FP32_ERROR", "TASK_CHECKS",
            "TaskCheck", "agreement",
-           "answers", "calibrated_smooth_graph", "calibration_sample", "input_ranges", "per_token_errors",
+           "answers", "calibrated_smooth_graph", "calibration_sample", "input_ranges", "per_token_errors", "run_recording",
            "quantize_dynamic_graph", "quantize_smooth_graph", "quantize_weights_graph", "quantized_products", "scheme_for",
            "smoothing_scales"]
