@@ -207,25 +207,6 @@ class AlbertFamily(BackboneFamily):
     layer_list = "encoder.albert_layer_groups.0.albert_layers"
 
 
-class _EndOfDryRun(Exception):
-    """Raised by the last `_LayerInputsRecorder` of a dry run: the backbone has handed every layer its inputs."""
-
-
-class _LayerInputsRecorder:
-    """Stands in for the `forward` of one of the backbone's layers during a dry run: keeps the arguments the backbone
-    hands the layer and passes the hidden states through without the layer's work. It replaces the method on the
-    layer object, not the layer in its list, so that the module tree stays the same (as `torch.export` requires)."""
-
-    def __init__(self, index: int, store: dict, last: bool):
-        self.index, self.store, self.last = index, store, last
-
-    def __call__(self, hidden_states, *args, **kwargs):
-        self.store[self.index] = (args, kwargs)
-        if self.last:
-            raise _EndOfDryRun
-        return hidden_states
-
-
 def per_layer_settings(config) -> dict[str, list]:
     """The config's per-layer settings: its list-valued fields with one value per layer (`layer_types`, ...)."""
     depth = config.num_hidden_layers
@@ -251,10 +232,9 @@ class DecoderFamily(BackboneFamily):
     Decoder-only language models (Llama, Qwen, Mistral, Gemma, Phi, OLMo, GPT-2, GPT-NeoX, ...): causal attention,
     layers under `layers` (GPT-2's `h`). Their layers take what the model computes once from the mask and the
     positions (a causal or sliding-window mask, rotary embeddings per attention type, ALiBi), each family in its own
-    format, so `layer_inputs` lets the backbone compute them itself: a dry run of its forward with every layer
-    replaced by a recorder that keeps what the layer receives and skips the layer's work. An extra layer at position
-    L + i gets what the backbone hands its last layer of the same kind, and is built with the per-layer settings
-    (`layer_types`, ...) continued by layer index.
+    format, so the backbone computes them itself and its runner records them (`BackboneRunner.layer_inputs`). An
+    extra layer at position L + i gets what the backbone hands its last layer of the same kind, and is built with the
+    per-layer settings (`layer_types`, ...) continued by layer index.
     """
 
     causal = True
@@ -282,23 +262,10 @@ class DecoderFamily(BackboneFamily):
         return super().new_layer(layer_class, extended, position)
 
     def layer_inputs(self, backbone, hidden_states, attention_mask, layers):
-        own = self.layers(backbone)
-        recorded: dict[int, tuple] = {}
-        originals = list(own)
-        accepted = inspect.signature(backbone.forward).parameters
-        inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask, "use_cache": False}
-        if attention_mask is not None and "position_ids" in accepted:
-            inputs["position_ids"] = positions_from_mask(attention_mask)
-        for index, layer in enumerate(own):
-            layer.forward = _LayerInputsRecorder(index, recorded, last=index == len(own) - 1)
-        try:
-            backbone(**{k: v for k, v in inputs.items() if k in accepted or k == "inputs_embeds"})
-        except _EndOfDryRun:
-            pass
-        finally:
-            for layer in originals:
-                del layer.forward  # the class's own again
-        return [recorded[j] for j in self.source_layers(backbone.config, len(layers))]
+        raise TypeError(
+            f"a decoder's layer inputs ({type(backbone).__name__}) are what its forward computes: recorded in a run of "
+            "the backbone by its runner (depth_dwatt.BackboneRunner.layer_inputs), not computed by the family"
+        )
 
     def source_layers(self, config, count: int) -> list[int]:
         """For each of `count` extra layers, the index of the backbone's layer whose inputs it takes: the last of

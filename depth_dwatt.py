@@ -1,22 +1,24 @@
 # Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
-"""How deep a DWAtt model runs its backbone: through the deepest layer its fusion reads (`DWAttConfig.run_depth`), a
-head on layer k of L running layers 1..k only. The backbone is built, loaded and saved with those layers
-(`cut_config`); where the family puts a final norm after its last layer, a hook on the cut backbone's last layer keeps
-that layer's output as the uncut backbone's hidden states hold it, before the norm (`keep_layer_io`, which also keeps
-what each layer receives, for Base+n on a decoder).
+"""How a DWAtt model runs its backbone (`BackboneRunner`): through the deepest layer its fusion reads
+(`DWAttConfig.run_depth`), a head on layer k of L running layers 1..k only, the backbone built, loaded and saved with
+those layers (`cut_config`); with the hidden states the uncut backbone would give, and what its layers receive
+besides them, for a fusion that runs more layers of the backbone's kind (Base+n).
 
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
 """
 import copy
+import inspect
 import re
+from functools import partial
 
+import torch
 from torch import nn
 
 try:
-    from .backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings
+    from .backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
 except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings
+    from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
 
 
 def cut_config(config, depth: int | None):
@@ -41,153 +43,212 @@ def layers_past_pattern(backbone: nn.Module, encoder_config, depth: int) -> str:
     return rf"(^|\.)backbone\.{re.escape(path)}\.({past})\." if path and past else r"$^"
 
 
-KEPT = "_dwatt_kept"
-HOOKS = "_dwatt_hooks"
+RUNNER = "_dwatt_runner"
 
 
-def _keep_inputs(module, args, kwargs):
-    """Forward pre-hook (`keep_layer_io`): the layer's arguments after the hidden states."""
-    getattr(module, KEPT)["inputs"] = (args[1:], dict(kwargs))
+class _EndOfDryRun(Exception):
+    """Raised in a dry run (`BackboneRunner.layer_inputs`) once the last layer whose inputs are wanted has them."""
 
 
-def _keep_output(module, args, output):
-    """Forward hook (`keep_layer_io`): the layer's output hidden states (a layer called several times, as ALBERT's
-    shared one is, leaves its last output)."""
-    getattr(module, KEPT)["output"] = output[0] if isinstance(output, (tuple, list)) else output
+def _hidden_states_through(hidden_states, *args, **kwargs):
+    """A layer's `forward` during a dry run: the hidden states handed on, the layer's work skipped."""
+    return hidden_states
 
 
-def keep_layer_io(layer: nn.Module, inputs: bool = False, output: bool = False) -> None:
-    """Hooks that keep what `layer` receives besides the hidden states (`inputs`) or what it returns (`output`) in a
-    store on the layer itself, read with `kept`. The handles torch returns are kept on the layer too, for
-    `remove_keepers`: a deep copy of the backbone, or a module the ONNX exporter traced, keeps hooks, handles and store
-    together."""
-    setattr(layer, KEPT, {})
-    handles = getattr(layer, HOOKS, [])
-    if inputs:
-        handles.append(layer.register_forward_pre_hook(_keep_inputs, with_kwargs=True))
-    if output:
-        handles.append(layer.register_forward_hook(_keep_output))
-    setattr(layer, HOOKS, handles)
+class BackboneRunner:
+    """
+    Runs one backbone for the DWAtt models that read it, and owns what that takes beyond calling it: the cut (a
+    backbone built or loaded with its first k layers only, `cut`), the hooks on its layers (with the handles torch
+    returns) and what they keep in a run.
 
+    - `run` returns the hidden states as the uncut backbone's would hold them: where the family puts a final norm after
+      its last layer (ModernBERT, the decoder LLMs), a cut backbone's last hidden state is that layer's own output,
+      kept by a forward hook, not the normed one the cut backbone returns.
+    - `layer_inputs` gives what the backbone hands its layers besides the hidden states (masks, rotary embeddings,
+      relative positions), for a fusion that runs more layers of the backbone's own kind on top (Base+n). Encoders'
+      families compute them (`BackboneFamily.layer_inputs`). A decoder's are recorded one way, by forward pre-hooks on
+      its layers: in the run itself where the model ran the backbone (`keep_layer_inputs`), else in a dry run over
+      cached hidden states, whose layers hand the hidden states on without their work.
 
-def kept(layer: nn.Module, what: str):
-    """What `layer`'s hook kept in its last call (`"inputs"` or `"output"`), taken out of its store; None if nothing."""
-    store = getattr(layer, KEPT, None)
-    return None if store is None else store.pop(what, None)
+    One runner per backbone, kept on the backbone itself (`of`): every model that reads a backbone (heads served
+    together share one) finds the same runner, and a deep copy of the backbone carries its runner, hooks and store
+    along, consistent with each other.
+    """
 
+    def __init__(self, backbone: nn.Module, encoder_config):
+        self.backbone, self.total_layers = backbone, encoder_config.num_hidden_layers
+        self.family = backbone_family(encoder_config)
+        accepted = inspect.signature(backbone.forward).parameters
+        self.takes_token_types = "token_type_ids" in accepted
+        self.takes_use_cache = "use_cache" in accepted  # a decoder's key/value cache: never read here
+        self.takes_position_ids = "position_ids" in accepted
+        self.records_layer_inputs = False
+        self._handles: list = []
+        self._last_output = None
+        self._inputs: dict[int, tuple[tuple, dict]] = {}
+        self._stop_after: int | None = None
+        setattr(backbone, RUNNER, self)
+        self._attach()
 
-def remove_keepers(backbone: nn.Module) -> None:
-    """Remove the hooks `keep_layer_io` installed on `backbone`'s modules (through their handles), and their stores."""
-    for module in backbone.modules():
-        for handle in getattr(module, HOOKS, ()):
-            handle.remove()
-        for name in (HOOKS, KEPT):
-            if hasattr(module, name):
-                delattr(module, name)
-
-
-class BackboneDepthMixin:
-    """What `DWAttModel` adds for running its backbone only through the layers it reads: the backbone's config at
-    that depth, whether it is cut, the hooks on its layers and what they kept, and `cut_backbone` for a model built
-    deeper."""
+    @classmethod
+    def of(cls, backbone: nn.Module, encoder_config) -> "BackboneRunner":
+        """The runner of `backbone` (made on first use); `encoder_config`: the uncut backbone's config."""
+        runner = getattr(backbone, RUNNER, None)
+        if runner is None or runner.backbone is not backbone:
+            runner = cls(backbone, encoder_config)
+        return runner
 
     @property
-    def backbone_config(self):
-        """The config of the backbone this model holds: the encoder's, cut to `config.run_depth` layers where the
-        fusion reads no layer past that."""
-        return cut_config(self.config.encoder_config, self.config.run_depth)  # a copy: `cut_backbone` edits it
+    def layers(self) -> nn.ModuleList | None:
+        return self.family.layers(self.backbone)
+
+    @property
+    def depth(self) -> int:
+        """How many layers the backbone runs."""
+        return self.backbone.config.num_hidden_layers
 
     @property
     def is_cut(self) -> bool:
-        """Whether the backbone runs fewer than all its layers (`config.run_depth` < L)."""
-        return self.config.run_depth < self.config.encoder_config.num_hidden_layers
+        return self.depth < self.total_layers
 
-    def uncut_layers_pattern(self) -> str:
-        """A regular expression for the state-dict keys of the backbone's layers past `config.run_depth`."""
-        return layers_past_pattern(self.backbone, self.config.encoder_config, self.config.run_depth)
+    def keep_layer_inputs(self) -> None:
+        """Record, in every run from now on, what a decoder's layers receive besides the hidden states (an encoder's
+        family computes them instead)."""
+        if isinstance(self.family, DecoderFamily) and not self.records_layer_inputs:
+            self.records_layer_inputs = True
+            self._attach()
 
-    def refuse_unused_layers(self, unexpected_keys, source) -> None:
-        """Refuse stored backbone layers past the ones the config runs (`run_depth`, among a checkpoint's
-        `unexpected_keys`): a cut checkpoint whose `fused_layers` was edited to a shallower layer would load with the
-        head's own layer left unread. A checkpoint saved whole before models were cut holds every layer past the
-        cut: unused on purpose, taken."""
-        if not self.is_cut:
+    def _attach(self) -> None:
+        self.detach()
+        layers = self.layers
+        if layers is None:
             return
-        past = re.compile(self.uncut_layers_pattern())
-        stored = sorted({int(found.group(2)) + 1 for key in unexpected_keys for found in [past.search(key)] if found})
-        depth, total = self.config.run_depth, self.config.encoder_config.num_hidden_layers
-        if stored and stored != list(range(depth + 1, total + 1)):
-            raise ValueError(
-                f"{source}: its weights hold backbone layers {depth + 1}-{stored[-1]}, past the {depth} its config runs "
-                f"(fused_layers {self.config.fused_layers!r}, backbone_depth {self.config.backbone_depth!r}): the head "
-                "read a deeper layer, and those layers would go unused: restore fused_layers to the layer it was "
-                "trained on"
-            )
+        if self.is_cut:
+            self._handles.append(layers[-1].register_forward_hook(self._keep_output))
+        if self.records_layer_inputs:
+            self._handles += [layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
+                              for index, layer in enumerate(layers)]
 
-    def use_backbone(self, backbone: nn.Module) -> None:
-        """Make `backbone` this model's and install what reads its layers on the way. Forward hooks keep what
-        `backbone_outputs` needs beyond the hidden states the backbone returns: for a cut backbone, its last layer's
-        own output (families with a final norm return that layer normed, where the uncut backbone's hidden states
-        hold it as it is); for Base+n on a decoder, what the backbone hands each of its layers after the hidden states
-        (masks, rotary embeddings, ...), for the extra layers of the same kind; each kept on the layer itself
-        (`keep_layer_io`), so that a deep copy or an exported trace keeps hook and store together. Installed once per
-        backbone (when built, and when a pretrained one is attached), so that the forward pass installs nothing and
-        stays one graph for `torch.compile`."""
-        self.backbone = backbone
-        remove_keepers(backbone)  # a backbone attached again, or one another model used
-        family = backbone_family(self.config.encoder_config)
-        layers = family.layers(backbone)
-        if self.is_cut and layers is not None:
-            keep_layer_io(layers[-1], output=True)
-        self._keeps_layer_inputs = self.fusion.needs_layer_inputs and isinstance(family, DecoderFamily)
-        if self._keeps_layer_inputs:
-            self._source_layers = family.source_layers(backbone.config, len(self.fusion.layer))
+    def detach(self) -> None:
+        """Remove this runner's hooks from the backbone (through their handles)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _keep_output(self, module, args, output) -> None:
+        # A layer called several times (ALBERT's shared one) leaves its last output.
+        self._last_output = output[0] if isinstance(output, (tuple, list)) else output
+
+    def _keep_inputs(self, index: int, module, args, kwargs) -> None:
+        if args:
+            self._inputs[index] = (args[1:], dict(kwargs))
+        else:  # the hidden states by name
+            self._inputs[index] = ((), {k: v for k, v in kwargs.items() if k != "hidden_states"})
+        if index == self._stop_after:
+            raise _EndOfDryRun
+
+    def run(self, output_attentions: bool = False, **inputs) -> tuple[tuple[torch.Tensor, ...], tuple | None]:
+        """
+        The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), and its
+        attention maps when `output_attentions` (else None). Inputs the family has no use for (token types) are left
+        out. A decoder-only backbone counts positions from each row's first non-padding token, so that padding on
+        either side changes nothing (transformers' own default counts from the first position, padding included).
+        """
+        if not self.takes_token_types:
+            inputs.pop("token_type_ids", None)
+        mask = inputs.get("attention_mask")
+        if self.family.causal and self.takes_position_ids and mask is not None and inputs.get("position_ids") is None:
+            inputs["position_ids"] = positions_from_mask(mask)
+        if output_attentions:
+            inputs["output_attentions"] = True
+        if self.takes_use_cache:
+            inputs["use_cache"] = False
+        self._inputs, self._last_output = {}, None
+        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
+                                return_dict=True)
+        last, self._last_output = self._last_output, None
+        if last is None or not self.is_cut:
+            last = outputs.last_hidden_state
+        attentions = outputs.attentions if output_attentions else None
+        return (*outputs.hidden_states[:-1], last), attentions
+
+    def layer_inputs(self, layers: nn.ModuleList, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
+                     from_this_run: bool = False) -> list[tuple[tuple, dict]]:
+        """
+        The positional and keyword arguments after the hidden states for `layers`, of the backbone's kind, run on
+        top of its last (`hidden_states`: that layer's output). A decoder's extra layer at position L + i gets what
+        the backbone handed its last layer of the same kind (`DecoderFamily.source_layers`): recorded in the run
+        just made where `from_this_run`, else in a dry run.
+        """
+        if not isinstance(self.family, DecoderFamily):
+            return self.family.layer_inputs(self.backbone, hidden_states, attention_mask, layers)
+        sources = self.family.source_layers(self.backbone.config, len(layers))
+        recorded, self._inputs = self._inputs, {}
+        if not (from_this_run and all(j in recorded for j in sources)):
+            recorded = self._dry_run(hidden_states, attention_mask, max(sources))
+        return [recorded[j] for j in sources]
+
+    def _dry_run(self, hidden_states, attention_mask, last_wanted: int) -> dict[int, tuple[tuple, dict]]:
+        """What the backbone hands layers 0..`last_wanted`, recorded by the pre-hooks, in a run from `hidden_states`
+        as input embeddings whose layers do no work (and that stops at `last_wanted`)."""
+        layers = self.layers
+        temporary = [] if self.records_layer_inputs else [
+            layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
+            for index, layer in enumerate(layers)]
+        inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask}
+        if self.takes_position_ids and attention_mask is not None:
+            inputs["position_ids"] = positions_from_mask(attention_mask)
+        if self.takes_use_cache:
+            inputs["use_cache"] = False
+        for layer in layers:
+            layer.forward = _hidden_states_through
+        self._stop_after, self._inputs = last_wanted, {}
+        try:
+            self.backbone(**inputs)
+        except _EndOfDryRun:
+            pass
+        finally:
+            self._stop_after = None
             for layer in layers:
-                keep_layer_io(layer, inputs=True)
+                del layer.forward  # the class's own again
+            for handle in temporary:
+                handle.remove()
+        recorded, self._inputs = self._inputs, {}
+        return recorded
 
-    def _take_layer_inputs(self) -> list[tuple]:
-        """What each of the backbone's layers received in this run besides the hidden states (Base+n on a decoder),
-        taken out of the keepers; empty where none keeps them."""
-        if not self._keeps_layer_inputs:
-            return []
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        recorded = [kept(layer, "inputs") for layer in layers]
-        return recorded if all(inputs is not None for inputs in recorded) else []
-
-    def _kept(self, what: str, index: int = -1):
-        """What the hook on the backbone's layer `index` kept in this run (see `use_backbone`)."""
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
-        return None if layers is None else kept(layers[index], what)
-
-    def cut_backbone(self, depth: int | None = None) -> None:
-        """
-        Drop the backbone's layers past `depth` (default: the deepest layer the fusion reads), so that it runs
-        layers 1..depth only and a checkpoint saved from here on stores only those; `config.backbone_depth` records
-        the depth (None where it is the default). The outputs do not change: what the fusion reads is computed the
-        same way. A head trained on a model that kept deeper layers (a probe's heads share one backbone) is cut
-        this way before it is saved for serving.
-        """
-        depth = self.config.deepest_read_layer if depth is None else depth
+    def cut(self, depth: int) -> None:
+        """Drop the backbone's layers past `depth`, so that it runs layers 1..depth only and holds no weight past
+        them; its config (the object its modules hold) says so."""
         running = self.backbone.config
-        layers = backbone_family(self.config.encoder_config).layers(self.backbone)
+        layers = self.layers
         if layers is None:
             raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
-        previous, self.config.backbone_depth = self.config.backbone_depth, depth
-        try:
-            self.config.validate_backbone_depth()
-            if depth > running.num_hidden_layers:
-                raise ValueError(f"cut_backbone: the backbone holds {running.num_hidden_layers} layers, not {depth}")
-        except ValueError:
-            self.config.backbone_depth = previous
-            raise
+        if depth > running.num_hidden_layers:
+            raise ValueError(f"cut_backbone: the backbone holds {running.num_hidden_layers} layers, not {depth}")
         if len(layers) == running.num_hidden_layers:  # one module per layer (ALBERT's layer is shared: kept)
             del layers[depth:]
         cut = cut_config(running, depth)
         for key in (*per_layer_settings(running), "num_hidden_layers"):
             setattr(running, key, getattr(cut, key))  # in place: the backbone's modules hold this config object
-        if depth == self.config.deepest_read_layer:
-            self.config.backbone_depth = None
-        self.use_backbone(self.backbone)
+        self._attach()
 
 
-__all__ = ["BackboneDepthMixin", "cut_config", "keep_layer_io", "kept", "layers_past_pattern", "remove_keepers"]
+def refuse_unused_layers(config, backbone: nn.Module, unexpected_keys, source) -> None:
+    """Refuse stored backbone layers past the ones `config` runs (`run_depth`, among a checkpoint's
+    `unexpected_keys`): a cut checkpoint whose `fused_layers` was edited to a shallower layer would load with the
+    head's own layer left unread. A checkpoint saved whole before models were cut holds every layer past the cut:
+    unused on purpose, taken."""
+    depth, total = config.run_depth, config.encoder_config.num_hidden_layers
+    if depth >= total:
+        return
+    past = re.compile(layers_past_pattern(backbone, config.encoder_config, depth))
+    stored = sorted({int(found.group(2)) + 1 for key in unexpected_keys for found in [past.search(key)] if found})
+    if stored and stored != list(range(depth + 1, total + 1)):
+        raise ValueError(
+            f"{source}: its weights hold backbone layers {depth + 1}-{stored[-1]}, past the {depth} its config runs "
+            f"(fused_layers {config.fused_layers!r}, backbone_depth {config.backbone_depth!r}): the head read a "
+            "deeper layer, and those layers would go unused: restore fused_layers to the layer it was trained on"
+        )
+
+
+__all__ = ["BackboneRunner", "cut_config", "layers_past_pattern", "refuse_unused_layers"]

@@ -10,7 +10,6 @@ in plain torch) and `pretrained_dwatt.py` (pretrained backbones and head-only ch
 transformers.
 """
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -33,17 +32,17 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
 
 try:
     from .backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
-                                  is_decoder_only, layer_norm_eps, positions_from_mask)
+                                  is_decoder_only, layer_norm_eps)
     from .configuration_dwatt import DWAttConfig
-    from .depth_dwatt import BackboneDepthMixin
+    from .depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
     from backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
-                                 is_decoder_only, layer_norm_eps, positions_from_mask)
+                                 is_decoder_only, layer_norm_eps)
     from configuration_dwatt import DWAttConfig
-    from depth_dwatt import BackboneDepthMixin
+    from depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
     from lora_dwatt import LoRAUpdates
     from pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
@@ -163,7 +162,8 @@ class DWAttPreTrainedModel(PreTrainedModel):
                 f"config: {details}. A head trained for another label set needs `ignore_mismatched_sizes=True` to "
                 "start afresh; a backbone of another shape needs the checkpoint's own config."
             )
-        getattr(model, "dwatt", model).refuse_unused_layers(info["unexpected_keys"], pretrained_model_name_or_path)
+        dwatt = getattr(model, "dwatt", model)
+        refuse_unused_layers(dwatt.config, dwatt.backbone, info["unexpected_keys"], pretrained_model_name_or_path)
         return (model, info) if output_loading_info else model
 
     @torch.no_grad()
@@ -187,7 +187,7 @@ class DWAttPreTrainedModel(PreTrainedModel):
                 init.zeros_(module.bias)
 
 
-class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
+class DWAttModel(DWAttPreTrainedModel):
     """
     A pretrained encoder (`self.backbone`) plus a layer-fusion module (`self.fusion`), returning the fused
     representation of every token. The fusion method is `config.fusion`; see [`DWAttConfig`].
@@ -201,17 +201,50 @@ class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
-        self.backbone = AutoModel.from_config(self.backbone_config, **backbone_kwargs(config.encoder_config))
-        accepted = inspect.signature(self.backbone.forward).parameters
-        self.takes_token_types = "token_type_ids" in accepted
-        self._takes_use_cache = "use_cache" in accepted  # a decoder's key/value cache: never read here
-        self._counts_positions_from_mask = backbone_family(config.encoder_config).causal and "position_ids" in accepted
+        backbone_config = cut_config(config.encoder_config, config.run_depth)  # a copy: `cut_backbone` edits it
+        self.backbone = AutoModel.from_config(backbone_config, **backbone_kwargs(config.encoder_config))
         self.fusion = FUSION_CLASSES[config.fusion](config, self.backbone)
         # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
         if config.lora and not config.lora["merged"] and config.heads_only:
             self.lora = LoRAUpdates(config, self.backbone)
         self.use_backbone(self.backbone)
         self.post_init()
+
+    @property
+    def is_cut(self) -> bool:
+        """Whether the backbone runs fewer than all its layers (`config.run_depth` < L)."""
+        return self.config.run_depth < self.config.encoder_config.num_hidden_layers
+
+    @property
+    def backbone_runner(self) -> BackboneRunner:
+        """What runs `self.backbone` (see [`BackboneRunner`]): one per backbone, shared by the models that read it."""
+        return BackboneRunner.of(self.backbone, self.config.encoder_config)
+
+    def use_backbone(self, backbone: nn.Module) -> None:
+        """Make `backbone` this model's, its runner told what the fusion asks of it (Base+n: its layers' inputs).
+        Done when a backbone is built or attached, so that the forward pass installs nothing (one graph to compile)."""
+        self.backbone = backbone
+        runner = self.backbone_runner
+        if self.fusion.needs_layer_inputs:
+            runner.keep_layer_inputs()
+
+    def cut_backbone(self, depth: int | None = None) -> None:
+        """
+        Drop the backbone's layers past `depth` (default: the deepest layer the fusion reads), so that it runs layers
+        1..depth only and a checkpoint saved from here on stores only those; `config.backbone_depth` records the depth
+        (None where it is the default). The outputs do not change. A head trained on a model that kept deeper layers
+        (a probe's heads share one backbone) is cut this way before it is saved for serving.
+        """
+        depth = self.config.deepest_read_layer if depth is None else depth
+        previous, self.config.backbone_depth = self.config.backbone_depth, depth
+        try:
+            self.config.validate_backbone_depth()
+            self.backbone_runner.cut(depth)
+        except ValueError:
+            self.config.backbone_depth = previous
+            raise
+        if depth == self.config.deepest_read_layer:
+            self.config.backbone_depth = None
 
     @property
     def fused_layer_indices(self) -> list[int]:
@@ -284,34 +317,9 @@ class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
         return torch.stack(selected, dim=stack_dim).movedim(stack_dim, 1)
 
     def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
-        """
-        The backbone's hidden states for `inputs` (embedding output first, then each layer). The last is the
-        encoder's output (`last_hidden_state`): for families with a final norm after the last layer (ModernBERT, the
-        decoder LLMs) that is what a plain head would read. See `backbone_outputs` for the inputs.
-        """
-        return self.backbone_outputs(**inputs)[0]
-
-    def backbone_outputs(self, output_attentions: bool = False, **inputs) -> tuple[tuple[torch.Tensor, ...], tuple | None]:
-        """
-        `run_backbone`'s hidden states, and the backbone's attention maps when `output_attentions` (else None).
-        Inputs the family has no use for (token types) are left out. A decoder-only backbone counts positions from
-        each row's first non-padding token, so that padding on either side changes nothing (transformers' own
-        default counts from the first position, padding included).
-        """
-        if not self.takes_token_types:
-            inputs.pop("token_type_ids", None)
-        mask = inputs.get("attention_mask")
-        if self._counts_positions_from_mask and mask is not None and inputs.get("position_ids") is None:
-            inputs["position_ids"] = positions_from_mask(mask)
-        if output_attentions:
-            inputs["output_attentions"] = True
-        if self._takes_use_cache:
-            inputs["use_cache"] = False
-        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
-                                return_dict=True)
-        attentions = outputs.attentions if output_attentions else None
-        last = self._kept("output") if self.is_cut else None
-        return (*outputs.hidden_states[:-1], outputs.last_hidden_state if last is None else last), attentions
+        """The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), as the uncut
+        backbone holds them; the last is its output (`last_hidden_state`). See `BackboneRunner.run`."""
+        return self.backbone_runner.run(**inputs)[0]
 
     def forward(
         self,
@@ -347,7 +355,7 @@ class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
-            all_hidden_states, attentions = self.backbone_outputs(
+            all_hidden_states, attentions = self.backbone_runner.run(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
                 inputs_embeds=inputs_embeds,
@@ -365,14 +373,9 @@ class DWAttModel(BackboneDepthMixin, DWAttPreTrainedModel):
             layers = [layer.to(dtype) for layer in layers] if isinstance(layers, list) else layers.to(dtype)
             last_layer = last_layer.to(dtype)
         layer_inputs = None
-        if self.fusion.needs_layer_inputs:
-            recorded = self._take_layer_inputs()  # kept by the backbone's own run (Base+n on a decoder)
-            if backbone_hidden_states is None and recorded:
-                layer_inputs = [recorded[j] for j in self._source_layers]
-            else:  # cached hidden states: the family computes the layer inputs
-                family = backbone_family(self.config.encoder_config)
-                layer_inputs = family.layer_inputs(self.backbone, last_layer, attention_mask, self.fusion.layer)
-                self._take_layer_inputs()  # what a decoder's dry run left in the keepers
+        if self.fusion.needs_layer_inputs:  # what the backbone hands its layers, for more of them (Base+n)
+            layer_inputs = self.backbone_runner.layer_inputs(
+                self.fusion.layer, last_layer, attention_mask, from_this_run=backbone_hidden_states is None)
         if token_mask is None or not self.fusion.per_token:
             fused, layer_weights = self.fusion(layers, last_layer, layer_inputs)
         elif traced():  # one graph: every position fused, the others zeroed

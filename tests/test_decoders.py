@@ -144,13 +144,11 @@ def test_base_plus_n_continues_a_local_global_alternation_by_layer_index(tmp_pat
                                                       num_extra_layers=3).eval()
     extra = model.dwatt.fusion.layer
     assert [layer.self_attn.is_sliding for layer in extra] == [False, True, False]  # positions 3, 4, 5: full, sliding, full
-    from backbones_dwatt import backbone_family
-
     ids = torch.randint(3, 99, (2, 6))
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0  # padding: both kinds of mask are tensors (without it, the full one is left to `is_causal`)
     hidden = model.dwatt.run_backbone(input_ids=ids, attention_mask=mask)[-1]
-    inputs = backbone_family(config).layer_inputs(model.dwatt.backbone, hidden, mask, extra)
+    inputs = model.dwatt.backbone_runner.layer_inputs(extra, hidden, mask)  # a dry run, as from cached states
     # Each extra layer gets the mask and rotary embeddings the backbone hands its last layer of the same kind.
     full, sliding = (inputs[0][1]["attention_mask"], inputs[1][1]["attention_mask"])
     assert torch.equal(inputs[2][1]["attention_mask"], full) and not torch.equal(full, sliding)

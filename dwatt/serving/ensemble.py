@@ -50,7 +50,7 @@ class AveragedHeads(nn.Module):
     @property
     def takes_token_types(self) -> bool:
         """Whether the shared backbone reads token types (an exported graph takes them as an input)."""
-        return self.heads.runner.takes_token_types
+        return self.heads.runner.backbone_runner.takes_token_types
 
     @property
     def device(self) -> torch.device:

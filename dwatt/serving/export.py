@@ -69,7 +69,7 @@ def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
     from .ensemble import AveragedHeads
 
-    takes_token_types = model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.takes_token_types
+    takes_token_types = model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.backbone_runner.takes_token_types
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_token_types else [])
 
 
