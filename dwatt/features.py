@@ -10,6 +10,10 @@ like any other, and `FeatureCollator` pads a batch of it for the model's `backbo
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import sys
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
@@ -219,39 +223,139 @@ def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool
 
 
 class CacheTooLargeError(ValueError):
-    """A feature cache that fits neither in memory nor on the disk it would spill to."""
+    """A feature cache that fits neither in memory nor on the disk it would spill to, or a model that does not fit the
+    memory budget (`--max-memory`) at all."""
 
 
 MEMORY_SHARE = 0.5  # a cache may take at most this share of the available memory; beyond it, it is memory-mapped
+WORKING_MARGIN = 1 << 30
+RECORD_EVERY_SECONDS = 2.0  # how often a disk cache's build record is written (what a stopped build resumes after)  # what a budget keeps beside the weights and the caches: batches, activations, the heads
+def model_nbytes(model) -> int:
+    """What a model's weights and buffers take in memory."""
+    tensors = [*model.parameters(), *model.buffers()]
+    return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
 
 
-def cache_storage(nbytes: int, spill_folder: str | Path) -> Path | None:
+def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None = None, model_bytes: int = 0) -> Path | None:
     """
-    Where a cache of `nbytes` goes: memory (`None`) when it takes at most `MEMORY_SHARE` of the available memory
-    (the rest is the margin for training, the model and the other caches), else a memory-mapped file in
-    `spill_folder` when its disk has room for it (plus 1 GiB), else `CacheTooLargeError` saying what to change.
+    Where caches of `nbytes` go: memory (`None`) when they fit, else memory-mapped files in `spill_folder` when its
+    disk has room for them (plus 1 GiB), else `CacheTooLargeError` saying what to change. They fit in memory within
+    `MEMORY_SHARE` of the available memory (the rest is the margin for training, the model and the other caches) and,
+    with a budget (`max_memory`, bytes, for the whole process), within what the model (`model_bytes`) and a working
+    margin leave of it; a model that leaves nothing of the budget is refused.
     """
     import shutil
 
     import psutil
 
     available = psutil.virtual_memory().available
-    if nbytes <= MEMORY_SHARE * available:
+    allowed = MEMORY_SHARE * available
+    if max_memory is not None:
+        left = max_memory - model_bytes - WORKING_MARGIN
+        if left < 0:
+            raise CacheTooLargeError(
+                f"--max-memory {gib(max_memory)}: the model alone takes {gib(model_bytes)}, and training needs about "
+                f"{gib(WORKING_MARGIN)} beside it; give a budget of at least {gib(model_bytes + WORKING_MARGIN)}, or a "
+                "backbone saved in a smaller dtype (bfloat16)"
+            )
+        allowed = min(allowed, left)
+    if nbytes <= allowed:
         return None
     folder = Path(spill_folder)
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
     if nbytes + (1 << 30) <= free:
         return folder
+    budget = f"the {gib(allowed)} --max-memory leaves" if max_memory is not None else (
+        f"{MEMORY_SHARE:.0%} of the {gib(available)} of memory available")
     raise CacheTooLargeError(
-        f"the feature cache needs {gib(nbytes)}: more than {MEMORY_SHARE:.0%} of the {gib(available)} of memory "
-        f"available and more than the {gib(free)} free on the disk of {folder}; fuse fewer layers (--layers "
-        "every:4), score fewer dev sentences (--dev-sentences), or train without the cache (--no-cache)"
+        f"the feature cache needs {gib(nbytes)}: more than {budget} and more than the {gib(free)} free on the disk "
+        f"of {folder}; fuse fewer layers (--layers every:4), score fewer dev sentences (--dev-sentences), or train "
+        "without the cache (--no-cache)"
     )
 
 
 def gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.2f} GiB"
+
+
+def release_freed_memory() -> None:
+    """Hand the memory freed since the last call back to the system, where the C library can (glibc's `malloc_trim`).
+    A backbone pass allocates and frees a few large tensors per batch; glibc keeps such freed blocks (up to 32 MiB
+    each) in its heap for reuse, where they fragment and add up batch after batch (measured: a 10x larger dev split
+    left 300 MB more anonymous memory after caching it to disk). Trimmed after each batch, the process holds what it
+    uses, whatever the number of sentences."""
+    global _MALLOC_TRIM
+    if _MALLOC_TRIM is None:
+        import ctypes
+        import ctypes.util
+
+        try:
+            _MALLOC_TRIM = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+            _MALLOC_TRIM = False
+    if _MALLOC_TRIM:
+        _MALLOC_TRIM(0)
+
+
+_MALLOC_TRIM = None
+
+
+def _preallocated(path: Path, nbytes: int) -> None:
+    """A fresh file of `nbytes` at `path`, its blocks reserved now where the system can (a disk that cannot hold the
+    cache refuses it here, with a message, rather than failing a write into the mapping later, which kills the
+    process)."""
+    with open(path, "wb") as handle:
+        try:
+            if nbytes and hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(handle.fileno(), 0, nbytes)
+            else:
+                handle.truncate(nbytes)
+        except OSError as error:
+            if error.errno in (95, 22):  # EOPNOTSUPP, EINVAL: a file system that reserves nothing ahead
+                handle.truncate(nbytes)
+                return
+            handle.close()
+            path.unlink(missing_ok=True)
+            raise CacheTooLargeError(
+                f"the feature cache {path} needs {gib(nbytes)} on its disk, which cannot hold it ({error.strerror}); "
+                "free space there, fuse fewer layers (--layers every:4) or train without the cache (--no-cache)"
+            ) from error
+
+
+class BuildRecord:
+    """
+    The progress of a feature cache built into a file, beside it (`<file>.json`): what the file holds (`holds`: the
+    cache's key, shape, dtype and batch size) and how many of its batches are written. A build that stops (Ctrl-C, a
+    killed process) resumes after them; a file whose record names other contents (another backbone, tokenizer, data,
+    dtype or layers) is built anew, and says so; a complete one is read as it is.
+    """
+
+    def __init__(self, data: Path, holds: dict):
+        self.data, self.path, self.holds = data, data.with_name(data.name + ".json"), holds
+
+    def batches_done(self) -> int:
+        """How many batches the file already holds for these contents (0: build it from the start)."""
+        if not self.data.exists() or not self.path.exists():
+            return 0
+        try:
+            stored = json.loads(self.path.read_text())
+            done = int(stored["batches_done"])
+            held = stored["holds"]
+        except (OSError, ValueError, KeyError, TypeError):
+            print(f"feature cache {self.data}: its record {self.path.name} does not parse; building it anew", file=sys.stderr)
+            return 0
+        if held != self.holds:
+            differing = sorted(k for k in {*held, *self.holds} if held.get(k) != self.holds.get(k))
+            print(f"feature cache {self.data}: written for other contents (differing: {', '.join(differing)}); "
+                  "building it anew", file=sys.stderr)
+            return 0
+        return done
+
+    def save(self, done: int, total: int) -> None:
+        from .atomic import write_json_atomically
+
+        write_json_atomically(self.path, {"holds": self.holds, "batches_done": done, "batches": total})
 
 
 @torch.no_grad()
@@ -267,6 +371,7 @@ def build_feature_cache(
     pooled: str | None = None,
     keep_file: bool = True,
     layers: Sequence[int] | None = None,
+    key: dict | None = None,
 ) -> FeatureCache:
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
@@ -274,7 +379,10 @@ def build_feature_cache(
     hidden states, 0 the embedding output, as heads on one layer each read them), stored as `dtype` (float16/bfloat16 halve
     the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
     memory-mapped file there instead of RAM (`keep_file=False`: a scratch file, unlinked once mapped, whose pages
-    the system frees with the cache). Sentences are batched by length so padding costs little.
+    the system frees with the cache). With a `path` and a `key` (what the features depend on, as `FEATURE_MEMO` keys
+    them), the build is recorded beside the file (`BuildRecord`): a stopped build resumes, a finished one is read
+    without running the backbone, and one made for another key is built anew. Sentences are batched by length so
+    padding costs little; a progress bar says the time left.
 
     `scored_positions_only=True` keeps only the positions that carry a label (first sub-tokens), for evaluation
     with a fusion that works token by token (all but Base+n): its outputs there are the same with or without the
@@ -309,20 +417,30 @@ def build_feature_cache(
         offsets.append(offsets[-1] + length)
     total = offsets[-1] + lengths[-1] if lengths else 0
     shape = (total, len(indices), backbone.config.hidden_size)
+    order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    record, done = None, 0
     if path is None:
         features = torch.empty(shape, dtype=dtype)
     else:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         numel = shape[0] * shape[1] * shape[2]
+        if key is not None:
+            holds = {**key, "shape": list(shape), "dtype": str(dtype), "batch_size": batch_size}
+            record = BuildRecord(path, json.loads(json.dumps(holds, default=str)))
+            done = record.batches_done()
+        if done == 0:
+            _preallocated(path, numel * torch.empty((), dtype=dtype).element_size())
         features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
         if not keep_file:
             path.unlink(missing_ok=True)  # the mapping stays valid; the disk space goes with the last reference
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
-    order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    for batch_indices in tqdm(batches, desc="caching backbone features", disable=not progress, leave=False):
+    saved_at = time.monotonic()
+    for number in tqdm(range(done, len(batches)), desc="caching backbone features", disable=not progress or done == len(batches),
+                       leave=False, total=len(batches), initial=done, unit="batch"):
+        batch_indices = batches[number]
         rows = dataset.select(batch_indices)
         longest = max(input_lengths[i] for i in batch_indices)
         inputs = {}
@@ -346,6 +464,13 @@ def build_feature_cache(
             else:
                 rows_kept = stacked[row, : lengths[index]]
             features[start : start + lengths[index]] = rows_kept
+        del hidden, stacked
+        release_freed_memory()
+        if record is not None and (number + 1 == len(batches) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
+            record.save(number + 1, len(batches))  # the batches written so far sit in the file's pages already
+            saved_at = time.monotonic()
+    if record is not None and not batches:
+        record.save(0, 0)
     backbone.train(was_training)
     return FeatureCache(features, offsets, lengths, labels, storage="memory" if path is None else "disk")
 

@@ -20,7 +20,7 @@ CacheDtype = Literal["float16", "bfloat16", "float32"]
 MODES, SAMPLINGS, CACHE_DTYPES = get_args(Mode), get_args(Sampling), get_args(CacheDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
-NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume")
+NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory")
 
 
 @dataclass
@@ -35,7 +35,8 @@ class RunConfig:
     mixes (`DWAttConfig.fused_layers`: all, every:k, a-b or a list; `only:` before one: without the last layer).
     `mode="lora"` trains low-rank adapters of `lora_rank` on the backbone's `lora_targets` (default: its family's
     attention projections), scaled by `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with
-    `lora_dropout`, beside the fusion and head.
+    `lora_dropout`, beside the fusion and head. `max_memory` (bytes) is the memory budget of the process: feature
+    caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`).
     `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
     sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
@@ -57,6 +58,7 @@ class RunConfig:
     learning_rate: float = 5e-5
     use_cache: bool = True
     cache_dtype: CacheDtype = "float16"
+    max_memory: int | None = None  # bytes the process may take; feature caches beyond what is left go to disk
     output_dir: str = "runs/default"
     save_model: bool = True
     evaluate_test: bool = False
@@ -119,6 +121,8 @@ class RunConfig:
             raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
+        if self.max_memory is not None and self.max_memory <= 0:
+            raise ValueError(f"--max-memory must be > 0, got {self.max_memory}")
         if self.cache_dtype not in CACHE_DTYPES:
             raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
         from .data import is_local_path

@@ -6,11 +6,24 @@ import argparse
 import pytest
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 
-from dwatt.cli.options import csv_of, inference_model, positive_batch_size, runtime
+from dwatt.cli.options import csv_of, inference_model, parse_size, positive_batch_size, runtime
 
 
 def test_comma_separated_values_skip_empty_items():
     assert csv_of(float)("3e-4,,1e-2,") == (3e-4, 1e-2) and csv_of(str)("") == ()
+
+
+def test_memory_sizes_read_as_people_write_them_and_anything_else_is_refused_with_an_example(capsys):
+    from dwatt.cli import main
+
+    assert parse_size("8GiB") == 8 << 30 and parse_size("8G") == 8 * 10**9 and parse_size(" 1.5 gib") == 3 << 29
+    assert parse_size("512MiB") == 512 << 20 and parse_size("4096") == 4096
+    for bad in ("eight", "8 parsecs", "0GiB", "-1G"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a size such as 8GiB, 512MiB or 8G"):
+            parse_size(bad)
+    with pytest.raises(SystemExit):
+        main(["probe", "--max-memory", "lots"])
+    assert "argument --max-memory: expected a size such as 8GiB, 512MiB or 8G, got 'lots'" in capsys.readouterr().err
 
 
 def test_a_batch_size_below_one_is_refused_with_the_option_named():

@@ -39,3 +39,59 @@ def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, 
     base = ["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--output-dir", str(tmp_path), "--quiet"]
     assert main(base + argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_peak_of_anonymous_memory_does_not_grow_with_the_sentences_under_a_memory_budget(tmp_path):
+    """`dwatt train` (FE, DWAtt on every layer) with `--max-memory`, its dev split 10x larger: its caches go to files,
+    and the peak of anonymous memory (RssAnon, what the budget bounds; polled as benchmarks/memory.py polls it) stays
+    within one batch's worth (what a caching batch holds at once: its hidden states and their stacked copy). The same 10x run without a budget keeps its caches in memory and grows by
+    about their size: what the budget saves, and proof the measure sees a cache."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from .conftest import SENTENCES, WORDS
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("reads /proc: Linux only")
+    spec = importlib.util.spec_from_file_location("memory_benchmark", Path(__file__).parents[1] / "benchmarks" / "memory.py")
+    memory = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(memory)
+    backbone = tmp_path / "bert"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(backbone)
+    torch.manual_seed(0)
+    hidden, layers = 512, 6  # wide enough that features, not the sentences' bookkeeping, are what grows
+    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
+                         intermediate_size=64)).save_pretrained(backbone)
+    longest = 40
+    sentence = "\n".join(f"{word} {tag}" for word, tag in (SENTENCES[0] * 10)[:longest]) + "\n"
+
+    def data(dev_sentences: int) -> Path:
+        folder = tmp_path / f"conll-{dev_sentences}"
+        folder.mkdir()
+        short = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
+        for name, text in (("train.txt", short * 4), ("test.txt", short), ("valid.txt", "\n".join([sentence] * dev_sentences))):
+            (folder / name).write_text("-DOCSTART- O\n\n" + text)
+        return folder
+
+    def peak(dev_sentences: int, budget: list[str]) -> dict:
+        argv = [sys.executable, "-m", "dwatt.cli", "train", "--backbone", str(backbone), "--data-dir", str(data_dirs[dev_sentences]),
+                "--n-shot", "2", "--epochs", "1", "--cache-dtype", "float32", "--quiet", "--no-save", "--threads", "1",
+                "--output-dir", str(tmp_path / f"run-{dev_sentences}-{len(budget)}"), *budget]
+        record = memory.measured(argv)
+        assert record["exit_code"] == 0, record.get("error")
+        return record
+
+    data_dirs = {count: data(count) for count in (100, 1000)}  # full caching batches of 64 in both
+    budget = ["--max-memory", "1.04GiB"]  # the model (0.03 GiB) and 1 GiB of working margin leave no room for a cache
+    small, large, unbounded = peak(100, budget), peak(1000, budget), peak(1000, [])
+    tokens = longest + 2
+    # One batch's worth: what a caching batch of 64 sentences holds at once, its hidden states and their stacked copy.
+    batch = 2 * 64 * tokens * (layers + 1) * hidden * 4
+    cache = 1000 * longest * (layers + 1) * hidden * 4  # the dev cache keeps the labelled positions
+    assert large["peak_anon_gib"] - small["peak_anon_gib"] <= batch / 2**30, (small, large)
+    assert unbounded["peak_anon_gib"] - large["peak_anon_gib"] >= 0.8 * cache / 2**30, (large, unbounded)

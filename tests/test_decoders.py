@@ -117,10 +117,14 @@ def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_r
     monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory(available=1000))
     on_disk = run(RunConfig(**config, output_dir=str(tmp_path / "disk")))
     err = capsys.readouterr().err
-    assert "memory-mapped from scratch files under" in err and str(tmp_path / "disk" / ".feature-cache") in err
+    assert "memory-mapped from files under" in err and str(tmp_path / ".feature-cache") in err
     assert on_disk["cache_storage"] == "disk" and in_memory["cache_storage"] == "memory"
     assert on_disk["dev_curve"] == in_memory["dev_curve"]
-    assert list((tmp_path / "disk" / ".feature-cache").iterdir()) == []  # scratch files are unlinked once mapped
+    kept = sorted(path.name for path in (tmp_path / ".feature-cache").iterdir())
+    assert len(kept) == 4 and {name.split(".", 1)[1] for name in kept} == {"bin", "bin.json"}  # training and dev caches
+    FEATURE_MEMO.clear()
+    again = run(RunConfig(**config, output_dir=str(tmp_path / "disk-again")))  # a later run reads them, by their key
+    assert again["dev_curve"] == in_memory["dev_curve"] and sorted(p.name for p in (tmp_path / ".feature-cache").iterdir()) == kept
     FEATURE_MEMO.clear()
     import shutil
 

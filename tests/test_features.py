@@ -95,3 +95,89 @@ def test_a_run_reading_fewer_layers_takes_them_from_a_remembered_cache_of_more(t
     order = [spec.fusion for spec in widest_first(grid(["base", "base_plus_n", "concat", "dwatt"], n_shots=(2, 4), epochs=(1,), trials=1))]
     assert order == ["concat", "dwatt", "base", "base_plus_n"] * 2
     FEATURE_MEMO.clear()
+
+
+def _counting_backbone_runs(model, monkeypatch, stop_after: int | None = None) -> list:
+    """Count the backbone runs of `model`'s feature cache builds; with `stop_after`, the run after that many stops
+    the build as Ctrl-C would."""
+    runs, run_backbone = [], model.dwatt.run_backbone
+
+    def counted(**inputs):
+        if stop_after is not None and len(runs) == stop_after:
+            raise KeyboardInterrupt
+        runs.append(inputs["input_ids"].shape[0])
+        return run_backbone(**inputs)
+
+    monkeypatch.setattr(model.dwatt, "run_backbone", counted)
+    return runs
+
+
+def test_a_stopped_disk_cache_build_resumes_where_it_stopped_and_a_finished_one_is_read_without_the_backbone(
+        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    straight = build_feature_cache(model, tokens, batch_size=1, progress=False)
+    batches = len(tokens)
+    key, path = {"backbone": "tiny", "data": "validation"}, tmp_path / "features.bin"
+    monkeypatch.setattr("dwatt.features.RECORD_EVERY_SECONDS", -1.0)  # a record after every batch
+    runs = _counting_backbone_runs(model, monkeypatch, stop_after=2)
+    with pytest.raises(KeyboardInterrupt):
+        build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
+    monkeypatch.undo()
+    runs = _counting_backbone_runs(model, monkeypatch)
+    resumed = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
+    assert batches == 5 and len(runs) == batches - 2 and torch.equal(resumed.features, straight.features)
+    again = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
+    assert len(runs) == batches - 2 and torch.equal(again.features, straight.features)  # read, not computed
+
+
+def test_a_disk_cache_made_for_other_contents_is_built_anew_and_says_so(tiny_backbone, tiny_conll, tmp_path, monkeypatch,
+                                                                       capsys):
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    path = tmp_path / "features.bin"
+    build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "a", "data": "d"})
+    runs = _counting_backbone_runs(model, monkeypatch)
+    build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "b", "data": "d"})
+    assert len(runs) == -(-len(tokens) // 4)
+    assert f"feature cache {path}: written for other contents (differing: backbone); building it anew" in capsys.readouterr().err
+    (tmp_path / "features.bin.json").write_text("{not json")
+    build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "b", "data": "d"})
+    assert "does not parse; building it anew" in capsys.readouterr().err and len(runs) == 2 * -(-len(tokens) // 4)
+
+
+def test_a_disk_that_cannot_hold_the_cache_is_refused_before_any_write_naming_the_file(tiny_backbone, tiny_conll, tmp_path,
+                                                                                      monkeypatch):
+    import errno
+    import os
+
+    from dwatt.features import CacheTooLargeError
+
+    def full(descriptor, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    runs = _counting_backbone_runs(model, monkeypatch)
+    with pytest.raises(CacheTooLargeError, match=f"the feature cache {tmp_path / 'features.bin'} needs .* GiB on its disk, "
+                                                 "which cannot hold it \\(No space left on device\\)"):
+        build_feature_cache(model, tokens, progress=False, path=tmp_path / "features.bin", key={"backbone": "a"})
+    assert runs == [] and not (tmp_path / "features.bin").exists()
+
+
+def test_a_memory_budget_sends_the_caches_that_do_not_fit_beside_the_model_to_disk(monkeypatch, tmp_path):
+    import collections
+
+    import psutil
+
+    from dwatt.features import WORKING_MARGIN, CacheTooLargeError, cache_storage
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: collections.namedtuple("Memory", "available")(64 << 30))
+    assert cache_storage(2 << 30, tmp_path, max_memory=None, model_bytes=3 << 30) is None
+    assert cache_storage(2 << 30, tmp_path, max_memory=8 << 30, model_bytes=3 << 30) is None
+    assert cache_storage(5 << 30, tmp_path, max_memory=8 << 30, model_bytes=3 << 30) == tmp_path
+    with pytest.raises(CacheTooLargeError, match=r"--max-memory 3.00 GiB: the model alone takes 3.00 GiB, .* give a budget "
+                                                 r"of at least 4.00 GiB"):
+        cache_storage(1, tmp_path, max_memory=3 << 30, model_bytes=3 << 30)
+    assert WORKING_MARGIN == 1 << 30

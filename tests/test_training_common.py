@@ -58,3 +58,47 @@ def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
     assert torch.equal(memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight)
     if fusion != "scalar_mix":  # ScalarMix starts from constants, whatever the seed
         assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
+
+
+def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or_data_building_new_ones(
+        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    """Caches sent to disk (a budget that keeps nothing in memory) are named by what they hold: the same backbone and
+    data read the kept files again, and a backbone whose weights changed in the same folder, another tokenizer or
+    other sentences each get files of their own, never the stale ones."""
+    import shutil
+
+    from transformers import BertModel, BertTokenizerFast
+
+    from dwatt.training import FEATURE_MEMO
+
+    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)
+    backbone, data = tmp_path / "backbone", tmp_path / "data"
+    shutil.copytree(tiny_backbone, backbone)
+    shutil.copytree(tiny_conll, data)
+    caches = tmp_path / "runs" / ".feature-cache"
+
+    def run(name):
+        FEATURE_MEMO.clear()
+        results = run_ner(tiny_ner_run_config(backbone, data, tmp_path / "runs" / name, save_model=False))
+        assert results["cache_storage"] == "disk"
+        return results, {path.name for path in caches.glob("*.bin")}
+
+    first, files = run("first")
+    again, same = run("again")
+    assert same == files and again["dev_curve"] == first["dev_curve"]
+    torch.manual_seed(1)
+    BertModel(BertModel.config_class.from_pretrained(backbone)).save_pretrained(backbone)  # other weights, same folder
+    _, grown = run("new-weights")
+    assert files < grown and len(grown) == 2 * len(files)
+    contents = {name: (caches / name).read_bytes() for name in grown}
+    assert not {contents[name] for name in grown - files} & {contents[name] for name in files}  # other features
+    tokenizer = BertTokenizerFast.from_pretrained(backbone)
+    vocab = sorted(tokenizer.vocab, key=tokenizer.vocab.get)
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab[:5] + vocab[5:][::-1])}).save_pretrained(backbone)
+    _, grown_again = run("new-tokenizer")
+    assert grown < grown_again and len(grown_again) == 3 * len(files)
+    blocks = [block for block in (data / "valid.txt").read_text().split("\n\n") if block.strip()]
+    (data / "valid.txt").write_text("\n\n".join(blocks[:-1]) + "\n")  # one dev sentence fewer: other dev features
+    _, last = run("new-data")
+    assert grown_again < last and len(last) == len(grown_again) + 1  # the same training sample, another dev set
+    FEATURE_MEMO.clear()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 
 from ..choices import QUANTIZATIONS, RUNTIMES
 
@@ -24,6 +25,26 @@ def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:
                         help="the heads of a group that trains together (a probe's layers and rates, a fusion's "
                              "rates) train K at a time, each kept as it ends: a run stopped in a long group resumes "
                              "after its last finished part")
+
+
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
+              "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """A memory size as people write it: `8GiB`, `8G`, `512MiB`, `1.5GB`, or bytes."""
+    found = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = found and found.group(2).lower()
+    if not found or unit not in SIZE_UNITS or float(found.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"expected a size such as 8GiB, 512MiB or 8G, got {text!r}")
+    return int(float(found.group(1)) * SIZE_UNITS[unit])
+
+
+def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-memory", type=parse_size, default=None, dest="max_memory", metavar="SIZE",
+                        help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
+                             "the model are memory-mapped from files (kept beside the output folder, named by their "
+                             "contents; a stopped build resumes); default: half the available memory for the caches")
 
 
 COLUMNS = ("text_column", "pair_column", "label_column")

@@ -7,7 +7,8 @@ import argparse
 from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
-from .options import add_threads_argument, add_train_in_parts_argument, check_grid_arguments, csv_of
+from .options import (add_max_memory_argument, add_threads_argument,
+                      add_train_in_parts_argument, check_grid_arguments, csv_of)
 
 GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
                 "learning_rates", "probe_layers")  # the options that override a preset's `grid` arguments
@@ -27,6 +28,7 @@ def register(commands) -> None:
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
+    add_max_memory_argument(parser)
     parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), default="auto",
                         help="stacked: train the runs of one FE sample together as stacked copies of one head "
                              "(budgets, its old name, still works); auto: where a sample has several runs")
@@ -92,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         specs = shard(specs, index, count)
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
-    overrides = {"cache_dtype": args.cache_dtype, **({"evaluate_test": True} if args.test else {}),
+    overrides = {"cache_dtype": args.cache_dtype, "max_memory": args.max_memory, **({"evaluate_test": True} if args.test else {}),
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)

@@ -36,6 +36,7 @@ from ..features import (
     cache_storage,
     dataset_fingerprint,
     gib,
+    model_nbytes,
 )
 from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
@@ -57,12 +58,13 @@ class InitialModels:
     seconds for a large backbone, paid again by every run of a sweep, while the runs of one fusion and trial (every
     N, every budget) start from the same weights. The first build of a (backbone, fusion, seed, config) keeps the
     pretrained backbone and the fresh fusion and head weights; later builds copy those into a model made on the
-    meta device, so they skip the random initialisation and give the very same model.
+    meta device, so they skip the random initialisation and give the very same model. A local backbone is known by
+    its files' contents (`backbone_fingerprint`), so that weights changed in the same folder are loaded anew.
     """
 
     def __init__(self, max_heads: int = 16):
         self.max_heads = max_heads
-        self._backbones: dict[str, torch.nn.Module] = {}
+        self._backbones: dict[tuple, torch.nn.Module] = {}
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
@@ -73,21 +75,22 @@ class InitialModels:
         cls = model_class
         if cache_layers:
             config_kwargs["backbone_depth"] = max(cache_layers)
-        key = (backbone, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
+        weights = backbone_fingerprint(backbone)  # a folder whose files changed is another backbone
+        key = (backbone, weights, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
         held = self._heads.get(key)
-        if held is not None and (backbone, held[0].run_depth) in self._backbones:
+        if held is not None and (backbone, weights, held[0].run_depth) in self._backbones:
             self.hits += 1
             self._heads.move_to_end(key)
             config, head = held
             with torch.device("meta"):
                 model = cls(copy.deepcopy(config))
-            model.dwatt.use_backbone(copy.deepcopy(self._backbones[backbone, config.run_depth]))
+            model.dwatt.use_backbone(copy.deepcopy(self._backbones[backbone, weights, config.run_depth]))
             model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
         else:
             self.misses += 1
             set_seed(seed)
             model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
-            self._backbones.setdefault((backbone, model.config.run_depth), copy.deepcopy(model.dwatt.backbone))
+            self._backbones.setdefault((backbone, weights, model.config.run_depth), copy.deepcopy(model.dwatt.backbone))
             head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
             self._heads[key] = (copy.deepcopy(model.config), head)
             while len(self._heads) > self.max_heads:
@@ -324,10 +327,12 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     """
     FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this process's
     device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`: of the layers the
-    model's fusion reads, or of `layers` (hidden-state indices; heads on one layer each read one cache of them all). Before computing
-    them it states their size (on the main process, unless `config.progress` is off): in memory when they fit with a
-    margin, else memory-mapped from scratch files under the run's folder (`features.cache_storage`), else a one-line
-    error saying what to change. Each cache records where it lives (`storage`).
+    model's fusion reads, or of `layers` (hidden-state indices; heads on one layer each read one cache of them all).
+    Before computing them it states their size (on the main process, unless `config.progress` is off): in memory when
+    they fit (`features.cache_storage`: within `config.max_memory` beside the model, and half the available memory),
+    else memory-mapped from files in `feature_cache_folder`, named by their key, resumed where a stopped build left
+    them and read again by later runs; else a one-line error saying what to change. Each cache records where it lives
+    (`storage`).
     """
     model.to(device())
     dtype = getattr(torch, config.cache_dtype)
@@ -337,27 +342,57 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     keys = [feature_key(model, backbone, tokens, dtype, **options) for tokens, options in splits]
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
-    spill = cache_storage(nbytes, Path(config.output_dir) / ".feature-cache") if new else None
+    folder = feature_cache_folder(config)
+    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model)) if new else None
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
-        where = "in memory" if spill is None else f"memory-mapped from scratch files under {spill} (too large for memory)"
+        where = "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
         print(f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
     caches = []
     for number, ((tokens, options), key) in enumerate(zip(splits, keys)):
-        on_disk = {} if spill is None else {"path": spill / f"{os.getpid()}-{time.time_ns()}-{number}.bin", "keep_file": False}
+        if spill is None:
+            on_disk = {}
+        elif launched_processes() > 1:  # each process caches its share: scratch files of its own
+            on_disk = {"path": spill / f"{os.getpid()}-{time.time_ns()}-{number}.bin", "keep_file": False}
+        else:
+            described = described_key(key)
+            on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
         caches.append(FEATURE_MEMO.get(key, lambda: build_feature_cache_across_processes(
             model, tokens, dtype=dtype, progress=progress, **options, **on_disk)))
     return caches
 
 
+def feature_cache_folder(config: RunConfig) -> Path:
+    """Where caches too large for memory are kept: `.feature-cache` beside the run's folder, which the runs of a sweep
+    or a probe (each in a folder of its own) and a rerun of the command share."""
+    return Path(config.output_dir).resolve().parent / ".feature-cache"
+
+
+def described_key(key) -> dict:
+    """A `feature_key` as named fields, as a disk cache's record states them."""
+    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data) = key
+    return {"layers": list(layers), "backbone": backbone, "backbone_fingerprint": fingerprint, "revision": revision,
+            "dtype": dtype, "scored_positions_only": scored_positions_only, "pooled": pooled, "device": where,
+            "backbone_dtype": runs_in, "data_fingerprint": data}
+
+
+def key_digest(described: dict) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
 def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None,
                 layers: list[int] | None = None):
     """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone, its
-    revision and weights by content, dtype and positions kept, the device, and the sentences' contents). Runs whose
+    revision and weights by content, dtype and positions kept, the device and dtype the backbone runs in, and the
+    sentences' contents). Runs whose
     keys are equal share one cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes
     them from it."""
+    weights = next(model.dwatt.backbone.parameters())
     rest = (backbone, backbone_fingerprint(backbone), model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
-            str(next(model.parameters()).device), dataset_fingerprint(tokens))
+            str(weights.device), str(weights.dtype), dataset_fingerprint(tokens))
     return tuple(cached_layers(model, layers)), rest
 
 

@@ -1,0 +1,198 @@
+"""Memory, measured: the peak memory of `dwatt probe`, `dwatt train` and `dwatt predict` on one backbone, each run as
+a user runs it (the console script, in a process of its own), its memory read from `/proc/<pid>/status` every 50 ms
+(the process and any it starts).
+
+Two figures per command:
+- `peak_anon_gib`: the peak of anonymous memory (`RssAnon`: the weights, activations, heads and every cache kept in
+  memory). It leaves out the pages of memory-mapped files (a feature cache sent to disk), which the system can drop
+  and read again, so it is what a memory budget (`--max-memory`) bounds;
+- `peak_rss_gib`: the peak resident set (`VmRSS`), file pages included: what `top` shows.
+
+Also recorded: the wall time, the size on disk of the feature caches the command kept (`.feature-cache` beside its
+output), the command line, the CPU, and whether it has bf16 and AMX instructions.
+
+    python benchmarks/memory.py --backbone models/SmolLM2-135M-Instruct-q4 --max-memory 8GiB --threads 2
+    python benchmarks/memory.py --backbone models/Qwen2.5-Coder-1.5B-Instruct-q4 --max-memory 8GiB --threads 2 \
+      --commands probe
+
+Writes `results/memory_<backbone>.json` and `.md` next to this file (or into --output); a command measured again
+replaces its record, the others stay.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+COMMANDS = ("probe", "train", "predict")
+GIB = 2**30
+
+
+def _status(pid: int) -> dict[str, int]:
+    """`VmRSS` and `RssAnon` of one process, in bytes (empty once it has ended)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in lines if ":" in line)
+    return {key: int(fields[key].split()[0]) * 1024 for key in ("VmRSS", "RssAnon") if key in fields}
+
+
+def _tree(pid: int) -> list[int]:
+    """The process and its descendants."""
+    import psutil
+
+    try:
+        return [pid, *(child.pid for child in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
+
+
+class PeakMemory:
+    """Polls a running process tree's memory every `interval` seconds in a thread, keeping the peaks of the sums."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        self.pid, self.interval = pid, interval
+        self.peak_anon = self.peak_rss = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            statuses = [_status(pid) for pid in _tree(self.pid)]
+            self.peak_anon = max(self.peak_anon, sum(s.get("RssAnon", 0) for s in statuses))
+            self.peak_rss = max(self.peak_rss, sum(s.get("VmRSS", 0) for s in statuses))
+            self._stop.wait(self.interval)
+
+    def stop(self) -> dict:
+        self._stop.set()
+        self._thread.join()
+        return {"peak_anon_gib": round(self.peak_anon / GIB, 3), "peak_rss_gib": round(self.peak_rss / GIB, 3)}
+
+
+def measured(argv: list[str], stdin: str | None = None, env: dict | None = None) -> dict:
+    """Run `argv` with `stdin`, its memory polled (`PeakMemory`): the peaks, the wall time and the exit code; its
+    output's last lines where it failed."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    peak = PeakMemory(process.pid)
+    out, err = process.communicate(stdin)
+    record = {**peak.stop(), "wall_s": round(time.perf_counter() - started, 1), "exit_code": process.returncode}
+    if process.returncode:
+        record["error"] = (err or out).strip().splitlines()[-5:]
+    return record
+
+
+def cpu_facts() -> dict:
+    """The CPU's model name and whether it has the bf16 and AMX instructions that make bf16 matmuls fast."""
+    flags, name = set(), platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            elif line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpu": name, "cores": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.is_dir() else 0
+
+
+def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
+    """Each command's argument list (after `dwatt`) and standard input."""
+    common = ["--backbone", args.backbone, "--n-shot", str(args.n_shot), "--epochs", str(args.epochs)]
+    if args.max_memory:
+        common += ["--max-memory", args.max_memory]
+    if args.dev_sentences:
+        common += ["--dev-sentences", str(args.dev_sentences)]
+    threads = ["--threads", str(args.threads)] if args.threads else []
+    probe = ["probe", *common, "--test", "--quiet", "--results", str(work / "probe" / "results.jsonl"), *threads]
+    train = ["train", *common, "--fusion", "dwatt", "--test", "--quiet", "--output-dir", str(work / "train" / "run"),
+             *threads]
+    from dwatt.data import load_conll2003
+
+    test = load_conll2003()["test"]
+    lines = "\n".join(" ".join(row) for row in test["tokens"][: args.predict_sentences] if row) + "\n"
+    predict = ["predict", str(work / "probe" / "chosen" / "model"), "--file", "-", "--quiet", *threads]
+    return {"probe": (probe, None), "train": (train, None), "predict": (predict, lines)}
+
+
+def table(records: list[dict]) -> str:
+    lines = ["| backbone | command | peak anonymous (GiB) | peak RSS (GiB) | feature cache on disk (GiB) | wall (s) | exit |",
+             "|---|---|---|---|---|---|---|"]
+    for r in records:
+        lines.append(f"| {r['backbone']} | {r['command']} | {r['peak_anon_gib']:.2f} | {r['peak_rss_gib']:.2f} | "
+                     f"{r['cache_on_disk_gib']:.2f} | {r['wall_s']:.0f} | {r['exit_code']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--backbone", required=True)
+    parser.add_argument("--commands", default=",".join(COMMANDS), help="comma-separated, of " + ", ".join(COMMANDS))
+    parser.add_argument("--max-memory", default="8GiB")
+    parser.add_argument("--n-shot", type=int, default=32)
+    parser.add_argument("--epochs", type=int, default=25)
+    parser.add_argument("--dev-sentences", type=int, default=None)
+    parser.add_argument("--predict-sentences", type=int, default=500)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--work", default=None, help="where the commands write (default: a scratch folder, removed)")
+    parser.add_argument("--output", default=str(HERE / "results"))
+    parser.add_argument("--note", default=None, help="what else the machine ran meanwhile (wall times depend on it)")
+    args = parser.parse_args(argv)
+    import results_files
+    from dwatt.portable import portable_path
+
+    wanted = [name for name in args.commands.split(",") if name]
+    unknown = sorted(set(wanted) - set(COMMANDS))
+    if unknown:
+        parser.error(f"--commands: unknown {unknown}; expected some of {', '.join(COMMANDS)}")
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dwatt-memory-"))
+    dwatt = shutil.which("dwatt") or str(Path(sys.executable).with_name("dwatt"))
+    name = Path(args.backbone.rstrip("/")).name
+    stem = f"memory_{name}"
+    path = Path(args.output) / f"{stem}.json"
+    kept = json.loads(path.read_text())["records"] if path.exists() else []
+    records = [r for r in kept if r["command"] not in wanted]
+    lines = command_lines(args, work)
+    for command in wanted:
+        arguments, stdin = lines[command]
+        print(f"{command}: dwatt {' '.join(arguments)}", file=sys.stderr, flush=True)
+        record = measured([dwatt, *arguments], stdin)
+        caches = sum(folder_bytes(folder) for folder in (work / command).rglob(".feature-cache"))
+        record.update(backbone=portable_path(args.backbone), command=command,
+                      command_line="dwatt " + " ".join(portable_path(a) if Path(a).exists() else a
+                                                        for a in arguments).replace(str(work), "WORK"),
+                      cache_on_disk_gib=round(caches / GIB, 3))
+        print(json.dumps(record), file=sys.stderr, flush=True)
+        records.append(record)
+    records.sort(key=lambda r: COMMANDS.index(r["command"]))
+    result = {"benchmark": "memory", "command": results_files.command("memory.py", argv), **cpu_facts(),
+              "environment": results_files.environment(), "max_memory": args.max_memory, "note": args.note,
+              "records": records}
+    markdown = (f"# Peak memory of dwatt's commands on {name}\n\n`{result['command']}`; {result['cpu']}, "
+                f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
+                f"{'with' if result['amx_bf16'] else 'without'} AMX." + (f" {args.note}" if args.note else "")
+                + "\n\n" + table(records))
+    results_files.write(args.output, stem, result, markdown)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
