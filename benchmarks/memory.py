@@ -176,8 +176,8 @@ def main(argv: list[str] | None = None) -> None:
         record = measured([dwatt, *arguments], stdin)
         caches = sum(folder_bytes(folder) for folder in (work / command).rglob(".feature-cache"))
         record.update(backbone=portable_path(args.backbone), command=command,
-                      command_line="dwatt " + " ".join(portable_path(a) if Path(a).exists() else a
-                                                        for a in arguments).replace(str(work), "WORK"),
+                      command_line="dwatt " + " ".join(a.replace(str(work), "WORK") if str(work) in a
+                                                        else portable_path(a) if Path(a).exists() else a for a in arguments),
                       cache_on_disk_gib=round(caches / GIB, 3))
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
