@@ -45,7 +45,7 @@ def test_the_peak_of_anonymous_memory_does_not_grow_with_the_sentences_under_a_m
     """`dwatt train` (FE, DWAtt on every layer) with `--max-memory`, its dev split 10x larger: its caches go to files,
     and the peak of anonymous memory (RssAnon, what the budget bounds; polled as benchmarks/memory.py polls it) stays
     within one batch's worth (what a caching batch holds at once: its hidden states and their stacked copy). The same 10x run without a budget keeps its caches in memory and grows by
-    about their size: what the budget saves, and proof the measure sees a cache."""
+    about their size (at least half of it): what the budget saves, and proof the measure sees a cache."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -87,11 +87,11 @@ def test_the_peak_of_anonymous_memory_does_not_grow_with_the_sentences_under_a_m
         return record
 
     data_dirs = {count: data(count) for count in (100, 1000)}  # full caching batches of 64 in both
-    budget = ["--max-memory", "1.04GiB"]  # the model (0.03 GiB) and 1 GiB of working margin leave no room for a cache
+    budget = ["--max-memory", "2.04GiB"]  # the model (0.03 GiB) and 2 GiB of working margin leave no room for a cache
     small, large, unbounded = peak(100, budget), peak(1000, budget), peak(1000, [])
     tokens = longest + 2
     # One batch's worth: what a caching batch of 64 sentences holds at once, its hidden states and their stacked copy.
     batch = 2 * 64 * tokens * (layers + 1) * hidden * 4
     cache = 1000 * longest * (layers + 1) * hidden * 4  # the dev cache keeps the labelled positions
     assert large["peak_anon_gib"] - small["peak_anon_gib"] <= batch / 2**30, (small, large)
-    assert unbounded["peak_anon_gib"] - large["peak_anon_gib"] >= 0.8 * cache / 2**30, (large, unbounded)
+    assert unbounded["peak_anon_gib"] - large["peak_anon_gib"] >= 0.5 * cache / 2**30, (large, unbounded)

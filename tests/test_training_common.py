@@ -60,6 +60,19 @@ def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
         assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
 
 
+def test_fe_builds_share_one_copy_of_the_backbone_and_others_get_their_own(tiny_backbone):
+    """FE never changes the backbone: its runs take the remembered one itself (a 1.5B model's weights held once, not
+    once more per run), equal to a fresh build's; FT and LoRA runs get a copy, as before."""
+    memo = InitialModels()
+    first = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    again = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    other = memo.build(str(tiny_backbone), "concat", 8, num_labels=5, shares_backbone=True)  # a miss: loaded, then shared
+    assert first.dwatt.backbone is again.dwatt.backbone is other.dwatt.backbone
+    tuned = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5)
+    assert tuned.dwatt.backbone is not first.dwatt.backbone
+    assert all(torch.equal(a, b) for a, b in zip(tuned.state_dict().values(), again.state_dict().values()))
+
+
 def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or_data_building_new_ones(
         tiny_backbone, tiny_conll, tmp_path, monkeypatch):
     """Caches sent to disk (a budget that keeps nothing in memory) are named by what they hold: the same backbone and

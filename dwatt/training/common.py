@@ -69,9 +69,12 @@ class InitialModels:
         self.hits = self.misses = 0
 
     def build(self, backbone: str, fusion: str, seed: int, model_class=DWAttForTokenClassification,
-              cache_layers: list[int] | None = None, **config_kwargs) -> DWAttForTokenClassification:
+              cache_layers: list[int] | None = None, shares_backbone: bool = False,
+              **config_kwargs) -> DWAttForTokenClassification:
         """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
-        the heads of a probe read, whose shared backbone runs as deep as the deepest of them."""
+        the heads of a probe read, whose shared backbone runs as deep as the deepest of them. `shares_backbone` (FE,
+        whose backbone never changes): the model takes the remembered backbone itself, not a copy, so that a process
+        holds one copy of a 1.5B model's weights however many runs it makes."""
         cls = model_class
         if cache_layers:
             config_kwargs["backbone_depth"] = max(cache_layers)
@@ -84,13 +87,17 @@ class InitialModels:
             config, head = held
             with torch.device("meta"):
                 model = cls(copy.deepcopy(config))
-            model.dwatt.use_backbone(copy.deepcopy(self._backbones[backbone, weights, config.run_depth]))
+            kept = self._backbones[backbone, weights, config.run_depth]
+            model.dwatt.use_backbone(kept if shares_backbone else copy.deepcopy(kept))
             model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
         else:
             self.misses += 1
             set_seed(seed)
             model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
-            self._backbones.setdefault((backbone, weights, model.config.run_depth), copy.deepcopy(model.dwatt.backbone))
+            where = (backbone, weights, model.config.run_depth)
+            if shares_backbone and where in self._backbones:  # the weights just loaded again: the kept ones serve
+                model.dwatt.use_backbone(self._backbones[where])
+            self._backbones.setdefault(where, model.dwatt.backbone if shares_backbone else copy.deepcopy(model.dwatt.backbone))
             head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
             self._heads[key] = (copy.deepcopy(model.config), head)
             while len(self._heads) > self.max_heads:
@@ -343,7 +350,8 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     folder = feature_cache_folder(config)
-    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model)) if new else None
+    held = model_nbytes(model) + FEATURE_MEMO.memory_bytes()  # the weights and the caches already in memory
+    spill = cache_storage(nbytes, folder, config.max_memory, held) if new else None
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
         where = "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"

@@ -99,7 +99,7 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)},
         **config.model_options(),
-        cache_layers=cache_layers,
+        cache_layers=cache_layers, shares_backbone=config.mode == "fe",
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = set_training_mode(model, config)
