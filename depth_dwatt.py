@@ -126,8 +126,24 @@ class BackboneRunner:
         if self.is_cut:
             self._handles.append(layers[-1].register_forward_hook(self._keep_output))
         if self.records_layer_inputs:
-            self._handles += [layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
-                              for index, layer in enumerate(layers)]
+            self._handles += self._input_recorders(layers)
+
+    def _input_recorders(self, layers: nn.ModuleList) -> list:
+        """Forward pre-hooks that record what each of `layers` receives (`_keep_inputs`); their handles."""
+        return [layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
+                for index, layer in enumerate(layers)]
+
+    def _backbone_inputs(self, inputs: dict) -> dict:
+        """`inputs` as this backbone takes them: without token types where it has none, without a key/value cache,
+        positions counted from each row's first non-padding token for a decoder, and no None values."""
+        if not self.takes_token_types:
+            inputs.pop("token_type_ids", None)
+        mask = inputs.get("attention_mask")
+        if self.family.causal and self.takes_position_ids and mask is not None and inputs.get("position_ids") is None:
+            inputs["position_ids"] = positions_from_mask(mask)
+        if self.takes_use_cache:
+            inputs["use_cache"] = False
+        return {key: value for key, value in inputs.items() if value is not None}
 
     def detach(self) -> None:
         """Remove this runner's hooks from the backbone (through their handles)."""
@@ -154,18 +170,10 @@ class BackboneRunner:
         out. A decoder-only backbone counts positions from each row's first non-padding token, so that padding on
         either side changes nothing (transformers' own default counts from the first position, padding included).
         """
-        if not self.takes_token_types:
-            inputs.pop("token_type_ids", None)
-        mask = inputs.get("attention_mask")
-        if self.family.causal and self.takes_position_ids and mask is not None and inputs.get("position_ids") is None:
-            inputs["position_ids"] = positions_from_mask(mask)
         if output_attentions:
             inputs["output_attentions"] = True
-        if self.takes_use_cache:
-            inputs["use_cache"] = False
         self._inputs, self._last_output = {}, None
-        outputs = self.backbone(**{k: v for k, v in inputs.items() if v is not None}, output_hidden_states=True,
-                                return_dict=True)
+        outputs = self.backbone(**self._backbone_inputs(inputs), output_hidden_states=True, return_dict=True)
         last, self._last_output = self._last_output, None
         if last is None or not self.is_cut:
             last = outputs.last_hidden_state
@@ -192,14 +200,8 @@ class BackboneRunner:
         """What the backbone hands layers 0..`last_wanted`, recorded by the pre-hooks, in a run from `hidden_states`
         as input embeddings whose layers do no work (and that stops at `last_wanted`)."""
         layers = self.layers
-        temporary = [] if self.records_layer_inputs else [
-            layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
-            for index, layer in enumerate(layers)]
-        inputs = {"inputs_embeds": hidden_states, "attention_mask": attention_mask}
-        if self.takes_position_ids and attention_mask is not None:
-            inputs["position_ids"] = positions_from_mask(attention_mask)
-        if self.takes_use_cache:
-            inputs["use_cache"] = False
+        temporary = [] if self.records_layer_inputs else self._input_recorders(layers)
+        inputs = self._backbone_inputs({"inputs_embeds": hidden_states, "attention_mask": attention_mask})
         for layer in layers:
             layer.forward = _hidden_states_through
         self._stop_after, self._inputs = last_wanted, {}
