@@ -244,13 +244,15 @@ def model_nbytes(model) -> int:
     return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
 
 
-def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None = None, model_bytes: int = 0) -> Path | None:
+def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None = None, model_bytes: int = 0,
+                  cached_bytes: int = 0) -> Path | None:
     """
     Where caches of `nbytes` go: memory (`None`) when they fit, else memory-mapped files in `spill_folder` when its
     disk has room for them (plus 1 GiB), else `CacheTooLargeError` saying what to change. They fit in memory within
     `MEMORY_SHARE` of the available memory (the rest is the margin for training, the model and the other caches) and,
-    with a budget (`max_memory`, bytes, for the whole process), within what the model and the caches already in
-    memory (`model_bytes`) and a working margin leave of it; a model that leaves nothing of the budget is refused.
+    with a budget (`max_memory`, bytes, for the whole process), within what the model (`model_bytes`), the caches
+    already in memory (`cached_bytes`) and a working margin leave of it; a model that leaves nothing of the budget is
+    refused.
     """
     import shutil
 
@@ -266,7 +268,7 @@ def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None 
                 f"{gib(WORKING_MARGIN)} beside it; give a budget of at least {gib(model_bytes + WORKING_MARGIN)}, or a "
                 "backbone saved in a smaller dtype (bfloat16)"
             )
-        allowed = min(allowed, left)
+        allowed = min(allowed, left - cached_bytes)
     if nbytes <= allowed:
         return None
     folder = Path(spill_folder)

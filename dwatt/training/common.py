@@ -350,8 +350,7 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     folder = feature_cache_folder(config)
-    held = model_nbytes(model) + FEATURE_MEMO.memory_bytes()  # the weights and the caches already in memory
-    spill = cache_storage(nbytes, folder, config.max_memory, held) if new else None
+    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes()) if new else None
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
         where = "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
