@@ -272,7 +272,11 @@ class DecoderFamily(BackboneFamily):
         the same kind (its per-layer settings continued)."""
         depth = config.num_hidden_layers
         kinds = self.kinds(config, depth + count)
-        return [max((j for j in range(depth) if kinds[j] == kinds[depth + i]), default=depth - 1) for i in range(count)]
+        sources = []
+        for i in range(count):  # a plain loop: torch.compile (2.13) cannot trace max() over a generator with a default
+            same_kind = [j for j in range(depth) if kinds[j] == kinds[depth + i]]
+            sources.append(same_kind[-1] if same_kind else depth - 1)
+        return sources
 
 
 FAMILIES: dict[str, BackboneFamily] = {
