@@ -81,13 +81,13 @@ class PeakMemory:
         return {"peak_anon_gib": round(self.peak_anon / GIB, 3), "peak_rss_gib": round(self.peak_rss / GIB, 3)}
 
 
-def measured(argv: list[str], stdin: str | None = None, env: dict | None = None) -> dict:
-    """Run `argv` with `stdin`, its memory polled (`PeakMemory`): the peaks, the wall time and the exit code; its
-    output's last lines where it failed."""
+def measured(argv: list[str], stdin: str | None = None, env: dict | None = None, interval: float = 0.05) -> dict:
+    """Run `argv` with `stdin`, its memory polled every `interval` seconds (`PeakMemory`): the peaks, the wall time and
+    the exit code; its output's last lines where it failed."""
     started = time.perf_counter()
     process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                env=env)
-    peak = PeakMemory(process.pid)
+    peak = PeakMemory(process.pid, interval)
     out, err = process.communicate(stdin)
     record = {**peak.stop(), "wall_s": round(time.perf_counter() - started, 1), "exit_code": process.returncode}
     if process.returncode:
