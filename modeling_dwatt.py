@@ -589,8 +589,8 @@ class DWAttForMaskedLM(_DWAttWithHead):
         self.lm_head.decoder = new_embeddings
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
-        return load_masked_lm(name_or_path, load_kwargs, depth)
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth=None, dtype=None) -> PreTrainedModel:
+        return load_masked_lm(name_or_path, load_kwargs, depth, dtype)
 
     def adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         adopt_masked_lm_head(self.lm_head, pretrained)

@@ -58,6 +58,14 @@ class PretrainedBackboneMixin:
     (`from_backbone`), and saving and loading with or without it (`heads_only`). Mixed in before
     `DWAttPreTrainedModel`; the model holds `self.dwatt` (backbone + fusion)."""
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the fusion and head, which compute the outputs; a backbone kept in bf16 or fp16 (as saved, or
+        `backbone_dtype`) hands them its features cast to it. `save_pretrained` records it as the config's `dtype`:
+        the checkpoint then loads in it (its backbone too, unless a `dtype` is asked) in every transformers release."""
+        backbone = set(map(id, self.dwatt.backbone.parameters()))
+        return next((p.dtype for p in self.parameters() if p.is_floating_point() and id(p) not in backbone), super().dtype)
+
     @classmethod
     def from_backbone(
         cls,
@@ -67,6 +75,7 @@ class PretrainedBackboneMixin:
         *,
         revision: str | None = None,
         dtype: torch.dtype | str | None = None,
+        backbone_dtype: torch.dtype | str | None = None,
         load_kwargs: dict | None = None,
         **config_kwargs,
     ):
@@ -81,6 +90,8 @@ class PretrainedBackboneMixin:
             num_labels (`int`, *optional*): size of the token-classification head (or pass `id2label`).
             revision (`str`, *optional*): branch, tag or commit of the backbone; recorded in the config.
             dtype (`torch.dtype` or `str`, *optional*): dtype of the whole model.
+            backbone_dtype (`torch.dtype` or `str`, *optional*): dtype the backbone's weights load in (`"auto"`: as
+                saved); the fusion and head stay in the default dtype. Default: `from_pretrained`'s.
             load_kwargs (`dict`, *optional*): extra arguments for the backbone's `from_pretrained`
                 (`cache_dir`, `local_files_only`, `token`, `attn_implementation`, ...).
             config_kwargs: any other [`DWAttConfig`] argument (`d_pos`, `num_extra_layers`, `id2label`, ...).
@@ -95,7 +106,7 @@ class PretrainedBackboneMixin:
         encoder = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         # Only the layers the model runs are loaded (a head on layer k of L: 1..k).
         depth = DWAttConfig(encoder_config=encoder, **settings).run_depth
-        pretrained = cls.load_pretrained_backbone(name_or_path, load_kwargs, depth=depth)
+        pretrained = cls.load_pretrained_backbone(name_or_path, load_kwargs, depth=depth, dtype=backbone_dtype)
         config = DWAttConfig(encoder_config=uncut_config(pretrained.base_model.config, encoder), **settings)
         # Built whole, then cut: the random backbone drawn before the fusion and head is as large as an uncut one's,
         # so that a seed gives them the same weights whatever depth the model runs.
@@ -112,14 +123,16 @@ class PretrainedBackboneMixin:
         return model
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
+    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None,
+                                 dtype: torch.dtype | str | None = None) -> PreTrainedModel:
         """The pretrained backbone `name_or_path` as this task model starts from it (the masked-LM model loads its
-        head too), with its first `depth` layers only where given (the weights past them are not read);
+        head too), with its first `depth` layers only where given (the weights past them are not read), in `dtype`;
         shared-backbone serving (`dwatt.serving.shared_heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         layers, config = config.num_hidden_layers, cut_config(config, depth)
         with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
-            model = AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config), **load_kwargs)
+            model = AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config),
+                                              **({"dtype": dtype} if dtype is not None else {}), **load_kwargs)
         model.source_layers = layers  # how deep the pretrained backbone is, whatever depth was loaded
         return model
 
@@ -302,14 +315,16 @@ def uncut_config(config, encoder):
     return full
 
 
-def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = None) -> PreTrainedModel:
-    """A pretrained masked LM (backbone and head; its first `depth` layers only where given); a backbone without a
-    head is loaded with a warning."""
+def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = None,
+                   dtype: torch.dtype | str | None = None) -> PreTrainedModel:
+    """A pretrained masked LM (backbone and head; its first `depth` layers only where given), in `dtype` where given;
+    a backbone without a head is loaded with a warning."""
     config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
     cut = depth is not None and depth < config.num_hidden_layers
     with _quiet_loading(cut):  # the layers past `depth` are unused on purpose: no load report
         model, info = AutoModelForMaskedLM.from_pretrained(
-            name_or_path, config=cut_config(config, depth), output_loading_info=True, **load_kwargs
+            name_or_path, config=cut_config(config, depth), output_loading_info=True,
+            **({"dtype": dtype} if dtype is not None else {}), **load_kwargs
         )
     model.source_layers = config.num_hidden_layers
     prefix = model.base_model_prefix

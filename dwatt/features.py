@@ -369,6 +369,21 @@ class BuildRecord:
 
 
 @torch.no_grad()
+def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[int]) -> None:
+    """A float16 cache of features beyond its range (65504) would hold infinities: LLMs' hidden states carry a few
+    huge activations, in bf16 as they run. Refused naming the layer, before anything is trained on them."""
+    if dtype != torch.float16:
+        return
+    others = tuple(i for i in range(stacked.dim()) if i != 2)  # every axis but the layers' (no copy of the batch)
+    peaks = torch.maximum(stacked.detach().amax(dim=others), -stacked.detach().amin(dim=others)).float()
+    over = [(layer, peak) for layer, peak in zip(layers, peaks.tolist()) if peak > torch.finfo(torch.float16).max]
+    if over:
+        layer, peak = over[0]
+        raise ValueError(f"--cache-dtype float16: the backbone's hidden states of layer {layer} reach {peak:.3g} (and "
+                         f"{len(over) - 1} more layers overflow), beyond float16's 65504; cache them as bfloat16 "
+                         "(--cache-dtype bfloat16) or float32")
+
+
 def build_feature_cache(
     model,
     dataset,
@@ -464,6 +479,7 @@ def build_feature_cache(
         if pooled == "mean":
             mask = inputs["attention_mask"].unsqueeze(-1).unsqueeze(-1).to(torch.float32)
             stacked = (stacked.float() * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
+        refuse_overflow(stacked, dtype, indices)
         stacked = stacked.to("cpu", dtype)
         for row, index in enumerate(batch_indices):
             start = offsets[index]

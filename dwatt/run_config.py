@@ -17,7 +17,9 @@ from .tasks import TASKS, task_named
 Mode = Literal["fe", "ft", "lora"]  # frozen backbone, everything trains, low-rank adapters on the frozen backbone
 Sampling = Literal["uniform", "per_class", "sentences"]
 CacheDtype = Literal["float16", "bfloat16", "float32"]
+BackboneDtype = Literal["auto", "bfloat16", "float16", "float32"]  # auto: the dtype the backbone was saved in
 MODES, SAMPLINGS, CACHE_DTYPES = get_args(Mode), get_args(Sampling), get_args(CacheDtype)
+BACKBONE_DTYPES = get_args(BackboneDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
 NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory")
@@ -58,6 +60,7 @@ class RunConfig:
     learning_rate: float = 5e-5
     use_cache: bool = True
     cache_dtype: CacheDtype = "float16"
+    backbone_dtype: BackboneDtype = "auto"
     max_memory: int | None = None  # bytes the process may take; feature caches beyond what is left go to disk
     output_dir: str = "runs/default"
     save_model: bool = True
@@ -87,6 +90,12 @@ class RunConfig:
     def caches_features(self) -> bool:
         """Whether the backbone's features are computed once and cached: FE with the cache (LoRA changes them)."""
         return self.mode == "fe" and self.use_cache
+
+    @property
+    def backbone_weights_dtype(self) -> str:
+        """The dtype the backbone loads in: `backbone_dtype`, but float32 for `auto` in FT, whose backbone's weights
+        train (AdamW's steps, about 5e-5 of a weight, vanish below bf16's precision of 2^-8)."""
+        return "float32" if self.mode == "ft" and self.backbone_dtype == "auto" else self.backbone_dtype
 
     def lora_options(self) -> dict:
         return {"rank": self.lora_rank, "alpha": self.lora_alpha, "dropout": self.lora_dropout, "targets": self.lora_targets}
@@ -125,6 +134,12 @@ class RunConfig:
             raise ValueError(f"--max-memory must be > 0, got {self.max_memory}")
         if self.cache_dtype not in CACHE_DTYPES:
             raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
+        if self.backbone_dtype not in BACKBONE_DTYPES:
+            raise ValueError(f"--backbone-dtype: expected {', '.join(BACKBONE_DTYPES)}, got {self.backbone_dtype!r}")
+        if self.mode == "ft" and self.backbone_dtype in ("bfloat16", "float16"):
+            raise ValueError(f"--backbone-dtype {self.backbone_dtype} with --mode ft: the backbone's weights would train "
+                             "in half precision, where AdamW's small steps vanish; FT trains a float32 backbone "
+                             "(--backbone-dtype float32 or auto), FE and LoRA run a half-precision one")
         from .data import is_local_path
 
         if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
@@ -138,4 +153,4 @@ def default_learning_rate(mode: str, task: str = "ner") -> float:
     return task_named(task).fe_learning_rate if mode == "fe" else RunConfig.learning_rate
 
 
-__all__ = ["CACHE_DTYPES", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = ["BACKBONE_DTYPES", "CACHE_DTYPES", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]

@@ -44,14 +44,17 @@ print(json.dumps(report))
 
 
 def saved_today(folder: Path) -> list[str]:
-    """The fixture's checkpoints (every task, full, head-only, LoRA, a head on layer 2) and a head cut at layer 2 saved
-    whole, written by today's model files, each with the logits it computed."""
+    """The fixture's checkpoints (every task, full, head-only, LoRA, a head on layer 2), a head cut at layer 2 saved
+    whole and a tagger whose backbone ran in bf16 (saved so, loaded in fp32), written by today's model files, each
+    with the logits it computes as loaded."""
     spec = importlib.util.spec_from_file_location("make_checkpoints", FIXTURES / "make_old_checkpoints.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.CHECKPOINTS = [(name, architecture.removeprefix("Roberta"), *rest) for name, architecture, *rest in module.CHECKPOINTS]
     module.CHECKPOINTS.append(("base-layer2-tagger-cut-full", "DWAttForTokenClassification", "base", False, False,
                               {"num_labels": 5, "fused_layers": "2"}))
+    module.CHECKPOINTS.append(("dwatt-tagger-bf16-backbone-full", "DWAttForTokenClassification", "dwatt", False, False,
+                              {"num_labels": 5, "backbone_dtype": "bfloat16"}))
     module.main(folder)
     return [name for name, *_ in module.CHECKPOINTS]
 

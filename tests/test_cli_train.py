@@ -27,12 +27,38 @@ def test_cli_train_evaluate_predict_end_to_end(tiny_backbone, tiny_conll, tmp_pa
     assert [line.split()[0] for line in lines[:3]] == ["Peter", "Blackburn", "rejects"]
 
 
+def test_minilm_cast_to_bf16_trains_dwatt_and_serves_in_either_dtype(minilm_path, tiny_conll, tmp_path, capsys):
+    """`--backbone-dtype bfloat16` on the real MiniLM (saved in fp32): the backbone runs in bf16 beside an fp32 DWAtt
+    fusion and head; the checkpoint stores the backbone's bf16 weights and records fp32, so it loads whole in fp32;
+    `evaluate --backbone-dtype bfloat16` gives the run's own dev F1 back (its bf16 cache held the backbone's outputs
+    exactly)."""
+    from safetensors import safe_open
+
+    out = tmp_path / "run"
+    assert main(["train", "--backbone", str(minilm_path), "--data-dir", str(tiny_conll), "--fusion", "dwatt", "--n-shot", "2",
+                 "--epochs", "2", "--backbone-dtype", "bfloat16", "--cache-dtype", "bfloat16", "--output-dir", str(out),
+                 "--quiet"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["backbone_dtype"] == "bfloat16"
+    assert json.loads((out / "model" / "config.json").read_text())["dtype"] == "float32"
+    with safe_open(out / "model" / "model.safetensors", "pt") as stored:
+        dtypes = {(name.startswith("dwatt.backbone."), stored.get_slice(name).get_dtype()) for name in stored.keys()}
+    assert dtypes == {(True, "BF16"), (False, "F32")}
+    capsys.readouterr()
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll), "--backbone-dtype", "bfloat16"]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)
+    for dtype in ("auto", "bfloat16"):
+        assert main(["predict", str(out / "model"), "Peter Blackburn rejects", "--backbone-dtype", dtype]) == 0
+        assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == ["Peter", "Blackburn", "rejects"]
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
         (["--n-shot", "1000"], "cannot sample 1000 x 4"),
         (["--epochs", "0"], "--epochs must be > 0"),
         (["--backbone", "/no/such/model"], "--backbone: no model folder"),
+        (["--mode", "ft", "--backbone-dtype", "bfloat16"], "--backbone-dtype bfloat16 with --mode ft"),
     ],
 )
 def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, argv, message):

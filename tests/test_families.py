@@ -195,6 +195,53 @@ def test_lora_adapts_every_family_and_its_checkpoints_reload_without_dwatt_or_pe
         torch.testing.assert_close(saved["reloaded"][str(cell["folder"] / kind)][real], cell["logits"][real], atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("family", list(ALL_FAMILIES))
+def test_a_backbone_saved_in_bf16_runs_in_bf16_beside_an_fp32_fusion_and_head(saved, family, tmp_path):
+    """Most LLM checkpoints are saved in bf16: the backbone runs in it (as transformers 5 loads it), the fusion and head
+    train in fp32, near the fp32 backbone's logits; its bf16 cache gives the uncached logits; the checkpoint records
+    fp32 (the head's dtype), keeps the backbone's bf16 weights exactly, and reloads whole in fp32 in every release."""
+    if not installed(family):
+        pytest.skip(f"this transformers has no {family!r} model")
+    from transformers import AutoModel
+
+    builder = AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else AutoModel
+    builder.from_pretrained(saved["root"] / "backbones" / family).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+    ids, mask = saved["ids"], saved["mask"]
+    real = mask.bool()
+    models = {}
+    for name, folder in (("fp32", saved["root"] / "backbones" / family), ("bf16", tmp_path / "bf16")):
+        torch.manual_seed(2)
+        models[name] = DWAttForTokenClassification.from_backbone(str(folder), fusion="dwatt", num_labels=5)
+    half = models["bf16"]
+    assert half.dwatt.backbone.dtype == torch.bfloat16 and half.dtype == torch.float32
+    assert {p.dtype for name, p in half.named_parameters() if not name.startswith("dwatt.backbone.")} == {torch.float32}
+    loss = half(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 5, ids.shape).masked_fill(~real, -100)).loss
+    loss.backward()
+    assert torch.isfinite(loss) and half.classifier.weight.grad is not None and torch.isfinite(half.classifier.weight.grad).all()
+    half.eval()
+    models["fp32"].eval()
+    with torch.no_grad():
+        logits = half(input_ids=ids, attention_mask=mask).logits
+        assert logits.dtype == torch.float32
+        exact = models["fp32"](input_ids=ids, attention_mask=mask).logits
+    torch.testing.assert_close(logits[real], exact[real], atol=0.1, rtol=0.05)  # bf16 keeps 8 bits of mantissa
+    rows = Dataset.from_dict({"input_ids": [row[m].tolist() for row, m in zip(ids, real)],
+                              "attention_mask": [m[m].long().tolist() for m in real], "labels": [[0] * int(m.sum()) for m in real]})
+    cache = build_feature_cache(half, rows, dtype=torch.bfloat16, progress=False)
+    batch = FeatureCollator(dtype=half.dtype)([cache[i] for i in range(len(cache))])
+    with torch.no_grad():
+        cached = half(backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]).logits
+    torch.testing.assert_close(cached[real], logits[real], atol=1e-5, rtol=0)
+    half.save_pretrained(tmp_path / "checkpoint")
+    assert json.loads((tmp_path / "checkpoint" / "config.json").read_text())["dtype"] == "float32"
+    reloaded = DWAttForTokenClassification.from_pretrained(tmp_path / "checkpoint").eval()
+    assert {p.dtype for p in reloaded.parameters()} == {torch.float32}
+    reloaded.dwatt.backbone.to(torch.bfloat16)  # as `dwatt predict --backbone-dtype bfloat16` runs it
+    with torch.no_grad():
+        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits[real], logits[real], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("family", [f for f in FAMILIES if has_mlm_head(f)])
 def test_masked_lm_head_is_the_familys_own(saved, family):
     """With the `base` fusion the DWAtt masked LM is exactly the family's pretrained masked-LM model."""

@@ -43,6 +43,20 @@ def test_memory_mapped_cache_equals_the_in_memory_one(tiny_backbone, tiny_conll,
     assert torch.equal(in_memory.features, mapped.features) and in_memory.features.dtype == torch.float16
 
 
+def test_hidden_states_beyond_float16_are_refused_naming_the_layer_and_cached_as_bfloat16(tiny_backbone, tiny_conll):
+    """LLMs carry a few huge activations; a float16 cache would hold infinities where bf16 holds them."""
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokens.select_columns(["input_ids", "token_type_ids", "attention_mask", "labels"])
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="1", num_labels=9)
+    with torch.no_grad():
+        model.dwatt.backbone.encoder.layer[0].output.LayerNorm.weight.fill_(1e5)  # layer 1's output reaches ~1e5
+    with pytest.raises(ValueError, match=r"--cache-dtype float16: the backbone's hidden states of layer 1 reach .* beyond "
+                                         r"float16's 65504; cache them as bfloat16"):
+        build_feature_cache(model, tokens, progress=False)
+    cache = build_feature_cache(model, tokens, dtype=torch.bfloat16, progress=False)
+    assert torch.isfinite(cache.features).all() and cache.features.abs().max() > 65504
+
+
 def test_dev_cache_of_scored_positions_gives_the_same_scores(tiny_backbone, tiny_conll):
     tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()

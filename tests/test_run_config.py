@@ -23,6 +23,8 @@ from dwatt.tasks import TASKS
     ({"learning_rate": math.nan}, "--lr must be a finite number > 0, got nan"),
     ({"learning_rate": -1e-3}, "--lr must be a finite number > 0"),
     ({"cache_dtype": "int8"}, "--cache-dtype: expected float16, bfloat16 or float32, got 'int8'"),
+    ({"backbone_dtype": "int8"}, "--backbone-dtype: expected auto, bfloat16, float16, float32, got 'int8'"),
+    ({"mode": "ft", "backbone_dtype": "float16"}, "--backbone-dtype float16 with --mode ft: .* half precision"),
 ])
 def test_a_bad_setting_is_refused_naming_its_option(settings, named):
     with pytest.raises(ValueError, match=named):
@@ -49,3 +51,9 @@ def test_the_run_sets_its_layers_and_extra_options_in_the_model_config_and_cache
     assert config.model_options() == {"fused_layers": "only:9-13", "query_bottleneck": 0.25}
     assert RunConfig(mode="fe").caches_features and not RunConfig(mode="lora").caches_features
     assert not RunConfig(mode="fe", use_cache=False).caches_features
+
+
+def test_the_backbone_loads_as_saved_but_in_float32_where_it_trains():
+    assert RunConfig().backbone_weights_dtype == RunConfig(mode="lora").backbone_weights_dtype == "auto"
+    assert RunConfig(mode="ft").backbone_weights_dtype == "float32"
+    assert RunConfig(mode="lora", backbone_dtype="bfloat16").backbone_weights_dtype == "bfloat16"

@@ -7,6 +7,7 @@ import argparse
 import re
 
 from ..choices import QUANTIZATIONS, RUNTIMES
+from ..run_config import BACKBONE_DTYPES
 
 
 def csv_of(kind):
@@ -47,6 +48,14 @@ def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
                              "contents; a stopped build resumes); default: half the available memory for the caches")
 
 
+def add_backbone_dtype_argument(parser: argparse.ArgumentParser, serving: bool = False) -> None:
+    what = ("runs in (PyTorch; default auto: as the checkpoint holds it); the fusion and head keep theirs" if serving
+            else "loads and runs in (default auto: as saved, bf16 for most LLM checkpoints; FT: float32); the fusion "
+                 "and head train in float32")
+    parser.add_argument("--backbone-dtype", choices=BACKBONE_DTYPES, default="auto", dest="backbone_dtype",
+                        help=f"the dtype the backbone {what}")
+
+
 COLUMNS = ("text_column", "pair_column", "label_column")
 
 
@@ -79,6 +88,7 @@ def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
                         help="int8: dynamic int8 linear maps in the backbone and fusion (CPU; an encoder's: a "
                              "decoder LLM's checkpoint is refused, its export keeps the tags); on an ONNX export, "
                              "the export's int8 graph (not with --heads, which runs fp32)")
+    add_backbone_dtype_argument(parser, serving=True)
     parser.add_argument("--runtime", choices=RUNTIMES, default=None,
                         help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
                              "importing torch (default: the one the folder was written for)")
@@ -106,12 +116,18 @@ def runtime(args: argparse.Namespace) -> str:
 def inference_model(args: argparse.Namespace):
     """The model `predict` and `evaluate` run, its tokenizer and task: a checkpoint or a probe ensemble's folder in
     PyTorch (int8 with `--quantize int8`), or an ONNX export in onnxruntime (its int8 graph with `--quantize int8`)."""
+    dtype = getattr(args, "backbone_dtype", "auto")
     if runtime(args) == "onnx":
         from ..serving.onnx_runtime import load_export
 
+        if dtype != "auto":
+            raise ValueError(f"--backbone-dtype {dtype}: an ONNX export runs in the dtype it was written in")
         return load_export(args.checkpoint, args.quantize)
     from ..serving.ensemble import load_checkpoint_or_ensemble
-    from ..serving.quantization import quantize
+    from ..serving.quantization import quantize, with_backbone_dtype
 
+    if dtype != "auto" and args.quantize:
+        raise ValueError(f"--backbone-dtype {dtype} with --quantize {args.quantize}: int8 replaces the backbone's "
+                         "float weights; give one of them")
     model, tokenizer, task = load_checkpoint_or_ensemble(args.checkpoint)
-    return quantize(model, args.quantize), tokenizer, task
+    return quantize(with_backbone_dtype(model, dtype), args.quantize), tokenizer, task

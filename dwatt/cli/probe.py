@@ -11,7 +11,7 @@ from ..experiment.probe import PROBE_LEARNING_RATES
 from ..choices import POOLINGS
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
-from .options import (add_column_arguments, add_max_memory_argument, add_threads_argument,
+from .options import (add_column_arguments, add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument,
                       add_train_in_parts_argument, check_grid_arguments, csv_of)
 
 
@@ -36,6 +36,7 @@ def register(commands) -> None:
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
+    add_backbone_dtype_argument(parser)
     parser.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
     parser.add_argument("--results", default="runs/probe/results.jsonl")
     parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")

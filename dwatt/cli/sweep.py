@@ -7,7 +7,7 @@ import argparse
 from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
-from .options import (add_max_memory_argument, add_threads_argument,
+from .options import (add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument,
                       add_train_in_parts_argument, check_grid_arguments, csv_of)
 
 GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
@@ -29,6 +29,7 @@ def register(commands) -> None:
     parser.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
+    add_backbone_dtype_argument(parser)
     parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), default="auto",
                         help="stacked: train the runs of one FE sample together as stacked copies of one head "
                              "(budgets, its old name, still works); auto: where a sample has several runs")
@@ -94,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         specs = shard(specs, index, count)
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
-    overrides = {"cache_dtype": args.cache_dtype, "max_memory": args.max_memory, **({"evaluate_test": True} if args.test else {}),
+    overrides = {"cache_dtype": args.cache_dtype, "backbone_dtype": args.backbone_dtype, "max_memory": args.max_memory, **({"evaluate_test": True} if args.test else {}),
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)

@@ -10,7 +10,7 @@ from dataclasses import fields
 from ..choices import FUSIONS, POOLINGS
 from ..run_config import CACHE_DTYPES, MODES, SAMPLINGS, RunConfig, default_learning_rate
 from ..tasks import TASKS
-from .options import add_column_arguments, add_max_memory_argument, add_threads_argument, csv_of
+from .options import add_column_arguments, add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument, csv_of
 
 
 def register(commands) -> None:
@@ -59,6 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-cache", action="store_false", dest="use_cache", help="FE without the feature cache")
     parser.add_argument("--cache-dtype", default=defaults.cache_dtype, choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
+    add_backbone_dtype_argument(parser)
     parser.add_argument("--output-dir", default=defaults.output_dir)
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")

@@ -47,6 +47,7 @@ class ProbeSettings:
     pair_column: str | None = None
     label_column: str | None = None
     cache_dtype: str = "float16"
+    backbone_dtype: str = "auto"  # `RunConfig.backbone_dtype`
     max_memory: int | None = None  # bytes the probe may take (`RunConfig.max_memory`)
     test: bool = False
     results: str = "runs/probe/results.jsonl"
@@ -75,7 +76,7 @@ class ProbeSettings:
     def overrides(self) -> dict:
         """The `RunConfig` fields every run of the probe shares beyond its spec."""
         columns = {key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)}
-        return {"cache_dtype": self.cache_dtype, "max_memory": self.max_memory, **({"evaluate_test": True} if self.test else {}), **columns}
+        return {"cache_dtype": self.cache_dtype, "backbone_dtype": self.backbone_dtype, "max_memory": self.max_memory, **({"evaluate_test": True} if self.test else {}), **columns}
 
 
 @dataclass

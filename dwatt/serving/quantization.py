@@ -115,6 +115,15 @@ def is_up_projection(layer: nn.Linear, encoder_config) -> bool:
                                                        getattr(encoder_config, "intermediate_size", None))
 
 
+def with_backbone_dtype(model: nn.Module, dtype: str) -> nn.Module:
+    """`model` (a DWAtt task model or a probe ensemble, in place) with its backbone's floating-point weights in
+    `dtype` (`"auto"`: as loaded), its fusion and heads as they are: they cast the features they read."""
+    if dtype != "auto":
+        for part in quantized_parts(model):
+            part.backbone.to(getattr(torch, dtype))
+    return model
+
+
 def quantize(model: nn.Module, kind: str | None) -> nn.Module:
     """`model` quantized as `kind` (`QUANTIZATIONS`), or as it is for None."""
     if kind is None:
@@ -124,5 +133,5 @@ def quantize(model: nn.Module, kind: str | None) -> nn.Module:
     return quantize_int8(model)
 
 
-__all__ = ["QUANTIZATIONS", "FullRangeDynamicLinear", "full_range_activations_exact", "is_up_projection", "quantize",
+__all__ = ["QUANTIZATIONS", "FullRangeDynamicLinear", "full_range_activations_exact", "is_up_projection", "quantize", "with_backbone_dtype",
            "quantize_int8", "quantized_parts"]

@@ -135,6 +135,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
         cache_layers=cache_layers, shares_backbone=config.mode == "fe",
+        backbone_dtype=config.backbone_weights_dtype,
     )
     freeze = set_training_mode(model, config)
     cached: str | bool = False

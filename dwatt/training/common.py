@@ -69,32 +69,33 @@ class InitialModels:
         self.hits = self.misses = 0
 
     def build(self, backbone: str, fusion: str, seed: int, model_class=DWAttForTokenClassification,
-              cache_layers: list[int] | None = None, shares_backbone: bool = False,
+              cache_layers: list[int] | None = None, shares_backbone: bool = False, backbone_dtype: str = "auto",
               **config_kwargs) -> DWAttForTokenClassification:
         """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
         the heads of a probe read, whose shared backbone runs as deep as the deepest of them. `shares_backbone` (FE,
         whose backbone never changes): the model takes the remembered backbone itself, not a copy, so that a process
-        holds one copy of a 1.5B model's weights however many runs it makes."""
+        holds one copy of a 1.5B model's weights however many runs it makes. `backbone_dtype`: the dtype the backbone
+        loads in (`RunConfig.backbone_weights_dtype`)."""
         cls = model_class
         if cache_layers:
             config_kwargs["backbone_depth"] = max(cache_layers)
         weights = backbone_fingerprint(backbone)  # a folder whose files changed is another backbone
-        key = (backbone, weights, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
+        key = (backbone, weights, backbone_dtype, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
         held = self._heads.get(key)
-        if held is not None and (backbone, weights, held[0].run_depth) in self._backbones:
+        if held is not None and (backbone, weights, backbone_dtype, held[0].run_depth) in self._backbones:
             self.hits += 1
             self._heads.move_to_end(key)
             config, head = held
             with torch.device("meta"):
                 model = cls(copy.deepcopy(config))
-            kept = self._backbones[backbone, weights, config.run_depth]
+            kept = self._backbones[backbone, weights, backbone_dtype, config.run_depth]
             model.dwatt.use_backbone(kept if shares_backbone else copy.deepcopy(kept))
             model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
         else:
             self.misses += 1
             set_seed(seed)
-            model = cls.from_backbone(backbone, fusion=fusion, **config_kwargs)
-            where = (backbone, weights, model.config.run_depth)
+            model = cls.from_backbone(backbone, fusion=fusion, backbone_dtype=backbone_dtype, **config_kwargs)
+            where = (backbone, weights, backbone_dtype, model.config.run_depth)
             if shares_backbone and where in self._backbones:  # the weights just loaded again: the kept ones serve
                 model.dwatt.use_backbone(self._backbones[where])
             self._backbones.setdefault(where, model.dwatt.backbone if shares_backbone else copy.deepcopy(model.dwatt.backbone))

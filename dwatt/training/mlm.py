@@ -112,7 +112,8 @@ def run_mlm(config: RunConfig) -> dict:
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
     collator = mlm_collator(tokenizer)
     set_seed(config.seed)
-    model = DWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, **config.model_options())
+    model = DWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, backbone_dtype=config.backbone_weights_dtype,
+                                           **config.model_options())
     model.fuse_labelled_positions_only = True  # the loss reads masked positions only
     freeze = set_training_mode(model, config)
     best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")

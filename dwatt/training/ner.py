@@ -100,6 +100,7 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         label2id={name: i for i, name in enumerate(label_names)},
         **config.model_options(),
         cache_layers=cache_layers, shares_backbone=config.mode == "fe",
+        backbone_dtype=config.backbone_weights_dtype,
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = set_training_mode(model, config)
