@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -93,20 +91,6 @@ def measured(argv: list[str], stdin: str | None = None, env: dict | None = None,
     if process.returncode:
         record["error"] = (err or out).strip().splitlines()[-5:]
     return record
-
-
-def cpu_facts() -> dict:
-    """The CPU's model name and whether it has the bf16 and AMX instructions that make bf16 matmuls fast."""
-    flags, name = set(), platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-            elif line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {"cpu": name, "cores": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
 
 
 def folder_bytes(folder: Path) -> int:
@@ -182,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
     records.sort(key=lambda r: COMMANDS.index(r["command"]))
-    result = {"benchmark": "memory", "command": results_files.command("memory.py", argv), **cpu_facts(),
+    result = {"benchmark": "memory", "command": results_files.command("memory.py", argv), **results_files.cpu_facts(),
               "environment": results_files.environment(), "max_memory": args.max_memory, "note": args.note,
               "records": records}
     markdown = (f"# Peak memory of dwatt's commands on {name}\n\n`{result['command']}`; {result['cpu']}, "

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
+import shlex
 import statistics
 import sys
 import time
@@ -29,12 +31,26 @@ def environment(device: torch.device | None = None) -> dict:
     return found
 
 
+def cpu_facts() -> dict:
+    """The CPU's model name and whether it has the bf16 and AMX instructions that make bf16 matmuls fast."""
+    flags, name = set(), platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            elif line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cpu": name, "cores": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+
+
 def command(script: str, argv: list[str] | None) -> str:
     """The command line that produced a result, as it would be typed from the repository root, naming no folder of
     this machine (`dwatt.portable.portable_command`)."""
     from dwatt.portable import portable_command
 
-    return " ".join([f"python benchmarks/{script}", *portable_command(sys.argv[1:] if argv is None else argv)])
+    return " ".join([f"python benchmarks/{script}", *map(shlex.quote, portable_command(sys.argv[1:] if argv is None else argv))])
 
 
 def rotated_rounds(names, rounds: int):

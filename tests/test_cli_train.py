@@ -107,17 +107,23 @@ def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path):
             (folder / name).write_text("-DOCSTART- O\n\n" + text)
         return folder
 
-    def peak(dev_sentences: int, budget: list[str]) -> dict:
+    def peak(dev_sentences: int, budget: list[str], attempt: int = 0) -> dict:
+        # Each attempt in a folder of its own: its caches are built, not read from an earlier attempt's files.
         argv = [sys.executable, "-m", "dwatt.cli", "train", "--backbone", str(backbone), "--data-dir", str(data_dirs[dev_sentences]),
                 "--n-shot", "2", "--epochs", "1", "--cache-dtype", "float32", "--quiet", "--no-save", "--threads", "1",
-                "--output-dir", str(tmp_path / f"run-{dev_sentences}-{len(budget)}"), *budget]
+                "--output-dir", str(tmp_path / f"attempt-{attempt}" / f"run-{dev_sentences}-{len(budget)}"), *budget]
         record = memory.measured(argv, interval=0.01)
         assert record["exit_code"] == 0, record.get("error")
         return record
 
+    def lowest_peak(dev_sentences: int, budget: list[str]) -> dict:
+        """The lower of two attempts' peaks: what else the machine runs can raise a peak, never lower it (a suite
+        beside a 9 GB benchmark once measured 0.87 GiB where 0.55-0.60 is usual)."""
+        return min((peak(dev_sentences, budget, attempt) for attempt in range(2)), key=lambda r: r["peak_anon_gib"])
+
     data_dirs = {count: data(count) for count in (100, 1000)}  # full caching batches of 64 in both
     budget = ["--max-memory", "2.04GiB"]  # the model (0.03 GiB) and 2 GiB of working margin leave no room for a cache
-    small, large, unbounded = peak(100, budget), peak(1000, budget), peak(1000, [])
+    small, large, unbounded = lowest_peak(100, budget), lowest_peak(1000, budget), peak(1000, [])
     tokens = longest + 2
     batch = 2 * 64 * tokens * (layers + 1) * hidden * 4
     bookkeeping = (1000 - 100) * tokens * 1024
