@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     if unknown:
         parser.error(f"--commands: unknown {unknown}; expected some of {', '.join(COMMANDS)}")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="dwatt-memory-"))
-    dwatt = shutil.which("dwatt") or str(Path(sys.executable).with_name("dwatt"))
+    beside = Path(sys.executable).with_name("dwatt")  # this interpreter's console script, not another one on PATH
+    dwatt = str(beside) if beside.exists() else shutil.which("dwatt")
     name = Path(args.backbone.rstrip("/")).name
     stem = f"memory_{name}"
     path = Path(args.output) / f"{stem}.json"
