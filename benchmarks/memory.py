@@ -104,6 +104,8 @@ def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
         common += ["--max-memory", args.max_memory]
     if args.dev_sentences:
         common += ["--dev-sentences", str(args.dev_sentences)]
+    if args.cache_dtype:
+        common += ["--cache-dtype", args.cache_dtype]
     threads = ["--threads", str(args.threads)] if args.threads else []
     probe = ["probe", *common, "--test", "--quiet", "--results", str(work / "probe" / "results.jsonl"), *threads]
     train = ["train", *common, "--fusion", "dwatt", "--test", "--quiet", "--output-dir", str(work / "train" / "run"),
@@ -133,6 +135,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-shot", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--dev-sentences", type=int, default=None)
+    parser.add_argument("--cache-dtype", default=None, help="as dwatt's (bfloat16 for a backbone whose features "
+                                                             "overflow float16, such as EmbeddingGemma's last layer)")
     parser.add_argument("--predict-sentences", type=int, default=500)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--work", default=None, help="where the commands write (default: a scratch folder, removed)")
