@@ -368,14 +368,13 @@ class BuildRecord:
         write_json_atomically(self.path, {"holds": self.holds, "batches_done": done, "batches": total})
 
 
-@torch.no_grad()
 def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[int]) -> None:
     """A float16 cache of features beyond its range (65504) would hold infinities: LLMs' hidden states carry a few
     huge activations, in bf16 as they run. Refused naming the layer, before anything is trained on them."""
     if dtype != torch.float16:
         return
     others = tuple(i for i in range(stacked.dim()) if i != 2)  # every axis but the layers' (no copy of the batch)
-    peaks = torch.maximum(stacked.detach().amax(dim=others), -stacked.detach().amin(dim=others)).float()
+    peaks = torch.maximum(stacked.amax(dim=others), -stacked.amin(dim=others)).float()
     over = [(layer, peak) for layer, peak in zip(layers, peaks.tolist()) if peak > torch.finfo(torch.float16).max]
     if over:
         layer, peak = over[0]
@@ -384,6 +383,7 @@ def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[
                          "(--cache-dtype bfloat16) or float32")
 
 
+@torch.no_grad()
 def build_feature_cache(
     model,
     dataset,
