@@ -16,7 +16,8 @@ from pathlib import Path
 from .defaults import DEFAULT_BACKBONE_HUB_ID, DEFAULT_BACKBONE_PACKAGE, default_backbone_path, known_hub_id
 
 # The fields of a run's results (and of a sweep row's spec) that hold paths.
-PATH_FIELDS = ("backbone", "data_dir", "output_dir")
+PATH_FIELDS = ("backbone", "data_dir", "output_dir", "feature_cache_dir")
+RUN_FOLDER_FIELDS = ("output_dir", "feature_cache_dir")  # recorded relative to the sweep's output root
 
 
 def backbone_folder(name_or_path: str | None) -> str:
@@ -60,7 +61,7 @@ def portable_results(results: dict, output_root: str | Path | None = None) -> di
             fields = dict(out[part])
             for key in PATH_FIELDS:
                 if key in fields:
-                    fields[key] = portable_path(fields[key], output_root if key == "output_dir" else None)
+                    fields[key] = portable_path(fields[key], output_root if key in RUN_FOLDER_FIELDS else None)
             out[part] = fields
     return out
 

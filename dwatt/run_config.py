@@ -22,7 +22,8 @@ MODES, SAMPLINGS, CACHE_DTYPES = get_args(Mode), get_args(Sampling), get_args(Ca
 BACKBONE_DTYPES = get_args(BackboneDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
-NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory")
+NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory",
+                "feature_cache_dir")
 
 
 @dataclass
@@ -38,7 +39,9 @@ class RunConfig:
     `mode="lora"` trains low-rank adapters of `lora_rank` on the backbone's `lora_targets` (default: its family's
     attention projections), scaled by `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with
     `lora_dropout`, beside the fusion and head. `max_memory` (bytes) is the memory budget of the process: feature
-    caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`).
+    caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`), from files
+    in `feature_cache_dir` (default: `.feature-cache` beside the run's folder; a sweep's runs share one under its
+    output root), each named by what it holds, so that any run with the same backbone, data and dtypes reads it.
     `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
     sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
@@ -63,6 +66,7 @@ class RunConfig:
     backbone_dtype: BackboneDtype = "auto"
     max_memory: int | None = None  # bytes the process may take; feature caches beyond what is left go to disk
     output_dir: str = "runs/default"
+    feature_cache_dir: str | None = None
     save_model: bool = True
     evaluate_test: bool = False
     progress: bool = True

@@ -356,3 +356,31 @@ def test_a_group_a_stopped_sweep_held_is_trained_and_no_claim_file_stays(tmp_pat
     live.acquire()
     assert held_elsewhere(other, specs) == 1
     live.release()
+
+
+def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(tiny_backbone, tiny_conll, tmp_path,
+                                                                               monkeypatch):
+    """The caches a sweep sends to disk live in one folder under its output root, named by what they hold: a later
+    sweep's fusion on the same layers (another process: nothing remembered in memory) reads the dev set's features
+    from the file the first one wrote instead of running the backbone again; each trial's training sample has its
+    own file. The rows record the folder relative to the output root."""
+    from dwatt.training import FEATURE_MEMO
+
+    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)  # every cache to disk
+    store, root = tmp_path / "results.jsonl", tmp_path / "runs"
+    options = dict(n_shots=(1,), epochs=(2,), trials=2, backbones=(str(tiny_backbone),), data_dir=str(tiny_conll),
+                   learning_rate=1e-3)
+
+    def sweep(fusion):
+        FEATURE_MEMO.clear()
+        rows = run_sweep(grid((fusion,), **options), store, root, progress=False, engine="stacked", cache_dtype="float32")
+        return rows, sorted(path.name for path in (root / ".feature-cache").glob("*.bin"))
+
+    rows, files = sweep("scalar_mix")
+    assert len(files) == 3  # the dev set's, and each trial's training sample's
+    assert {row["config"]["feature_cache_dir"] for row in rows} == {".feature-cache"}
+    assert all(row["cache_storage"] == "disk" for row in rows)
+    rows, again = sweep("concat")
+    assert again == files and len(rows) == 4
+    FEATURE_MEMO.clear()
+    assert not list(root.rglob("*/.feature-cache"))  # none beside a run's folder

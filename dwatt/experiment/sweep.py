@@ -116,6 +116,18 @@ def held_elsewhere(store: ResultsStore, specs: list[RunSpec]) -> int:
     return count
 
 
+def sweep_output_root(results: str | Path, output_root: str | Path | None = None) -> Path:
+    """Where a sweep's runs get their folders: `output_root`, else `runs/` beside the results file."""
+    return Path(output_root) if output_root else Path(results).parent / "runs"
+
+
+def sweep_feature_cache(output_root: str | Path) -> Path:
+    """The folder of a sweep's feature caches that do not fit in memory, shared by all its runs (every fusion and
+    trial reads the dev and test splits' features from one file, each file named by what it holds), and by any
+    later sweep or probe into the same output root."""
+    return Path(output_root) / ".feature-cache"
+
+
 def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
@@ -150,7 +162,7 @@ def run_sweep(
             "(dwatt train); to spread a sweep over workers, start one `dwatt sweep --shard i/n` per worker"
         )
     store = ResultsStore(results)
-    output_root = Path(output_root) if output_root else store.path.parent / "runs"
+    output_root = sweep_output_root(store.path, output_root)
     store.path.parent.mkdir(parents=True, exist_ok=True)
     with store_lock(store):  # refused at once where a holder is not appending
         refuse_repeated_ids(specs)
@@ -170,7 +182,8 @@ def run_sweep(
                 todo = [spec for spec in group if spec.run_id not in finished]
                 if todo:
                     bar.set_postfix_str(todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else ""))
-                    configs = [spec.run_config(output_root, **run_overrides) for spec in todo]
+                    configs = [spec.run_config(output_root, feature_cache_dir=str(sweep_feature_cache(output_root)),
+                                               **run_overrides) for spec in todo]
                     results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
                     fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
                     with store_lock(store):

@@ -371,8 +371,10 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
 
 
 def feature_cache_folder(config: RunConfig) -> Path:
-    """Where caches too large for memory are kept: `.feature-cache` beside the run's folder, which the runs of a sweep
-    or a probe (each in a folder of its own) and a rerun of the command share."""
+    """Where caches too large for memory are kept: `config.feature_cache_dir` (a sweep's or a probe's, which all their
+    runs share), else `.feature-cache` beside the run's folder, which a rerun of the command shares."""
+    if config.feature_cache_dir:
+        return Path(config.feature_cache_dir).resolve()
     return Path(config.output_dir).resolve().parent / ".feature-cache"
 
 
