@@ -73,4 +73,15 @@ def split_and_gather(items: Sequence[int], compute: Callable[[list[int]], T]) ->
     return gathered
 
 
-__all__ = ["cpu_only", "device", "is_main_process", "launched_processes", "per_device_batch_size", "split_and_gather", "state"]
+def as_the_main_process_says(value: T) -> T:
+    """The main process's `value` on every process of a launch (a decision they must share, such as where a cache
+    they build together lives); `value` itself when run alone."""
+    if launched_processes() == 1:
+        return value
+    state()  # the process group
+    carried = [value]
+    torch.distributed.broadcast_object_list(carried, src=0)
+    return carried[0]
+
+
+__all__ = ["as_the_main_process_says", "cpu_only", "device", "is_main_process", "launched_processes", "per_device_batch_size", "split_and_gather", "state"]

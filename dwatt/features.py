@@ -25,7 +25,7 @@ import torch
 from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
-from .distributed import launched_processes, split_and_gather
+from .distributed import launched_processes, split_and_gather, state
 from .tokenization import MODEL_INPUTS
 
 
@@ -339,33 +339,87 @@ class BuildRecord:
     cache's key, shape, dtype and batch size) and how many of its batches are written. A build that stops (Ctrl-C, a
     killed process) resumes after them; a file whose record names other contents (another backbone, tokenizer, data,
     dtype or layers) is built anew, and says so; a complete one is read as it is.
+
+    Built by several processes into the one file (`share=(rank, processes)`: each writes every `processes`-th batch),
+    the file's record says how many processes build it, and each process records its own batches beside it
+    (`<file>.rank<R>-of-<P>.json`); a stopped build resumes each process after its own, under the same number of
+    processes (under another, it is built anew).
     """
 
-    def __init__(self, data: Path, holds: dict):
-        self.data, self.path, self.holds = data, data.with_name(data.name + ".json"), holds
+    def __init__(self, data: Path, holds: dict, share: tuple[int, int] = (0, 1)):
+        self.data, self.path, self.holds, (self.rank, self.processes) = data, data.with_name(data.name + ".json"), holds, share
+        self.own = self.path if self.processes == 1 else data.with_name(f"{data.name}.rank{self.rank}-of-{self.processes}.json")
+
+    def _read(self, path: Path) -> dict | None:
+        try:
+            stored = json.loads(path.read_text())
+            int(stored["batches_done"]), stored["holds"]
+            return stored
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError):
+            print(f"feature cache {self.data}: its record {path.name} does not parse; building it anew", file=sys.stderr)
+            return None
+
+    def resumable(self) -> bool:
+        """The file holds these contents, complete or part-built by as many processes as this build's."""
+        stored = self._read(self.path) if self.data.exists() else None
+        if not stored or stored["holds"] != self.holds:
+            return False
+        return stored["batches_done"] == stored.get("batches") or stored.get("processes", 1) == self.processes
+
+    def is_complete(self) -> bool:
+        """The file holds every batch of these contents."""
+        stored = self._read(self.path) if self.data.exists() else None
+        return bool(stored) and stored["holds"] == self.holds and stored["batches_done"] == stored.get("batches")
 
     def batches_done(self) -> int:
-        """How many batches the file already holds for these contents (0: build it from the start)."""
-        if not self.data.exists() or not self.path.exists():
+        """How many of this process's batches the file already holds for these contents (0: build it from the
+        start): all of them where the build is complete."""
+        if not self.data.exists():
             return 0
-        try:
-            stored = json.loads(self.path.read_text())
-            done = int(stored["batches_done"])
-            held = stored["holds"]
-        except (OSError, ValueError, KeyError, TypeError):
-            print(f"feature cache {self.data}: its record {self.path.name} does not parse; building it anew", file=sys.stderr)
+        stored = self._read(self.path)
+        if stored is None:
             return 0
+        held = stored["holds"]
         if held != self.holds:
             differing = sorted(k for k in {*held, *self.holds} if held.get(k) != self.holds.get(k))
             print(f"feature cache {self.data}: written for other contents (differing: {', '.join(differing)}); "
                   "building it anew", file=sys.stderr)
             return 0
-        return done
+        if stored["batches_done"] == stored.get("batches"):
+            return len(range(self.rank, stored["batches"], self.processes))
+        if stored.get("processes", 1) != self.processes:  # another split of the batches: what is written is unknown
+            print(f"feature cache {self.data}: its stopped build ran under {stored.get('processes', 1)} processes, "
+                  f"this one under {self.processes}; building it anew", file=sys.stderr)
+            return 0
+        if self.processes == 1:
+            return int(stored["batches_done"])
+        own = self._read(self.own)
+        return int(own["batches_done"]) if own and own["holds"] == self.holds else 0
 
     def save(self, done: int, total: int) -> None:
+        """This process's progress: `done` of its `total` batches written."""
         from .atomic import write_json_atomically
 
-        write_json_atomically(self.path, {"holds": self.holds, "batches_done": done, "batches": total})
+        write_json_atomically(self.own, {"holds": self.holds, "batches_done": done, "batches": total}
+                              | ({"processes": self.processes} if self.processes > 1 else {}))
+
+    def start(self, total: int) -> None:
+        """A build of `total` batches by `processes` processes begins (or resumes): said in the file's record."""
+        from .atomic import write_json_atomically
+
+        if self.processes > 1:
+            write_json_atomically(self.path, {"holds": self.holds, "batches_done": 0, "batches": total,
+                                              "processes": self.processes})
+
+    def finish(self, total: int) -> None:
+        """Every process's batches are written: the file's record says complete, and the processes' own go."""
+        from .atomic import write_json_atomically
+
+        write_json_atomically(self.path, {"holds": self.holds, "batches_done": total, "batches": total})
+        for part in self.data.parent.glob(f"{self.data.name}.rank*-of-*.json"):
+            part.unlink(missing_ok=True)
 
 
 def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[int]) -> None:
@@ -397,6 +451,8 @@ def build_feature_cache(
     keep_file: bool = True,
     layers: Sequence[int] | None = None,
     key: dict | None = None,
+    share: tuple[int, int] = (0, 1),
+    wait: Callable[[], None] = lambda: None,
 ) -> FeatureCache:
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
@@ -417,6 +473,11 @@ def build_feature_cache(
     the first (last) position only (exact for a per-token fusion with that pooling), `"mean"` keeps each layer's mean over
     the sentence's tokens, taken in float32 (exact for a fusion linear in the layers -- Base, Concat, ScalarMix --
     with mean pooling: the mean commutes with it). Either way each sentence becomes one row.
+
+    `share=(rank, processes)`, with a `path` and a `key`: one of several processes on one machine (or one shared file
+    system) building the one file together, each running the backbone over every `processes`-th batch and writing
+    its rows in place; `wait` holds each process until all reach it (a barrier). Every process ends with the whole
+    cache, the same file a single process would have written under the same name.
     """
     dwatt = model.dwatt
     backbone = dwatt.backbone
@@ -444,6 +505,10 @@ def build_feature_cache(
     shape = (total, len(indices), backbone.config.hidden_size)
     order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rank, processes = share
+    if processes > 1 and (path is None or key is None):
+        raise ValueError("a cache built by several processes is one keyed file: give its path and key")
+    mine = list(range(rank, len(batches), processes))  # the batches this process runs, every processes-th
     record, done = None, 0
     if path is None:
         features = torch.empty(shape, dtype=dtype)
@@ -451,21 +516,32 @@ def build_feature_cache(
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         numel = shape[0] * shape[1] * shape[2]
+        nbytes = numel * torch.empty((), dtype=dtype).element_size()
         if key is not None:
             holds = {**key, "shape": list(shape), "dtype": str(dtype), "batch_size": batch_size}
-            record = BuildRecord(path, json.loads(json.dumps(holds, default=str)))
+            record = BuildRecord(path, json.loads(json.dumps(holds, default=str)), share)
             done = record.batches_done()
-        if done == 0:
-            _preallocated(path, numel * torch.empty((), dtype=dtype).element_size())
+        if processes == 1:
+            if done == 0:
+                _preallocated(path, nbytes)
+        else:  # every process has read the record before the first one writes it
+            resumable = record.resumable()
+            wait()
+            if rank == 0 and not resumable:
+                _preallocated(path, nbytes)
+            if rank == 0 and not record.is_complete():
+                record.start(len(batches))
+            wait()
+            done = done if resumable else 0
         features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
         if not keep_file:
             path.unlink(missing_ok=True)  # the mapping stays valid; the disk space goes with the last reference
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     saved_at = time.monotonic()
-    for number in tqdm(range(done, len(batches)), desc="caching backbone features", disable=not progress or done == len(batches),
-                       leave=False, total=len(batches), initial=done, unit="batch"):
-        batch_indices = batches[number]
+    for position in tqdm(range(done, len(mine)), desc="caching backbone features", disable=not progress or done == len(mine),
+                         leave=False, total=len(mine), initial=done, unit="batch"):
+        batch_indices = batches[mine[position]]
         rows = dataset.select(batch_indices)
         longest = max(input_lengths[i] for i in batch_indices)
         inputs = {}
@@ -492,19 +568,30 @@ def build_feature_cache(
             features[start : start + lengths[index]] = rows_kept
         del hidden, stacked
         release_freed_memory()
-        if record is not None and (number + 1 == len(batches) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
-            record.save(number + 1, len(batches))  # the batches written so far sit in the file's pages already
+        if record is not None and (position + 1 == len(mine) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
+            record.save(position + 1, len(mine))  # the batches written so far sit in the file's pages already
             saved_at = time.monotonic()
-    if record is not None and not batches:
+    if record is not None and not mine:
         record.save(0, 0)
+    if processes > 1:  # every process's rows are in the file once all reach here
+        wait()
+        if rank == 0:
+            record.finish(len(batches))
     backbone.train(was_training)
     return FeatureCache(features, offsets, lengths, labels, storage="memory" if path is None else "disk")
 
 
 def build_feature_cache_across_processes(model, dataset, **kwargs) -> FeatureCache:
     """`build_feature_cache` with the sentences split across the processes of a data-parallel launch, each on its
-    own device, every process ending with the whole cache; plain `build_feature_cache` when run alone."""
-    if launched_processes() == 1:
+    own device, every process ending with the whole cache; plain `build_feature_cache` when run alone. A cache on
+    disk (a `path` and `key`) is the one file, written in place by every process (`share`), which a run under
+    another number of processes, or alone, reads as it is; one in memory is built in shares and gathered."""
+    processes = launched_processes()
+    if processes == 1:
         return build_feature_cache(model, dataset, **kwargs)
+    if kwargs.get("path") is not None and kwargs.get("key") is not None:
+        current = state()
+        return build_feature_cache(model, dataset, share=(current.process_index, processes),
+                                   wait=current.wait_for_everyone, **kwargs)
     shares = split_and_gather(range(len(dataset)), lambda share: build_feature_cache(model, dataset.select(share), **kwargs))
     return FeatureCache.from_shares(shares, len(dataset))

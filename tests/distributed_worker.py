@@ -1,7 +1,7 @@
 """One `dwatt.training.run` under a data-parallel launcher, recording what each process writes and ends with.
 
 Usage (see tests/test_distributed.py): torchrun --nproc_per_node 2 distributed_worker.py CONFIG.json RECORD_DIR
-Each process writes RECORD_DIR/rank<R>.json (the files it wrote, its results) and rank<R>.safetensors (its
+With DWATT_TEST_CACHES_ON_DISK set, every feature cache goes to disk. Each process writes RECORD_DIR/rank<R>.json (the files it wrote, its results) and rank<R>.safetensors (its
 trainable weights at the end of the run).
 """
 
@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from dwatt import features
 from dwatt.training import BestDevCallback, RunConfig, common, run
 
 config_path, record_dir = Path(sys.argv[1]), Path(sys.argv[2])
@@ -46,6 +47,8 @@ def recording_restore_best(self, model):
     save_file(trainable, str(record_dir / f"rank{rank}.safetensors"))
 
 
+if os.environ.get("DWATT_TEST_CACHES_ON_DISK"):
+    features.MEMORY_SHARE = 0.0
 common.write_json_atomically = recording_write_json  # finish_run writes results.json through it
 BestDevCallback.restore_best = recording_restore_best
 PreTrainedModel.save_pretrained = recording(PreTrainedModel.save_pretrained)

@@ -1,6 +1,7 @@
 """Helpers several test files share (test files import these, never each other)."""
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import asdict
@@ -113,8 +114,9 @@ class RecordingApi:
         return type("CommitInfo", (), {"commit_url": f"https://hub.invalid/{repo_id}/commit/1"})()
 
 
-def launch(config: RunConfig, tmp_path: Path, processes: int = 2) -> list[dict]:
-    """Run `config` under torchrun; return each process's record (files written, results, final weights)."""
+def launch(config: RunConfig, tmp_path: Path, processes: int = 2, caches_on_disk: bool = False) -> list[dict]:
+    """Run `config` under torchrun; return each process's record (files written, results, final weights).
+    `caches_on_disk`: every feature cache is memory-mapped from disk, however small."""
     record = tmp_path / "record"
     record.mkdir()
     (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
@@ -122,6 +124,7 @@ def launch(config: RunConfig, tmp_path: Path, processes: int = 2) -> list[dict]:
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
          str(WORKER), str(tmp_path / "config.json"), str(record)],
         capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, **({"DWATT_TEST_CACHES_ON_DISK": "1"} if caches_on_disk else {})),
     )
     assert done.returncode == 0, done.stderr[-4000:]
     records = []

@@ -75,6 +75,36 @@ def test_a_masked_lm_run_under_two_processes_writes_once_and_stays_in_step(tiny_
     assert json.loads((tmp_path / "mlm" / "results.json").read_text())["best_dev_perplexity"] > 1
 
 
+@pytest.mark.slow
+def test_two_processes_cache_into_one_keyed_file_that_a_single_process_reads_as_it_is(tiny_backbone, tiny_conll,
+                                                                                        tmp_path, monkeypatch):
+    """Under a launcher, a cache sent to disk is one file named by its contents, each process writing its share of
+    the batches in place: the files are those a single process writes (byte for byte), and a single process's run
+    afterwards reads them without changing them, with the launch's scores."""
+    from dwatt.training import FEATURE_MEMO
+
+    ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "together" / "run", save_model=False), tmp_path,
+                   caches_on_disk=True)
+    assert all(rank["results"]["cache_storage"] == "disk" for rank in ranks)
+    shared = tmp_path / "together" / ".feature-cache"
+    written = {path.name: path.read_bytes() for path in sorted(shared.iterdir())}
+    assert len(written) == 6 and {name.split(".", 1)[1] for name in written} == {"bin", "bin.json"}  # train, dev, test
+    assert all(json.loads(written[name])["batches_done"] == json.loads(written[name])["batches"]
+               for name in written if name.endswith(".json"))
+    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)
+    FEATURE_MEMO.clear()
+    alone = run(config_for(tiny_backbone, tiny_conll, tmp_path / "alone" / "run", save_model=False))
+    assert {path.name: path.read_bytes() for path in (tmp_path / "alone" / ".feature-cache").glob("*.bin")} == {
+        name: data for name, data in written.items() if name.endswith(".bin")}
+    FEATURE_MEMO.clear()
+    stamps = {path.name: path.stat().st_mtime_ns for path in shared.iterdir()}
+    again = run(config_for(tiny_backbone, tiny_conll, tmp_path / "together" / "again", save_model=False))
+    assert {path.name: path.stat().st_mtime_ns for path in shared.iterdir()} == stamps  # read, not written
+    assert again["dev_curve"] == alone["dev_curve"]
+    assert [p["f1"] for p in ranks[0]["results"]["dev_curve"]] == pytest.approx([p["f1"] for p in alone["dev_curve"]], abs=1e-5)
+    FEATURE_MEMO.clear()
+
+
 def test_the_global_batch_must_divide_among_the_processes():
     from dwatt.distributed import per_device_batch_size
 

@@ -2,6 +2,8 @@
 memory, a dev cache of the scored positions only scores the same, and runs of one process share the backbone's
 features, a run of fewer layers taking them from a remembered cache of more."""
 
+import json
+
 import pytest
 import torch
 from transformers import BertTokenizerFast, DataCollatorForTokenClassification
@@ -143,6 +145,67 @@ def test_a_stopped_disk_cache_build_resumes_where_it_stopped_and_a_finished_one_
     assert batches == 5 and len(runs) == batches - 2 and torch.equal(resumed.features, straight.features)
     again = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
     assert len(runs) == batches - 2 and torch.equal(again.features, straight.features)  # read, not computed
+
+
+def test_processes_building_one_disk_cache_together_write_the_one_file_and_resume_each_after_its_own_batches(
+        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    """Two builders (threads standing for a launch's processes, a barrier for its `wait`) each run the backbone over
+    every other batch into the one keyed file: the file equals a single process's build. Stopped part-way, each
+    resumes after its own recorded batches; the finished file is read by a single process without the backbone, and
+    a part-built one under another number of processes is built anew."""
+    import threading
+
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    straight = build_feature_cache(model, tokens, batch_size=1, progress=False)
+    key, path = {"backbone": "tiny", "data": "validation"}, tmp_path / "features.bin"
+    monkeypatch.setattr("dwatt.features.RECORD_EVERY_SECONDS", -1.0)  # a record after every batch
+    runs, run_backbone = {}, model.dwatt.run_backbone
+    stop_rank_after = {}
+
+    def counted(**inputs):
+        rank = threading.current_thread().name
+        if stop_rank_after.get(rank) == len(runs.setdefault(rank, [])):
+            raise KeyboardInterrupt
+        runs[rank].append(inputs["input_ids"].shape[0])
+        return run_backbone(**inputs)
+
+    monkeypatch.setattr(model.dwatt, "run_backbone", counted)
+
+    def together(processes: int = 2) -> list:
+        barrier, built = threading.Barrier(processes, timeout=60), [None] * processes
+
+        def build(rank):
+            try:
+                built[rank] = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key,
+                                                  share=(rank, processes), wait=barrier.wait)
+            except KeyboardInterrupt:
+                barrier.abort()  # as a launcher ends the other processes of a stopped one
+            except threading.BrokenBarrierError:
+                pass
+
+        threads = [threading.Thread(target=build, args=(rank,), name=str(rank)) for rank in range(processes)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return built
+
+    stop_rank_after["1"] = 1  # rank 1 stops after its first batch; rank 0 writes its 3 of the 5
+    assert together() == [None, None] and runs == {"0": [1, 1, 1], "1": [1]}
+    assert not json.loads((tmp_path / "features.bin.json").read_text())["batches_done"]
+    runs.clear(), stop_rank_after.clear()
+    built = together()
+    assert runs == {"1": [1]}  # rank 0 had all its batches; rank 1 resumed after its first
+    assert all(torch.equal(cache.features, straight.features) for cache in built)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features.bin", "features.bin.json"]  # the ranks' records go
+    runs.clear()
+    alone = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
+    assert runs == {} and torch.equal(alone.features, straight.features)  # read as it is by a single process
+    (tmp_path / "features.bin.json").write_text(json.dumps(
+        {"holds": json.loads((tmp_path / "features.bin.json").read_text())["holds"], "batches_done": 0, "batches": 5,
+         "processes": 3}))  # part-built by 3 processes
+    assert torch.equal(together()[0].features, straight.features) and sum(map(len, runs.values())) == 5
 
 
 def test_a_disk_cache_made_for_other_contents_is_built_anew_and_says_so(tiny_backbone, tiny_conll, tmp_path, monkeypatch,

@@ -27,7 +27,7 @@ from modeling_dwatt import DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
-from ..distributed import cpu_only, device, is_main_process, launched_processes, per_device_batch_size
+from ..distributed import as_the_main_process_says, cpu_only, device, is_main_process, launched_processes, per_device_batch_size
 from ..features import (
     FeatureMemo,
     build_feature_cache_across_processes,
@@ -352,17 +352,16 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     folder = feature_cache_folder(config)
     spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes()) if new else None
+    spill = as_the_main_process_says(spill)  # the processes of a launch build each cache the same way, together
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
         where = "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
         print(f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
     caches = []
-    for number, ((tokens, options), key) in enumerate(zip(splits, keys)):
+    for (tokens, options), key in zip(splits, keys):
         if spill is None:
             on_disk = {}
-        elif launched_processes() > 1:  # each process caches its share: scratch files of its own
-            on_disk = {"path": spill / f"{os.getpid()}-{time.time_ns()}-{number}.bin", "keep_file": False}
-        else:
+        else:  # one file named by its contents, which the processes of a launch write together
             described = described_key(key)
             on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
         caches.append(FEATURE_MEMO.get(key, lambda: build_feature_cache_across_processes(
@@ -396,13 +395,14 @@ def key_digest(described: dict) -> str:
 def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None,
                 layers: list[int] | None = None):
     """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone, its
-    revision and weights by content, dtype and positions kept, the device and dtype the backbone runs in, and the
+    revision and weights by content, dtype and positions kept, the kind of device (each process of a launch on its
+    own GPU computes the same features) and dtype the backbone runs in, and the
     sentences' contents). Runs whose
     keys are equal share one cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes
     them from it."""
     weights = next(model.dwatt.backbone.parameters())
     rest = (backbone, backbone_fingerprint(backbone), model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
-            str(weights.device), str(weights.dtype), dataset_fingerprint(tokens))
+            weights.device.type, str(weights.dtype), dataset_fingerprint(tokens))
     return tuple(cached_layers(model, layers)), rest
 
 
