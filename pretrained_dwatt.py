@@ -166,7 +166,8 @@ class PretrainedBackboneMixin:
                 f"missing {missing[:5]}, unexpected {unexpected[:5]}, other shapes {reshaped[:5]}"
             )
         reference = next(built.parameters())
-        loaded.to(dtype=reference.dtype, device=None if reference.is_meta else reference.device)
+        if getattr(pretrained, "hf_device_map", None) is None:  # one spread over devices (device_map) stays there
+            loaded.to(dtype=reference.dtype, device=None if reference.is_meta else reference.device)
         self.dwatt.use_backbone(loaded.train(built.training))
         if adopt_head:
             self.adopt_pretrained_head(pretrained)

@@ -239,8 +239,8 @@ RECORD_EVERY_SECONDS = 2.0  # how often a disk cache's build record is written (
 
 
 def model_nbytes(model) -> int:
-    """What a model's weights and buffers take in memory."""
-    tensors = [*model.parameters(), *model.buffers()]
+    """What a model's weights and buffers take in memory (not those offloaded to disk by a `device_map`)."""
+    tensors = [t for t in (*model.parameters(), *model.buffers()) if not t.is_meta]
     return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
 
 
@@ -437,6 +437,13 @@ def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[
                          "(--cache-dtype bfloat16) or float32")
 
 
+def input_device(backbone) -> torch.device:
+    """Where `backbone` takes its inputs: its weights' device, or the CPU where they are offloaded (a backbone
+    spread by `device_map`, whose accelerate hooks move each layer's inputs and outputs)."""
+    weights = next(backbone.parameters()).device
+    return torch.device("cpu") if weights.type == "meta" else weights
+
+
 @torch.no_grad()
 def build_feature_cache(
     model,
@@ -492,7 +499,7 @@ def build_feature_cache(
     if scored_positions_only:
         keep = [[i for i, label in enumerate(row) if label != -100] for row in labels]
         labels = [[row[i] for i in positions] for row, positions in zip(labels, keep)]
-    device = torch.device(device) if device is not None else next(backbone.parameters()).device
+    device = torch.device(device) if device is not None else input_device(backbone)
     was_training = backbone.training
     backbone.eval()
     indices = cached_layers(model, layers)

@@ -23,7 +23,9 @@ BACKBONE_DTYPES = get_args(BackboneDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
 NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory",
-                "feature_cache_dir")
+                "feature_cache_dir", "device_map")
+# accelerate's ways of spreading a backbone's layers over the devices there are (`from_pretrained(device_map=...)`)
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 @dataclass
@@ -42,6 +44,9 @@ class RunConfig:
     caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`), from files
     in `feature_cache_dir` (default: `.feature-cache` beside the run's folder; a sweep's runs share one under its
     output root), each named by what it holds, so that any run with the same backbone, data and dtypes reads it.
+    `device_map` (FE with the cache: `auto`, `balanced`, `sequential`): a backbone larger than one device spread over
+    the devices there are, layer by layer (accelerate), and what does not fit them (nor, on the CPU, `max_memory`
+    beside the working margin) read from disk as it runs; it only computes the cache, and the checkpoint is head-only.
     `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
     sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
@@ -67,6 +72,7 @@ class RunConfig:
     max_memory: int | None = None  # bytes the process may take; feature caches beyond what is left go to disk
     output_dir: str = "runs/default"
     feature_cache_dir: str | None = None
+    device_map: str | None = None
     save_model: bool = True
     evaluate_test: bool = False
     progress: bool = True
@@ -134,6 +140,11 @@ class RunConfig:
             raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
+        if self.device_map is not None and self.device_map not in DEVICE_MAPS:
+            raise ValueError(f"--device-map: expected one of {', '.join(DEVICE_MAPS)}, got {self.device_map!r}")
+        if self.device_map is not None and not self.caches_features:
+            raise ValueError("--device-map spreads a frozen backbone that computes the feature cache once (FE with the "
+                             "cache); LoRA, FT and --no-cache run it at every step: give it one device")
         if self.max_memory is not None and self.max_memory <= 0:
             raise ValueError(f"--max-memory must be > 0, got {self.max_memory}")
         if self.cache_dtype not in CACHE_DTYPES:
@@ -157,4 +168,4 @@ def default_learning_rate(mode: str, task: str = "ner") -> float:
     return task_named(task).fe_learning_rate if mode == "fe" else RunConfig.learning_rate
 
 
-__all__ = ["BACKBONE_DTYPES", "CACHE_DTYPES", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = ["BACKBONE_DTYPES", "CACHE_DTYPES", "DEVICE_MAPS", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]

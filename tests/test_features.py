@@ -208,6 +208,26 @@ def test_processes_building_one_disk_cache_together_write_the_one_file_and_resum
     assert torch.equal(together()[0].features, straight.features) and sum(map(len, runs.values())) == 5
 
 
+def test_a_backbone_spread_by_device_map_with_layers_offloaded_to_disk_caches_the_same_features(
+        tiny_backbone, tiny_conll, tmp_path):
+    """A backbone larger than one device loads with `device_map` (accelerate): here its embeddings and first layer on
+    the CPU, the other layers offloaded to disk, read back layer by layer as it runs. Its cache equals the one of the
+    backbone loaded whole, and is keyed alike (the device it takes inputs on, not the offloaded weights' meta)."""
+    from dwatt.features import input_device
+
+    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    whole = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
+    spread_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "encoder.layer.2": "disk"}
+    spread = RobertaDWAttForTokenClassification.from_backbone(
+        str(tiny_backbone), num_labels=9,
+        load_kwargs={"device_map": spread_map, "offload_folder": str(tmp_path / "offload")}).eval()
+    backbone = spread.dwatt.backbone
+    assert {p.device.type for p in backbone.encoder.layer[2].parameters()} == {"meta"}  # read from disk as it runs
+    assert input_device(backbone) == torch.device("cpu")
+    expected = build_feature_cache(whole, tokens, dtype=torch.float32, progress=False)
+    assert torch.equal(build_feature_cache(spread, tokens, dtype=torch.float32, progress=False).features, expected.features)
+
+
 def test_a_disk_cache_made_for_other_contents_is_built_anew_and_says_so(tiny_backbone, tiny_conll, tmp_path, monkeypatch,
                                                                        capsys):
     tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))

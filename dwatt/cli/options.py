@@ -7,7 +7,7 @@ import argparse
 import re
 
 from ..choices import QUANTIZATIONS, RUNTIMES
-from ..run_config import BACKBONE_DTYPES
+from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
 
 
 def csv_of(kind):
@@ -46,6 +46,10 @@ def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
                         help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
                              "the model are memory-mapped from files (kept beside the output folder, named by their "
                              "contents; a stopped build resumes); default: half the available memory for the caches")
+    parser.add_argument("--device-map", choices=DEVICE_MAPS, default=None, dest="device_map",
+                        help="FE: spread a backbone larger than one device over the devices there are, layer by layer "
+                             "(accelerate's device_map), the rest (and on the CPU, beyond --max-memory) read from disk "
+                             "as it runs; it computes the feature cache once; the checkpoint is head-only")
 
 
 def add_backbone_dtype_argument(parser: argparse.ArgumentParser, serving: bool = False) -> None:

@@ -49,6 +49,7 @@ class ProbeSettings:
     cache_dtype: str = "float16"
     backbone_dtype: str = "auto"  # `RunConfig.backbone_dtype`
     max_memory: int | None = None  # bytes the probe may take (`RunConfig.max_memory`)
+    device_map: str | None = None  # the backbone spread over devices (`RunConfig.device_map`)
     test: bool = False
     results: str = "runs/probe/results.jsonl"
     output_root: str | None = None
@@ -76,7 +77,8 @@ class ProbeSettings:
     def overrides(self) -> dict:
         """The `RunConfig` fields every run of the probe shares beyond its spec."""
         columns = {key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)}
-        return {"cache_dtype": self.cache_dtype, "backbone_dtype": self.backbone_dtype, "max_memory": self.max_memory, **({"evaluate_test": True} if self.test else {}), **columns}
+        return {"cache_dtype": self.cache_dtype, "backbone_dtype": self.backbone_dtype, "max_memory": self.max_memory,
+                "device_map": self.device_map, **({"evaluate_test": True} if self.test else {}), **columns}
 
 
 @dataclass

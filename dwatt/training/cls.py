@@ -24,6 +24,7 @@ from .common import (
     INITIAL_MODELS,
     RunClock,
     RunConfig,
+    backbone_placement,
     by_length,
     cache_facts,
     dev_held_out,
@@ -135,7 +136,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
         problem_type="single_label_classification", **model_kwargs,
         cache_layers=cache_layers, shares_backbone=config.mode == "fe",
-        backbone_dtype=config.backbone_weights_dtype,
+        backbone_dtype=config.backbone_weights_dtype, placement=backbone_placement(config),
     )
     freeze = set_training_mode(model, config)
     cached: str | bool = False

@@ -35,6 +35,8 @@ from ..features import (
     cached_layers,
     cache_storage,
     dataset_fingerprint,
+    input_device,
+    WORKING_MARGIN,
     gib,
     model_nbytes,
 )
@@ -70,16 +72,19 @@ class InitialModels:
 
     def build(self, backbone: str, fusion: str, seed: int, model_class=DWAttForTokenClassification,
               cache_layers: list[int] | None = None, shares_backbone: bool = False, backbone_dtype: str = "auto",
-              **config_kwargs) -> DWAttForTokenClassification:
+              placement: dict | None = None, **config_kwargs) -> DWAttForTokenClassification:
         """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
         the heads of a probe read, whose shared backbone runs as deep as the deepest of them. `shares_backbone` (FE,
         whose backbone never changes): the model takes the remembered backbone itself, not a copy, so that a process
         holds one copy of a 1.5B model's weights however many runs it makes. `backbone_dtype`: the dtype the backbone
-        loads in (`RunConfig.backbone_weights_dtype`)."""
+        loads in (`RunConfig.backbone_weights_dtype`); `placement`: where it goes (`backbone_placement`)."""
         cls = model_class
         if cache_layers:
             config_kwargs["backbone_depth"] = max(cache_layers)
         weights = backbone_fingerprint(backbone)  # a folder whose files changed is another backbone
+        placement = dict(placement or {})
+        if placement:  # a backbone spread over devices is another one to keep
+            weights = (weights, repr(sorted((k, repr(v)) for k, v in placement.items())))
         key = (backbone, weights, backbone_dtype, fusion, seed, cls.__name__, repr(sorted(config_kwargs.items())))
         held = self._heads.get(key)
         if held is not None and (backbone, weights, backbone_dtype, held[0].run_depth) in self._backbones:
@@ -94,7 +99,8 @@ class InitialModels:
         else:
             self.misses += 1
             set_seed(seed)
-            model = cls.from_backbone(backbone, fusion=fusion, backbone_dtype=backbone_dtype, **config_kwargs)
+            model = cls.from_backbone(backbone, fusion=fusion, backbone_dtype=backbone_dtype, load_kwargs=placement,
+                                      **config_kwargs)
             where = (backbone, weights, backbone_dtype, model.config.run_depth)
             if shares_backbone and where in self._backbones:  # the weights just loaded again: the kept ones serve
                 model.dwatt.use_backbone(self._backbones[where])
@@ -271,7 +277,8 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunC
         return results
     write_json_atomically(output_dir / "results.json", portable_results(results))  # the scores first: they are the run
     if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are
-        save_checkpoint(model, tokenizer, output_dir / "model", heads_only=config.mode == "lora")
+        # (and a backbone spread by a device_map is not copied either: its checkpoint loads it from where it came)
+        save_checkpoint(model, tokenizer, output_dir / "model", heads_only=config.mode == "lora" or spread_over_devices(model))
     return results
 
 
@@ -280,6 +287,7 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
     a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are."""
     from safetensors import SafetensorError
 
+    spread = model.__dict__.pop("hf_device_map", None)  # saved head-only: none of the offloaded weights is read
     try:
         with scratch_folder(folder) as staging:
             model.save_pretrained(staging, heads_only=heads_only)
@@ -289,6 +297,9 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
     except (OSError, SafetensorError) as error:
         raise OSError(f"{folder}: the checkpoint could not be written ({error}); the scores are in "
                       f"{folder.parent / 'results.json'}") from None
+    finally:
+        if spread is not None:
+            model.hf_device_map = spread
 
 
 def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
@@ -342,7 +353,7 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     them and read again by later runs; else a one-line error saying what to change. Each cache records where it lives
     (`storage`).
     """
-    model.to(device())
+    place_on_device(model)
     dtype = getattr(torch, config.cache_dtype)
     progress = config.progress and is_main_process()
     if layers is not None:
@@ -367,6 +378,46 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
         caches.append(FEATURE_MEMO.get(key, lambda: build_feature_cache_across_processes(
             model, tokens, dtype=dtype, progress=progress, **options, **on_disk)))
     return caches
+
+
+def backbone_placement(config: RunConfig) -> dict:
+    """`from_pretrained`'s arguments for where the run's backbone goes: none (the process's device), or with
+    `config.device_map` its layers spread over the devices there are, on the CPU within what `config.max_memory`
+    leaves beside the working margin, and the rest read from disk as it runs (the weights offloaded beside the
+    caches, where the backbone's own files cannot serve)."""
+    if config.device_map is None:
+        return {}
+    if launched_processes() > 1:
+        raise ValueError("--device-map spreads one backbone over every device; under torchrun/accelerate launch each "
+                         "process would take them all: run it as one process")
+    placement = {"device_map": config.device_map, "offload_folder": str(feature_cache_folder(config) / "offload")}
+    if config.max_memory is not None:
+        from accelerate.utils import get_max_memory
+
+        placement["max_memory"] = get_max_memory() | {"cpu": max(config.max_memory - WORKING_MARGIN, 0)}
+    return placement
+
+
+def place_on_device(model) -> None:
+    """The model on this process's device; a backbone spread by a `device_map` stays where accelerate put it (its
+    hooks move each layer's inputs), and the model then says where its parts are (`hf_device_map`, which the `Trainer`
+    reads before moving a model)."""
+    spread = getattr(model.dwatt.backbone, "hf_device_map", None)
+    if spread is None:
+        model.to(device())
+        return
+    backbone = model.dwatt._modules.pop("backbone")  # out of the way of `to`: its offloaded weights cannot move
+    try:
+        model.to(device())
+    finally:
+        model.dwatt._modules["backbone"] = backbone
+    model.hf_device_map = {"dwatt." + ("backbone." + name if name else "backbone"): where for name, where in spread.items()}
+    model.hf_device_map[""] = str(device())
+
+
+def spread_over_devices(model) -> bool:
+    """Whether the model's backbone was spread over devices (and disk) by a `device_map`."""
+    return getattr(model.dwatt.backbone, "hf_device_map", None) is not None
 
 
 def feature_cache_folder(config: RunConfig) -> Path:
@@ -402,7 +453,7 @@ def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool
     them from it."""
     weights = next(model.dwatt.backbone.parameters())
     rest = (backbone, backbone_fingerprint(backbone), model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
-            weights.device.type, str(weights.dtype), dataset_fingerprint(tokens))
+            input_device(model.dwatt.backbone).type, str(weights.dtype), dataset_fingerprint(tokens))
     return tuple(cached_layers(model, layers)), rest
 
 

@@ -34,6 +34,7 @@ from .common import (
     INITIAL_MODELS,
     RunClock,
     RunConfig,
+    backbone_placement,
     by_length,
     cache_facts,
     dev_subset,
@@ -100,7 +101,7 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         label2id={name: i for i, name in enumerate(label_names)},
         **config.model_options(),
         cache_layers=cache_layers, shares_backbone=config.mode == "fe",
-        backbone_dtype=config.backbone_weights_dtype,
+        backbone_dtype=config.backbone_weights_dtype, placement=backbone_placement(config),
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = set_training_mode(model, config)
