@@ -380,10 +380,13 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     return caches
 
 
+BACKBONE_SHARE = 0.75  # of a memory budget beyond the working margin, what a backbone spread by a device_map takes
+
+
 def backbone_placement(config: RunConfig) -> dict:
     """`from_pretrained`'s arguments for where the run's backbone goes: none (the process's device), or with
-    `config.device_map` its layers spread over the devices there are, on the CPU within what `config.max_memory`
-    leaves beside the working margin, and the rest read from disk as it runs (the weights offloaded beside the
+    `config.device_map` its layers spread over the devices there are, on the CPU within `BACKBONE_SHARE` of what
+    `config.max_memory` leaves beside the working margin, and the rest read from disk as it runs (the weights offloaded beside the
     caches, where the backbone's own files cannot serve)."""
     if config.device_map is None:
         return {}
@@ -394,7 +397,8 @@ def backbone_placement(config: RunConfig) -> dict:
     if config.max_memory is not None:
         from accelerate.utils import get_max_memory
 
-        placement["max_memory"] = get_max_memory() | {"cpu": max(config.max_memory - WORKING_MARGIN, 0)}
+        share = int(BACKBONE_SHARE * max(config.max_memory - WORKING_MARGIN, 0))  # the rest: fusion, head, caches
+        placement["max_memory"] = get_max_memory() | {"cpu": share}
     return placement
 
 
