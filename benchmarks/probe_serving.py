@@ -22,6 +22,15 @@ Checked: its fp32 export tags as it does in PyTorch; its int8 export's agreement
     python benchmarks/probe_serving.py --chosen runs/probe-minilm/chosen/model --ensemble runs/probe-minilm/ensemble-3 \
       --sentences 2000 --rounds 3
 
+For a backbone of a billion parameters or more on a machine of 24 GiB, `--no-uncut` leaves the uncut twin out (its
+model and export hold the backbone whole once more: the cut is then measured only against the pipeline), and
+`--backbone-dtype bfloat16` runs the PyTorch settings, the pipeline's plain head too, with the backbone in bf16 (the
+exports stay fp32 and int8). The checkpoint through transformers' own `pipeline(..., trust_remote_code=True)` (its
+remote code, no dwatt) is timed beside them, and its tags compared with the cut model's.
+
+    python benchmarks/probe_serving.py --chosen runs/probe-qwen/chosen/model --sentences 500 --rounds 2 \
+      --no-uncut --backbone-dtype bfloat16
+
 Writes `results/probe_serving_<backbone>.json` and `.md` next to this file (or into --output).
 """
 
@@ -43,11 +52,13 @@ from dwatt.data import load_conll2003, load_tokenizer
 from dwatt.serving.onnx_runtime import load_export
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.serving.prediction import predict_tags
+from dwatt.serving.quantization import with_backbone_dtype
 
 HERE = Path(__file__).resolve().parent
 BASELINE, CONTROL = "pipeline batch 32", "pipeline batch 32 again"
 CUT, UNCUT, CUT_FP32 = "cut export int8", "uncut export int8", "cut export fp32"
 CUT_TORCH, UNCUT_TORCH = "cut model fp32 (PyTorch)", "uncut model fp32 (PyTorch)"
+REMOTE = "checkpoint through pipeline(trust_remote_code=True) batch 32"
 ENSEMBLE, ENSEMBLE_FP32, ENSEMBLE_TORCH = "ensemble export int8", "ensemble export fp32", "ensemble fp32 (PyTorch)"
 # Issue 42's targets against the pipeline: MiniLM's head cut, exported and int8; SmolLM2's head cut (its fastest form
 # that tags as fp32 does is what counts: int8 is recorded with its agreement).
@@ -95,6 +106,37 @@ def export(checkpoint: Path, folder: Path) -> None:
                    check=True, capture_output=True)
 
 
+def named(setting: str, backbone_dtype: str) -> str:
+    """A PyTorch setting's name, saying the backbone's dtype where it is not fp32."""
+    if backbone_dtype == "float32":
+        return setting
+    return setting.replace(" fp32", "").replace(" (PyTorch)", "") + f", {backbone_dtype} backbone" + (
+        " (PyTorch)" if "(PyTorch)" in setting else "")
+
+
+def rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def remote_tag_agreement(found: list[list[dict]], words: list[list[str]], tags: list[list[str]]) -> float:
+    """The share of sentences the remote-code pipeline tags as the cut model does: each word takes the label the
+    pipeline gave the token holding its first character (O where it reported none: the pipeline leaves O tokens
+    out), as dwatt labels a word by its first sub-token. The pipeline tokenizes the joined text, dwatt the words: where
+    the two tokenizations differ, so can a tag."""
+    same = 0
+    for entities, sentence, sentence_tags in zip(found, words, tags):
+        starts, at = [], 0
+        for word in sentence:
+            starts.append(at)
+            at += len(word) + 1  # the words joined by single spaces
+        theirs = []
+        for first in starts:
+            holding = [e["entity"] for e in entities if e["start"] <= first < e["end"]]
+            theirs.append(holding[0] if holding else "O")
+        same += theirs == list(sentence_tags)
+    return same / len(words)
+
+
 def ensemble_settings(folder: Path, work: Path, tokenizer, words: list[list[str]]) -> dict:
     """The probe ensemble in `folder`, in PyTorch and exported (fp32 and int8), as timed settings, with what is known
     of it: its members, how deep it runs the backbone, whether its fp32 export tags as it does, its int8 export's
@@ -131,6 +173,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="untimed rounds first")
     parser.add_argument("--output", default=str(HERE / "results"))
+    parser.add_argument("--no-uncut", action="store_true", help="leave the uncut twin out (a large backbone)")
+    parser.add_argument("--backbone-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="the dtype of the backbone in the PyTorch settings (the exports stay fp32 and int8)")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     chosen = Path(args.chosen)
@@ -143,43 +188,58 @@ def main(argv: list[str] | None = None) -> dict:
         depth, total = config.run_depth, config.encoder_config.num_hidden_layers
         backbone = backbone_folder(config.backbone_name_or_path)
         name = Path(portable_path(config.backbone_name_or_path)).name
-        whole = uncut_twin(chosen, work / "uncut")
+        kinds = ("cut",) if args.no_uncut else ("cut", "uncut")
         tokenizer = load_tokenizer(chosen)
-        for checkpoint, target in ((chosen, work / "cut-onnx"), (work / "uncut", work / "uncut-onnx")):
-            export(checkpoint, target)
-        exports = {kind: {graph: load_export(work / f"{kind}-onnx", graph)[0] for graph in (None, "int8")}
-                   for kind in ("cut", "uncut")}
-        # Checks: the cut model tags as the uncut one does (fp32), in PyTorch and as an export.
-        cut_tags, whole_tags = predict_tags(cut, tokenizer, words), predict_tags(whole, tokenizer, words)
-        differing = sum(a != b for a, b in zip(cut_tags, whole_tags))
-        assert differing == 0, f"{differing} sentences tagged differently by the cut model"
+        export(chosen, work / "cut-onnx")
+        exports = {"cut": {graph: load_export(work / "cut-onnx", graph)[0] for graph in (None, "int8")}}
+        # Checks: the cut fp32 export tags as the cut model does; the cut model as the uncut one (fp32, PyTorch).
+        cut_tags = predict_tags(cut, tokenizer, words)
         export_tags = predict_tags(exports["cut"][None], tokenizer, words)
         assert export_tags == cut_tags, "the cut fp32 export tags differently from the cut model"
         int8_tags = predict_tags(exports["cut"]["int8"], tokenizer, words)
         int8_agreement = sum(a == b for a, b in zip(int8_tags, cut_tags)) / len(words)
+        if not args.no_uncut:
+            whole = uncut_twin(chosen, work / "uncut")
+            differing = sum(a != b for a, b in zip(cut_tags, predict_tags(whole, tokenizer, words)))
+            assert differing == 0, f"{differing} sentences tagged differently by the cut model"
+            export(work / "uncut", work / "uncut-onnx")
+            exports["uncut"] = {graph: load_export(work / "uncut-onnx", graph)[0] for graph in (None, "int8")}
+        half = args.backbone_dtype != "float32"
+        cut_torch, uncut_torch, remote_name = (named(what, args.backbone_dtype) for what in (CUT_TORCH, UNCUT_TORCH, REMOTE))
+        with_backbone_dtype(cut, args.backbone_dtype if half else "auto")
         plain = pipeline("token-classification", model=AutoModelForTokenClassification.from_pretrained(
-            backbone, num_labels=len(config.id2label)), tokenizer=load_tokenizer(backbone), device="cpu")
+            backbone, num_labels=len(config.id2label), dtype=getattr(torch, args.backbone_dtype)),
+            tokenizer=load_tokenizer(backbone), device="cpu")
+        remote = pipeline("token-classification", model=str(chosen), trust_remote_code=True, device="cpu",
+                          **({"dtype": getattr(torch, args.backbone_dtype)} if half else {}))
+        remote_agreement = remote_tag_agreement(remote(texts, batch_size=32), words, predict_tags(cut, tokenizer, words))
         settings = {
             BASELINE: lambda: plain(texts, batch_size=32),
             CUT: lambda: predict_tags(exports["cut"]["int8"], tokenizer, words),
             CUT_FP32: lambda: predict_tags(exports["cut"][None], tokenizer, words),
-            UNCUT: lambda: predict_tags(exports["uncut"]["int8"], tokenizer, words),
-            CUT_TORCH: lambda: predict_tags(cut, tokenizer, words),
-            UNCUT_TORCH: lambda: predict_tags(whole, tokenizer, words),
+            cut_torch: lambda: predict_tags(cut, tokenizer, words),
+            remote_name: lambda: remote(texts, batch_size=32),
         }
+        if not args.no_uncut:
+            settings |= {UNCUT: lambda: predict_tags(exports["uncut"]["int8"], tokenizer, words),
+                         uncut_torch: lambda: predict_tags(whole.eval(), tokenizer, words)}
         ensemble = ensemble_settings(Path(args.ensemble), work, tokenizer, words) if args.ensemble else {}
         settings |= ensemble.pop("settings", {})
         timings = results_files.interleaved_timings(settings, args.rounds, control=BASELINE, warmup=args.warmup)
         median = timings["median"]
+        head_only = work / "head-only"
+        DWAttForTokenClassification.from_pretrained(chosen).save_pretrained(head_only, heads_only=True)
         sizes = {"checkpoint_bytes": {"cut": folder_bytes(chosen, ("model.safetensors",)),
-                                      "uncut": folder_bytes(work / "uncut", ("model.safetensors",))},
+                                      "head_only": folder_bytes(head_only, ("model.safetensors",)),
+                                      **({} if args.no_uncut else {
+                                          "uncut": folder_bytes(work / "uncut", ("model.safetensors",))})},
                  "export_bytes": {kind: {graph: export_bytes(work / f"{kind}-onnx", file)
                                          for graph, file in (("fp32", "model.onnx"), ("int8", "model_int8.onnx"))}
-                                  for kind in ("cut", "uncut")},
-                 "graph_layers": {kind: graph_layers(work / f"{kind}-onnx" / "model.onnx") for kind in ("cut", "uncut")}}
+                                  for kind in kinds},
+                 "graph_layers": {kind: graph_layers(work / f"{kind}-onnx" / "model.onnx") for kind in kinds}}
     ratio = {key: value / median[BASELINE] for key, value in median.items()}
-    cut_vs_uncut = median[CUT] / median[UNCUT]
-    torch_cut_vs_uncut = median[CUT_TORCH] / median[UNCUT_TORCH]
+    cut_vs_uncut = None if args.no_uncut else median[CUT] / median[UNCUT]
+    torch_cut_vs_uncut = None if args.no_uncut else median[cut_torch] / median[uncut_torch]
     bound = depth / total + 0.15
     result = {
         "backbone": name, "layer": config.read_layer, "depth": depth, "backbone_layers": total,
@@ -188,9 +248,10 @@ def main(argv: list[str] | None = None) -> dict:
         "median_seconds": {key: round(value, 3) for key, value in median.items()},
         "ratio_to_pipeline": {key: round(value, 3) for key, value in ratio.items()},
         "noise_control": round(timings["noise_control"], 3),
-        "cut_vs_uncut": round(cut_vs_uncut, 3), "cut_vs_uncut_torch": round(torch_cut_vs_uncut, 3),
-        "cut_vs_uncut_bound": round(bound, 3),
-        "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": True, "int8_tag_agreement": round(int8_agreement, 4),
+        "cut_vs_uncut": rounded(cut_vs_uncut), "cut_vs_uncut_torch": rounded(torch_cut_vs_uncut),
+        "cut_vs_uncut_bound": round(bound, 3), "backbone_dtype": args.backbone_dtype,
+        "remote_code_tag_agreement": round(remote_agreement, 4),
+        "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": None if args.no_uncut else True, "int8_tag_agreement": round(int8_agreement, 4),
         **sizes,
         **({"ensemble": ensemble} if ensemble else {}),
     }
@@ -218,22 +279,43 @@ def readme_text(result: dict) -> str:
         f"**{ratio[CUT_FP32]:.2f}×**"
         + (f" (target for the {target[0]} ≤ {target[1]}: {'met' if ratio[target[0]] <= target[1] else 'not met'})."
            if target else "."),
-        f"- The cut itself, against the same head uncut: in PyTorch **{result['cut_vs_uncut_torch']:.2f}×** (k/L + 0.15 "
-        f"= {bound:.2f}: {'within' if result['cut_vs_uncut_torch'] <= bound else 'above'}); as int8 exports "
-        f"**{result['cut_vs_uncut']:.2f}×** ({'within' if result['cut_vs_uncut'] <= bound else 'above'} that bound): "
-        f"the exported graphs hold {result['graph_layers']['cut']} and {result['graph_layers']['uncut']} of the "
-        f"{result['backbone_layers']} layers"
-        + (", the exporter having dropped the uncut head's unread layers itself." if
-           result['graph_layers']['uncut'] < result['backbone_layers'] else "."),
-        "- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and so do the cut fp32 "
-        f"export's; the int8 export tags {100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does"
-        + (": too far from fp32 to serve (dynamic int8 of this backbone's activations loses the tags)."
-           if result["int8_tag_agreement"] < 0.5 else "."),
-        f"- Sizes (cut / uncut): checkpoint {sizes['checkpoint_bytes']['cut'] / mib:.1f} / "
-        f"{sizes['checkpoint_bytes']['uncut'] / mib:.1f} MiB; export fp32 {sizes['export_bytes']['cut']['fp32'] / mib:.1f}"
-        f" / {sizes['export_bytes']['uncut']['fp32'] / mib:.1f} MiB, int8 {sizes['export_bytes']['cut']['int8'] / mib:.1f}"
-        f" / {sizes['export_bytes']['uncut']['int8'] / mib:.1f} MiB.",
     ]
+    if result["cut_vs_uncut"] is not None:
+        lines += [
+            f"- The cut itself, against the same head uncut: in PyTorch **{result['cut_vs_uncut_torch']:.2f}×** (k/L + "
+            f"0.15 = {bound:.2f}: {'within' if result['cut_vs_uncut_torch'] <= bound else 'above'}); as int8 exports "
+            f"**{result['cut_vs_uncut']:.2f}×** ({'within' if result['cut_vs_uncut'] <= bound else 'above'} that "
+            f"bound): the exported graphs hold {result['graph_layers']['cut']} and {result['graph_layers']['uncut']} of "
+            f"the {result['backbone_layers']} layers"
+            + (", the exporter having dropped the uncut head's unread layers itself." if
+               result['graph_layers']['uncut'] < result['backbone_layers'] else "."),
+            "- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and so do the cut fp32 "
+            f"export's; the int8 export tags {100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does"
+            + (": too far from fp32 to serve (dynamic int8 of this backbone's activations loses the tags)."
+               if result["int8_tag_agreement"] < 0.5 else "."),
+        ]
+    else:
+        lines.append(
+            f"- Tags: the cut fp32 export's equal the cut model's on every sentence; the int8 export tags "
+            f"{100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does. The uncut twin was left out "
+            f"(`--no-uncut`); the cut export holds {result['graph_layers']['cut']} of the {result['backbone_layers']} "
+            "layers.")
+    if "remote_code_tag_agreement" in result:
+        lines.append(
+            f"- The checkpoint through transformers' `pipeline(..., trust_remote_code=True)` (its own remote code, no "
+            f"dwatt) tags {100 * result['remote_code_tag_agreement']:.1f}% of the sentences as the cut model does (a "
+            "word: the label of the token holding its first character; the pipeline tokenizes the joined text).")
+    checkpoints, exports = sizes["checkpoint_bytes"], sizes["export_bytes"]
+    kinds = [kind for kind in ("cut", "uncut") if kind in exports]
+
+    def mib_of(values: list[int]) -> str:
+        return " / ".join(f"{value / mib:.1f}" for value in values)
+
+    head_only = f" (head-only: {checkpoints['head_only'] / 1024:.1f} KiB)" if "head_only" in checkpoints else ""
+    lines.append(
+        f"- Sizes ({' / '.join(kinds)}): checkpoint {mib_of([checkpoints[kind] for kind in kinds])} MiB{head_only}; "
+        f"export fp32 {mib_of([exports[kind]['fp32'] for kind in kinds])} MiB, "
+        f"int8 {mib_of([exports[kind]['int8'] for kind in kinds])} MiB.")
     ensemble = result.get("ensemble")
     if ensemble:
         lines.append(
