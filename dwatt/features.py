@@ -245,14 +245,15 @@ def model_nbytes(model) -> int:
 
 
 def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None = None, model_bytes: int = 0,
-                  cached_bytes: int = 0) -> Path | None:
+                  cached_bytes: int = 0, on_disk: bool = False) -> Path | None:
     """
     Where caches of `nbytes` go: memory (`None`) when they fit, else memory-mapped files in `spill_folder` when its
     disk has room for them (plus 1 GiB), else `CacheTooLargeError` saying what to change. They fit in memory within
     `MEMORY_SHARE` of the available memory (the rest is the margin for training, the model and the other caches) and,
     with a budget (`max_memory`, bytes, for the whole process), within what the model (`model_bytes`), the caches
     already in memory (`cached_bytes`) and a working margin leave of it; a model that leaves nothing of the budget is
-    refused.
+    refused. `on_disk`: to files whatever their size (kept, so that another process, or a stopped build's rerun, reads
+    them instead of running the backbone again).
     """
     import shutil
 
@@ -269,7 +270,7 @@ def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None 
                 "backbone saved in a smaller dtype (bfloat16)"
             )
         allowed = min(allowed, left - cached_bytes)
-    if nbytes <= allowed:
+    if nbytes <= allowed and not on_disk:
         return None
     folder = Path(spill_folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,7 @@ BACKBONE_DTYPES = get_args(BackboneDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
 NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory",
-                "feature_cache_dir", "device_map")
+                "feature_cache_dir", "device_map", "cache_on_disk")
 # accelerate's ways of spreading a backbone's layers over the devices there are (`from_pretrained(device_map=...)`)
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -44,6 +44,8 @@ class RunConfig:
     caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`), from files
     in `feature_cache_dir` (default: `.feature-cache` beside the run's folder; a sweep's runs share one under its
     output root), each named by what it holds, so that any run with the same backbone, data and dtypes reads it.
+    `cache_on_disk`: every feature cache memory-mapped from those files, however small (a long backbone pass that a
+    stopped run, another process or a later session reads instead of running the backbone again).
     `device_map` (FE with the cache: `auto`, `balanced`, `sequential`): a backbone larger than one device spread over
     the devices there are, layer by layer (accelerate), and what does not fit them (nor, on the CPU, `max_memory`
     beside the working margin) read from disk as it runs; it only computes the cache, and the checkpoint is head-only.
@@ -72,6 +74,7 @@ class RunConfig:
     max_memory: int | None = None  # bytes the process may take; feature caches beyond what is left go to disk
     output_dir: str = "runs/default"
     feature_cache_dir: str | None = None
+    cache_on_disk: bool = False
     device_map: str | None = None
     save_model: bool = True
     evaluate_test: bool = False

@@ -276,6 +276,7 @@ def test_a_memory_budget_sends_the_caches_that_do_not_fit_beside_the_model_to_di
     assert cache_storage(5 << 30, tmp_path, max_memory=8 << 30, model_bytes=3 << 30) == tmp_path
     # caches already in memory take their share: a new one goes to disk, the model is not refused for them
     assert cache_storage(1 << 30, tmp_path, max_memory=8 << 30, model_bytes=3 << 30, cached_bytes=5 << 30) == tmp_path
+    assert cache_storage(1, tmp_path, on_disk=True) == tmp_path  # --cache-on-disk: to files, however small
     with pytest.raises(CacheTooLargeError, match=r"--max-memory 3.00 GiB: the model alone takes 3.00 GiB, .* give a budget "
                                                  r"of at least 5.00 GiB"):
         cache_storage(1, tmp_path, max_memory=3 << 30, model_bytes=3 << 30)

@@ -161,3 +161,26 @@ def test_device_map_places_the_backbone_within_the_memory_budget_and_is_refused_
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ValueError, match="run it as one process"):
         backbone_placement(config)
+
+
+def test_caches_kept_on_disk_however_small_are_read_by_a_later_run_without_the_backbone(tiny_backbone, tiny_conll,
+                                                                                       tmp_path, monkeypatch):
+    """--cache-on-disk: even caches that fit in memory go to the keyed files, which a later process (here: the memo
+    cleared, the backbone made to fail) reads instead of running the backbone again."""
+    from dwatt.training import FEATURE_MEMO, RunConfig, run
+
+    settings = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=2, cache_dtype="float32",
+                    progress=False, save_model=False, cache_on_disk=True)
+    first = run(RunConfig(**settings, output_dir=str(tmp_path / "first")))
+    assert first["cache_storage"] == "disk" and len(list((tmp_path / ".feature-cache").glob("*.bin"))) == 2
+    FEATURE_MEMO.clear()
+
+    def no_backbone(self, **inputs):
+        raise AssertionError("the backbone ran again")
+
+    from dwatt import DWAttModel
+
+    monkeypatch.setattr(DWAttModel, "run_backbone", no_backbone)
+    again = run(RunConfig(**settings, output_dir=str(tmp_path / "again")))
+    FEATURE_MEMO.clear()
+    assert again["dev_curve"] == first["dev_curve"]

@@ -46,6 +46,9 @@ def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
                         help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
                              "the model are memory-mapped from files (kept beside the output folder, named by their "
                              "contents; a stopped build resumes); default: half the available memory for the caches")
+    parser.add_argument("--cache-on-disk", action="store_true", dest="cache_on_disk",
+                        help="keep every feature cache in files (memory-mapped), however small: a stopped build "
+                             "resumes and a later run reads it instead of running the backbone again")
     parser.add_argument("--device-map", choices=DEVICE_MAPS, default=None, dest="device_map",
                         help="FE: spread a backbone larger than one device over the devices there are, layer by layer "
                              "(accelerate's device_map), the rest (and on the CPU, beyond --max-memory) read from disk "

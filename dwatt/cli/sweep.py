@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
     overrides = {"cache_dtype": args.cache_dtype, "backbone_dtype": args.backbone_dtype, "max_memory": args.max_memory,
-                 "device_map": args.device_map, **({"evaluate_test": True} if args.test else {}),
+                 "device_map": args.device_map, "cache_on_disk": args.cache_on_disk, **({"evaluate_test": True} if args.test else {}),
                  **({"few_shot_dev": True} if args.few_shot_dev else {})}
     rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
                      done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)

@@ -50,6 +50,7 @@ class ProbeSettings:
     backbone_dtype: str = "auto"  # `RunConfig.backbone_dtype`
     max_memory: int | None = None  # bytes the probe may take (`RunConfig.max_memory`)
     device_map: str | None = None  # the backbone spread over devices (`RunConfig.device_map`)
+    cache_on_disk: bool = False  # `RunConfig.cache_on_disk`
     test: bool = False
     results: str = "runs/probe/results.jsonl"
     output_root: str | None = None
@@ -78,7 +79,7 @@ class ProbeSettings:
         """The `RunConfig` fields every run of the probe shares beyond its spec."""
         columns = {key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)}
         return {"cache_dtype": self.cache_dtype, "backbone_dtype": self.backbone_dtype, "max_memory": self.max_memory,
-                "device_map": self.device_map, **({"evaluate_test": True} if self.test else {}), **columns}
+                "device_map": self.device_map, "cache_on_disk": self.cache_on_disk, **({"evaluate_test": True} if self.test else {}), **columns}
 
 
 @dataclass

@@ -362,7 +362,8 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     folder = feature_cache_folder(config)
-    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes()) if new else None
+    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes(),
+                          config.cache_on_disk) if new else None
     spill = as_the_main_process_says(spill)  # the processes of a launch build each cache the same way, together
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size

@@ -63,6 +63,17 @@ for N in 16 64; do
     --done-in docs/results/fair-agnews/fair.all-MiniLM-L6-v2.shard-{0,1,2,3,4,5}-of-6.jsonl \
     --threads 1 --output-root runs/fair-agnews --quiet
 done
+# The models people use (issue 57, added later): Qwen2.5-Coder-1.5B-Instruct (its last token pooled, a decoder) and
+# EmbeddingGemma-300M (the mean, an encoder; bfloat16 caches: its layer 23 reaches 1.09e5, beyond float16), N = 16, the
+# probe, ScalarMix, Concat and DWAtt (Base+n left out), each backbone on one core within an 8 GiB budget.
+for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16; do
+  IFS=: read -r NAME CACHE <<< "$STEP"
+  dwatt sweep --preset agnews-fe --fusions base,scalar_mix,concat,dwatt --probe-layers all \
+    --learning-rates "$RATES" --n-shots 16 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
+    --cache-dtype "$CACHE" --max-memory 8GiB --threads 1 --quiet --train-in-parts 30 \
+    --results "docs/results/fair-agnews/fair.$NAME.jsonl" --output-root runs/agnews &
+done
+wait
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"
