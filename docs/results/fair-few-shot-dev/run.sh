@@ -141,6 +141,11 @@ for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16;
    dwatt sweep --fusions concat,dwatt --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --train-in-parts 1 "${GRID[@]}") &
 done
 wait
+# EmbeddingGemma's ScalarMix one rate up (3e-2): it was chosen at 1e-2, the grid's largest, in every trial; its own store.
+dwatt sweep --fusions scalar_mix --learning-rates 3e-2 --n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 \
+  --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets --cache-dtype bfloat16 --max-memory 8GiB \
+  --cache-on-disk --threads 1 --quiet --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.scalar-mix-larger-rates.jsonl \
+  --output-root runs/fsd
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
