@@ -456,7 +456,6 @@ def build_feature_cache(
     progress: bool = True,
     scored_positions_only: bool = False,
     pooled: str | None = None,
-    keep_file: bool = True,
     layers: Sequence[int] | None = None,
     key: dict | None = None,
     share: tuple[int, int] = (0, 1),
@@ -467,8 +466,7 @@ def build_feature_cache(
     `token_type_ids` and `labels`) and keep the layers its fusion reads (or `layers`: indices into the backbone's
     hidden states, 0 the embedding output, as heads on one layer each read them), stored as `dtype` (float16/bfloat16 halve
     the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
-    memory-mapped file there instead of RAM (`keep_file=False`: a scratch file, unlinked once mapped, whose pages
-    the system frees with the cache). With a `path` and a `key` (what the features depend on, as `FEATURE_MEMO` keys
+    memory-mapped file there instead of RAM. With a `path` and a `key` (what the features depend on, as `FEATURE_MEMO` keys
     them), the build is recorded beside the file (`BuildRecord`): a stopped build resumes, a finished one is read
     without running the backbone, and one made for another key is built anew. Sentences are batched by length so
     padding costs little; a progress bar says the time left.
@@ -542,8 +540,6 @@ def build_feature_cache(
             wait()
             done = done if resumable else 0
         features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
-        if not keep_file:
-            path.unlink(missing_ok=True)  # the mapping stays valid; the disk space goes with the last reference
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     saved_at = time.monotonic()

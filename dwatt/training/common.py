@@ -407,8 +407,7 @@ def place_on_device(model) -> None:
     """The model on this process's device; a backbone spread by a `device_map` stays where accelerate put it (its
     hooks move each layer's inputs), and the model then says where its parts are (`hf_device_map`, which the `Trainer`
     reads before moving a model)."""
-    spread = getattr(model.dwatt.backbone, "hf_device_map", None)
-    if spread is None:
+    if not spread_over_devices(model):
         model.to(device())
         return
     backbone = model.dwatt._modules.pop("backbone")  # out of the way of `to`: its offloaded weights cannot move
@@ -416,7 +415,8 @@ def place_on_device(model) -> None:
         model.to(device())
     finally:
         model.dwatt._modules["backbone"] = backbone
-    model.hf_device_map = {"dwatt." + ("backbone." + name if name else "backbone"): where for name, where in spread.items()}
+    model.hf_device_map = {"dwatt." + ("backbone." + name if name else "backbone"): where
+                           for name, where in backbone.hf_device_map.items()}
     model.hf_device_map[""] = str(device())
 
 
