@@ -202,7 +202,7 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
 # (a sign test over trials, Holm-corrected: `verdict` in docs/results/fair-cpu and fair-agnews's tables/pooled.csv;
 # tests/test_experiment_probe.py checks these against them), by the dataset it ran on: a probe of a task says it of
 # the task's default dataset, beside the ensemble it scored itself.
-ENSEMBLE_EVIDENCE = {"conll2003": ("CoNLL-03", "beats"), "ag_news": ("AG News", "level")}
+ENSEMBLE_EVIDENCE = {"conll2003": ("CoNLL-03", "beats"), "ag_news": ("AG News", "beats")}
 
 
 def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
