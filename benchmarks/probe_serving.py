@@ -192,27 +192,31 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer = load_tokenizer(chosen)
         export(chosen, work / "cut-onnx")
         exports = {"cut": {graph: load_export(work / "cut-onnx", graph)[0] for graph in (None, "int8")}}
-        # Checks: the cut fp32 export tags as the cut model does; the cut model as the uncut one (fp32, PyTorch).
-        cut_tags = predict_tags(cut, tokenizer, words)
+        # Checks: the cut fp32 export tags as the cut model does; the cut model as the uncut one (fp32, PyTorch: a
+        # checkpoint saved in bf16, as an LLM's is, loads in bf16, whose tags may differ from fp32's on some sentences).
+        cut_tags = predict_tags(with_backbone_dtype(cut, "float32"), tokenizer, words)
         export_tags = predict_tags(exports["cut"][None], tokenizer, words)
         assert export_tags == cut_tags, "the cut fp32 export tags differently from the cut model"
         int8_tags = predict_tags(exports["cut"]["int8"], tokenizer, words)
         int8_agreement = sum(a == b for a, b in zip(int8_tags, cut_tags)) / len(words)
         if not args.no_uncut:
             whole = uncut_twin(chosen, work / "uncut")
-            differing = sum(a != b for a, b in zip(cut_tags, predict_tags(whole, tokenizer, words)))
+            differing = sum(a != b for a, b in zip(cut_tags, predict_tags(with_backbone_dtype(whole, "float32"),
+                                                                         tokenizer, words)))
             assert differing == 0, f"{differing} sentences tagged differently by the cut model"
             export(work / "uncut", work / "uncut-onnx")
             exports["uncut"] = {graph: load_export(work / "uncut-onnx", graph)[0] for graph in (None, "int8")}
-        half = args.backbone_dtype != "float32"
+            with_backbone_dtype(whole, args.backbone_dtype)
         cut_torch, uncut_torch, remote_name = (named(what, args.backbone_dtype) for what in (CUT_TORCH, UNCUT_TORCH, REMOTE))
-        with_backbone_dtype(cut, args.backbone_dtype if half else "auto")
+        with_backbone_dtype(cut, args.backbone_dtype)
+        timed_tags = predict_tags(cut, tokenizer, words)  # the cut model in the dtype it is timed in
+        dtype_agreement = sum(a == b for a, b in zip(timed_tags, cut_tags)) / len(words)
         plain = pipeline("token-classification", model=AutoModelForTokenClassification.from_pretrained(
             backbone, num_labels=len(config.id2label), dtype=getattr(torch, args.backbone_dtype)),
             tokenizer=load_tokenizer(backbone), device="cpu")
         remote = pipeline("token-classification", model=str(chosen), trust_remote_code=True, device="cpu",
-                          **({"dtype": getattr(torch, args.backbone_dtype)} if half else {}))
-        remote_agreement = remote_tag_agreement(remote(texts, batch_size=32), words, predict_tags(cut, tokenizer, words))
+                          dtype=getattr(torch, args.backbone_dtype))
+        remote_agreement = remote_tag_agreement(remote(texts, batch_size=32), words, timed_tags)
         settings = {
             BASELINE: lambda: plain(texts, batch_size=32),
             CUT: lambda: predict_tags(exports["cut"]["int8"], tokenizer, words),
@@ -250,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict:
         "noise_control": round(timings["noise_control"], 3),
         "cut_vs_uncut": rounded(cut_vs_uncut), "cut_vs_uncut_torch": rounded(torch_cut_vs_uncut),
         "cut_vs_uncut_bound": round(bound, 3), "backbone_dtype": args.backbone_dtype,
-        "remote_code_tag_agreement": round(remote_agreement, 4),
+        "remote_code_tag_agreement": round(remote_agreement, 4), "backbone_dtype_tag_agreement": round(dtype_agreement, 4),
         "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": None if args.no_uncut else True, "int8_tag_agreement": round(int8_agreement, 4),
         **sizes,
         **({"ensemble": ensemble} if ensemble else {}),
@@ -300,6 +304,10 @@ def readme_text(result: dict) -> str:
             f"{100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does. The uncut twin was left out "
             f"(`--no-uncut`); the cut export holds {result['graph_layers']['cut']} of the {result['backbone_layers']} "
             "layers.")
+    if result.get("backbone_dtype", "float32") != "float32" and "backbone_dtype_tag_agreement" in result:
+        lines.append(
+            f"- With its backbone in {result['backbone_dtype']}, the cut model tags "
+            f"{100 * result['backbone_dtype_tag_agreement']:.1f}% of the sentences as it does in fp32.")
     if "remote_code_tag_agreement" in result:
         lines.append(
             f"- The checkpoint through transformers' `pipeline(..., trust_remote_code=True)` (its own remote code, no "
