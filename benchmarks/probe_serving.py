@@ -9,8 +9,9 @@ exports (int8, cut against uncut; issue 42 bounds the ratio by k/L + 0.15). The 
 the layers whose outputs nothing reads, so an uncut head's export may already run only layers 1..k: the layers each
 graph holds are counted and recorded. In process, each model loaded beforehand, timed in interleaved rounds with the
 order rotated; the pipeline at batch 32 runs twice a round under two names, the noise control. Checked, not timed: the
-cut model's fp32 tags equal the uncut model's (PyTorch, every sentence), and the cut fp32 export's equal them too; the
-int8 export's agreement with fp32 is recorded. Sizes of the checkpoints and the exports (with their weight files),
+cut model's fp32 tags equal the uncut model's (PyTorch, every sentence), and the cut fp32 export's equal them (every
+sentence but float rounding near ties: at least 98%, the share recorded); the int8 export's agreement with fp32 is
+recorded. Sizes of the checkpoints and the exports (with their weight files),
 cut and uncut.
 
 With `--ensemble` (the folder `dwatt probe --save-ensemble K` wrote), the probe ensemble runs in the same rounds, in
@@ -60,6 +61,9 @@ CUT, UNCUT, CUT_FP32 = "cut export int8", "uncut export int8", "cut export fp32"
 CUT_TORCH, UNCUT_TORCH = "cut model fp32 (PyTorch)", "uncut model fp32 (PyTorch)"
 REMOTE = "checkpoint through pipeline(trust_remote_code=True) batch 32"
 ENSEMBLE, ENSEMBLE_FP32, ENSEMBLE_TORCH = "ensemble export int8", "ensemble export fp32", "ensemble fp32 (PyTorch)"
+# An fp32 export whose tags differ from PyTorch's fp32 on more sentences than this is wrong, not rounding: on a 1.5B LLM's
+# 16 layers, ONNX Runtime's and PyTorch's float sums differ enough to flip a word's tag near a tie now and then.
+EXPORT_AGREEMENT_FLOOR = 0.98
 # Issue 42's targets against the pipeline: MiniLM's head cut, exported and int8; SmolLM2's head cut (its fastest form
 # that tags as fp32 does is what counts: int8 is recorded with its agreement).
 TARGETS = {"all-MiniLM-L6-v2": ("cut export int8", 0.35), "SmolLM2-135M-Instruct-q4": ("cut export fp32", 0.25)}
@@ -104,6 +108,11 @@ def uncut_twin(chosen: Path, folder: Path) -> DWAttForTokenClassification:
 def export(checkpoint: Path, folder: Path) -> None:
     subprocess.run([sys.executable, "-m", "dwatt.cli", "export", str(checkpoint), str(folder), "--quantize", "int8"],
                    check=True, capture_output=True)
+
+
+def agreement(tags: list[list[str]], reference: list[list[str]]) -> float:
+    """The share of sentences `tags` tags as `reference` does, every word alike."""
+    return sum(a == b for a, b in zip(tags, reference)) / len(reference)
 
 
 def named(setting: str, backbone_dtype: str) -> str:
@@ -195,10 +204,10 @@ def main(argv: list[str] | None = None) -> dict:
         # Checks: the cut fp32 export tags as the cut model does; the cut model as the uncut one (fp32, PyTorch: a
         # checkpoint saved in bf16, as an LLM's is, loads in bf16, whose tags may differ from fp32's on some sentences).
         cut_tags = predict_tags(with_backbone_dtype(cut, "float32"), tokenizer, words)
-        export_tags = predict_tags(exports["cut"][None], tokenizer, words)
-        assert export_tags == cut_tags, "the cut fp32 export tags differently from the cut model"
-        int8_tags = predict_tags(exports["cut"]["int8"], tokenizer, words)
-        int8_agreement = sum(a == b for a, b in zip(int8_tags, cut_tags)) / len(words)
+        export_agreement = agreement(predict_tags(exports["cut"][None], tokenizer, words), cut_tags)
+        assert export_agreement >= EXPORT_AGREEMENT_FLOOR, (
+            f"the cut fp32 export tags {100 * export_agreement:.1f}% of the sentences as the cut model does")
+        int8_agreement = agreement(predict_tags(exports["cut"]["int8"], tokenizer, words), cut_tags)
         if not args.no_uncut:
             whole = uncut_twin(chosen, work / "uncut")
             differing = sum(a != b for a, b in zip(cut_tags, predict_tags(with_backbone_dtype(whole, "float32"),
@@ -210,7 +219,7 @@ def main(argv: list[str] | None = None) -> dict:
         cut_torch, uncut_torch, remote_name = (named(what, args.backbone_dtype) for what in (CUT_TORCH, UNCUT_TORCH, REMOTE))
         with_backbone_dtype(cut, args.backbone_dtype)
         timed_tags = predict_tags(cut, tokenizer, words)  # the cut model in the dtype it is timed in
-        dtype_agreement = sum(a == b for a, b in zip(timed_tags, cut_tags)) / len(words)
+        dtype_agreement = agreement(timed_tags, cut_tags)
         plain = pipeline("token-classification", model=AutoModelForTokenClassification.from_pretrained(
             backbone, num_labels=len(config.id2label), dtype=getattr(torch, args.backbone_dtype)),
             tokenizer=load_tokenizer(backbone), device="cpu")
@@ -256,6 +265,7 @@ def main(argv: list[str] | None = None) -> dict:
         "cut_vs_uncut_bound": round(bound, 3), "backbone_dtype": args.backbone_dtype,
         "remote_code_tag_agreement": round(remote_agreement, 4), "backbone_dtype_tag_agreement": round(dtype_agreement, 4),
         "pipeline_target": TARGETS.get(name), "tags_equal_uncut_fp32": None if args.no_uncut else True, "int8_tag_agreement": round(int8_agreement, 4),
+        "fp32_export_tag_agreement": round(export_agreement, 4),
         **sizes,
         **({"ensemble": ensemble} if ensemble else {}),
     }
@@ -284,6 +294,8 @@ def readme_text(result: dict) -> str:
         + (f" (target for the {target[0]} ≤ {target[1]}: {'met' if ratio[target[0]] <= target[1] else 'not met'})."
            if target else "."),
     ]
+    export_share = result.get("fp32_export_tag_agreement", 1.0)
+    export_words = "" if export_share == 1.0 else f" but {100 * (1 - export_share):.1f}% of them (float rounding near ties)"
     if result["cut_vs_uncut"] is not None:
         lines += [
             f"- The cut itself, against the same head uncut: in PyTorch **{result['cut_vs_uncut_torch']:.2f}×** (k/L + "
@@ -294,13 +306,14 @@ def readme_text(result: dict) -> str:
             + (", the exporter having dropped the uncut head's unread layers itself." if
                result['graph_layers']['uncut'] < result['backbone_layers'] else "."),
             "- Tags: the cut model's equal the uncut model's on every sentence (fp32, PyTorch), and so do the cut fp32 "
-            f"export's; the int8 export tags {100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does"
+            f"export's{export_words}; the int8 export tags {100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does"
             + (": too far from fp32 to serve (dynamic int8 of this backbone's activations loses the tags)."
                if result["int8_tag_agreement"] < 0.5 else "."),
         ]
     else:
         lines.append(
-            f"- Tags: the cut fp32 export's equal the cut model's on every sentence; the int8 export tags "
+            f"- Tags: the cut fp32 export's equal the cut model's (fp32, PyTorch) on every sentence{export_words}; "
+            "the int8 export tags "
             f"{100 * result['int8_tag_agreement']:.1f}% of the sentences as fp32 does. The uncut twin was left out "
             f"(`--no-uncut`); the cut export holds {result['graph_layers']['cut']} of the {result['backbone_layers']} "
             "layers.")

@@ -423,14 +423,14 @@ class BuildRecord:
             part.unlink(missing_ok=True)
 
 
-def refuse_overflow(stacked: torch.Tensor, dtype: torch.dtype, layers: Sequence[int]) -> None:
+def refuse_overflow(features: Sequence[torch.Tensor], dtype: torch.dtype, layers: Sequence[int]) -> None:
     """A float16 cache of features beyond its range (65504) would hold infinities: LLMs' hidden states carry a few
-    huge activations, in bf16 as they run. Refused naming the layer, before anything is trained on them."""
+    huge activations, in bf16 as they run. Refused naming the layer (`features`: one tensor a layer of `layers`),
+    before anything is trained on them."""
     if dtype != torch.float16:
         return
-    others = tuple(i for i in range(stacked.dim()) if i != 2)  # every axis but the layers' (no copy of the batch)
-    peaks = torch.maximum(stacked.amax(dim=others), -stacked.amin(dim=others)).float()
-    over = [(layer, peak) for layer, peak in zip(layers, peaks.tolist()) if peak > torch.finfo(torch.float16).max]
+    peaks = [max(float(layer.amax()), -float(layer.amin())) for layer in features]  # reductions: no copy of a layer
+    over = [(layer, peak) for layer, peak in zip(layers, peaks) if peak > torch.finfo(torch.float16).max]
     if over:
         layer, peak = over[0]
         raise ValueError(f"--cache-dtype float16: the backbone's hidden states of layer {layer} reach {peak:.3g} (and "
@@ -555,22 +555,28 @@ def build_feature_cache(
                 tensor[row, : len(values)] = torch.as_tensor(values)
             inputs[column] = tensor.to(device)
         hidden = dwatt.run_backbone(**inputs)
-        stacked = torch.stack([hidden[i] for i in indices], dim=2)  # (batch, seq, layers, hidden)
+        # Layer by layer, never all of them stacked: a stacked copy (and its cast) of a 1.5B LLM's 28 layers over a
+        # batch of long texts took gigabytes beyond the backbone's own hidden states, to keep one position of each.
         if pooled == "mean":
-            mask = inputs["attention_mask"].unsqueeze(-1).unsqueeze(-1).to(torch.float32)
-            stacked = (stacked.float() * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True).clamp(min=1)
-        refuse_overflow(stacked, dtype, indices)
-        stacked = stacked.to("cpu", dtype)
-        for row, index in enumerate(batch_indices):
-            start = offsets[index]
-            if keep is not None:
-                rows_kept = stacked[row, keep[index]]
-            elif pooled == "last":
-                rows_kept = stacked[row, input_lengths[index] - 1 : input_lengths[index]]
-            else:
-                rows_kept = stacked[row, : lengths[index]]
-            features[start : start + lengths[index]] = rows_kept
-        del hidden, stacked
+            mask = inputs["attention_mask"].unsqueeze(-1).to(torch.float32)
+            counts = mask.sum(1, keepdim=True).clamp(min=1)
+            reduced = [(hidden[i].float() * mask).sum(1, keepdim=True) / counts for i in indices]
+        else:
+            reduced = [hidden[i] for i in indices]  # (batch, seq, hidden) each, no copy
+        refuse_overflow(reduced, dtype, indices)
+        for column, layer in enumerate(reduced):
+            layer = layer.to("cpu", dtype)
+            for row, index in enumerate(batch_indices):
+                start = offsets[index]
+                if keep is not None:
+                    rows_kept = layer[row, keep[index]]
+                elif pooled == "last":
+                    rows_kept = layer[row, input_lengths[index] - 1 : input_lengths[index]]
+                else:
+                    rows_kept = layer[row, : lengths[index]]
+                features[start : start + lengths[index], column] = rows_kept
+            del layer
+        del hidden, reduced
         release_freed_memory()
         if record is not None and (position + 1 == len(mine) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
             record.save(position + 1, len(mine))  # the batches written so far sit in the file's pages already
