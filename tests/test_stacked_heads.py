@@ -103,6 +103,39 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
         run_together(group("zero"), train_in_parts=0)
 
 
+def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_end_as_trained_whole(
+        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    """Under `max_memory`, DWAtt at three rates, whose copies fit the budget two at a time (16 bytes a trained weight
+    beside the model, the caches and the working margin), trains as parts of two and one, and its runs are those of
+    the group trained whole; without a budget, or with room for all, in one part."""
+    from dwatt.features import WORKING_MARGIN, model_nbytes
+    from dwatt.stacked_heads import train_heads as real_train_heads
+    from dwatt.training.common import FEATURE_MEMO, INITIAL_MODELS
+    from dwatt.training.together import TRAINING_BYTES_PER_WEIGHT, copies_within_budget
+
+    rates = (5e-3, 2e-2, 5e-2)
+    model = INITIAL_MODELS.build(str(tiny_backbone), "dwatt", 42)
+    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
+    per_copy = TRAINING_BYTES_PER_WEIGHT * sum(w.numel() for w in model.parameters() if id(w) not in backbone)
+    FEATURE_MEMO.clear()
+    room = lambda copies: model_nbytes(model) + WORKING_MARGIN + int(copies * per_copy)
+    assert [copies_within_budget(model, 3, budget) for budget in (None, room(3), room(2.5), room(1.2), room(0))] == [3, 3, 2, 1, 1]
+
+    parts = []
+    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k))
+    def group(where, budget):
+        return [config(tiny_backbone, tiny_conll, tmp_path / where / str(rate), fusion="dwatt", learning_rate=rate,
+                       epochs=2, evaluate_test=True, max_memory=budget) for rate in rates]
+    whole = run_together(group("whole", None))
+    assert parts == [3]
+    parts.clear()
+    in_parts = run_together(group("parts", room(2.5) + FEATURE_MEMO.memory_bytes()))  # the caches held: the group's
+    assert parts == [2, 1]
+    for mine, theirs in zip(in_parts, whole):
+        assert [p["f1"] for p in mine["dev_curve"]] == pytest.approx([p["f1"] for p in theirs["dev_curve"]], abs=1e-9)
+        assert mine["test_scores"] == pytest.approx(theirs["test_scores"], abs=1e-9)
+
+
 @pytest.mark.parametrize("dropout", [0.1, 0.0])
 def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll, tmp_path, dropout):
     """`LinearProbes` (one batched product over the cache's labelled rows) against running the model copy by copy:

@@ -25,7 +25,8 @@ def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
                         help="the heads of a group that trains together (a probe's layers and rates, a fusion's "
                              "rates) train K at a time, each kept as it ends: a run stopped in a long group resumes "
-                             "after its last finished part")
+                             "after its last finished part (default: all at once, or as many as --max-memory leaves "
+                             "room for)")
 
 
 SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,

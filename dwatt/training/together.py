@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,11 +23,12 @@ from configuration_dwatt import single_layer
 from fusions_dwatt import FUSION_CLASSES
 
 from ..distributed import launched_processes
+from ..features import WORKING_MARGIN, gib, model_nbytes
 from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS, Task, task_named
-from .common import RunClock, TrainedTogether, finish_run, run_facts
+from .common import FEATURE_MEMO, RunClock, TrainedTogether, finish_run, run_facts
 from .probe_ensembles import ENSEMBLES_FIELD, ProbeEnsembles, predict_features, probe_ensembles
 
 # What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
@@ -36,6 +38,21 @@ TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
 TRAINED_RECORD = ("dwatt_trained.json", "dwatt_trained.safetensors")
 SAMPLE_PREFIX = "few_shot_dev::"  # the copy's weights at the epoch its few-shot dev sample chose
 FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
+# What a trained weight of a stacked copy takes: itself, its gradient and AdamW's two moments, in float32.
+TRAINING_BYTES_PER_WEIGHT = 16
+
+
+def copies_within_budget(model, count: int, max_memory: int | None) -> int:
+    """How many of `count` stacked copies of `model`'s fusion and head train at once within `max_memory` (bytes; all
+    of them without a budget): what the model's weights, the caches held in memory (`FEATURE_MEMO`) and the working
+    margin leave of it, at `TRAINING_BYTES_PER_WEIGHT` a trained weight; at least one. Five copies of Concat or DWAtt
+    on a 28-layer, 1536-wide LLM take 5 GiB to train, beside a backbone of 3 GiB."""
+    if max_memory is None or count <= 1:
+        return count
+    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
+    trained = sum(weight.numel() for weight in model.parameters() if id(weight) not in backbone)
+    left = max_memory - model_nbytes(model) - FEATURE_MEMO.memory_bytes() - WORKING_MARGIN
+    return max(1, min(count, left // max(TRAINING_BYTES_PER_WEIGHT * trained, 1)))
 
 
 # The training side's own mapping: the module that trains each task, with its `run(config)` and, where its runs may
@@ -124,7 +141,10 @@ def train_together(plan: TogetherPlan, parts: TrainedTogether, vectorize: bool |
     outcomes = [record[0] if record is not None else None for record in trained]
     part_timings = list({json.dumps(record[1], sort_keys=True): record[1] for record in trained if record is not None}.values())
     untrained = [k for k, outcome in enumerate(outcomes) if outcome is None]
-    size = train_in_parts or len(untrained) or 1
+    size = train_in_parts or copies_within_budget(model, len(untrained) or 1, first.max_memory)
+    if size < len(untrained) and not train_in_parts and first.progress:
+        print(f"training {size} of the {len(untrained)} copies at a time: --max-memory {gib(first.max_memory)} leaves "
+              "room for no more", file=sys.stderr)
     for start in range(0, len(untrained), size):
         part = untrained[start:start + size]
         part_outcomes, timings = train_heads(
@@ -240,8 +260,9 @@ def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear
     `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
     ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
     most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
-    150-head probe takes hours on a CPU) loses one part. Everything after training (test scores, the probe's
-    ensembles, the results) is the whole group's.
+    150-head probe takes hours on a CPU) loses one part; by default all at once, or as many as `max_memory` leaves
+    room for (`copies_within_budget`). Everything after training (test scores, the probe's ensembles, the results) is
+    the whole group's.
     """
     started = RunClock()
     plan = plan_together(configs)

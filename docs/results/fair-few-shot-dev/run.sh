@@ -128,13 +128,15 @@ done
 # bfloat16 caches: its layer 23 reaches 1.09e5, beyond float16), the folders ../shared/models/fetch.sh writes
 # (qwen2.5-coder-1.5b, embeddinggemma). Each backbone's lines run one after another on one core (the two backbones side
 # by side), within an 8 GiB budget: the caches that do not fit go to disk, shared by every method and trial of the
-# backbone (RunConfig.feature_cache_dir), so the backbone runs over dev and test once. The probe trains its heads 30 at
-# a time and Concat and DWAtt one rate at a time (--train-in-parts), so that a stopped session loses one part at most;
-# Base+n is left out (not among the methods this comparison asks of these backbones). Resumes where it stopped.
+# backbone (RunConfig.feature_cache_dir), so the backbone runs over dev and test once; --cache-on-disk sends them all
+# there, so a stopped backbone pass resumes and each worker holds little more than its backbone. The probe trains its
+# heads 30 at a time and Concat and DWAtt one rate at a time (--train-in-parts), so that a stopped session loses one
+# part at most; Base+n is left out (not among the methods this comparison asks of these backbones). Resumes where it
+# stopped.
 for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16; do
   IFS=: read -r NAME CACHE <<< "$STEP"
   GRID=(--n-shots 32 --epochs 25 --trials 3 --dev-sentences 1000 --backbones "models/$NAME" --test --few-shot-dev
-        --engine budgets --cache-dtype "$CACHE" --max-memory 8GiB --threads 1 --quiet
+        --engine budgets --cache-dtype "$CACHE" --max-memory 8GiB --cache-on-disk --threads 1 --quiet
         --results "docs/results/fair-few-shot-dev/fair.$NAME.jsonl" --output-root runs/fsd)
   (dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --train-in-parts 30 "${GRID[@]}"
    dwatt sweep --fusions scalar_mix --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 "${GRID[@]}"
