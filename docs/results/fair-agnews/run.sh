@@ -66,13 +66,16 @@ done
 # The models people use (issue 57, added later): Qwen2.5-Coder-1.5B-Instruct (its last token pooled, a decoder) and
 # EmbeddingGemma-300M (the mean, an encoder; bfloat16 caches: its layer 23 reaches 1.09e5, beyond float16), N = 16, the
 # probe, ScalarMix, Concat and DWAtt (Base+n left out), each backbone on one core within an 8 GiB budget; the caches
-# on disk (Qwen's pass over the 2064 texts takes about two hours on one core: a stopped one resumes).
+# on disk (Qwen's pass over the 2064 texts takes about two hours on one core: a stopped one resumes). The probe trains
+# 30 heads at a time; Concat's and DWAtt's rates as many at a time as the budget leaves room for (two on Qwen, whose
+# five copies of either would take 5 GiB; all five on EmbeddingGemma).
 for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16; do
   IFS=: read -r NAME CACHE <<< "$STEP"
-  dwatt sweep --preset agnews-fe --fusions base,scalar_mix,concat,dwatt --probe-layers all \
-    --learning-rates "$RATES" --n-shots 16 --backbones "models/$NAME" --test --few-shot-dev --engine budgets \
-    --cache-dtype "$CACHE" --max-memory 8GiB --cache-on-disk --threads 1 --quiet --train-in-parts 30 \
-    --results "docs/results/fair-agnews/fair.$NAME.jsonl" --output-root runs/agnews &
+  GRID=(--preset agnews-fe --learning-rates "$RATES" --n-shots 16 --backbones "models/$NAME" --test --few-shot-dev
+        --engine budgets --cache-dtype "$CACHE" --max-memory 8GiB --cache-on-disk --threads 1 --quiet
+        --results "docs/results/fair-agnews/fair.$NAME.jsonl" --output-root runs/agnews)
+  (dwatt sweep --fusions base,scalar_mix --probe-layers all --train-in-parts 30 "${GRID[@]}"
+   dwatt sweep --fusions concat,dwatt "${GRID[@]}") &
 done
 wait
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
