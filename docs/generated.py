@@ -68,6 +68,7 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "benchmarks/results/probe_speed_cpu.json": lambda s: _module("benchmarks", "probe_speed").readme_text(_json(s)),
     "benchmarks/results/probe_serving_all-MiniLM-L6-v2.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
     "benchmarks/results/probe_serving_SmolLM2-135M-Instruct-q4.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
+    "benchmarks/results/probe_serving_Qwen2.5-Coder-1.5B-Instruct-q4.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
     "benchmarks/results/backbone_dtype_cpu.json": lambda s: _module("benchmarks", "backbone_dtype").readme_text(_json(s)),
     "benchmarks/results/int8_accuracy_cpu.md": _table_lines,
     "benchmarks/results/int8_decoders_cpu.json": lambda s: _module("benchmarks", "int8_decoders").table(_json(s)),
