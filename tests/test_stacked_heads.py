@@ -136,6 +136,35 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
         assert mine["test_scores"] == pytest.approx(theirs["test_scores"], abs=1e-9)
 
 
+def test_a_group_holds_its_copies_states_from_their_kept_files_not_from_training(tiny_backbone, tiny_conll, tmp_path,
+                                                                                monkeypatch):
+    """Each copy's states, kept in its run folder as its part ends, are what the group holds from then on (read back
+    memory-mapped), not the tensors training made: a group's states do not pile up in memory over its parts. The
+    group's runs are those of a group whose states stayed in memory (the parts test above checks the same path)."""
+    from dwatt.stacked_heads import train_heads as real_train_heads
+    from dwatt.training import together
+
+    trained = []
+    def recording(*args, **kwargs):
+        outcomes, timings = real_train_heads(*args, **kwargs)
+        trained.extend(outcomes)
+        return outcomes, timings
+
+    monkeypatch.setattr("dwatt.stacked_heads.train_heads", recording)
+    configs = [config(tiny_backbone, tiny_conll, tmp_path / str(rate), fusion="dwatt", learning_rate=rate, epochs=2)
+               for rate in (5e-3, 5e-2)]
+    plan = together.plan_together(configs)
+    parts = together.procedures(plan.first.task).prepare_together(plan.first, plan.cache_layers)
+    held, _ = together.train_together(plan, parts, None, None, 1)
+    assert len(trained) == 2
+    for mine, theirs in zip(held, trained):
+        assert mine is not theirs and mine.best_state.keys() == theirs.best_state.keys()
+        assert all(mine.best_state[name] is not tensor for name, tensor in theirs.best_state.items())
+        for name, tensor in theirs.best_state.items():
+            torch.testing.assert_close(mine.best_state[name], tensor, rtol=0, atol=0)
+        assert mine.curve == theirs.curve and mine.best == theirs.best
+
+
 @pytest.mark.parametrize("dropout", [0.1, 0.0])
 def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll, tmp_path, dropout):
     """`LinearProbes` (one batched product over the cache's labelled rows) against running the model copy by copy:
