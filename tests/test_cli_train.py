@@ -67,9 +67,11 @@ def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, 
     assert message in capsys.readouterr().err
 
 
-def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path):
-    """`dwatt train` (FE, DWAtt on every layer) with `--max-memory`, its dev split 10x larger: its caches go to files,
-    and the peak of anonymous memory (RssAnon, what the budget bounds; polled as benchmarks/memory.py polls it, every
+@pytest.mark.parametrize("command", ["train", "probe"])
+def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path, command):
+    """`dwatt train` (FE, DWAtt on every layer, through the `Trainer`) and `dwatt probe` (a head on every layer, through
+    the stacked-heads engine, which once kept the dev set's batches, cast to fp32, for all its epochs) with
+    `--max-memory`, their dev split 10x larger: their caches go to files, and the peak of anonymous memory (RssAnon, what the budget bounds; polled as benchmarks/memory.py polls it, every
     10 ms) grows by less than one batch's worth (what a caching batch holds at once: its hidden states and their
     stacked copy) and the sentences' own bookkeeping (their words, encodings, labels and predictions as Python
     objects; measured at about 270 bytes a token, 10 MB a thousand sentences here, against 14 KB a token of features),
@@ -109,9 +111,12 @@ def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path):
 
     def peak(dev_sentences: int, budget: list[str], attempt: int = 0) -> dict:
         # Each attempt in a folder of its own: its caches are built, not read from an earlier attempt's files.
-        argv = [sys.executable, "-m", "dwatt.cli", "train", "--backbone", str(backbone), "--data-dir", str(data_dirs[dev_sentences]),
+        output = tmp_path / f"attempt-{attempt}" / f"run-{dev_sentences}-{len(budget)}"
+        argv = [sys.executable, "-m", "dwatt.cli", command, "--backbone", str(backbone), "--data-dir", str(data_dirs[dev_sentences]),
                 "--n-shot", "2", "--epochs", "1", "--cache-dtype", "float32", "--quiet", "--no-save", "--threads", "1",
-                "--output-dir", str(tmp_path / f"attempt-{attempt}" / f"run-{dev_sentences}-{len(budget)}"), *budget]
+                *(["--output-dir", str(output)] if command == "train" else
+                  ["--output-root", str(output), "--results", str(output / "results.jsonl"), "--learning-rates", "1e-3"]),
+                *budget]
         record = memory.measured(argv, interval=0.01)
         assert record["exit_code"] == 0, record.get("error")
         return record
