@@ -441,7 +441,7 @@ def train_heads(
         model.eval()
         evaluated = time.perf_counter()
         # The dev batches are made again on every pass, not kept: kept, they held the dev set's every cached layer,
-        # padded and cast to fp32 (5 GiB for 1000 CoNLL sentences on a 28 x 1536 LLM), growing with the dev set
+        # padded and cast to fp32 (7.0 GiB for 1000 CoNLL-03 dev sentences on a 28 x 1536 LLM), growing with the dev set
         predicted, first_pass = [], not dev_labels
         for batch in heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device):
             predicted.append(heads.predicted_ids(active, batch).cpu())

@@ -38,15 +38,19 @@ TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
 TRAINED_RECORD = ("dwatt_trained.json", "dwatt_trained.safetensors")
 SAMPLE_PREFIX = "few_shot_dev::"  # the copy's weights at the epoch its few-shot dev sample chose
 FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
-# What a trained weight of a stacked copy takes: itself, its gradient and AdamW's two moments, in float32.
-TRAINING_BYTES_PER_WEIGHT = 16
+# What a trained weight of a stacked copy takes, in float32: itself, its gradient, AdamW's two moments and its step's
+# temporaries, and the copy's three kept states (best, few-shot best, last epoch) until its part ends: up to 32 bytes a
+# weight as benchmarks/copy_memory.py measures it (over four runs, DWAtt 22-30 and Concat 23-32; its results hold the
+# last), and some headroom. 16, the first four alone, let three copies of Concat on Qwen2.5-Coder-1.5B take 10 GiB
+# under an 8 GiB budget
+TRAINING_BYTES_PER_WEIGHT = 36
 
 
 def copies_within_budget(model, count: int, max_memory: int | None) -> int:
     """How many of `count` stacked copies of `model`'s fusion and head train at once within `max_memory` (bytes; all
     of them without a budget): what the model's weights, the caches held in memory (`FEATURE_MEMO`) and the working
     margin leave of it, at `TRAINING_BYTES_PER_WEIGHT` a trained weight; at least one. Five copies of Concat or DWAtt
-    on a 28-layer, 1536-wide LLM take 5 GiB to train, beside a backbone of 3 GiB."""
+    on a 28-layer, 1536-wide LLM take 10 GiB to train, beside a backbone of 3 GiB."""
     if max_memory is None or count <= 1:
         return count
     backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
