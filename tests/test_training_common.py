@@ -60,6 +60,23 @@ def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
         assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
 
 
+def test_the_remembered_heads_stay_within_their_bytes_and_a_forgotten_one_is_built_afresh(tiny_backbone):
+    """The memo keeps the latest builds' fusion and head weights within `max_head_bytes` (the latest always): with room
+    for one, a second fusion's build forgets the first's, whose next build is a miss that gives the same model."""
+    memo = InitialModels()
+    first = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    memo.max_head_bytes = memo.head_bytes()  # room for this one head's weights, not two
+    memo.build(str(tiny_backbone), "concat", 7, num_labels=5, shares_backbone=True)
+    assert len(memo._heads) == 1
+    again = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    assert (memo.hits, memo.misses) == (0, 3)
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    unbounded = InitialModels()
+    for fusion in ("dwatt", "concat", "dwatt"):
+        unbounded.build(str(tiny_backbone), fusion, 7, num_labels=5, shares_backbone=True)
+    assert (unbounded.hits, unbounded.misses) == (1, 2)
+
+
 def test_fe_builds_share_one_copy_of_the_backbone_and_others_get_their_own(tiny_backbone):
     """FE never changes the backbone: its runs take the remembered one itself (a 1.5B model's weights held once, not
     once more per run), equal to a fresh build's; FT and LoRA runs get a copy, as before."""
