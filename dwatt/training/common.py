@@ -63,8 +63,8 @@ class InitialModels:
     meta device, so they skip the random initialisation and give the very same model. A local backbone is known by
     its files' contents (`backbone_fingerprint`), so that weights changed in the same folder are loaded anew. The
     fresh fusion and head weights kept are the latest `max_heads` builds' within `max_head_bytes` (the latest one
-    always): a Concat or DWAtt head on a 28-layer, 1536-wide LLM takes about 270 MB, and a sweep of two fusions over three
-    seeds kept six of them, outside the memory budget.
+    always): a Concat or DWAtt head on a 28-layer, 1536-wide LLM takes about 270 MB, and a sweep of two fusions over
+    three seeds kept six of them, outside the memory budget.
     """
 
     def __init__(self, max_heads: int = 16, max_head_bytes: int = 512 << 20):

@@ -41,8 +41,8 @@ FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
 # What a trained weight of a stacked copy takes, in float32: itself, its gradient, AdamW's two moments and its step's
 # temporaries, and the copy's three kept states (best, few-shot best, last epoch) until its part ends: up to 32 bytes a
 # weight as benchmarks/copy_memory.py measures it (over four runs, DWAtt 22-30 and Concat 23-32; its results hold the
-# last), and some headroom. 16, the first four alone, let three copies of Concat on Qwen2.5-Coder-1.5B take 10 GiB
-# under an 8 GiB budget
+# last), and some headroom. At 16, the first four alone, Qwen2.5-Coder-1.5B's AG News grid trained Concat three copies
+# at a time and reached 10 GiB under an 8 GiB budget
 TRAINING_BYTES_PER_WEIGHT = 36
 
 
