@@ -127,6 +127,26 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def readme_text(result: dict) -> str:
+    """One line of the docs per backbone: each command's peaks under the budget."""
+    records = result["records"]
+    parts = [f"`dwatt {r['command']}` {r['peak_anon_gib']:.2f} GiB anonymous ({r['peak_rss_gib']:.2f} GiB resident"
+             + (f", {r['cache_on_disk_gib']:.2f} GiB of features on disk" if r["cache_on_disk_gib"] else "") + ")"
+             for r in records]
+    return (f"{Path(records[0]['backbone']).name}, `--max-memory {result['max_memory']}`, CoNLL-03 N = 32 with "
+            f"`--test`: " + "; ".join(parts) + ".\n")
+
+
+def markdown(name: str, result: dict) -> str:
+    """The table, then how each command's record was measured (records of several runs share a file: each run
+    replaces only the commands it measures; `command` at the top is the latest run's)."""
+    how = "\n".join(f"- {r['command']}: `{r['measured_by']}`" + (f" {r['note']}" if r.get("note") else "")
+                    for r in result["records"])
+    return (f"# Peak memory of dwatt's commands on {name}\n\n{result['cpu']}, "
+            f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
+            f"{'with' if result['amx_bf16'] else 'without'} AMX.\n\n" + table(result["records"]) + "\nMeasured by:\n\n" + how + "\n")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", required=True)
@@ -156,8 +176,12 @@ def main(argv: list[str] | None = None) -> None:
     name = Path(args.backbone.rstrip("/")).name
     stem = f"memory_{name}"
     path = Path(args.output) / f"{stem}.json"
-    kept = json.loads(path.read_text())["records"] if path.exists() else []
-    records = [r for r in kept if r["command"] not in wanted]
+    previous = json.loads(path.read_text()) if path.exists() else {"records": []}
+    for record in previous["records"]:  # measured before records said how: the file's own line and note did
+        record.setdefault("measured_by", previous.get("command"))
+        record.setdefault("note", previous.get("note"))
+    records = [r for r in previous["records"] if r["command"] not in wanted]
+    measured_by = results_files.command("memory.py", argv)
     lines = command_lines(args, work)
     for command in wanted:
         arguments, stdin = lines[command]
@@ -167,18 +191,13 @@ def main(argv: list[str] | None = None) -> None:
         record.update(backbone=portable_path(args.backbone), command=command,
                       command_line="dwatt " + " ".join(a.replace(str(work), "WORK") if str(work) in a
                                                         else portable_path(a) if Path(a).exists() else a for a in arguments),
-                      cache_on_disk_gib=round(caches / GIB, 3))
+                      cache_on_disk_gib=round(caches / GIB, 3), measured_by=measured_by, note=args.note)
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
     records.sort(key=lambda r: COMMANDS.index(r["command"]))
-    result = {"benchmark": "memory", "command": results_files.command("memory.py", argv), **results_files.cpu_facts(),
-              "environment": results_files.environment(), "max_memory": args.max_memory, "note": args.note,
-              "records": records}
-    markdown = (f"# Peak memory of dwatt's commands on {name}\n\n`{result['command']}`; {result['cpu']}, "
-                f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
-                f"{'with' if result['amx_bf16'] else 'without'} AMX." + (f" {args.note}" if args.note else "")
-                + "\n\n" + table(records))
-    results_files.write(args.output, stem, result, markdown)
+    result = {"benchmark": "memory", "command": measured_by, **results_files.cpu_facts(),
+              "environment": results_files.environment(), "max_memory": args.max_memory, "records": records}
+    results_files.write(args.output, stem, result, markdown(name, result))
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
 
