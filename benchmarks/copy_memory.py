@@ -55,10 +55,9 @@ def conll_folder(folder: Path, sentences: int) -> Path:
 
 def trained_weights(backbone: Path, fusion: str) -> int:
     from dwatt.training.common import INITIAL_MODELS
+    from dwatt.training.together import trained_weights as copy_weights
 
-    model = INITIAL_MODELS.build(str(backbone), fusion, 42)
-    frozen = {id(weight) for weight in model.dwatt.backbone.parameters()}
-    return sum(weight.numel() for weight in model.parameters() if id(weight) not in frozen)
+    return copy_weights(INITIAL_MODELS.build(str(backbone), fusion, 42))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -111,12 +111,11 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
     from dwatt.features import WORKING_MARGIN, model_nbytes
     from dwatt.stacked_heads import train_heads as real_train_heads
     from dwatt.training.common import FEATURE_MEMO, INITIAL_MODELS
-    from dwatt.training.together import TRAINING_BYTES_PER_WEIGHT, copies_within_budget
+    from dwatt.training.together import TRAINING_BYTES_PER_WEIGHT, copies_within_budget, trained_weights
 
     rates = (5e-3, 2e-2, 5e-2)
     model = INITIAL_MODELS.build(str(tiny_backbone), "dwatt", 42)
-    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
-    per_copy = TRAINING_BYTES_PER_WEIGHT * sum(w.numel() for w in model.parameters() if id(w) not in backbone)
+    per_copy = TRAINING_BYTES_PER_WEIGHT * trained_weights(model)
     FEATURE_MEMO.clear()
     room = lambda copies: model_nbytes(model) + WORKING_MARGIN + int(copies * per_copy)
     assert [copies_within_budget(model, 3, budget) for budget in (None, room(3), room(2.5), room(1.2), room(0))] == [3, 3, 2, 1, 1]

@@ -46,6 +46,12 @@ FINAL_PREFIX = "last_epoch::"  # the copy's weights at the end of its budget
 TRAINING_BYTES_PER_WEIGHT = 36
 
 
+def trained_weights(model) -> int:
+    """How many weights a copy of `model`'s fusion and head trains: every parameter but its backbone's."""
+    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
+    return sum(weight.numel() for weight in model.parameters() if id(weight) not in backbone)
+
+
 def copies_within_budget(model, count: int, max_memory: int | None) -> int:
     """How many of `count` stacked copies of `model`'s fusion and head train at once within `max_memory` (bytes; all
     of them without a budget): what the model's weights, the caches held in memory (`FEATURE_MEMO`) and the working
@@ -53,8 +59,7 @@ def copies_within_budget(model, count: int, max_memory: int | None) -> int:
     on a 28-layer, 1536-wide LLM take 10 GiB to train, beside a backbone of 3 GiB."""
     if max_memory is None or count <= 1:
         return count
-    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
-    trained = sum(weight.numel() for weight in model.parameters() if id(weight) not in backbone)
+    trained = trained_weights(model)
     left = max_memory - model_nbytes(model) - FEATURE_MEMO.memory_bytes() - WORKING_MARGIN
     return max(1, min(count, left // max(TRAINING_BYTES_PER_WEIGHT * trained, 1)))
 
