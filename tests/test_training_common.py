@@ -77,6 +77,24 @@ def test_the_remembered_heads_stay_within_their_bytes_and_a_forgotten_one_is_bui
     assert (unbounded.hits, unbounded.misses) == (1, 2)
 
 
+def test_the_remembered_backbones_stay_within_their_bytes_the_latest_always_kept(tiny_backbone):
+    """Each depth a head is cut at loads a backbone of its own: with room for one backbone's weights, a build at
+    another depth forgets the first backbone, and the first's next build is a miss that gives the same model."""
+    memo = InitialModels()
+    first = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    memo.max_backbone_bytes = memo.backbone_bytes()  # room for the whole backbone, not a second, shallower one
+    cut = memo.build(str(tiny_backbone), "base", 7, num_labels=5, shares_backbone=True, fused_layers=[1], cache_layers=[1])
+    assert len(memo._backbones) == 1 and cut.dwatt.backbone in memo._backbones.values()
+    again = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
+    assert (memo.hits, memo.misses) == (0, 3)
+    assert again.dwatt.backbone is not first.dwatt.backbone
+    assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+    unbounded = InitialModels()
+    for fusion, layers in (("dwatt", {}), ("base", {"fused_layers": [1], "cache_layers": [1]}), ("dwatt", {})):
+        unbounded.build(str(tiny_backbone), fusion, 7, num_labels=5, shares_backbone=True, **layers)
+    assert (unbounded.hits, unbounded.misses, len(unbounded._backbones)) == (1, 2, 2)
+
+
 def test_fe_builds_share_one_copy_of_the_backbone_and_others_get_their_own(tiny_backbone):
     """FE never changes the backbone: its runs take the remembered one itself (a 1.5B model's weights held once, not
     once more per run), equal to a fresh build's; FT and LoRA runs get a copy, as before."""

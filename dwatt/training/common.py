@@ -64,12 +64,14 @@ class InitialModels:
     its files' contents (`backbone_fingerprint`), so that weights changed in the same folder are loaded anew. The
     fresh fusion and head weights kept are the latest `max_heads` builds' within `max_head_bytes` (the latest one
     always): a Concat or DWAtt head on a 28-layer, 1536-wide LLM takes about 270 MB, and a sweep of two fusions over
-    three seeds kept six of them, outside the memory budget.
+    three seeds kept six of them, outside the memory budget. Likewise the backbones kept are the latest used within
+    `max_backbone_bytes` (the latest always): a sweep over several backbones, or over heads cut at several depths
+    (each depth loads a backbone of its own), would otherwise hold every one of them for the life of the process.
     """
 
-    def __init__(self, max_heads: int = 16, max_head_bytes: int = 512 << 20):
-        self.max_heads, self.max_head_bytes = max_heads, max_head_bytes
-        self._backbones: dict[tuple, torch.nn.Module] = {}
+    def __init__(self, max_heads: int = 16, max_head_bytes: int = 512 << 20, max_backbone_bytes: int = 2 << 30):
+        self.max_heads, self.max_head_bytes, self.max_backbone_bytes = max_heads, max_head_bytes, max_backbone_bytes
+        self._backbones: OrderedDict[tuple, torch.nn.Module] = OrderedDict()
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
@@ -96,7 +98,9 @@ class InitialModels:
             config, head = held
             with torch.device("meta"):
                 model = cls(copy.deepcopy(config))
-            kept = self._backbones[backbone, weights, backbone_dtype, config.run_depth]
+            where = (backbone, weights, backbone_dtype, config.run_depth)
+            self._backbones.move_to_end(where)
+            kept = self._backbones[where]
             model.dwatt.use_backbone(kept if shares_backbone else copy.deepcopy(kept))
             model.load_state_dict({k: v.clone() for k, v in head.items()}, strict=False, assign=True)
         else:
@@ -108,6 +112,9 @@ class InitialModels:
             if shares_backbone and where in self._backbones:  # the weights just loaded again: the kept ones serve
                 model.dwatt.use_backbone(self._backbones[where])
             self._backbones.setdefault(where, model.dwatt.backbone if shares_backbone else copy.deepcopy(model.dwatt.backbone))
+            self._backbones.move_to_end(where)
+            while len(self._backbones) > 1 and self.backbone_bytes() > self.max_backbone_bytes:
+                self._backbones.popitem(last=False)
             head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
             self._heads[key] = (copy.deepcopy(model.config), head)
             while len(self._heads) > 1 and (len(self._heads) > self.max_heads or self.head_bytes() > self.max_head_bytes):
@@ -118,6 +125,11 @@ class InitialModels:
     def head_bytes(self) -> int:
         """What the kept fusion and head weights take."""
         return sum(t.numel() * t.element_size() for _, head in self._heads.values() for t in head.values())
+
+    def backbone_bytes(self) -> int:
+        """What the kept backbones' weights take (a tensor shared by two of them counted once)."""
+        tensors = {id(t): t for b in self._backbones.values() for t in (*b.parameters(), *b.buffers())}
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
     def clear(self) -> None:
         self._backbones.clear()
