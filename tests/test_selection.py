@@ -104,6 +104,8 @@ def test_the_fair_answer_has_no_table_where_no_difference_has_an_interval():
     lines = fair_answer(with_intervals).splitlines()  # a table without its tests: marked by the uncorrected CIs
     assert lines[2] == "| m, N = 32 (3 trials) | 60.00 | -12.00 ± 2.00 ▼ | -4.00 ± 1.00 ▼ | +1.00 ± 3.00 |"
     assert fair_answer(with_intervals.assign(dataset="wikiann:sw")).splitlines()[-1].startswith("wikiann:sw test F1")
+    one_concat = with_intervals.assign(trials=[3, 3, 3, 1], minus_best_layer_ci95=[math.nan, 2.0, 3.0, math.nan])
+    assert fair_answer(one_concat).splitlines()[2].endswith("| -4.00 (1 trial) | +1.00 ± 3.00 |")  # paired on its one
 
 
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():

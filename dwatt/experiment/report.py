@@ -63,6 +63,10 @@ def epochs(count: int) -> str:
     return f"{count} epoch" + ("" if count == 1 else "s")
 
 
+def trials_text(count: float) -> str:
+    return f"{count:.0f} trial" + ("" if count == 1 else "s")
+
+
 def with_interval(mean: float, ci: float, digits: int = 2, sign: bool = False) -> str:
     value = f"{mean:{'+' if sign else ''}.{digits}f}"
     return value if pd.isna(ci) else f"{value} ± {ci:.{digits}f}"
@@ -437,10 +441,10 @@ def fair_answer(table: pd.DataFrame, pooled: pd.DataFrame | None = None) -> str:
             row = mine.loc[method]
             text = (f"{row.minus_best_layer:+.2f}" if row.verdict == NO_INTERVAL
                     else with_interval(row.minus_best_layer, row.minus_best_layer_ci95, sign=True))
-            fewer = f" ({row.trials:.0f} trials)" if row.trials != best.trials.iloc[0] else ""  # paired on those only
+            fewer = f" ({trials_text(row.trials)})" if row.trials != best.trials.iloc[0] else ""  # paired on those only
             cells.append(text + MARKS.get(row.verdict, "") + ("" if row.get("tie_robust", True) else " ‡") + fewer)
-        trials = int(best.trials.iloc[0])
-        lines.append(f"| {backbone}, N = {n_shot:g} ({trials} trials) | {best.test_score.iloc[0]:.2f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {backbone}, N = {n_shot:g} ({trials_text(best.trials.iloc[0])}) | {best.test_score.iloc[0]:.2f} | "
+                     + " | ".join(cells) + " |")
     if pooled is not None and not pooled.empty:
         across = pooled.set_index("method")
         cells = [f"{across.loc[m].ahead:.0f} of {across.loc[m].ahead + across.loc[m].behind:.0f} ahead{MARKS.get(across.loc[m].verdict, '')}"
