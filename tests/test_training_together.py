@@ -53,3 +53,27 @@ def test_a_few_shot_dev_sample_chooses_its_own_epoch_and_changes_nothing_else(ti
             assert last["test_scores"] == pytest.approx(mine["test_scores"], abs=1e-12)
     with pytest.raises(ValueError, match="few_shot_dev: the choice on a few-shot dev sample is made by runs trained together"):
         run_ner(made(True, "trainer")[0])
+
+
+@pytest.mark.parametrize("linear_probes", [None, False])
+def test_a_copy_s_weights_are_scored_on_test_once_whichever_choices_fell_on_their_epoch(
+        tiny_backbone, tiny_conll, tmp_path, monkeypatch, linear_probes):
+    """One epoch: the dev set's choice, the few-shot sample's and the last epoch are the same weights, which are scored
+    on test once (one pass of the linear probes over every copy, or one evaluation a copy on the model's path),
+    giving the three choices the same scores."""
+    import dwatt.stacked_heads as stacked_heads
+    import dwatt.training.together as together
+
+    passes = []
+    evaluate, predict = together.evaluate_features, stacked_heads.LinearProbes.predict.__func__
+    monkeypatch.setattr(together, "evaluate_features", lambda *a, **k: passes.append("model") or evaluate(*a, **k))
+    monkeypatch.setattr(stacked_heads.LinearProbes, "predict",
+                        classmethod(lambda cls, *a, **k: passes.append("probes") or predict(cls, *a, **k)))
+    configs = [tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / f"{layer}-{rate}", fusion="base", layers=layer,
+                                   learning_rate=rate, batch_size=3, save_model=False, epochs=1, evaluate_test=True,
+                                   few_shot_dev=True)
+               for layer in ("1", "3") for rate in (5e-3, 5e-2)]
+    results = run_together(configs, **({} if linear_probes is None else {"linear_probes": False, "vectorize": False}))
+    assert passes == (["probes"] if linear_probes is None else ["model"] * len(configs))
+    for result in results:
+        assert result["few_shot_dev"]["test_scores"] == result["last_epoch"]["test_scores"] == result["test_scores"]
