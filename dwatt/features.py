@@ -312,6 +312,36 @@ def release_freed_memory() -> None:
 _MALLOC_TRIM = None
 
 
+def anonymous_bytes() -> int | None:
+    """The process's resident memory that no file backs (resident less shared pages, `/proc/self/statm`); None where
+    the system does not say (not Linux)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            resident, shared = map(int, statm.read().split()[1:3])
+    except (OSError, ValueError):
+        return None
+    return (resident - shared) * _PAGE_SIZE
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class FreedMemoryRelease:
+    """`release_freed_memory` once the process's anonymous memory has grown by `slack` bytes since the last release:
+    a loop of batches that calls `release()` after each stays within `slack` of what it uses, without handing the
+    blocks back (and faulting them in again) on every batch, which about doubled a small probe's training and dev
+    passes (2.1 to 4.0 s, 3 runs each; within noise of never releasing at a slack of 32 or 64 MiB)."""
+
+    def __init__(self, slack: int = 32 << 20):
+        self.slack, self.level = slack, None
+
+    def release(self) -> None:
+        now = anonymous_bytes()
+        if now is not None and (self.level is None or now > self.level + self.slack):
+            release_freed_memory()
+            self.level = anonymous_bytes()
+
+
 def _preallocated(path: Path, nbytes: int) -> None:
     """A fresh file of `nbytes` at `path`, its blocks reserved now where the system can (a disk that cannot hold the
     cache refuses it here, with a message, rather than failing a write into the mapping later, which kills the

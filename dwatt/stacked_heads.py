@@ -39,7 +39,7 @@ from transformers import set_seed
 from modeling_dwatt import DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_PREFIX
 
-from .features import FeatureCache, release_freed_memory
+from .features import FeatureCache, FreedMemoryRelease
 
 ADAMW = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # the Trainer's adamw_torch defaults
 
@@ -154,9 +154,10 @@ class StackedHeads:
 
     def batches(self, dataset, collator, order: Sequence[int], batch_size: int, device: torch.device):
         """The model's batches of `dataset` in `order`, on `device`."""
+        freed = FreedMemoryRelease()  # see LinearProbes.batches
         for batch in _batches(dataset, collator, order, batch_size):
             yield _to(batch, device)
-            release_freed_memory()  # see LinearProbes.batches
+            freed.release()
 
     @staticmethod
     def labels(batch: dict) -> torch.Tensor:
@@ -302,6 +303,7 @@ class LinearProbes:
 
     def batches(self, dataset: FeatureCache, collator, order: Sequence[int], batch_size: int, device: torch.device):
         """Batches as `(features (layers read, labelled positions, hidden), labels (batch, seq))`."""
+        freed = FreedMemoryRelease()
         for start in range(0, len(order), batch_size):
             sentences = order[start : start + batch_size]
             labels = [torch.as_tensor(dataset.labels[i]).long() for i in sentences]
@@ -313,9 +315,9 @@ class LinearProbes:
             labels = torch.nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100)
             yield features.contiguous(), labels.to(device)
             # The last batch's features and step are freed by now; glibc keeps such blocks (megabytes each) in its
-            # heap, where they fragment: without the trim, a 10x larger dev set left 0.18-0.37 GiB more anonymous
+            # heap, where they fragment: never handed back, a 10x larger dev set left 0.18-0.37 GiB more anonymous
             # memory after one pass over it (tests/test_cli_train.py's memory budget, `dwatt probe`)
-            release_freed_memory()
+            freed.release()
 
     @staticmethod
     def labels(batch) -> torch.Tensor:

@@ -281,3 +281,32 @@ def test_a_memory_budget_sends_the_caches_that_do_not_fit_beside_the_model_to_di
                                                  r"of at least 5.00 GiB"):
         cache_storage(1, tmp_path, max_memory=3 << 30, model_bytes=3 << 30)
     assert WORKING_MARGIN == 2 << 30
+
+
+def test_freed_memory_goes_back_once_anonymous_memory_grew_by_the_slack(monkeypatch):
+    """A loop's `release()` after each batch hands freed memory back on its first call, then only once the process's
+    anonymous memory has grown by more than the slack since: not on every batch."""
+    import dwatt.features as features
+
+    anonymous, released = [100], []
+    monkeypatch.setattr(features, "anonymous_bytes", lambda: anonymous[0])
+    monkeypatch.setattr(features, "release_freed_memory", lambda: released.append(anonymous[0]))
+    freed = features.FreedMemoryRelease(slack=10)
+    for level in (100, 105, 110, 111, 115, 130, 131):
+        anonymous[0] = level
+        freed.release()
+    assert released == [100, 111, 130]
+    monkeypatch.setattr(features, "anonymous_bytes", lambda: None)  # a system that does not say: nothing released
+    features.FreedMemoryRelease().release()
+    assert released == [100, 111, 130]
+
+
+def test_anonymous_bytes_is_what_the_system_calls_rss_anon():
+    from pathlib import Path
+
+    from dwatt.features import anonymous_bytes
+
+    if not Path("/proc/self/status").exists():
+        pytest.skip("reads /proc: Linux only")
+    status = next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith("RssAnon"))
+    assert abs(anonymous_bytes() - status) < 8 << 20
