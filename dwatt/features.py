@@ -312,6 +312,9 @@ def release_freed_memory() -> None:
 _MALLOC_TRIM = None
 
 
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def anonymous_bytes() -> int | None:
     """The process's resident memory that no file backs (resident less shared pages, `/proc/self/statm`); None where
     the system does not say (not Linux)."""
@@ -321,9 +324,6 @@ def anonymous_bytes() -> int | None:
     except (OSError, ValueError):
         return None
     return (resident - shared) * _PAGE_SIZE
-
-
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class FreedMemoryRelease:
