@@ -192,6 +192,42 @@ def test_linear_probes_are_refused_where_the_head_is_not_one(tiny_backbone, tiny
         run_together([made], linear_probes=True)
 
 
+def test_a_concat_head_is_evaluated_as_its_folded_linear_map(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    """The dev and test passes of Concat heads run `FoldedConcat` (classifier times projection): on every batch its
+    logits are the model's, up to float rounding, and the runs (dev curves, test scores, weights) are those of the
+    model run on each batch."""
+    from torch.func import functional_call
+
+    from dwatt.stacked_heads import FoldedConcat
+
+    real_logits, batches = FoldedConcat.logits, []
+
+    def checked(model, batch, parameters=None):
+        folded = real_logits(model, batch, parameters)
+        with torch.no_grad():
+            ran = functional_call(model, parameters or {}, (), batch, tie_weights=False).logits
+        torch.testing.assert_close(folded, ran, rtol=1e-5, atol=1e-5)
+        batches.append(folded.shape)
+        return folded
+
+    def run(where):
+        made = [config(tiny_backbone, tiny_conll, tmp_path / where / str(rate), fusion="concat", learning_rate=rate,
+                       save_model=True, evaluate_test=True) for rate in (5e-3, 5e-2)]
+        return run_together(made, vectorize=True)
+
+    monkeypatch.setattr(FoldedConcat, "logits", staticmethod(checked))
+    folded = run("folded")
+    assert len(batches) > 3 * 2  # each copy's dev passes and its test pass
+    monkeypatch.setattr(FoldedConcat, "fits", staticmethod(lambda model, batch: False))
+    batches.clear()
+    model_run = run("model")
+    assert not batches
+    for mine, theirs in zip(folded, model_run):
+        assert [p["f1"] for p in mine["dev_curve"]] == pytest.approx([p["f1"] for p in theirs["dev_curve"]], abs=1e-12)
+        assert mine["test_scores"] == pytest.approx(theirs["test_scores"], abs=1e-12)
+    assert folded[0]["dev_curve"] != folded[1]["dev_curve"]
+
+
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
     runs = {v: run_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
     assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx([p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6)

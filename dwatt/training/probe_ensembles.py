@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..schema import ENSEMBLE_SIZES, ENSEMBLES_FIELD
-from ..stacked_heads import one_layer
+from ..stacked_heads import FoldedConcat, one_layer
 
 
 
@@ -29,7 +29,8 @@ def predict_features(model, dataset, collator, batch_size: int = 32, layer: int 
     logits, labels = [], []
     for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
         batch = one_layer({key: value.to(device) for key, value in batch.items()}, layer)
-        logits.append(model(**batch).logits.float().cpu())
+        output = FoldedConcat.logits(model, batch) if FoldedConcat.fits(model, batch) else model(**batch).logits
+        logits.append(output.float().cpu())
         labels.append(batch["labels"].cpu())
     return logits, labels
 
