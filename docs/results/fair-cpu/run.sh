@@ -102,8 +102,9 @@ dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shot
   --done-in docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-0-of-2.jsonl docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-1-of-2.jsonl \
   --threads 1 --output-root runs/fair --quiet
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
-# it (docs/results/fair-few-shot-dev/run.sh): their stores join this report for the choice on 1000 dev sentences (its
-# few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
+# it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
+# on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
 dwatt report docs/results/fair-cpu/fair.*.jsonl docs/results/fair-few-shot-dev/fair.Qwen2.5-Coder-1.5B-Instruct-q4*.jsonl \
-  docs/results/fair-few-shot-dev/fair.embeddinggemma-300m*.jsonl --output docs/results/fair-cpu/report \
+  docs/results/fair-few-shot-dev/fair.embeddinggemma-300m*.jsonl docs/results/fair-few-shot-dev/fair.gemma3-270m-q4*.jsonl \
+  --output docs/results/fair-cpu/report \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"

@@ -148,6 +148,13 @@ dwatt sweep --fusions scalar_mix --learning-rates 3e-2 --n-shots 32 --epochs 25 
   --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets --cache-dtype bfloat16 --max-memory 8GiB \
   --cache-on-disk --threads 1 --quiet --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.scalar-mix-larger-rates.jsonl \
   --output-root runs/fsd
+# Gemma 3 270M (18 x 640, the base decoder; ../shared/models/fetch.sh gemma3-270m, float32 as converted), added for the
+# depth question: its probe only, every layer at the grid's five rates; float32 caches (its layer 8 reaches 6.84e4 on
+# CoNLL-03, beyond float16).
+dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e-3,1e-2 --n-shots 32 --epochs 25 \
+  --trials 3 --dev-sentences 1000 --backbones models/gemma3-270m-q4 --test --few-shot-dev --engine budgets \
+  --cache-dtype float32 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-few-shot-dev/fair.gemma3-270m-q4.jsonl --output-root runs/fsd
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
