@@ -194,8 +194,8 @@ def test_linear_probes_are_refused_where_the_head_is_not_one(tiny_backbone, tiny
 
 def test_a_concat_head_is_evaluated_as_its_folded_linear_map(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
     """The dev and test passes of Concat heads run `FoldedConcat` (classifier times projection): on every batch its
-    logits are the model's, up to float rounding, and the runs (dev curves, test scores, weights) are those of the
-    model run on each batch."""
+    logits are the model's, up to float rounding, and the runs' dev curves and test scores are those of the model run
+    on each batch."""
     from torch.func import functional_call
 
     from dwatt.stacked_heads import FoldedConcat
