@@ -268,7 +268,10 @@ class DWAttModel(DWAttPreTrainedModel):
         """How many hidden states a backbone run returns: all L + 1, or run_depth + 1 from the cut backbone."""
         return self.config.encoder_config.num_hidden_layers + 1, self.config.run_depth + 1
 
-    def _select_layers(self, backbone_hidden_states) -> torch.Tensor | list[torch.Tensor]:
+    def select_layers(self, backbone_hidden_states) -> torch.Tensor | list[torch.Tensor]:
+        """The fused layers of a backbone run's hidden states: `(batch, layers, seq, hidden)`, from all of them (a
+        tuple, or a cached stack of every layer) or from exactly the fused ones; a list of them for a fusion that
+        reads them one by one."""
         if isinstance(backbone_hidden_states, (tuple, list)):
             states = tuple(backbone_hidden_states)
             if len(states) in self._all_states:
@@ -366,7 +369,7 @@ class DWAttModel(DWAttPreTrainedModel):
             )
             layers = self.stack_layers(all_hidden_states)
         else:
-            layers = self._select_layers(backbone_hidden_states)
+            layers = self.select_layers(backbone_hidden_states)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         dtype = next((p.dtype for p in self.fusion.parameters() if p.is_floating_point()), last_layer.dtype)
         if last_layer.dtype != dtype:  # a backbone kept in bf16/fp16 (as saved) under an fp32 fusion: its dtype here

@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -121,15 +122,23 @@ class FoldedConcat:
                 and type(model.dwatt.fusion) is LayerConcat and LAYERS_INPUT in batch)
 
     @staticmethod
-    def logits(model: torch.nn.Module, batch: dict, parameters: dict[str, torch.Tensor] | None = None) -> torch.Tensor:
-        """`(batch, seq, labels)` logits of `model` in eval mode on a cached `batch`, with `parameters` (a copy's
-        trainable tensors, by name) in place of the model's own where given."""
-        own = dict(model.named_parameters()) | (parameters or {})
-        projection, projection_bias = own["dwatt.fusion.proj.weight"], own["dwatt.fusion.proj.bias"]
-        classifier, classifier_bias = own["classifier.weight"], own["classifier.bias"]
-        weight = classifier.to(projection.dtype) @ projection
-        bias = classifier.to(projection.dtype) @ projection_bias + classifier_bias.to(projection.dtype)
-        layers = model.dwatt._select_layers(batch[LAYERS_INPUT])  # (batch, layers, seq, hidden)
+    @torch.no_grad()
+    def fold(model: torch.nn.Module, parameters: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The map's weight `(labels, layers x hidden)` and bias `(labels,)`, from `model`'s head with `parameters` (a
+        copy's trainable tensors, by name) in place of its own where given. Made once per eval pass: on a 28 x 1536
+        LLM the product alone is 0.6 GFLOP, more than a batch of the map costs."""
+        def tensor(name: str) -> torch.Tensor:
+            return parameters[name] if parameters and name in parameters else model.get_parameter(name)
+
+        projection, projection_bias = tensor("dwatt.fusion.proj.weight"), tensor("dwatt.fusion.proj.bias")
+        classifier, classifier_bias = (tensor(name).to(projection.dtype) for name in ("classifier.weight", "classifier.bias"))
+        return classifier @ projection, classifier @ projection_bias + classifier_bias
+
+    @staticmethod
+    def logits(model: torch.nn.Module, batch: dict, folded: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """`(batch, seq, labels)` logits of `model` in eval mode on a cached `batch`, through its `fold`."""
+        weight, bias = folded
+        layers = model.dwatt.select_layers(batch[LAYERS_INPUT])  # (batch, layers, seq, hidden)
         tokens = layers.transpose(1, 2)  # each token's layers side by side, as the projection reads them
         positions = model.fused_positions(batch.get("labels"), batch.get("attention_mask"), tokens.shape[:2],
                                           tokens.device, batch.get("logits_mask"))
@@ -235,12 +244,28 @@ class StackedHeads:
             losses.append(self._call(self.copy(k), self._input(k, batch)).loss)
         return torch.stack(losses)
 
-    @torch.no_grad()
+    def predictor(self, active: list[int]) -> Callable[[dict], torch.Tensor]:
+        """`predicted_ids` of the `active` copies for one eval pass, their weights held still meanwhile: a Concat
+        head's folded maps (`FoldedConcat.fold`) are made on the pass's first batch and kept for the others."""
+        folds: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+        @torch.no_grad()
+        def predicted(batch: dict) -> torch.Tensor:
+            if not FoldedConcat.fits(self.model, batch):
+                return self._model_predicted_ids(active, batch)
+            if not folds:
+                folds.extend(FoldedConcat.fold(self.model, self.copy(k)) for k in active)
+            return torch.stack([FoldedConcat.logits(self.model, self._input(k, batch), fold).argmax(-1)
+                                for k, fold in zip(active, folds)])
+
+        return predicted
+
     def predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
         """Arg-max label ids `(copies, batch, seq)` of the `active` copies (model in eval mode)."""
-        if FoldedConcat.fits(self.model, batch):
-            return torch.stack([FoldedConcat.logits(self.model, self._input(k, batch), self.copy(k)).argmax(-1)
-                                for k in active])
+        return self.predictor(active)(batch)
+
+    @torch.no_grad()
+    def _model_predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
         if self.vectorize:
             return self._run_all(active, batch, lambda out: out.logits).argmax(-1)
         return torch.stack([self._call(self.copy(k), self._input(k, batch)).logits.argmax(-1) for k in active])
@@ -389,6 +414,10 @@ class LinearProbes:
         summed = F.cross_entropy(logits.flatten(0, 1), targets.repeat(len(active)), reduction="none")
         return summed.view(len(active), -1).sum(1) / max(len(targets), 1)
 
+    def predictor(self, active: list[int]) -> Callable[[tuple], torch.Tensor]:
+        """`predicted_ids` of the `active` copies for one eval pass (as `StackedHeads.predictor`)."""
+        return partial(self.predicted_ids, active)
+
     @torch.no_grad()
     def predicted_ids(self, active: list[int], batch) -> torch.Tensor:
         features, labels = batch
@@ -488,9 +517,9 @@ def train_heads(
         evaluated = time.perf_counter()
         # The dev batches are made again on every pass, not kept: kept, they held the dev set's every cached layer,
         # padded and cast to fp32 (7.0 GiB for 1000 CoNLL-03 dev sentences on a 28 x 1536 LLM), growing with the dev set
-        predicted, first_pass = [], not dev_labels
+        predicted, first_pass, predict = [], not dev_labels, heads.predictor(active)
         for batch in heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device):
-            predicted.append(heads.predicted_ids(active, batch).cpu())
+            predicted.append(predict(batch).cpu())
             if first_pass:
                 dev_labels.append(heads.labels(batch))
         for position, k in enumerate(active):

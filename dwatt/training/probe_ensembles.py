@@ -26,10 +26,14 @@ def predict_features(model, dataset, collator, batch_size: int = 32, layer: int 
 
     model.eval()
     device = next(model.parameters()).device
-    logits, labels = [], []
+    logits, labels, folded = [], [], None
     for batch in DataLoader(dataset, batch_size=batch_size, collate_fn=collator):
         batch = one_layer({key: value.to(device) for key, value in batch.items()}, layer)
-        output = FoldedConcat.logits(model, batch) if FoldedConcat.fits(model, batch) else model(**batch).logits
+        if FoldedConcat.fits(model, batch):
+            folded = FoldedConcat.fold(model) if folded is None else folded
+            output = FoldedConcat.logits(model, batch, folded)
+        else:
+            output = model(**batch).logits
         logits.append(output.float().cpu())
         labels.append(batch["labels"].cpu())
     return logits, labels
