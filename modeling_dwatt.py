@@ -269,9 +269,7 @@ class DWAttModel(DWAttPreTrainedModel):
         return self.config.encoder_config.num_hidden_layers + 1, self.config.run_depth + 1
 
     def select_layers(self, backbone_hidden_states) -> torch.Tensor | list[torch.Tensor]:
-        """The fused layers of a backbone run's hidden states: `(batch, layers, seq, hidden)`, from all of them (a
-        tuple, or a cached stack of every layer) or from exactly the fused ones; a list of them for a fusion that
-        reads them one by one."""
+        """The fused layers `(batch, layers, seq, hidden)` of all hidden states or of just those (a list: one by one)."""
         if isinstance(backbone_hidden_states, (tuple, list)):
             states = tuple(backbone_hidden_states)
             if len(states) in self._all_states:
