@@ -126,7 +126,7 @@ class FoldedConcat:
     def fold(model: torch.nn.Module, parameters: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The map's weight `(labels, layers x hidden)` and bias `(labels,)`, from `model`'s head with `parameters` (a
         copy's trainable tensors, by name) in place of its own where given. Made once per eval pass: on a 28 x 1536
-        LLM the product alone is 0.6 GFLOP, more than a batch of the map costs."""
+        LLM the product alone is 0.6 G multiply-adds, more than a batch of the map costs."""
         def tensor(name: str) -> torch.Tensor:
             return parameters[name] if parameters and name in parameters else model.get_parameter(name)
 
