@@ -245,8 +245,9 @@ class StackedHeads:
         return torch.stack(losses)
 
     def predictor(self, active: list[int]) -> Callable[[dict], torch.Tensor]:
-        """`predicted_ids` of the `active` copies for one eval pass, their weights held still meanwhile: a Concat
-        head's folded maps (`FoldedConcat.fold`) are made on the pass's first batch and kept for the others."""
+        """Arg-max label ids `(copies, batch, seq)` of the `active` copies on each batch of one eval pass (model in eval
+        mode), their weights held still meanwhile: a Concat head's folded maps (`FoldedConcat.fold`) are made on the
+        pass's first batch and kept for the others."""
         folds: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         @torch.no_grad()
@@ -259,10 +260,6 @@ class StackedHeads:
                                 for k, fold in zip(active, folds)])
 
         return predicted
-
-    def predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
-        """Arg-max label ids `(copies, batch, seq)` of the `active` copies (model in eval mode)."""
-        return self.predictor(active)(batch)
 
     @torch.no_grad()
     def _model_predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
@@ -415,7 +412,7 @@ class LinearProbes:
         return summed.view(len(active), -1).sum(1) / max(len(targets), 1)
 
     def predictor(self, active: list[int]) -> Callable[[tuple], torch.Tensor]:
-        """`predicted_ids` of the `active` copies for one eval pass (as `StackedHeads.predictor`)."""
+        """`predicted_ids` of the `active` copies on each batch of one eval pass (as `StackedHeads.predictor`)."""
         return partial(self.predicted_ids, active)
 
     @torch.no_grad()
