@@ -16,6 +16,11 @@ from torch import nn
 from transformers import MODEL_MAPPING, PretrainedConfig, PreTrainedModel
 from transformers.utils import logging
 
+try:
+    from .configuration_dwatt import is_decoder_only
+except ImportError:  # imported as a top-level module of the installed project rather than as remote code
+    from configuration_dwatt import is_decoder_only
+
 
 
 def bidirectional_mask(backbone, hidden_states, attention_mask):
@@ -29,18 +34,6 @@ def bidirectional_mask(backbone, hidden_states, attention_mask):
         return backbone.get_extended_attention_mask(attention_mask, hidden_states.shape[:2], dtype=hidden_states.dtype)
     # positionally: 5.0 names the embeddings `input_embeds`, later releases `inputs_embeds`
     return create_bidirectional_mask(backbone.config, hidden_states, attention_mask)
-
-
-def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
-    """Whether the backbone is a decoder-only language model (Llama, Qwen, Gemma, Mistral, Phi, GPT-2, ...): its family
-    has a causal-LM class and no masked-LM one. Its tokens see only what precedes them."""
-    from transformers.models.auto.modeling_auto import (
-        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    )
-
-    family = encoder_config.model_type
-    return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def _first_setting(config, names: tuple[str, ...], default):

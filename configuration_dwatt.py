@@ -1,8 +1,8 @@
 # Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
 """DWAtt model configuration.
 
-This file travels inside every DWAtt checkpoint (``trust_remote_code=True``); it imports only
-``transformers`` and the standard library.
+This file travels inside every DWAtt checkpoint (``trust_remote_code=True``); it imports only ``transformers``, the
+standard library and `specs_dwatt` (the fusions' facts, standard library only): no torch module, no model code.
 """
 
 from typing import Any
@@ -10,17 +10,9 @@ from typing import Any
 from transformers import AutoConfig, PretrainedConfig
 
 try:
-    from .backbones_dwatt import is_decoder_only
-    from .fusions_dwatt import FUSION_CLASSES
+    from .specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import is_decoder_only
-    from fusions_dwatt import FUSION_CLASSES
-
-FUSIONS = tuple(FUSION_CLASSES)
-"""Layer-fusion methods (`fusions_dwatt.FUSION_CLASSES`): Depth-Wise Attention, layer concatenation, n extra
-transformer layers on top, last layer only, and an ELMo-style scalar mix."""
-# How sequence classification pools the fused tokens into one vector (see `DWAttConfig.pooling`).
-POOLINGS = ("mean", "first", "last")
+    from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
 
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
 
@@ -70,6 +62,18 @@ def single_layer(spec: Any) -> int | None:
     items = spec if isinstance(spec, (list, tuple)) else str(spec).split(",") if spec is not None else []
     items = [str(item).strip() for item in items if str(item).strip()]
     return int(items[0]) if len(items) == 1 and _is_number(items[0]) else None
+
+
+def is_decoder_only(encoder_config: PretrainedConfig) -> bool:
+    """Whether the backbone is a decoder-only language model (Llama, Qwen, Gemma, Mistral, Phi, GPT-2, ...): its family
+    has a causal-LM class and no masked-LM one. Its tokens see only what precedes them."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    family = encoder_config.model_type
+    return family in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES and family not in MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 
 def _is_number(text: str) -> bool:
@@ -220,8 +224,10 @@ class DWAttConfig(PretrainedConfig):
 
     def validate_fusion(self) -> None:
         """Raises `ValueError` naming the offending key when a fusion hyper-parameter is out of range."""
-        if self.fusion not in FUSIONS:
-            raise ValueError(f"DWAttConfig: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        try:
+            spec = fusion_spec(self.fusion)
+        except ValueError as error:
+            raise ValueError(f"DWAttConfig: {error}") from None
         for key in ("query_bottleneck", "value_bottleneck"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
@@ -238,7 +244,7 @@ class DWAttConfig(PretrainedConfig):
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
             parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
-            FUSION_CLASSES[self.fusion].check_config(self)
+            spec.check_config(self)
             self.validate_backbone_depth()
         for key in ("hidden_size", "num_hidden_layers"):
             if not isinstance(getattr(self.encoder_config, key, None), int):
@@ -273,6 +279,11 @@ class DWAttConfig(PretrainedConfig):
         lora.setdefault("merged", False)
 
     @property
+    def fusion_spec(self) -> FusionSpec:
+        """What the configured fusion is and reads (`specs_dwatt.FUSION_SPECS`)."""
+        return fusion_spec(self.fusion)
+
+    @property
     def fused_layer_numbers(self) -> list[int]:
         """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending (L last but for
         `"only:..."`)."""
@@ -291,7 +302,7 @@ class DWAttConfig(PretrainedConfig):
     @property
     def deepest_read_layer(self) -> int:
         """The deepest backbone layer (1..L) the fusion reads."""
-        return max(1, *FUSION_CLASSES[self.fusion].read_layers(self))
+        return max(1, *self.fusion_spec.read_layers(self))
 
     @property
     def run_depth(self) -> int:

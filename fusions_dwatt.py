@@ -1,13 +1,12 @@
 # Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
 """Layer fusions for DWAtt: the modules that mix a backbone's layer outputs z_1..z_L into one representation per token
-(DWAtt, Concat, ScalarMix, Base on one layer, Base+n), each a `LayerFusion` that declares what the model asks of it,
-and `FUSION_CLASSES`, the one table from a config's `fusion` name to its class.
+(DWAtt, Concat, ScalarMix, Base on one layer, Base+n), each a `LayerFusion` built on its spec (what it is and
+reads: `specs_dwatt.FUSION_SPECS`, the one table of those facts), and `FUSION_CLASSES`, from a config's `fusion` name
+to the class that computes it.
 
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
 """
-from typing import TYPE_CHECKING
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -19,11 +18,12 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
 
 try:
     from .backbones_dwatt import backbone_family, layer_norm_eps
-except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from backbones_dwatt import backbone_family, layer_norm_eps
-
-if TYPE_CHECKING:  # relative, for annotations only: transformers' import check of remote code skips it
     from .configuration_dwatt import DWAttConfig
+    from .specs_dwatt import FUSION_SPECS, FusionSpec
+except ImportError:  # imported as top-level modules of the installed project rather than as remote code
+    from backbones_dwatt import backbone_family, layer_norm_eps
+    from configuration_dwatt import DWAttConfig
+    from specs_dwatt import FUSION_SPECS, FusionSpec
 
 
 class LayerFusion(nn.Module):
@@ -35,43 +35,18 @@ class LayerFusion(nn.Module):
     states. It returns the fused representation `(batch, seq, hidden)` and, where it `weighs_layers`, each token's
     weight per layer `(batch, seq, N)` (else None).
 
-    What the model asks of a fusion is declared here, on its class, and nowhere else:
-    - `name`: its value of `DWAttConfig.fusion`; `display_name`: how tables and figures name it;
-      `hyperparameters`: the config keys of its own (as a model card lists them);
-    - `per_token`: each token's output depends on that token's hidden states alone, so it can run on some positions;
-    - `weighs_layers`: it returns per-layer weights (`output_layer_weights`);
-    - `needs_layer_inputs`: it runs layers of the backbone's own kind (Base+n);
-    - `linear_in_layers`: each token's output is a linear map of its layers, so a mean over tokens may be taken
-      before it (a mean-pooled classifier's cache then keeps one mean vector per layer);
-    - `passes_layer_through`: its output is the one layer it reads, unchanged (a head on it is a linear probe);
+    What a fusion is and reads (its name, whether it is per token, which layers, ...) is its `spec`
+    (`specs_dwatt.FusionSpec`), the configuration's; what only the computation knows is declared here:
     - `stack_dim`: the memory layout it reads the stacked layers in (1: batch-major), so that stacking costs no copy;
-    - `read_layers(config)`: which hidden states it reads (indices, 0 = the embedding output), and
-      `check_config(config)`: what of the config it refuses;
     - `reads_layer_by_layer(device)`: whether it takes the layers as a list there;
     - `init_weights(std)`: the initialisation of its own parameters (linear maps and norms get the model's).
     """
 
-    name: str = ""
-    display_name: str = ""
-    hyperparameters: tuple[str, ...] = ()
-    per_token: bool = True
-    weighs_layers: bool = False
-    needs_layer_inputs: bool = False
-    linear_in_layers: bool = False
-    passes_layer_through: bool = False
+    spec: FusionSpec
     stack_dim: int = 1
 
-    def __init__(self, config: "DWAttConfig | None" = None, backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig | None = None, backbone: nn.Module | None = None):
         super().__init__()
-
-    @classmethod
-    def read_layers(cls, config: "DWAttConfig") -> list[int]:
-        """The fused layers of `config.fused_layers` (all by default), z_L last, after the embedding output if asked."""
-        return [0] * config.include_embeddings + config.fused_layer_numbers
-
-    @classmethod
-    def check_config(cls, config: "DWAttConfig") -> None:
-        """Raise `ValueError`, naming the key, where the config asks what this fusion cannot do."""
 
     def reads_layer_by_layer(self, device: torch.device) -> bool:
         return False
@@ -132,11 +107,10 @@ class DepthWiseAttention(LayerFusion):
     numbers either way, within float rounding (tested).
     """
 
-    name, display_name, weighs_layers = "dwatt", "DWAtt", True
-    hyperparameters = ("d_pos", "query_bottleneck", "value_bottleneck")
+    spec = FUSION_SPECS["dwatt"]
     stack_dim = 0  # reads the layers layer-major: its value MLPs are one batched matmul over the layer axis
 
-    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module | None = None):
         super().__init__()
         encoder = config.encoder_config
         hidden, layers = encoder.hidden_size, config.num_fused_layers
@@ -220,10 +194,10 @@ class DepthWiseAttention(LayerFusion):
 class LayerConcat(LayerFusion):
     """h = sum_n W_n z_n, i.e. one `Linear(N * hidden -> hidden)` over the concatenated layers of each token."""
 
-    name, display_name, linear_in_layers = "concat", "Concat", True
+    spec = FUSION_SPECS["concat"]
     stack_dim = 2  # reads the layers token-major: each token's N layers side by side are one matmul's input
 
-    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module | None = None):
         super().__init__()
         hidden = config.encoder_config.hidden_size
         self.proj = nn.Linear(config.num_fused_layers * hidden, hidden)
@@ -239,9 +213,9 @@ class ScalarMix(LayerFusion):
     learned scalar s_n per layer and a learned scale gamma. The same weights apply to every token.
     """
 
-    name, display_name, weighs_layers, linear_in_layers = "scalar_mix", "ScalarMix", True, True
+    spec = FUSION_SPECS["scalar_mix"]
 
-    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module | None = None):
         super().__init__()
         self.scalar_parameters = nn.Parameter(torch.empty(config.num_fused_layers))
         self.gamma = nn.Parameter(torch.empty(1))
@@ -272,9 +246,9 @@ class ScalarMixLayerDropout(ScalarMix):
     ScalarMix, and its weights are ScalarMix's.
     """
 
-    name, display_name = "scalar_mix_dropout", "ScalarMix+LD"
+    spec = FUSION_SPECS["scalar_mix_dropout"]
 
-    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module | None = None):
         super().__init__(config, backbone)
         self.layer_dropout = config.layer_dropout
 
@@ -292,21 +266,7 @@ class ScalarMixLayerDropout(ScalarMix):
 class LastLayer(LayerFusion):
     """The `base` fusion: h = z_L, or the one layer z_k that `fused_layers` names (a probe of layer k)."""
 
-    name, display_name = "base", "Base"
-    linear_in_layers = passes_layer_through = True
-
-    @classmethod
-    def read_layers(cls, config: "DWAttConfig") -> list[int]:
-        return [config.read_layer]
-
-    @classmethod
-    def check_config(cls, config: "DWAttConfig") -> None:
-        depth = config.encoder_config.num_hidden_layers
-        if config.single_fused_layer is None and config.fused_layer_numbers != list(range(1, depth + 1)):
-            raise ValueError(
-                f"DWAttConfig: `fused_layers` {config.fused_layers!r} names several layers, but the {cls.name!r} head "
-                f"reads one: give one layer number (1..{depth}), or mix layers with {mixing_fusions()}"
-            )
+    spec = FUSION_SPECS["base"]
 
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None) -> tuple[torch.Tensor, None]:
         return last_layer, None
@@ -319,14 +279,18 @@ class ExtraLayers(LayerFusion):
     and its position signal (MPNet's relative bias, DeBERTa's relative positions, ModernBERT's rotary embeddings).
     """
 
-    name, display_name = "base_plus_n", "Base+n"
-    hyperparameters = ("num_extra_layers",)
-    per_token, needs_layer_inputs = False, True
+    spec = FUSION_SPECS["base_plus_n"]
 
-    def __init__(self, config: "DWAttConfig", backbone: nn.Module | None = None):
+    def __init__(self, config: DWAttConfig, backbone: nn.Module | None = None):
         super().__init__()
         encoder = config.encoder_config
         family = backbone_family(encoder)
+        if family.extra_layers_refused:
+            working = ", ".join(name for name in FUSION_CLASSES if name != self.spec.name)
+            raise ValueError(
+                f"fusion {self.spec.name!r} cannot be built on the {encoder.model_type!r} family "
+                f"({family.extra_layers_refused}); the fusions that work here: {working}"
+            )
         layers = family.layers(backbone)
         if layers is None:
             raise ValueError(
@@ -342,27 +306,6 @@ class ExtraLayers(LayerFusion):
         for part in self.layer.modules():  # initialised the backbone's way (`DWAttPreTrainedModel._init_weights`)
             part._dwatt_extra_layer_part = True
 
-    @classmethod
-    def read_layers(cls, config: "DWAttConfig") -> list[int]:
-        return [config.encoder_config.num_hidden_layers]
-
-    @classmethod
-    def check_config(cls, config: "DWAttConfig") -> None:
-        encoder = config.encoder_config
-        if config.fused_layer_numbers != list(range(1, encoder.num_hidden_layers + 1)):
-            raise ValueError(
-                f"DWAttConfig: `fused_layers` {config.fused_layers!r} chooses layers, but the {cls.name!r} fusion "
-                f"builds on the last layer only; leave it 'all', read one layer with {LastLayer.name}, or mix with "
-                f"{mixing_fusions()}"
-            )
-        refused = backbone_family(encoder).extra_layers_refused
-        if refused:
-            working = ", ".join(name for name in FUSION_CLASSES if name != cls.name)
-            raise ValueError(
-                f"DWAttConfig: fusion {cls.name!r} cannot be built on the {encoder.model_type!r} family ({refused}); "
-                f"the fusions that work here: {working}"
-            )
-
     def forward(self, layers, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]) -> tuple[torch.Tensor, None]:
         hidden_states = last_layer
         for layer, (args, kwargs) in zip(self.layer, layer_inputs):
@@ -371,17 +314,12 @@ class ExtraLayers(LayerFusion):
         return hidden_states, None
 
 
-def mixing_fusions() -> str:
-    """The fusions that mix several layers, for messages: "dwatt, concat or scalar_mix"."""
-    names = [name for name, fusion in FUSION_CLASSES.items() if fusion.per_token and not fusion.passes_layer_through]
-    return ", ".join(names[:-1]) + " or " + names[-1]
-
-
 FUSION_CLASSES: dict[str, type[LayerFusion]] = {
-    fusion.name: fusion for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix,
-                                        ScalarMixLayerDropout)
+    fusion.spec.name: fusion for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix,
+                                             ScalarMixLayerDropout)
 }
-"""Every fusion by its `DWAttConfig.fusion` name: the one place a name meets its class."""
+"""The class that computes each fusion of `specs_dwatt.FUSION_SPECS`, by its `DWAttConfig.fusion` name: the one place
+a name meets its class."""
 
 __all__ = ["FUSION_CLASSES", "DWAttMLP", "DepthWiseAttention", "ExtraLayers", "LastLayer", "LayerConcat", "LayerFusion",
            "ScalarMix", "ScalarMixLayerDropout"]

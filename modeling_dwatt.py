@@ -225,7 +225,7 @@ class DWAttModel(DWAttPreTrainedModel):
         Done when a backbone is built or attached, so that the forward pass installs nothing (one graph to compile)."""
         self.backbone = backbone
         runner = self.backbone_runner
-        if self.fusion.needs_layer_inputs:
+        if self.config.fusion_spec.needs_layer_inputs:
             runner.keep_layer_inputs()
 
     def cut_backbone(self, depth: int | None = None) -> None:
@@ -250,12 +250,12 @@ class DWAttModel(DWAttPreTrainedModel):
     def fused_layer_indices(self) -> list[int]:
         """Indices into the backbone's hidden-state tuple (0 = embedding output) that the fusion reads: the layers
         of `config.fused_layers` (all by default), z_L last."""
-        return self.fusion.read_layers(self.config)
+        return self.config.fusion_spec.read_layers(self.config)
 
     @property
     def fusion_is_per_token(self) -> bool:
         """Whether each token's output depends on that token's hidden states alone (all fusions but Base+n)."""
-        return self.fusion.per_token
+        return self.config.fusion_spec.per_token
 
     def get_input_embeddings(self) -> nn.Module:
         return self.backbone.get_input_embeddings()
@@ -374,10 +374,10 @@ class DWAttModel(DWAttPreTrainedModel):
             layers = [layer.to(dtype) for layer in layers] if isinstance(layers, list) else layers.to(dtype)
             last_layer = last_layer.to(dtype)
         layer_inputs = None
-        if self.fusion.needs_layer_inputs:  # what the backbone hands its layers, for more of them (Base+n)
+        if self.config.fusion_spec.needs_layer_inputs:  # what the backbone hands its layers, for more of them (Base+n)
             layer_inputs = self.backbone_runner.layer_inputs(
                 self.fusion.layer, last_layer, attention_mask, from_this_run=backbone_hidden_states is None)
-        if token_mask is None or not self.fusion.per_token:
+        if token_mask is None or not self.config.fusion_spec.per_token:
             fused, layer_weights = self.fusion(layers, last_layer, layer_inputs)
         elif traced():  # one graph: every position fused, the others zeroed
             fused, layer_weights = self.fusion(layers, last_layer)

@@ -12,7 +12,7 @@ models, so that the command line and the ONNX runtime start quickly.
 from importlib import import_module
 
 from .auto import register_auto_classes
-from .choices import FUSIONS, POOLINGS
+from specs_dwatt import FUSIONS, POOLINGS
 
 # Where each lazily loaded public name lives.
 _MODEL_NAMES = {

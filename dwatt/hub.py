@@ -15,7 +15,7 @@ from pathlib import Path
 import yaml
 from huggingface_hub import HfApi
 
-from backbones_dwatt import is_decoder_only
+from configuration_dwatt import is_decoder_only
 from fusions_dwatt import FUSION_CLASSES
 
 from .data import is_local_path
@@ -36,7 +36,7 @@ def _dataset_id(name: str | None) -> str | None:
 def fusion_reads(config) -> str:
     """What the fusion reads, for the model card: the last layer (and its extra layers) or the layers it mixes."""
     depth = config.encoder_config.num_hidden_layers
-    fusion = FUSION_CLASSES[config.fusion]
+    fusion = config.fusion_spec
     if fusion.passes_layer_through:
         layer = config.read_layer
         return f"(the last of the backbone's {depth} layers)" if layer == depth else f"(layer {layer} of the backbone's {depth})"
@@ -59,7 +59,7 @@ def backbone_run(config) -> str:
 
 def fusion_settings(config) -> str:
     """The fusion's own hyper-parameters, for the model card: " (d_pos 24, query_bottleneck 0.5, ...)"."""
-    keys = FUSION_CLASSES[config.fusion].hyperparameters
+    keys = config.fusion_spec.hyperparameters
     return f" ({', '.join(f'{key} {getattr(config, key)}' for key in keys)})" if keys else ""
 
 

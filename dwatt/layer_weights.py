@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import torch
 
-from fusions_dwatt import FUSION_CLASSES
+from specs_dwatt import FUSION_SPECS
 
 
 def has_layer_weights(model) -> bool:
-    return model.dwatt.fusion.weighs_layers
+    return model.config.fusion_spec.weighs_layers
 
 
 def entity_type(label: str) -> str:
@@ -28,7 +28,7 @@ def layer_weights_by_type(model, dataset, collator, label_names: list[str], batc
     (tokenised rows or `FeatureCache` items) and `collator` batches them.
     """
     if not has_layer_weights(model):
-        weighing = [name for name, fusion in FUSION_CLASSES.items() if fusion.weighs_layers]
+        weighing = [name for name, spec in FUSION_SPECS.items() if spec.weighs_layers]
         raise ValueError(f"fusion {model.config.fusion!r} has no layer weights; only {' and '.join(weighing)} do")
     types = [entity_type(name) for name in label_names]
     names = list(dict.fromkeys(types))

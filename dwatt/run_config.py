@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from .choices import FUSIONS
+from specs_dwatt import fusion_spec
+
 from .tasks import TASKS, task_named
 
 # The choices of a run's settings, declared once as types; the command line's choices and the checks read them.
@@ -118,8 +119,10 @@ class RunConfig:
         return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
 
     def validate(self) -> None:
-        if self.fusion not in FUSIONS:
-            raise ValueError(f"--fusion: unknown fusion {self.fusion!r}; expected one of {', '.join(FUSIONS)}")
+        try:
+            fusion_spec(self.fusion)
+        except ValueError as error:
+            raise ValueError(f"--fusion: {error}") from None
         if self.mode not in MODES:
             raise ValueError(f"--mode: unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
         if self.lora_rank < 1 or (self.lora_alpha is not None and not 0 < self.lora_alpha < math.inf) or not 0 <= self.lora_dropout < 1:

@@ -358,7 +358,7 @@ class LinearProbes:
         the one layer cached."""
         trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
         return (isinstance(model, DWAttForTokenClassification) and type(model).head is DWAttForTokenClassification.head
-                and model.dwatt.fusion.passes_layer_through and model.fuse_labelled_positions_only
+                and model.config.fusion_spec.passes_layer_through and model.fuse_labelled_positions_only
                 and tuple(trainable) == cls.PARAMETERS and isinstance(dataset, FeatureCache) and dataset.labels is not None
                 and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1))
 

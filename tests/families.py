@@ -6,6 +6,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_N
 
 from backbones_dwatt import FAMILIES as FAMILY_RECORDS
 from fusions_dwatt import FUSION_CLASSES
+from specs_dwatt import FUSION_SPECS
 
 TINY = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37, vocab_size=99,
             max_position_embeddings=64, pad_token_id=1)
@@ -81,7 +82,7 @@ def has_mlm_head(family: str) -> bool:
 def refused(family: str, fusion: str) -> str | None:
     """Why `fusion` cannot be built on `family`, or None."""
     record = FAMILY_RECORDS.get(family)  # the families not in the table take BERT's or the decoders' way, which can
-    return record.extra_layers_refused if record and FUSION_CLASSES[fusion.split(":")[0]].needs_layer_inputs else None
+    return record.extra_layers_refused if record and FUSION_SPECS[fusion.split(":")[0]].needs_layer_inputs else None
 
 
 # The fusions the family matrix builds: a fusion that subclasses another (ScalarMix with layer dropout) reads the

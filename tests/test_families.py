@@ -16,10 +16,11 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-from backbones_dwatt import FAMILIES as FAMILY_RECORDS, BackboneFamily, is_decoder_only
+from backbones_dwatt import FAMILIES as FAMILY_RECORDS, BackboneFamily
+from configuration_dwatt import is_decoder_only
 from configuration_dwatt import FUSIONS
 from lora_dwatt import lora_target_layers
-from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification
+from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification, DWAttModel
 from dwatt.features import FeatureCollator, build_feature_cache
 from dwatt.lora import add_lora, default_targets
 from dwatt.training import FreezeBackboneCallback
@@ -257,14 +258,16 @@ def test_masked_lm_head_is_the_familys_own(saved, family):
     torch.testing.assert_close(got[real], expected[real], atol=1e-5, rtol=0)
 
 
-def test_a_family_without_base_plus_n_fails_when_the_config_is_built(monkeypatch):
-    """No family in FAMILIES needs it today; the refusal is checked on a family marked as unable."""
+def test_a_family_without_base_plus_n_fails_when_the_model_is_built(monkeypatch):
+    """No family in FAMILIES needs it today; the refusal is checked on a family marked as unable. The configuration
+    knows no family (it imports no torch): the fusion refuses as it is built, before any layer is."""
     unable = BackboneFamily()
     unable.extra_layers_refused = "its layers need inputs the encoder keeps to itself"
     monkeypatch.setitem(FAMILY_RECORDS, "bert", unable)
+    config = DWAttConfig(encoder_config=encoder_config("bert"), fusion="base_plus_n")
     with pytest.raises(ValueError, match=r"'base_plus_n' cannot be built on the 'bert' family .*work here: dwatt, concat, base, scalar_mix"):
-        DWAttConfig(encoder_config=encoder_config("bert"), fusion="base_plus_n")
-    DWAttConfig(encoder_config=encoder_config("bert"), fusion="dwatt")
+        DWAttModel(config)
+    DWAttModel(DWAttConfig(encoder_config=encoder_config("bert"), fusion="dwatt"))
 
 
 def test_decoder_families_are_decoders_and_refuse_masked_lm(tmp_path):

@@ -1,5 +1,6 @@
-"""fusions_dwatt: every fusion is declared once, as a `LayerFusion` in `FUSION_CLASSES`, and what the models and the
-library ask of a fusion is read from its declaration, checked here against what the fusion does."""
+"""fusions_dwatt: every fusion's facts are declared once, as a `FusionSpec` in `specs_dwatt.FUSION_SPECS`, and
+computed by the `LayerFusion` that `FUSION_CLASSES` maps its name to; what the models and the library ask of a fusion is
+read from its spec, checked here against what the fusion does."""
 import re
 from pathlib import Path
 
@@ -7,9 +8,10 @@ import pytest
 import torch
 
 import configuration_dwatt
-from dwatt import choices
+import dwatt
 from fusions_dwatt import FUSION_CLASSES, LayerFusion
 from modeling_dwatt import DWAttModel
+from specs_dwatt import FUSION_SPECS
 
 from .conftest import tiny_config
 
@@ -17,10 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_table_is_the_one_list_of_fusions():
-    assert tuple(FUSION_CLASSES) == configuration_dwatt.FUSIONS == choices.FUSIONS
+    assert tuple(FUSION_CLASSES) == tuple(FUSION_SPECS) == configuration_dwatt.FUSIONS == dwatt.FUSIONS
     for name, fusion in FUSION_CLASSES.items():
-        assert issubclass(fusion, LayerFusion) and fusion.name == name
-    assert len({fusion.display_name for fusion in FUSION_CLASSES.values()}) == len(FUSION_CLASSES)
+        assert issubclass(fusion, LayerFusion) and fusion.spec is FUSION_SPECS[name]
+    assert len({spec.display_name for spec in FUSION_SPECS.values()}) == len(FUSION_SPECS)
+
+
+def test_a_model_asks_its_config_what_its_fusion_is():
+    model = DWAttModel(tiny_config("bert", "concat"))
+    assert model.config.fusion_spec is type(model.fusion).spec is FUSION_SPECS["concat"]
 
 
 def model_and_layers(fusion: str, batch: int = 2, seq: int = 5):
@@ -37,11 +44,11 @@ def test_every_fusion_is_called_one_way_and_returns_weights_where_it_declares_it
     with torch.no_grad():
         output = model(backbone_hidden_states=hidden, output_layer_weights=True)
     assert output.last_hidden_state.shape == hidden[-1].shape
-    assert (output.layer_weights is not None) == model.fusion.weighs_layers
-    assert model.fused_layer_indices == type(model.fusion).read_layers(model.config)
+    assert (output.layer_weights is not None) == FUSION_SPECS[name].weighs_layers
+    assert model.fused_layer_indices == FUSION_SPECS[name].read_layers(model.config)
 
 
-@pytest.mark.parametrize("name", [name for name, fusion in FUSION_CLASSES.items() if fusion.per_token])
+@pytest.mark.parametrize("name", [name for name, spec in FUSION_SPECS.items() if spec.per_token])
 def test_a_per_token_fusion_gives_each_token_what_it_gives_it_alone(name):
     model, hidden = model_and_layers(name)
     mask = torch.tensor([[1, 0, 1, 1, 0], [0, 1, 0, 0, 1]], dtype=torch.bool)
@@ -52,7 +59,7 @@ def test_a_per_token_fusion_gives_each_token_what_it_gives_it_alone(name):
     assert not some[~mask].any()
 
 
-@pytest.mark.parametrize("name", [name for name, fusion in FUSION_CLASSES.items() if fusion.linear_in_layers])
+@pytest.mark.parametrize("name", [name for name, spec in FUSION_SPECS.items() if spec.linear_in_layers])
 def test_a_fusion_linear_in_the_layers_commutes_with_a_mean_over_tokens(name):
     model, hidden = model_and_layers(name)
     with torch.no_grad():
@@ -63,7 +70,7 @@ def test_a_fusion_linear_in_the_layers_commutes_with_a_mean_over_tokens(name):
     torch.testing.assert_close(mean_then_fused, fused_then_mean, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", [name for name, fusion in FUSION_CLASSES.items() if fusion.passes_layer_through])
+@pytest.mark.parametrize("name", [name for name, spec in FUSION_SPECS.items() if spec.passes_layer_through])
 def test_a_fusion_that_passes_its_layer_through_returns_it_unchanged(name):
     model, hidden = model_and_layers(name)
     with torch.no_grad():

@@ -187,7 +187,7 @@ def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_pa
     assert upload_kwargs["commit_message"] == "Upload head-only DWAtt checkpoint (dwatt)" and upload_kwargs["revision"] == "main"
     files = upload_kwargs["files"]
     remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
-                   "lora_dwatt.py", "pretrained_dwatt.py"}
+                   "lora_dwatt.py", "pretrained_dwatt.py", "specs_dwatt.py"}
     assert set(files) == {"config.json", "model.safetensors", "README.md", "results.json"} | remote_code
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
     assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))
@@ -340,7 +340,7 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     assert uploaded(again)["layer-1/model/model.safetensors"] == files["layer-1/model/model.safetensors"]
     assert api.calls[-1][2]["commit_message"] == "Upload a DWAtt probe ensemble of 2 heads"
     remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
-                   "lora_dwatt.py", "pretrained_dwatt.py"}
+                   "lora_dwatt.py", "pretrained_dwatt.py", "specs_dwatt.py"}
     assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"} | remote_code
     assert json.loads(files["ensemble.json"])["members"] == ["layer-2/model", "layer-1/model"]
     for member in ("layer-2/model", "layer-1/model"):

@@ -195,7 +195,7 @@ def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_i
 
 def test_the_tables_load_without_torch_transformers_or_datasets():
     """The experiment side's tables (a report over committed stores) import neither the models nor the data
-    libraries: what they need of the fusions and the results' fields is in torch-free modules (`dwatt.choices`,
+    libraries: what they need of the fusions and the results' fields is in torch-free modules (`specs_dwatt`,
     `dwatt.schema`)."""
     import subprocess
     import sys

@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification, RobertaConfig
 
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
-from fusions_dwatt import FUSION_CLASSES
+from specs_dwatt import FUSION_SPECS
 from modeling_dwatt import count_parameters
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
@@ -65,7 +65,7 @@ def test_forward_backward_every_fusion_task_backbone(encoder, task, fusion):
     out.loss.backward()
     fusion_grads = [p.grad for p in model.dwatt.fusion.parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in fusion_grads)
-    if FUSION_CLASSES[fusion].weighs_layers:
+    if FUSION_SPECS[fusion].weighs_layers:
         assert out.layer_weights.shape == (2, 6, 3)  # a distribution over the layers where a token is labelled
         torch.testing.assert_close(out.layer_weights.sum(-1), (labels != -100).float())
     else:

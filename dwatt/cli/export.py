@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..choices import EXPORT_QUANTIZATIONS
+from ..serving.schemes import EXPORT_QUANTIZATIONS
 from .options import add_threads_argument
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..choices import QUANTIZATIONS, RUNTIMES
+from ..serving.schemes import QUANTIZATIONS, RUNTIMES
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
 
 

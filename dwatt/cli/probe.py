@@ -8,7 +8,7 @@ import argparse
 from dataclasses import fields
 
 from ..experiment.probe import PROBE_LEARNING_RATES
-from ..choices import POOLINGS
+from specs_dwatt import POOLINGS
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
 from .options import (add_column_arguments, add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument,

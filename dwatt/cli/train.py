@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from ..choices import FUSIONS, POOLINGS
+from specs_dwatt import FUSIONS, POOLINGS
 from ..run_config import CACHE_DTYPES, MODES, SAMPLINGS, RunConfig, default_learning_rate
 from ..tasks import TASKS
 from .options import add_column_arguments, add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument, csv_of
@@ -25,7 +25,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backbone", default=None, help="Hub id or folder of the backbone, an encoder or a decoder LLM (default: MiniLM from PyPI)")
     parser.add_argument("--task", default=defaults.task, choices=tuple(TASKS),
                         help="ner; mlm (needs --data-dir of WikiText-2); cls: text classification (default data: AG News)")
-    parser.add_argument("--fusion", default=defaults.fusion, choices=FUSIONS)
+    parser.add_argument("--fusion", default=defaults.fusion, metavar="FUSION",
+                        help=f"the layer fusion: {', '.join(FUSIONS)} (default: %(default)s)")
     parser.add_argument("--mode", default=defaults.mode, choices=MODES,
                         help="fe: frozen backbone; ft: all trains; lora: low-rank adapters on the frozen backbone")
     parser.add_argument("--lora-rank", type=int, default=defaults.lora_rank, help="lora: the adapters' rank")

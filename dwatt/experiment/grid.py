@@ -19,6 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+from specs_dwatt import fusion_spec
+
 from ..portable import backbone_label
 from ..run_config import RunConfig
 from ..tasks import TASKS, task_named
@@ -194,17 +196,14 @@ def widest_first(specs: list[RunSpec]) -> list[RunSpec]:
 
 def probes_layers(fusion: str) -> bool:
     """Whether a grid of `fusion` may spread over the backbone's layers, one head per layer (a probe): heads that pass
-    the one layer they read through (`LayerFusion.passes_layer_through`)."""
-    from fusions_dwatt import FUSION_CLASSES  # here, not at the top: reading the command line imports no torch
-
-    return FUSION_CLASSES[fusion].passes_layer_through
+    the one layer they read through (`FusionSpec.passes_layer_through`)."""
+    return fusion_spec(fusion).passes_layer_through
 
 
 def reads_one_layer(fusion: str) -> bool:
     """Whether `fusion` reads one layer of the backbone (Base, Base+n) rather than mixing several."""
-    from fusions_dwatt import FUSION_CLASSES
-
-    return FUSION_CLASSES[fusion].passes_layer_through or FUSION_CLASSES[fusion].needs_layer_inputs
+    spec = fusion_spec(fusion)
+    return spec.passes_layer_through or spec.needs_layer_inputs
 
 
 def stackable(spec: RunSpec, engine: str, use_cache: bool = True) -> bool:

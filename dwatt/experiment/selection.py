@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import pandas as pd
 
-from ..choices import FUSION_FACTS
+from specs_dwatt import FUSION_SPECS
 from ..portable import backbone_label
 from ..run_config import default_learning_rate
 from ..tasks import TASKS
@@ -45,7 +45,7 @@ ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for siz
 # probe's choice on dev is, per trial.
 WINDOW_METHODS = {(name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
                   for name, method in FUSION_METHODS.items()
-                  if FUSION_FACTS[name].per_token and not FUSION_FACTS[name].passes_layer_through
+                  if FUSION_SPECS[name].mixes_layers
                   for alone in (False, True)}
 WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
 METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..atomic import read_text
-from ..choices import FUSION_FACTS
+from specs_dwatt import FUSION_SPECS
 from ..data.files import json_objects
 from ..portable import backbone_label
 from ..run_config import NOT_DEFINING, RunConfig
@@ -25,11 +25,11 @@ from ..tasks import TASKS
 from ..schema import ENSEMBLES_FIELD
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
-FUSION_NAMES = {name: FUSION_FACTS[name].display_name for name in sorted(FUSION_FACTS)}  # tables' column order
+FUSION_NAMES = {name: FUSION_SPECS[name].display_name for name in sorted(FUSION_SPECS)}  # tables' column order
 # The fusion a head on one layer is (its runs on each layer make a probe), and the fusions that weigh the layers anew
 # for each token (whose rows' layer weights the figures draw), from the fusions' own declarations
-PROBE_FUSION = next(name for name, fusion in FUSION_FACTS.items() if fusion.passes_layer_through)
-TOKEN_WEIGHTED = tuple(name for name, fusion in FUSION_FACTS.items() if fusion.weighs_layers and not fusion.linear_in_layers)
+PROBE_FUSION = next(name for name, spec in FUSION_SPECS.items() if spec.passes_layer_through)
+TOKEN_WEIGHTED = tuple(name for name, spec in FUSION_SPECS.items() if spec.weighs_layers and not spec.linear_in_layers)
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
 # 1k and 100 sentences, a proxy for the size of the language's Wikipedia.
 TIERS = ((20_000, "high"), (5_000, "medium"), (1_000, "low"), (0, "very low"))

@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..choices import EXPORT_QUANTIZATIONS
+from .schemes import EXPORT_QUANTIZATIONS
 from ..portable import portable_path
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 

@@ -39,11 +39,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..choices import EXPORT_QUANTIZATIONS
+from .schemes import EXPORT_QUANTIZATIONS, INT8_SCHEMES
 
 AGREEMENT_THRESHOLD = 0.98
 CALIBRATION_SIZE = 128
-INT8_SCHEMES = ("dynamic", "weights", "smooth")
 WEIGHT_BLOCK = 128  # inputs per weight scale of the `weights` scheme
 SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength: 0.5, 0.7 measured alike on SmolLM2 (98.2%, 98.3% of words)
 # A smoothed input whose per-token 8-bit error passes this on a calibration batch keeps its products fp32: on
@@ -55,7 +54,7 @@ KEEP_FP32_ERROR = 0.05
 def scheme_for(quantize: str, model) -> str:
     """The int8 scheme `--quantize` names: `int8-<scheme>` as given; `int8` the backbone family's (`weights` for a
     decoder-only LLM, `dynamic` for an encoder)."""
-    from backbones_dwatt import is_decoder_only
+    from configuration_dwatt import is_decoder_only
 
     if quantize not in EXPORT_QUANTIZATIONS:
         raise ValueError(f"--quantize: {quantize!r} is not one of {', '.join(EXPORT_QUANTIZATIONS)}")

@@ -32,7 +32,7 @@ from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
-from ..choices import QUANTIZATIONS
+from .schemes import QUANTIZATIONS
 
 
 # PyTorch's dynamic int8 gives activations one scale per tensor, which a decoder LLM's outlier activations defeat
@@ -86,7 +86,7 @@ def quantize_int8(model: nn.Module, full_range: bool | None = None, allow_lossy:
     map, or 7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it
     exactly (see the module docstring). A decoder LLM is refused (`DECODERS_REFUSED`) unless `allow_lossy`. For
     inference on a CPU only: the result cannot train."""
-    from backbones_dwatt import is_decoder_only
+    from configuration_dwatt import is_decoder_only
 
     parts = quantized_parts(model)
     if is_decoder_only(model.config.encoder_config) and not allow_lossy:

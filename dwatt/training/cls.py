@@ -9,7 +9,7 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding
 
-from fusions_dwatt import FUSION_CLASSES
+from specs_dwatt import fusion_spec
 from modeling_dwatt import DWAttForSequenceClassification
 
 from ..data.classification import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
@@ -44,11 +44,10 @@ def cache_pooling(fusion: str, pooling: str) -> str | None:
     per-token fusion read at its first (last) token, each layer's mean for a fusion linear in the layers read by its
     mean (the mean over tokens commutes with it), else every token (DWAtt with mean pooling is non-linear per token;
     Base+n attends over all tokens)."""
-    if fusion not in FUSION_CLASSES:
-        raise ValueError(f"unknown fusion {fusion!r}")
-    if pooling in ("first", "last") and FUSION_CLASSES[fusion].per_token:
+    spec = fusion_spec(fusion)
+    if pooling in ("first", "last") and spec.per_token:
         return pooling
-    if pooling == "mean" and FUSION_CLASSES[fusion].linear_in_layers:
+    if pooling == "mean" and spec.linear_in_layers:
         return "mean"
     return None
 

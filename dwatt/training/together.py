@@ -20,7 +20,7 @@ import dwatt.training.cls as cls  # (not `from . import`: that reads the package
 import dwatt.training.mlm as mlm
 import dwatt.training.ner as ner
 from configuration_dwatt import single_layer
-from fusions_dwatt import FUSION_CLASSES
+from specs_dwatt import fusion_spec
 
 from ..distributed import launched_processes
 from ..features import WORKING_MARGIN, gib, model_nbytes
@@ -113,7 +113,7 @@ def plan_together(configs: list[RunConfig]) -> TogetherPlan:
 
     first = configs[0]
     task = task_named(first.task)
-    may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if FUSION_CLASSES[first.fusion].passes_layer_through else ())
+    may_differ = TRAINED_TOGETHER_MAY_DIFFER + (("layers",) if fusion_spec(first.fusion).passes_layer_through else ())
     shared = {k: v for k, v in asdict(first).items() if k not in may_differ}
     for config in configs[1:]:
         differs = sorted(k for k, v in asdict(config).items() if k in shared and shared[k] != v)
@@ -343,7 +343,7 @@ def load_trained(config: RunConfig):
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
     """The backbone layer (1..L) each Base head of `configs` reads, or None for other fusions."""
-    if not FUSION_CLASSES[configs[0].fusion].passes_layer_through:
+    if not fusion_spec(configs[0].fusion).passes_layer_through:
         return None
     read = [single_layer(config.layers) for config in configs]
     if None in read:  # the last layer, the default

@@ -1,0 +1,109 @@
+# Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
+"""What a DWAtt configuration may choose, as facts: the fusions (`FUSION_SPECS`) and the poolings (`POOLINGS`).
+
+The one table of what each fusion is and needs, before any weight exists. `configuration_dwatt` validates a config
+against it, `fusions_dwatt` maps each name to the module that computes it, and the library (the command line's
+choices, the tables of results) reads it too. It imports only the standard library, so a report over stored results
+reads it without loading torch or transformers.
+
+Part of DWAtt's remote code: travels with every checkpoint beside `configuration_dwatt.py`.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+POOLINGS = ("mean", "first", "last")
+"""How sequence classification pools the fused tokens into one vector (`DWAttConfig.pooling`)."""
+
+
+@dataclass(frozen=True)
+class FusionSpec:
+    """
+    One fusion as the configuration knows it: what it is called, what it reads and what the model may do with it.
+
+    - `name`: its value of `DWAttConfig.fusion`; `display_name`: how tables and figures name it;
+      `hyperparameters`: the config keys of its own (as a model card lists them);
+    - `per_token`: each token's output depends on that token's hidden states alone, so it can run on some positions;
+    - `weighs_layers`: it returns per-layer weights (`output_layer_weights`);
+    - `needs_layer_inputs`: it runs layers of the backbone's own kind (Base+n), which take what the backbone hands its
+      own layers besides the hidden states;
+    - `linear_in_layers`: each token's output is a linear map of its layers, so a mean over tokens may be taken
+      before it (a mean-pooled classifier's cache then keeps one mean vector per layer);
+    - `passes_layer_through`: its output is the one layer it reads, unchanged (a head on it is a linear probe);
+    - `reads`: which hidden states it reads: `"fused"` (the layers `fused_layers` names, and the embedding output
+      with `include_embeddings`), `"one"` (the one layer `fused_layers` names, else the last) or `"last"` (z_L).
+    """
+
+    name: str
+    display_name: str
+    hyperparameters: tuple[str, ...] = ()
+    per_token: bool = True
+    weighs_layers: bool = False
+    needs_layer_inputs: bool = False
+    linear_in_layers: bool = False
+    passes_layer_through: bool = False
+    reads: Literal["fused", "one", "last"] = "fused"
+
+    @property
+    def mixes_layers(self) -> bool:
+        """Whether it mixes several layers token by token (what a window of layers around a probe's choice takes)."""
+        return self.per_token and not self.passes_layer_through
+
+    def read_layers(self, config: Any) -> list[int]:
+        """The hidden states (0 = the embedding output, 1..L the layers) it reads under `config`, z_L last."""
+        if self.reads == "one":
+            return [config.read_layer]
+        if self.reads == "last":
+            return [config.encoder_config.num_hidden_layers]
+        return [0] * config.include_embeddings + config.fused_layer_numbers
+
+    def check_config(self, config: Any) -> None:
+        """Raise `ValueError`, naming the key, where `config.fused_layers` asks what this fusion cannot read."""
+        depth = config.encoder_config.num_hidden_layers
+        names_all = config.fused_layer_numbers == list(range(1, depth + 1))
+        if self.reads == "one" and config.single_fused_layer is None and not names_all:
+            raise ValueError(
+                f"DWAttConfig: `fused_layers` {config.fused_layers!r} names several layers, but the {self.name!r} "
+                f"head reads one: give one layer number (1..{depth}), or mix layers with {mixing_fusions()}"
+            )
+        if self.reads == "last" and not names_all:
+            reader = next(spec.name for spec in FUSION_SPECS.values() if spec.reads == "one")
+            raise ValueError(
+                f"DWAttConfig: `fused_layers` {config.fused_layers!r} chooses layers, but the {self.name!r} fusion "
+                f"builds on the last layer only; leave it 'all', read one layer with {reader}, or mix with "
+                f"{mixing_fusions()}"
+            )
+
+
+FUSION_SPECS: dict[str, FusionSpec] = {
+    spec.name: spec
+    for spec in (
+        FusionSpec("dwatt", "DWAtt", ("d_pos", "query_bottleneck", "value_bottleneck"), weighs_layers=True),
+        FusionSpec("concat", "Concat", linear_in_layers=True),
+        FusionSpec("base_plus_n", "Base+n", ("num_extra_layers",), per_token=False, needs_layer_inputs=True,
+                   reads="last"),
+        FusionSpec("base", "Base", linear_in_layers=True, passes_layer_through=True, reads="one"),
+        FusionSpec("scalar_mix", "ScalarMix", weighs_layers=True, linear_in_layers=True),
+        FusionSpec("scalar_mix_dropout", "ScalarMix+LD", ("layer_dropout",), weighs_layers=True,
+                   linear_in_layers=True),
+    )
+}
+"""Every fusion by its `DWAttConfig.fusion` name, in the order tables and choices list them."""
+
+FUSIONS = tuple(FUSION_SPECS)
+
+
+def fusion_spec(name: str) -> FusionSpec:
+    """The spec of the fusion called `name`; `ValueError` naming the choices for any other name."""
+    if name not in FUSION_SPECS:
+        raise ValueError(f"unknown fusion {name!r}; expected one of {', '.join(FUSIONS)}")
+    return FUSION_SPECS[name]
+
+
+def mixing_fusions() -> str:
+    """The fusions that mix several layers token by token, for messages: "dwatt, concat, ... or scalar_mix"."""
+    names = [name for name, spec in FUSION_SPECS.items() if spec.mixes_layers]
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+__all__ = ["FUSIONS", "FUSION_SPECS", "POOLINGS", "FusionSpec", "fusion_spec", "mixing_fusions"]
