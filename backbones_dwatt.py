@@ -13,14 +13,13 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from transformers import MODEL_MAPPING, PretrainedConfig, PreTrainedModel
+from transformers import MODEL_MAPPING, PreTrainedModel
 from transformers.utils import logging
 
 try:
     from .configuration_dwatt import is_decoder_only
 except ImportError:  # imported as a top-level module of the installed project rather than as remote code
     from configuration_dwatt import is_decoder_only
-
 
 
 def bidirectional_mask(backbone, hidden_states, attention_mask):
@@ -55,7 +54,9 @@ def dropout_probability(config) -> float:
 
 def classifier_dropout(config) -> float:
     """Dropout before a classification head: `classifier_dropout`, else the backbone's own."""
-    return dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
+    return (
+        dropout_probability(config.encoder_config) if config.classifier_dropout is None else config.classifier_dropout
+    )
 
 
 def _attribute(module: nn.Module, path: str):
@@ -170,8 +171,13 @@ class ModernBertFamily(BackboneFamily):
         }
         positions = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None]  # ModernBERT's own default
         return [
-            ((), {"attention_mask": masks[layer.attention_type],
-                  "position_embeddings": backbone.rotary_emb(hidden_states, positions, layer.attention_type)})
+            (
+                (),
+                {
+                    "attention_mask": masks[layer.attention_type],
+                    "position_embeddings": backbone.rotary_emb(hidden_states, positions, layer.attention_type),
+                },
+            )
             for layer in layers
         ]
 
@@ -244,8 +250,10 @@ class DecoderFamily(BackboneFamily):
 
     def kinds(self, config, count: int) -> list[tuple]:
         """What the layers at positions 0..count-1 are (their per-layer settings), continued past the backbone's."""
-        settings = [values + _continue_pattern(values, max(0, count - len(values)))
-                    for values in per_layer_settings(config).values()]
+        settings = [
+            values + _continue_pattern(values, max(0, count - len(values)))
+            for values in per_layer_settings(config).values()
+        ]
         return [tuple(values[position] for values in settings) for position in range(count)]
 
     def new_layer(self, layer_class, config, position):

@@ -43,14 +43,18 @@ def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> lis
     else:
         items = spec.split(",") if isinstance(spec, str) else spec
         try:
-            chosen = [item if isinstance(item, int) else _number(str(item).strip()) for item in items if str(item).strip()]
+            chosen = [
+                item if isinstance(item, int) else _number(str(item).strip()) for item in items if str(item).strip()
+            ]
         except (TypeError, ValueError):
             raise ValueError(
                 f"DWAttConfig: {key} {spec!r}: expected 'all', 'every:k', a range 'a-b' or a list of layer numbers"
             ) from None
     outside = [layer for layer in chosen if not 1 <= layer <= num_layers]
     if outside or not chosen:
-        raise ValueError(f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are 1..{num_layers}")
+        raise ValueError(
+            f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are 1..{num_layers}"
+        )
     return sorted(set(chosen) | ({num_layers} if add_last else set()))
 
 
@@ -163,7 +167,8 @@ class DWAttConfig(PretrainedConfig):
             Set in the config of a head-only checkpoint, whose weights file holds no backbone tensor: loading it
             fetches the backbone from `backbone_name_or_path`.
         layer_dropout (`float`, *optional*, defaults to 0.1):
-            `scalar_mix_dropout`: the probability that a layer's scalar is dropped from the softmax in training (UDify's
+            `scalar_mix_dropout`: the probability that a layer's scalar is dropped from the softmax in training
+            (UDify's
             0.1).
 
     Example:
@@ -269,8 +274,11 @@ class DWAttConfig(PretrainedConfig):
         for key, valid, what in (
             ("rank", lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1, "an integer >= 1"),
             ("alpha", lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0, "a number > 0"),
-            ("targets", lambda v: isinstance(v, (list, tuple)) and v and all(isinstance(t, str) and t for t in v),
-             "a non-empty list of layer names"),
+            (
+                "targets",
+                lambda v: isinstance(v, (list, tuple)) and v and all(isinstance(t, str) and t for t in v),
+                "a non-empty list of layer names",
+            ),
             ("dropout", lambda v: isinstance(v, (int, float)) and 0 <= v < 1, "a number in [0, 1)"),
         ):
             if key not in lora or not valid(lora[key]):
@@ -324,5 +332,4 @@ class DWAttConfig(PretrainedConfig):
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers",
-           "single_layer"]
+__all__ = ["DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "single_layer"]

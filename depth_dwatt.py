@@ -7,6 +7,7 @@ besides them, for a fusion that runs more layers of the backbone's kind (Base+n)
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
 """
+
 import copy
 import inspect
 import re
@@ -130,8 +131,10 @@ class BackboneRunner:
 
     def _input_recorders(self, layers: nn.ModuleList) -> list:
         """Forward pre-hooks that record what each of `layers` receives (`_keep_inputs`); their handles."""
-        return [layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
-                for index, layer in enumerate(layers)]
+        return [
+            layer.register_forward_pre_hook(partial(self._keep_inputs, index), with_kwargs=True)
+            for index, layer in enumerate(layers)
+        ]
 
     def _backbone_inputs(self, inputs: dict) -> dict:
         """`inputs` as this backbone takes them: without token types where it has none, without a key/value cache,
@@ -180,8 +183,13 @@ class BackboneRunner:
         attentions = outputs.attentions if output_attentions else None
         return (*outputs.hidden_states[:-1], last), attentions
 
-    def layer_inputs(self, layers: nn.ModuleList, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None,
-                     from_this_run: bool = False) -> list[tuple[tuple, dict]]:
+    def layer_inputs(
+        self,
+        layers: nn.ModuleList,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        from_this_run: bool = False,
+    ) -> list[tuple[tuple, dict]]:
         """
         The positional and keyword arguments after the hidden states for `layers`, of the backbone's kind, run on
         top of its last (`hidden_states`: that layer's output). A decoder's extra layer at position L + i gets what
@@ -224,7 +232,9 @@ class BackboneRunner:
         running = self.backbone.config
         layers = self.layers
         if layers is None:
-            raise ValueError(f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says")
+            raise ValueError(
+                f"cannot cut the {running.model_type!r} backbone: its layers are not where its family says"
+            )
         if depth > running.num_hidden_layers:
             raise ValueError(f"cut_backbone: the backbone holds {running.num_hidden_layers} layers, not {depth}")
         if len(layers) == running.num_hidden_layers:  # one module per layer (ALBERT's layer is shared: kept)

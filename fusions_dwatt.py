@@ -7,6 +7,7 @@ to the class that computes it.
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
 """
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -177,7 +178,11 @@ class DepthWiseAttention(LayerFusion):
         batch, seq, hidden = last_layer.shape
         as_list = isinstance(layers, (list, tuple))
         if (len(layers) if as_list else layers.shape[1]) != self.layer_positions.shape[0]:
-            shape = f"{len(layers)} layers" if as_list else f"a stack of shape {tuple(layers.shape)} (batch, layers, seq, hidden)"
+            shape = (
+                f"{len(layers)} layers"
+                if as_list
+                else f"a stack of shape {tuple(layers.shape)} (batch, layers, seq, hidden)"
+            )
             raise ValueError(f"DepthWiseAttention was built for {self.layer_positions.shape[0]} layers, got {shape}")
         flat_last = last_layer.reshape(-1, hidden)
         query = 1 + F.elu(flat_last + self.query(flat_last))
@@ -187,7 +192,9 @@ class DepthWiseAttention(LayerFusion):
             mixed = self.mix_layer_by_layer(layers if as_list else layers.unbind(1), flat_last, weights)
         else:
             layers = torch.stack(tuple(layers), dim=1) if as_list else layers
-            mixed = flat_last + torch.einsum("tn,ntd->td", weights.to(layers.dtype), self.values(layers))  # batched matmul
+            mixed = flat_last + torch.einsum(
+                "tn,ntd->td", weights.to(layers.dtype), self.values(layers)
+            )  # batched matmul
         return mixed.view(batch, seq, hidden), weights.view(batch, seq, keys.shape[0])
 
 
@@ -231,7 +238,9 @@ class ScalarMix(LayerFusion):
         """The scalars the softmax weighs the layers by."""
         return self.scalar_parameters
 
-    def forward(self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         weights = torch.softmax(self.layer_scores(), dim=0)
         mixed = self.gamma * torch.einsum("n,bntd->btd", weights.to(layers.dtype), layers)
         batch, seq = last_layer.shape[:2]
@@ -306,7 +315,9 @@ class ExtraLayers(LayerFusion):
         for part in self.layer.modules():  # initialised the backbone's way (`DWAttPreTrainedModel._init_weights`)
             part._dwatt_extra_layer_part = True
 
-    def forward(self, layers, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]) -> tuple[torch.Tensor, None]:
+    def forward(
+        self, layers, last_layer: torch.Tensor, layer_inputs: list[tuple[tuple, dict]]
+    ) -> tuple[torch.Tensor, None]:
         hidden_states = last_layer
         for layer, (args, kwargs) in zip(self.layer, layer_inputs):
             output = layer(hidden_states, *args, **kwargs)
@@ -315,11 +326,20 @@ class ExtraLayers(LayerFusion):
 
 
 FUSION_CLASSES: dict[str, type[LayerFusion]] = {
-    fusion.spec.name: fusion for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix,
-                                             ScalarMixLayerDropout)
+    fusion.spec.name: fusion
+    for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix, ScalarMixLayerDropout)
 }
 """The class that computes each fusion of `specs_dwatt.FUSION_SPECS`, by its `DWAttConfig.fusion` name: the one place
 a name meets its class."""
 
-__all__ = ["FUSION_CLASSES", "DWAttMLP", "DepthWiseAttention", "ExtraLayers", "LastLayer", "LayerConcat", "LayerFusion",
-           "ScalarMix", "ScalarMixLayerDropout"]
+__all__ = [
+    "FUSION_CLASSES",
+    "DWAttMLP",
+    "DepthWiseAttention",
+    "ExtraLayers",
+    "LastLayer",
+    "LayerConcat",
+    "LayerFusion",
+    "ScalarMix",
+    "ScalarMixLayerDropout",
+]

@@ -70,9 +70,9 @@ class LoRAUpdates(nn.Module):
                 f"LoRA targets {lora['targets']} name no linear layer of the {config.encoder_config.model_type!r} backbone"
             )
         self.scale = lora["alpha"] / lora["rank"]
-        self.updates = nn.ModuleDict({
-            _lora_key(path): LowRankUpdate(*_in_out(module), lora["rank"]) for path, module in layers.items()
-        })
+        self.updates = nn.ModuleDict(
+            {_lora_key(path): LowRankUpdate(*_in_out(module), lora["rank"]) for path, module in layers.items()}
+        )
 
     @torch.no_grad()
     def merge_into(self, backbone: nn.Module) -> None:

@@ -31,16 +31,14 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
-                                  is_decoder_only, layer_norm_eps)
+    from .backbones_dwatt import backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only, layer_norm_eps
     from .configuration_dwatt import DWAttConfig
     from .depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
     from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
 except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import (backbone_family, backbone_kwargs, classifier_dropout,
-                                 is_decoder_only, layer_norm_eps)
+    from backbones_dwatt import backbone_family, backbone_kwargs, classifier_dropout, is_decoder_only, layer_norm_eps
     from configuration_dwatt import DWAttConfig
     from depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
     from fusions_dwatt import FUSION_CLASSES, LayerFusion
@@ -376,7 +374,8 @@ class DWAttModel(DWAttPreTrainedModel):
         layer_inputs = None
         if self.config.fusion_spec.needs_layer_inputs:  # what the backbone hands its layers, for more of them (Base+n)
             layer_inputs = self.backbone_runner.layer_inputs(
-                self.fusion.layer, last_layer, attention_mask, from_this_run=backbone_hidden_states is None)
+                self.fusion.layer, last_layer, attention_mask, from_this_run=backbone_hidden_states is None
+            )
         if token_mask is None or not self.config.fusion_spec.per_token:
             fused, layer_weights = self.fusion(layers, last_layer, layer_inputs)
         elif traced():  # one graph: every position fused, the others zeroed
@@ -436,7 +435,9 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
         model defines its own."""
         raise NotImplementedError
 
-    def fused_positions(self, labels, attention_mask, shape: torch.Size, device, logits_mask=None) -> torch.Tensor | None:
+    def fused_positions(
+        self, labels, attention_mask, shape: torch.Size, device, logits_mask=None
+    ) -> torch.Tensor | None:
         """The positions the per-token work (a per-token fusion, the head) runs on (`None`: all): with
         `fuse_labelled_positions_only` and labels, the labelled ones, as the loss reads nothing else; else those of
         `logits_mask`; otherwise the non-padding ones, so that the work follows the real token count. The outputs at
@@ -496,11 +497,18 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
         # Under data parallelism, the labelled items of the global batch: the loss is a mean over all of them.
         num_items_in_batch = kwargs.pop("num_items_in_batch", None)
         if backbone_hidden_states is not None:
-            reference = backbone_hidden_states[0] if isinstance(backbone_hidden_states, (tuple, list)) else backbone_hidden_states[:, 0]
+            reference = (
+                backbone_hidden_states[0]
+                if isinstance(backbone_hidden_states, (tuple, list))
+                else backbone_hidden_states[:, 0]
+            )
         else:
             reference = input_ids if input_ids is not None else inputs_embeds
-        positions = None if reference is None else self.fused_positions(labels, attention_mask, reference.shape[:2],
-                                                                        reference.device, logits_mask)
+        positions = (
+            None
+            if reference is None
+            else self.fused_positions(labels, attention_mask, reference.shape[:2], reference.device, logits_mask)
+        )
         fused = self.dwatt(
             token_mask=positions if self.dwatt.fusion_is_per_token else None,
             input_ids=input_ids,
@@ -519,7 +527,10 @@ class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
         logits = self.head(fused.last_hidden_state.to(head.dtype if head is not None else None), positions)
         loss = None if labels is None else self.task_loss(logits, labels.to(logits.device), num_items_in_batch)
         output = self.output_class(
-            loss=loss, logits=logits, hidden_states=fused.hidden_states, attentions=fused.attentions,
+            loss=loss,
+            logits=logits,
+            hidden_states=fused.hidden_states,
+            attentions=fused.attentions,
             layer_weights=fused.layer_weights,
         )
         return output if return_dict is not False else output.to_tuple()
@@ -686,15 +697,27 @@ RobertaDWAttForMaskedLM = DWAttForMaskedLM
 RobertaDWAttForSequenceClassification = DWAttForSequenceClassification
 
 # The Auto class of each DWAtt model. `register_for_auto_class` records it in a saved config's `auto_map`, which is how
-# `AutoModelFor...from_pretrained(..., trust_remote_code=True)` finds the class in a checkpoint; registering the classes
+# `AutoModelFor...from_pretrained(..., trust_remote_code=True)` finds the class in a checkpoint; registering the
+# classes
 # with transformers' Auto classes in a process is dwatt's one job (`dwatt.auto.register_auto_classes`).
-AUTO_MODELS = {"AutoModel": DWAttModel, "AutoModelForTokenClassification": DWAttForTokenClassification,
-               "AutoModelForMaskedLM": DWAttForMaskedLM, "AutoModelForSequenceClassification": DWAttForSequenceClassification}
+AUTO_MODELS = {
+    "AutoModel": DWAttModel,
+    "AutoModelForTokenClassification": DWAttForTokenClassification,
+    "AutoModelForMaskedLM": DWAttForMaskedLM,
+    "AutoModelForSequenceClassification": DWAttForSequenceClassification,
+}
 for auto_class_name, model_class in AUTO_MODELS.items():
     model_class.register_for_auto_class(auto_class_name)
 
 __all__ = [
-    "AUTO_MODELS", "DWAttForMaskedLM", "DWAttForSequenceClassification", "DWAttForTokenClassification", "DWAttModel",
-    "DWAttPreTrainedModel", "RobertaDWAttForMaskedLM", "RobertaDWAttForSequenceClassification",
-    "RobertaDWAttForTokenClassification", "count_parameters",
+    "AUTO_MODELS",
+    "DWAttForMaskedLM",
+    "DWAttForSequenceClassification",
+    "DWAttForTokenClassification",
+    "DWAttModel",
+    "DWAttPreTrainedModel",
+    "RobertaDWAttForMaskedLM",
+    "RobertaDWAttForSequenceClassification",
+    "RobertaDWAttForTokenClassification",
+    "count_parameters",
 ]

@@ -6,6 +6,7 @@ backbone (like an adapter) and fetch the named backbone again when loading.
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
 """
+
 import copy
 import difflib
 import inspect
@@ -50,7 +51,9 @@ def refuse_lookalike_arguments(config_kwargs: dict) -> None:
     for key in config_kwargs:
         close = difflib.get_close_matches(key, own, n=1, cutoff=0.6) if key not in known else []
         if close:
-            raise TypeError(f"{key!r} is not an argument of DWAttConfig (nothing would read it); did you mean {close[0]!r}?")
+            raise TypeError(
+                f"{key!r} is not an argument of DWAttConfig (nothing would read it); did you mean {close[0]!r}?"
+            )
 
 
 class PretrainedBackboneMixin:
@@ -64,7 +67,9 @@ class PretrainedBackboneMixin:
         `backbone_dtype`) hands them its features cast to it. `save_pretrained` records it as the config's `dtype`:
         the checkpoint then loads in it (its backbone too, unless a `dtype` is asked) in every transformers release."""
         backbone = set(map(id, self.dwatt.backbone.parameters()))
-        return next((p.dtype for p in self.parameters() if p.is_floating_point() and id(p) not in backbone), super().dtype)
+        return next(
+            (p.dtype for p in self.parameters() if p.is_floating_point() and id(p) not in backbone), super().dtype
+        )
 
     @classmethod
     def from_backbone(
@@ -102,7 +107,9 @@ class PretrainedBackboneMixin:
             load_kwargs["revision"] = revision
         if num_labels is not None:
             config_kwargs["num_labels"] = num_labels
-        settings = dict(fusion=fusion, backbone_name_or_path=str(name_or_path), backbone_revision=revision, **config_kwargs)
+        settings = dict(
+            fusion=fusion, backbone_name_or_path=str(name_or_path), backbone_revision=revision, **config_kwargs
+        )
         encoder = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         # Only the layers the model runs are loaded (a head on layer k of L: 1..k).
         depth = DWAttConfig(encoder_config=encoder, **settings).run_depth
@@ -123,16 +130,22 @@ class PretrainedBackboneMixin:
         return model
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth: int | None = None,
-                                 dtype: torch.dtype | str | None = None) -> PreTrainedModel:
+    def load_pretrained_backbone(
+        cls, name_or_path: str, load_kwargs: dict, depth: int | None = None, dtype: torch.dtype | str | None = None
+    ) -> PreTrainedModel:
         """The pretrained backbone `name_or_path` as this task model starts from it (the masked-LM model loads its
         head too), with its first `depth` layers only where given (the weights past them are not read), in `dtype`;
         shared-backbone serving (`dwatt.serving.shared_heads`) loads it once for many heads."""
         config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
         layers, config = config.num_hidden_layers, cut_config(config, depth)
         with _quiet_loading():  # the checkpoint's pooler weights (and layers past `depth`) are unused on purpose
-            model = AutoModel.from_pretrained(name_or_path, config=config, **backbone_kwargs(config),
-                                              **({"dtype": dtype} if dtype is not None else {}), **load_kwargs)
+            model = AutoModel.from_pretrained(
+                name_or_path,
+                config=config,
+                **backbone_kwargs(config),
+                **({"dtype": dtype} if dtype is not None else {}),
+                **load_kwargs,
+            )
         model.source_layers = layers  # how deep the pretrained backbone is, whatever depth was loaded
         return model
 
@@ -186,7 +199,9 @@ class PretrainedBackboneMixin:
         }
         adapted = adapted_layers(self.dwatt.backbone)
         if self.config.lora and not adapted and getattr(self.dwatt, "lora", None) is None:
-            raise ValueError("this model's LoRA updates are merged into its backbone: save it whole (heads_only=False)")
+            raise ValueError(
+                "this model's LoRA updates are merged into its backbone: save it whole (heads_only=False)"
+            )
         for path, (_, lora_A, lora_B) in adapted.items():
             state[f"dwatt.lora.updates.{_lora_key(path)}.lora_A"] = lora_A
             state[f"dwatt.lora.updates.{_lora_key(path)}.lora_B"] = lora_B
@@ -234,8 +249,9 @@ class PretrainedBackboneMixin:
                 "find the backbone again"
             )
         # The LoRA updates travel beside the head, to be merged into the backbone when it loads.
-        return self._save_with_config(save_directory, *args, state_dict=self.head_state_dict(), heads_only=True,
-                                      lora_merged=False, **kwargs)
+        return self._save_with_config(
+            save_directory, *args, state_dict=self.head_state_dict(), heads_only=True, lora_merged=False, **kwargs
+        )
 
     def _save_with_config(self, save_directory, *args, heads_only: bool = False, lora_merged: bool, **kwargs):
         """`PreTrainedModel.save_pretrained` with a copy of the config that says how the tensors are stored."""
@@ -291,8 +307,11 @@ class PretrainedBackboneMixin:
             source = backbone_name_or_path or config.backbone_name_or_path
             revision = backbone_revision or config.backbone_revision
             # the revision and subfolder given are the checkpoint's, not its backbone's
-            load_kwargs = {k: kwargs[k] for k in (*HUB_KWARGS, "attn_implementation")
-                           if k in kwargs and k not in ("revision", "subfolder")}
+            load_kwargs = {
+                k: kwargs[k]
+                for k in (*HUB_KWARGS, "attn_implementation")
+                if k in kwargs and k not in ("revision", "subfolder")
+            }
             if revision is not None:
                 load_kwargs["revision"] = revision
             pretrained = cls.load_pretrained_backbone(source, load_kwargs, depth=config.run_depth)
@@ -316,16 +335,20 @@ def uncut_config(config, encoder):
     return full
 
 
-def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = None,
-                   dtype: torch.dtype | str | None = None) -> PreTrainedModel:
+def load_masked_lm(
+    name_or_path: str, load_kwargs: dict, depth: int | None = None, dtype: torch.dtype | str | None = None
+) -> PreTrainedModel:
     """A pretrained masked LM (backbone and head; its first `depth` layers only where given), in `dtype` where given;
     a backbone without a head is loaded with a warning."""
     config = AutoConfig.from_pretrained(name_or_path, **load_kwargs)
     cut = depth is not None and depth < config.num_hidden_layers
     with _quiet_loading(cut):  # the layers past `depth` are unused on purpose: no load report
         model, info = AutoModelForMaskedLM.from_pretrained(
-            name_or_path, config=cut_config(config, depth), output_loading_info=True,
-            **({"dtype": dtype} if dtype is not None else {}), **load_kwargs
+            name_or_path,
+            config=cut_config(config, depth),
+            output_loading_info=True,
+            **({"dtype": dtype} if dtype is not None else {}),
+            **load_kwargs,
         )
     model.source_layers = config.num_hidden_layers
     prefix = model.base_model_prefix
@@ -341,9 +364,7 @@ def load_masked_lm(name_or_path: str, load_kwargs: dict, depth: int | None = Non
 def adopt_masked_lm_head(lm_head: nn.Module, pretrained: PreTrainedModel) -> None:
     """Copy a pretrained masked LM's head (dense, LayerNorm, vocabulary projection and bias) into `lm_head`."""
     prefix = pretrained.base_model_prefix
-    source = {
-        key: value for key, value in pretrained.state_dict().items() if not key.startswith(prefix + ".")
-    }
+    source = {key: value for key, value in pretrained.state_dict().items() if not key.startswith(prefix + ".")}
 
     def find(*suffixes: str) -> torch.Tensor:
         for suffix in suffixes:
@@ -356,11 +377,32 @@ def adopt_masked_lm_head(lm_head: nn.Module, pretrained: PreTrainedModel) -> Non
         )
 
     # The families' names for the same three parts: dense, LayerNorm and the vocabulary bias.
-    dense = ("transform.dense", "lm_head.dense", "head.dense", "vocab_transform", "generator_predictions.dense",
-             "predictions.dense", "dense")
-    norm = ("transform.LayerNorm", "lm_head.layer_norm", "lm_head.LayerNorm", "head.norm", "vocab_layer_norm",
-            "generator_predictions.LayerNorm", "predictions.LayerNorm", "layer_norm")
-    decoder_bias = ("predictions.bias", "lm_head.bias", "vocab_projector.bias", "generator_lm_head.bias", "decoder.bias")
+    dense = (
+        "transform.dense",
+        "lm_head.dense",
+        "head.dense",
+        "vocab_transform",
+        "generator_predictions.dense",
+        "predictions.dense",
+        "dense",
+    )
+    norm = (
+        "transform.LayerNorm",
+        "lm_head.layer_norm",
+        "lm_head.LayerNorm",
+        "head.norm",
+        "vocab_layer_norm",
+        "generator_predictions.LayerNorm",
+        "predictions.LayerNorm",
+        "layer_norm",
+    )
+    decoder_bias = (
+        "predictions.bias",
+        "lm_head.bias",
+        "vocab_projector.bias",
+        "generator_lm_head.bias",
+        "decoder.bias",
+    )
     wanted = set(lm_head.state_dict())
     weights = {"decoder.weight": pretrained.get_output_embeddings().weight}
     for ours, names in (("dense", dense), ("layer_norm", norm)):
@@ -372,5 +414,11 @@ def adopt_masked_lm_head(lm_head: nn.Module, pretrained: PreTrainedModel) -> Non
     lm_head.load_state_dict({key: value.detach().clone() for key, value in weights.items()})
 
 
-__all__ = ["BACKBONE_IDENTITY", "BACKBONE_PREFIX", "HUB_KWARGS", "PretrainedBackboneMixin", "adopt_masked_lm_head",
-           "load_masked_lm"]
+__all__ = [
+    "BACKBONE_IDENTITY",
+    "BACKBONE_PREFIX",
+    "HUB_KWARGS",
+    "PretrainedBackboneMixin",
+    "adopt_masked_lm_head",
+    "load_masked_lm",
+]

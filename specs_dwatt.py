@@ -80,12 +80,14 @@ FUSION_SPECS: dict[str, FusionSpec] = {
     for spec in (
         FusionSpec("dwatt", "DWAtt", ("d_pos", "query_bottleneck", "value_bottleneck"), weighs_layers=True),
         FusionSpec("concat", "Concat", linear_in_layers=True),
-        FusionSpec("base_plus_n", "Base+n", ("num_extra_layers",), per_token=False, needs_layer_inputs=True,
-                   reads="last"),
+        FusionSpec(
+            "base_plus_n", "Base+n", ("num_extra_layers",), per_token=False, needs_layer_inputs=True, reads="last"
+        ),
         FusionSpec("base", "Base", linear_in_layers=True, passes_layer_through=True, reads="one"),
         FusionSpec("scalar_mix", "ScalarMix", weighs_layers=True, linear_in_layers=True),
-        FusionSpec("scalar_mix_dropout", "ScalarMix+LD", ("layer_dropout",), weighs_layers=True,
-                   linear_in_layers=True),
+        FusionSpec(
+            "scalar_mix_dropout", "ScalarMix+LD", ("layer_dropout",), weighs_layers=True, linear_in_layers=True
+        ),
     )
 }
 """Every fusion by its `DWAttConfig.fusion` name, in the order tables and choices list them."""

@@ -9,7 +9,8 @@ has AVX-512 BF16 or AMX instructions, and otherwise may be slower than fp32.
   bf16, the same N, seed and dev subset, features cached in fp32 so that the backbone's dtype is the only difference:
   each layer's best dev F1 (over the rates), the layer each chooses, the largest difference and the rank correlation.
 
-    python benchmarks/backbone_dtype.py --backbones sentence-transformers/all-MiniLM-L6-v2,models/SmolLM2-135M-Instruct-q4,\
+    python benchmarks/backbone_dtype.py --backbones
+    sentence-transformers/all-MiniLM-L6-v2,models/SmolLM2-135M-Instruct-q4,\
 models/Qwen2.5-Coder-1.5B-Instruct-q4 --probe models/SmolLM2-135M-Instruct-q4 --threads 1
 
 Writes `results/backbone_dtype_cpu.json` and `.md` next to this file (or into --output).
@@ -22,9 +23,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
-import torch
-
 import results_files
+import torch
 
 HERE = Path(__file__).resolve().parent
 DTYPES = ("float32", "bfloat16")
@@ -51,16 +51,24 @@ def pass_timings(backbone: str, sentences: int, rounds: int) -> dict:
             with torch.inference_mode():
                 for batch in batches:
                     models[dtype](**batch, output_hidden_states=True)
+
         return step
 
-    timings = results_files.interleaved_timings({dtype: run(dtype) for dtype in DTYPES}, rounds, control="float32",
-                                                warmup=1)
+    timings = results_files.interleaved_timings(
+        {dtype: run(dtype) for dtype in DTYPES}, rounds, control="float32", warmup=1
+    )
     median = timings["median"]
-    return {"backbone": backbone, "layers": models["float32"].config.num_hidden_layers, "sentences": len(texts),
-            "tokens": tokens, "seconds": timings["seconds"], "median_s": median,
-            "tokens_per_s": {dtype: round(tokens / median[dtype], 1) for dtype in DTYPES},
-            "bf16_over_fp32_time": round(median["bfloat16"] / median["float32"], 3),
-            "noise_control": round(timings["noise_control"], 3)}
+    return {
+        "backbone": backbone,
+        "layers": models["float32"].config.num_hidden_layers,
+        "sentences": len(texts),
+        "tokens": tokens,
+        "seconds": timings["seconds"],
+        "median_s": median,
+        "tokens_per_s": {dtype: round(tokens / median[dtype], 1) for dtype in DTYPES},
+        "bf16_over_fp32_time": round(median["bfloat16"] / median["float32"], 3),
+        "noise_control": round(timings["noise_control"], 3),
+    }
 
 
 def probe_scores(backbone: str, n_shot: int, dev_sentences: int, epochs: int, work: Path) -> dict:
@@ -71,73 +79,112 @@ def probe_scores(backbone: str, n_shot: int, dev_sentences: int, epochs: int, wo
 
     found = {}
     for dtype in DTYPES:
-        settings = ProbeSettings(backbone=backbone, n_shot=n_shot, epochs=epochs, dev_sentences=dev_sentences,
-                                 backbone_dtype=dtype, cache_dtype="float32", save_model=False, progress=False,
-                                 results=str(work / dtype / "results.jsonl"))
+        settings = ProbeSettings(
+            backbone=backbone,
+            n_shot=n_shot,
+            epochs=epochs,
+            dev_sentences=dev_sentences,
+            backbone_dtype=dtype,
+            cache_dtype="float32",
+            save_model=False,
+            progress=False,
+            results=str(work / dtype / "results.jsonl"),
+        )
         outcome = run_probe(settings)
         best = {layer: max(outcome.mean(layer, rate) for rate in outcome.rates) for layer in outcome.layers}
-        found[dtype] = {"best_dev_f1_by_layer": {str(k): round(v, 2) for k, v in best.items()},
-                        "chosen_layer": outcome.chosen[0], "chosen_rate": outcome.chosen[1],
-                        "chosen_dev_f1": round(outcome.mean(*outcome.chosen), 2)}
+        found[dtype] = {
+            "best_dev_f1_by_layer": {str(k): round(v, 2) for k, v in best.items()},
+            "chosen_layer": outcome.chosen[0],
+            "chosen_rate": outcome.chosen[1],
+            "chosen_dev_f1": round(outcome.mean(*outcome.chosen), 2),
+        }
     layers = list(found["float32"]["best_dev_f1_by_layer"])
     fp32, bf16 = ([found[dtype]["best_dev_f1_by_layer"][layer] for layer in layers] for dtype in DTYPES)
     differences = [b - a for a, b in zip(fp32, bf16)]
-    return {"backbone": backbone, "n_shot": n_shot, "dev_sentences": dev_sentences, "epochs": epochs, **found,
-            "largest_difference": round(max(differences, key=abs), 2),
-            "mean_absolute_difference": round(statistics.fmean(abs(d) for d in differences), 2),
-            "spearman_by_layer": round(float(spearmanr(fp32, bf16).statistic), 3)}
+    return {
+        "backbone": backbone,
+        "n_shot": n_shot,
+        "dev_sentences": dev_sentences,
+        "epochs": epochs,
+        **found,
+        "largest_difference": round(max(differences, key=abs), 2),
+        "mean_absolute_difference": round(statistics.fmean(abs(d) for d in differences), 2),
+        "spearman_by_layer": round(float(spearmanr(fp32, bf16).statistic), 3),
+    }
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# The backbone in bf16 against fp32\n\n`{result['command']}`; {result['cpu']}, "
-             f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, {'with' if result['amx_bf16'] else 'without'} "
-             f"AMX; {result['threads']} thread(s)." + (f" {result['note']}" if result.get("note") else ""),
-             "\n## The backbone's pass (every hidden state kept, batches of 16)\n",
-             "| backbone | layers | sentences | tokens | fp32 tokens/s | bf16 tokens/s | bf16 time / fp32 time | noise control |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# The backbone in bf16 against fp32\n\n`{result['command']}`; {result['cpu']}, "
+        f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, {'with' if result['amx_bf16'] else 'without'} "
+        f"AMX; {result['threads']} thread(s)." + (f" {result['note']}" if result.get("note") else ""),
+        "\n## The backbone's pass (every hidden state kept, batches of 16)\n",
+        "| backbone | layers | sentences | tokens | fp32 tokens/s | bf16 tokens/s | bf16 time / fp32 time | noise control |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for row in result["speed"]:
-        lines.append(f"| {row['backbone']} | {row['layers']} | {row['sentences']} | {row['tokens']} | "
-                     f"{row['tokens_per_s']['float32']:.0f} | {row['tokens_per_s']['bfloat16']:.0f} | "
-                     f"{row['bf16_over_fp32_time']:.2f} | {row['noise_control']:.2f} |")
+        lines.append(
+            f"| {row['backbone']} | {row['layers']} | {row['sentences']} | {row['tokens']} | "
+            f"{row['tokens_per_s']['float32']:.0f} | {row['tokens_per_s']['bfloat16']:.0f} | "
+            f"{row['bf16_over_fp32_time']:.2f} | {row['noise_control']:.2f} |"
+        )
     probe = result.get("probe")
     if probe:
-        lines += [f"\n## The probe's scores ({probe['backbone']}, CoNLL-03, N = {probe['n_shot']}, {probe['epochs']} "
-                  f"epochs, {probe['dev_sentences']} dev sentences, seed 0, features cached in fp32)\n",
-                  "| backbone dtype | chosen layer | its rate | its dev F1 |", "|---|---|---|---|"]
+        lines += [
+            f"\n## The probe's scores ({probe['backbone']}, CoNLL-03, N = {probe['n_shot']}, {probe['epochs']} "
+            f"epochs, {probe['dev_sentences']} dev sentences, seed 0, features cached in fp32)\n",
+            "| backbone dtype | chosen layer | its rate | its dev F1 |",
+            "|---|---|---|---|",
+        ]
         for dtype in DTYPES:
-            lines.append(f"| {dtype} | {probe[dtype]['chosen_layer']} | {probe[dtype]['chosen_rate']:g} | "
-                         f"{probe[dtype]['chosen_dev_f1']:.2f} |")
-        lines.append(f"\nEach layer's best dev F1, bf16 minus fp32: largest {probe['largest_difference']:+.2f}, mean "
-                     f"absolute {probe['mean_absolute_difference']:.2f}; Spearman correlation of the layers' scores "
-                     f"{probe['spearman_by_layer']:.3f}.\n")
+            lines.append(
+                f"| {dtype} | {probe[dtype]['chosen_layer']} | {probe[dtype]['chosen_rate']:g} | "
+                f"{probe[dtype]['chosen_dev_f1']:.2f} |"
+            )
+        lines.append(
+            f"\nEach layer's best dev F1, bf16 minus fp32: largest {probe['largest_difference']:+.2f}, mean "
+            f"absolute {probe['mean_absolute_difference']:.2f}; Spearman correlation of the layers' scores "
+            f"{probe['spearman_by_layer']:.3f}.\n"
+        )
         layers = list(probe["float32"]["best_dev_f1_by_layer"])
         lines += ["| layer | " + " | ".join(layers) + " |", "|---|" + "---|" * len(layers)]
         for dtype in DTYPES:
-            lines.append(f"| {dtype} | " + " | ".join(f"{probe[dtype]['best_dev_f1_by_layer'][k]:.1f}" for k in layers) + " |")
+            lines.append(
+                f"| {dtype} | " + " | ".join(f"{probe[dtype]['best_dev_f1_by_layer'][k]:.1f}" for k in layers) + " |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def readme_text(result: dict) -> str:
     """What docs/backbones.md says of the committed measurement (generated by docs/generated.py)."""
-    cpu = (f"{result['cpu']} ({'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
-           f"{'with' if result['amx_bf16'] else 'without'} AMX), {result['threads']} thread(s)")
-    passes = "; ".join(f"{Path(row['backbone']).name} {row['bf16_over_fp32_time']:.2f}x (noise control "
-                       f"{row['noise_control']:.2f})" for row in result["speed"])
+    cpu = (
+        f"{result['cpu']} ({'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
+        f"{'with' if result['amx_bf16'] else 'without'} AMX), {result['threads']} thread(s)"
+    )
+    passes = "; ".join(
+        f"{Path(row['backbone']).name} {row['bf16_over_fp32_time']:.2f}x (noise control {row['noise_control']:.2f})"
+        for row in result["speed"]
+    )
     text = f"Measured on {cpu}: the backbone's pass in bf16 takes this share of its fp32 time: {passes}."
     probe = result.get("probe")
     if probe:
-        text += (f" A probe of {Path(probe['backbone']).name} (CoNLL-03, N = {probe['n_shot']}, {probe['dev_sentences']} "
-                 f"dev sentences) chose layer {probe['float32']['chosen_layer']} in fp32 and "
-                 f"{probe['bfloat16']['chosen_layer']} in bf16; its layers' best dev F1 differ by at most "
-                 f"{abs(probe['largest_difference']):.2f} points (mean {probe['mean_absolute_difference']:.2f}; Spearman "
-                 f"{probe['spearman_by_layer']:.3f}).")
+        text += (
+            f" A probe of {Path(probe['backbone']).name} (CoNLL-03, N = {probe['n_shot']}, {probe['dev_sentences']} "
+            f"dev sentences) chose layer {probe['float32']['chosen_layer']} in fp32 and "
+            f"{probe['bfloat16']['chosen_layer']} in bf16; its layers' best dev F1 differ by at most "
+            f"{abs(probe['largest_difference']):.2f} points (mean {probe['mean_absolute_difference']:.2f}; Spearman "
+            f"{probe['spearman_by_layer']:.3f})."
+        )
     return text + " (`benchmarks/results/backbone_dtype_cpu.md`)\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--backbones", default="sentence-transformers/all-MiniLM-L6-v2",
-                        help="comma-separated Hub ids or folders whose pass is timed")
+    parser.add_argument(
+        "--backbones",
+        default="sentence-transformers/all-MiniLM-L6-v2",
+        help="comma-separated Hub ids or folders whose pass is timed",
+    )
     parser.add_argument("--sentences", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--probe", default=None, help="a backbone to probe in each dtype (default: none)")
@@ -156,9 +203,15 @@ def main(argv: list[str] | None = None) -> None:
         row = pass_timings(backbone, args.sentences, args.rounds)
         speed.append(row | {"backbone": portable_path(backbone)})
         print(row, flush=True)
-    result = {"benchmark": "backbone_dtype", "command": results_files.command("backbone_dtype.py", argv),
-              **results_files.cpu_facts(), "threads": args.threads, "environment": results_files.environment(),
-              "note": args.note, "speed": speed}
+    result = {
+        "benchmark": "backbone_dtype",
+        "command": results_files.command("backbone_dtype.py", argv),
+        **results_files.cpu_facts(),
+        "threads": args.threads,
+        "environment": results_files.environment(),
+        "note": args.note,
+        "speed": speed,
+    }
     if args.probe:
         with tempfile.TemporaryDirectory(prefix="dwatt-dtype-") as work:
             probe = probe_scores(args.probe, args.n_shot, args.dev_sentences, args.epochs, Path(work))

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 from transformers import RobertaConfig
 
-from dwatt.defaults import ROBERTA_LARGE_SHAPE
 from dwatt import DWAttConfig, DWAttForTokenClassification
+from dwatt.defaults import ROBERTA_LARGE_SHAPE
 
 HERE = Path(__file__).resolve().parent
 
@@ -47,10 +47,13 @@ def lora_sizes() -> list[dict]:
                 add_lora(model)
                 head = Path(work, f"head-{fusion}")
                 model.save_pretrained(head, heads_only=True)
-                row = {"backbone": name, "fusion": fusion,
-                       "lora_parameters": sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n),
-                       "head_weights_bytes": (head / "model.safetensors").stat().st_size,
-                       "backbone_weights_bytes": (Path(folder) / "model.safetensors").stat().st_size}
+                row = {
+                    "backbone": name,
+                    "fusion": fusion,
+                    "lora_parameters": sum(p.numel() for n, p in model.named_parameters() if ".lora_" in n),
+                    "head_weights_bytes": (head / "model.safetensors").stat().st_size,
+                    "backbone_weights_bytes": (Path(folder) / "model.safetensors").stat().st_size,
+                }
                 row["ratio"] = row["head_weights_bytes"] / row["backbone_weights_bytes"]
                 rows.append(row)
                 print(json.dumps(row), flush=True)
@@ -63,7 +66,10 @@ def main() -> int:
     for fusion in ("dwatt", "concat", "base_plus_n", "scalar_mix", "base"):
         torch.manual_seed(0)
         config = DWAttConfig(
-            encoder_config=RobertaConfig(**ROBERTA_LARGE_SHAPE), fusion=fusion, num_labels=9, backbone_name_or_path="roberta-large"
+            encoder_config=RobertaConfig(**ROBERTA_LARGE_SHAPE),
+            fusion=fusion,
+            num_labels=9,
+            backbone_name_or_path="roberta-large",
         )
         model = DWAttForTokenClassification(config)
         with tempfile.TemporaryDirectory() as work:
@@ -84,8 +90,13 @@ def main() -> int:
     lora_rows = lora_sizes()
     out = HERE / "results"
     out.mkdir(exist_ok=True)
-    report = {"benchmark": "checkpoint_size", "command": "python benchmarks/checkpoint_size.py", "shape": ROBERTA_LARGE_SHAPE,
-              "rows": rows, "lora_rows": lora_rows}
+    report = {
+        "benchmark": "checkpoint_size",
+        "command": "python benchmarks/checkpoint_size.py",
+        "shape": ROBERTA_LARGE_SHAPE,
+        "rows": rows,
+        "lora_rows": lora_rows,
+    }
     (out / "checkpoint_size.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [
         "# Head-only vs full checkpoints, RoBERTa-large shape (24 x 1024), 9 labels, fp32 safetensors",

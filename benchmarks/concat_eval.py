@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 from unittest import mock
 
+import results_files
 import torch
 
-import results_files
 from dwatt.defaults import default_backbone_path
 from dwatt.portable import backbone_label, portable_path
 from dwatt.stacked_heads import FoldedConcat, HeadCopy, train_heads
@@ -51,14 +51,20 @@ def agreement(parts, state: dict) -> dict:
     scored = torch.cat([batch.flatten() for batch in labels]) != -100
     flat = lambda batches: torch.cat([batch.flatten(0, -2) for batch in batches])[scored]
     folded, ran = flat(folded), flat(ran)
-    return {"labelled_positions": int(scored.sum()), "tags_differing": int((folded.argmax(-1) != ran.argmax(-1)).sum()),
-            "max_abs_logit_difference": float((folded - ran).abs().max()), "max_abs_logit": float(ran.abs().max())}
+    return {
+        "labelled_positions": int(scored.sum()),
+        "tags_differing": int((folded.argmax(-1) != ran.argmax(-1)).sum()),
+        "max_abs_logit_difference": float((folded - ran).abs().max()),
+        "max_abs_logit": float(ran.abs().max()),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backbone", default=str(default_backbone_path()))
-    parser.add_argument("--feature-cache", default=None, help="a folder of on-disk feature caches to read (and add to)")
+    parser.add_argument(
+        "--feature-cache", default=None, help="a folder of on-disk feature caches to read (and add to)"
+    )
     parser.add_argument("--n-shot", type=int, default=32)
     parser.add_argument("--dev-sentences", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=3)
@@ -69,22 +75,41 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     scratch = tempfile.TemporaryDirectory()
-    config = RunConfig(backbone=args.backbone, fusion="concat", mode="fe", n_shot=args.n_shot, epochs=args.epochs,
-                       learning_rate=args.learning_rate, dev_sentences=args.dev_sentences, cache_dtype="float16",
-                       cache_on_disk=True, feature_cache_dir=args.feature_cache or str(Path(scratch.name) / "cache"),
-                       output_dir=str(Path(scratch.name) / "run"), progress=False, save_model=False)
+    config = RunConfig(
+        backbone=args.backbone,
+        fusion="concat",
+        mode="fe",
+        n_shot=args.n_shot,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        dev_sentences=args.dev_sentences,
+        cache_dtype="float16",
+        cache_on_disk=True,
+        feature_cache_dir=args.feature_cache or str(Path(scratch.name) / "cache"),
+        output_dir=str(Path(scratch.name) / "run"),
+        progress=False,
+        save_model=False,
+    )
     parts = procedures(config.task).prepare_together(config, None)
     runs = {way: [] for way in WAYS}
 
     def train(way: str):
         with model_way() if way == "model" else contextlib.nullcontext():
-            outcomes, timings = train_heads(parts.model, parts.train_set, parts.dev_set, parts.collator,
-                                            [HeadCopy(args.epochs, args.learning_rate)], parts.dev_metrics.score_ids,
-                                            seed=0, batch_size=config.batch_size)
+            outcomes, timings = train_heads(
+                parts.model,
+                parts.train_set,
+                parts.dev_set,
+                parts.collator,
+                [HeadCopy(args.epochs, args.learning_rate)],
+                parts.dev_metrics.score_ids,
+                seed=0,
+                batch_size=config.batch_size,
+            )
         runs[way].append((outcomes[0], timings))
 
-    timed = results_files.interleaved_timings({way: (lambda way=way: train(way)) for way in WAYS}, args.rounds,
-                                              control="folded")
+    timed = results_files.interleaved_timings(
+        {way: (lambda way=way: train(way)) for way in WAYS}, args.rounds, control="folded"
+    )
     per_way = {}
     for way in WAYS:
         outcomes = [outcome for outcome, _ in runs[way]]
@@ -95,8 +120,9 @@ def main(argv: list[str] | None = None) -> None:
             "wall_seconds": timed["seconds"][way],
         }
     median = lambda values: sorted(values)[len(values) // 2]
-    speedup = (median(per_way["model"]["dev_pass_seconds_per_epoch"])
-               / median(per_way["folded"]["dev_pass_seconds_per_epoch"]))
+    speedup = median(per_way["model"]["dev_pass_seconds_per_epoch"]) / median(
+        per_way["folded"]["dev_pass_seconds_per_epoch"]
+    )
     same = runs["folded"][0][0].final_state
     result = {
         "benchmark": "concat_eval",
@@ -105,8 +131,11 @@ def main(argv: list[str] | None = None) -> None:
         "backbone_layers": parts.model.config.encoder_config.num_hidden_layers,
         "hidden_size": parts.model.config.encoder_config.hidden_size,
         "labels": parts.model.config.num_labels,
-        "dev_sentences": len(parts.dev_set), "train_sentences": len(parts.train_set),
-        "epochs": args.epochs, "learning_rate": args.learning_rate, "rounds": args.rounds,
+        "dev_sentences": len(parts.dev_set),
+        "train_sentences": len(parts.train_set),
+        "epochs": args.epochs,
+        "learning_rate": args.learning_rate,
+        "rounds": args.rounds,
         "environment": results_files.environment() | results_files.cpu_facts(),
         "noise_control": timed["noise_control"],
         "ways": per_way,
@@ -116,23 +145,31 @@ def main(argv: list[str] | None = None) -> None:
     }
     name = backbone_label(args.backbone)
     agree = result["agreement_at_last_epoch"]
-    markdown = "\n".join([
-        f"# Concat's dev pass, folded against the model: {name}", "",
-        f"`{result['command']}`", "",
-        f"{result['environment']['cpu']}, {args.threads} thread(s); {result['dev_sentences']} dev sentences, "
-        f"{result['train_sentences']} training sentences, {args.epochs} epochs a run, {args.rounds} interleaved rounds; "
-        f"noise control (the folded run timed twice a round) {timed['noise_control']:.2f}.", "",
-        "| way | dev pass, s/epoch (per round) | training, s/epoch (per round) | dev F1 after each epoch (round 1) |",
-        "|---|---|---|---|",
-        *[f"| {way} | {', '.join(f'{s:.1f}' for s in per_way[way]['dev_pass_seconds_per_epoch'])} | "
-          f"{', '.join(f'{s:.1f}' for s in per_way[way]['train_seconds_per_epoch'])} | "
-          f"{', '.join(f'{100 * f:.2f}' for f in per_way[way]['dev_f1_curve'][0])} |" for way in WAYS],
-        "",
-        f"The folded dev pass is {speedup:.1f}x as fast (medians). At the last epoch's weights the two ways tag "
-        f"{agree['tags_differing']} of {agree['labelled_positions']} labelled dev positions differently; the largest "
-        f"logit difference is {agree['max_abs_logit_difference']:.2e} (largest logit {agree['max_abs_logit']:.1f}).",
-        "",
-    ])
+    markdown = "\n".join(
+        [
+            f"# Concat's dev pass, folded against the model: {name}",
+            "",
+            f"`{result['command']}`",
+            "",
+            f"{result['environment']['cpu']}, {args.threads} thread(s); {result['dev_sentences']} dev sentences, "
+            f"{result['train_sentences']} training sentences, {args.epochs} epochs a run, {args.rounds} interleaved rounds; "
+            f"noise control (the folded run timed twice a round) {timed['noise_control']:.2f}.",
+            "",
+            "| way | dev pass, s/epoch (per round) | training, s/epoch (per round) | dev F1 after each epoch (round 1) |",
+            "|---|---|---|---|",
+            *[
+                f"| {way} | {', '.join(f'{s:.1f}' for s in per_way[way]['dev_pass_seconds_per_epoch'])} | "
+                f"{', '.join(f'{s:.1f}' for s in per_way[way]['train_seconds_per_epoch'])} | "
+                f"{', '.join(f'{100 * f:.2f}' for f in per_way[way]['dev_f1_curve'][0])} |"
+                for way in WAYS
+            ],
+            "",
+            f"The folded dev pass is {speedup:.1f}x as fast (medians). At the last epoch's weights the two ways tag "
+            f"{agree['tags_differing']} of {agree['labelled_positions']} labelled dev positions differently; the largest "
+            f"logit difference is {agree['max_abs_logit_difference']:.2e} (largest logit {agree['max_abs_logit']:.1f}).",
+            "",
+        ]
+    )
     results_files.write(args.output, f"concat_eval_{name}", result, markdown)
 
 

@@ -17,9 +17,9 @@ import json
 import statistics
 from pathlib import Path
 
+import results_files
 import torch
 
-import results_files
 from dwatt import training
 from dwatt.portable import portable_path
 from dwatt.training import RunConfig, run_ner
@@ -32,11 +32,13 @@ CONTROL = "cached"  # timed twice a round: the ratio of its two copies is the ru
 def readme_text(report: dict) -> str:
     """What the README says of the committed measurement (tests/test_readme.py checks it is this)."""
     runs = report["runs"]
-    return (f"DWAtt FE, N = {report['n_shot']}, {report['epochs']} epochs, the full dev split every epoch, same seed "
-            f"both ways: {report['speedup_wall']:.2f}× faster with the cache on the 2-core CPU "
-            f"({runs['cached']['wall_seconds']:.1f} s against {runs['uncached']['wall_seconds']:.1f} s, median of "
-            f"{report['rounds']} interleaved rounds, noise control {report['noise_control']:.3f}), dev F1 "
-            f"{100 * runs['cached']['best_dev_f1']:.2f} against {100 * runs['uncached']['best_dev_f1']:.2f}.\n")
+    return (
+        f"DWAtt FE, N = {report['n_shot']}, {report['epochs']} epochs, the full dev split every epoch, same seed "
+        f"both ways: {report['speedup_wall']:.2f}× faster with the cache on the 2-core CPU "
+        f"({runs['cached']['wall_seconds']:.1f} s against {runs['uncached']['wall_seconds']:.1f} s, median of "
+        f"{report['rounds']} interleaved rounds, noise control {report['noise_control']:.3f}), dev F1 "
+        f"{100 * runs['cached']['best_dev_f1']:.2f} against {100 * runs['uncached']['best_dev_f1']:.2f}.\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,14 +59,26 @@ def main(argv: list[str] | None = None) -> int:
     def run(name: str, use_cache: bool) -> None:
         training.FEATURE_MEMO.clear()  # every cached run computes its features afresh
         training.INITIAL_MODELS.clear()
-        config = RunConfig(backbone=args.backbone, fusion=args.fusion, mode="fe", n_shot=args.n_shot, epochs=args.epochs,
-                           seed=args.seed, use_cache=use_cache, cache_dtype=args.cache_dtype,
-                           output_dir=f"{args.work_dir}/{name}", save_model=False, progress=False)
+        config = RunConfig(
+            backbone=args.backbone,
+            fusion=args.fusion,
+            mode="fe",
+            n_shot=args.n_shot,
+            epochs=args.epochs,
+            seed=args.seed,
+            use_cache=use_cache,
+            cache_dtype=args.cache_dtype,
+            output_dir=f"{args.work_dir}/{name}",
+            save_model=False,
+            progress=False,
+        )
         result = run_ner(config)
         results.setdefault(name, []).append(result)
         print(name, json.dumps({k: result[k] for k in ("wall_seconds", "cache_seconds", "best_dev_f1")}), flush=True)
 
-    settings = {name: (lambda name=name, use_cache=use_cache: run(name, use_cache)) for name, use_cache in RUNS.items()}
+    settings = {
+        name: (lambda name=name, use_cache=use_cache: run(name, use_cache)) for name, use_cache in RUNS.items()
+    }
     timings = results_files.interleaved_timings(settings, args.rounds, CONTROL)
     runs = {}
     for name in timings["median"]:
@@ -82,9 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "fe_cache",
         "command": results_files.command("fe_cache.py", argv),
         "backbone": portable_path(last["config"]["backbone"]),
-        "fusion": args.fusion, "n_shot": args.n_shot, "train_sentences": last["num_train_sentences"],
+        "fusion": args.fusion,
+        "n_shot": args.n_shot,
+        "train_sentences": last["num_train_sentences"],
         "dev_sentences": last["num_dev_sentences"],
-        "epochs": args.epochs, "seed": args.seed, "cache_dtype": args.cache_dtype, "rounds": args.rounds,
+        "epochs": args.epochs,
+        "seed": args.seed,
+        "cache_dtype": args.cache_dtype,
+        "rounds": args.rounds,
         "environment": results_files.environment(),
         "runs": runs,
         "noise_control": round(timings["noise_control"], 3),
@@ -105,10 +124,15 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|",
     ]
     for name, run_row in runs.items():
-        lines.append(f"| {name} | {run_row['wall_seconds']:.1f} | {run_row['cache_seconds']:.1f} | "
-                     f"{100 * run_row['best_dev_f1']:.2f} | {run_row['best_epoch']:g} | {run_row['same_scores_every_round']} |")
-    lines += ["", f"Speed-up (wall, uncached / cached): **{report['speedup_wall']:.2f}x**; dev F1 difference "
-                  f"(cached - uncached): {report['dev_f1_difference_points']:+.2f} points."]
+        lines.append(
+            f"| {name} | {run_row['wall_seconds']:.1f} | {run_row['cache_seconds']:.1f} | "
+            f"{100 * run_row['best_dev_f1']:.2f} | {run_row['best_epoch']:g} | {run_row['same_scores_every_round']} |"
+        )
+    lines += [
+        "",
+        f"Speed-up (wall, uncached / cached): **{report['speedup_wall']:.2f}x**; dev F1 difference "
+        f"(cached - uncached): {report['dev_f1_difference_points']:+.2f} points.",
+    ]
     results_files.write(args.output, f"fe_cache_{device}", report, "\n".join(lines) + "\n")
     return 0
 

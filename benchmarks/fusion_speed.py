@@ -21,16 +21,18 @@ import statistics
 import time
 from pathlib import Path
 
+import results_files
 import torch
 from transformers import AutoModel, RobertaConfig
 
-import results_files
 from dwatt import DWAttConfig, DWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
 
 HERE = Path(__file__).resolve().parent
 FUSIONS = ("base", "base_plus_n", "concat", "dwatt", "scalar_mix")
-TINY_SHAPE = dict(ROBERTA_LARGE_SHAPE, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128)
+TINY_SHAPE = dict(
+    ROBERTA_LARGE_SHAPE, hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128
+)
 
 
 def timer(device: torch.device):
@@ -114,7 +116,13 @@ def training_steps(encoder, batch, device, dtype, rounds: int, warmup: int) -> l
             step()
         times = [measure(step) for _ in range(rounds)]
         memory = peak_memory(device, step)
-        rows.append({"mode": mode, "step_ms": 1000 * statistics.median(times), "peak_memory_mib": None if memory is None else memory / 2**20})
+        rows.append(
+            {
+                "mode": mode,
+                "step_ms": 1000 * statistics.median(times),
+                "peak_memory_mib": None if memory is None else memory / 2**20,
+            }
+        )
         model = optimizer = None  # freed before the next mode is built (the closure keeps its cells)
     rows[1]["step_vs_fe"] = rows[1]["step_ms"] / rows[0]["step_ms"]
     return rows
@@ -131,8 +139,16 @@ def markdown(result: dict) -> str:
     ]
     for row in result["inference"]:
         memory = "—" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
-        lines.append(f"| {row['model']} | {row['latency_ms']:.2f} | {row['latency_vs_backbone']:.3f} | {row['tokens_per_second']:,.0f} | {memory} |")
-    lines += ["", f"Training step (DWAtt, AdamW, batch {s['train_batch']} x {s['tokens']}):", "", "| mode | step ms | peak memory MiB |", "|---|---|---|"]
+        lines.append(
+            f"| {row['model']} | {row['latency_ms']:.2f} | {row['latency_vs_backbone']:.3f} | {row['tokens_per_second']:,.0f} | {memory} |"
+        )
+    lines += [
+        "",
+        f"Training step (DWAtt, AdamW, batch {s['train_batch']} x {s['tokens']}):",
+        "",
+        "| mode | step ms | peak memory MiB |",
+        "|---|---|---|",
+    ]
     for row in result["training"]:
         memory = "—" if row["peak_memory_mib"] is None else f"{row['peak_memory_mib']:.0f}"
         lines.append(f"| {row['mode'].upper()} | {row['step_ms']:.2f} | {memory} |")
@@ -162,8 +178,16 @@ def real_backbone_rows(backbone: str, rounds: int, warmup: int) -> list[dict]:
         ids = torch.randint(1000, plain.config.vocab_size, (batch, tokens), generator=generator)
         inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         for row in inference(models, inputs, torch.device("cpu"), rounds, warmup):
-            rows.append({"backbone": name, "fusion": row["model"], "batch": batch, "tokens": tokens,
-                         "latency_ms": round(row["latency_ms"], 3), "ratio_to_backbone": round(row["latency_vs_backbone"], 4)})
+            rows.append(
+                {
+                    "backbone": name,
+                    "fusion": row["model"],
+                    "batch": batch,
+                    "tokens": tokens,
+                    "latency_ms": round(row["latency_ms"], 3),
+                    "ratio_to_backbone": round(row["latency_vs_backbone"], 4),
+                }
+            )
     return rows
 
 
@@ -173,9 +197,18 @@ def ratio_table(rows: list[dict]) -> str:
     fusions = [f for f in (NOISE_CONTROL, *FUSIONS) if any(r["fusion"] == f for r in rows)]
     settings = list(dict.fromkeys((r["backbone"], r["batch"], r["tokens"]) for r in rows))
     ratio = {(r["backbone"], r["batch"], r["tokens"], r["fusion"]): r["ratio_to_backbone"] for r in rows}
-    names = {NOISE_CONTROL: "backbone again (noise)", "base": "Base", "base_plus_n": "Base+n", "concat": "Concat", "dwatt": "DWAtt", "scalar_mix": "ScalarMix"}
-    lines = ["| backbone | batch x tokens | " + " | ".join(names.get(f, f) for f in fusions) + " |",
-             "|---|---|" + "---|" * len(fusions)]
+    names = {
+        NOISE_CONTROL: "backbone again (noise)",
+        "base": "Base",
+        "base_plus_n": "Base+n",
+        "concat": "Concat",
+        "dwatt": "DWAtt",
+        "scalar_mix": "ScalarMix",
+    }
+    lines = [
+        "| backbone | batch x tokens | " + " | ".join(names.get(f, f) for f in fusions) + " |",
+        "|---|---|" + "---|" * len(fusions),
+    ]
     for backbone, batch, tokens in settings:
         cells = [f"{ratio[(backbone, batch, tokens, f)]:.3f}" for f in fusions]
         lines.append(f"| {backbone.split('/')[-1]} | {batch} x {tokens} | " + " | ".join(cells) + " |")
@@ -184,18 +217,33 @@ def ratio_table(rows: list[dict]) -> str:
 
 def cpu_main(args) -> int:
     """`--cpu-real`: real offline weights on the CPU; `fusion_speed_cpu.json` + `.md`."""
-    rows = [row for backbone in args.backbones.split(",") for row in real_backbone_rows(backbone, args.rounds, args.warmup)]
-    result = {"settings": {"dtype": "float32", "rounds": args.rounds, "warmup": args.warmup, "threads": torch.get_num_threads()},
-              "rows": rows, "environment": results_files.environment(torch.device("cpu")),
-              "command": results_files.command("fusion_speed.py", None)}
-    lines = [f"# Fusion speed on the CPU, real weights, fp32 ({result['environment']['device_name']})\n",
-             f"Median of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds, the order of the models "
-             "rotated from round to round; the ratio is the median over rounds of a model's time over the backbone's "
-             f"in the same round. Every fusion model includes its token-classification head (9 labels). "
-             f"Command: `{result['command']}`\n",
-             "| backbone | batch x tokens | fusion | latency ms | x plain backbone |", "|---|---|---|---|---|"]
-    lines += [f"| {r['backbone']} | {r['batch']} x {r['tokens']} | {r['fusion']} | {r['latency_ms']:.2f} | {r['ratio_to_backbone']:.3f} |"
-              for r in rows]
+    rows = [
+        row for backbone in args.backbones.split(",") for row in real_backbone_rows(backbone, args.rounds, args.warmup)
+    ]
+    result = {
+        "settings": {
+            "dtype": "float32",
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "threads": torch.get_num_threads(),
+        },
+        "rows": rows,
+        "environment": results_files.environment(torch.device("cpu")),
+        "command": results_files.command("fusion_speed.py", None),
+    }
+    lines = [
+        f"# Fusion speed on the CPU, real weights, fp32 ({result['environment']['device_name']})\n",
+        f"Median of {args.rounds} interleaved rounds after {args.warmup} warm-up rounds, the order of the models "
+        "rotated from round to round; the ratio is the median over rounds of a model's time over the backbone's "
+        f"in the same round. Every fusion model includes its token-classification head (9 labels). "
+        f"Command: `{result['command']}`\n",
+        "| backbone | batch x tokens | fusion | latency ms | x plain backbone |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['backbone']} | {r['batch']} x {r['tokens']} | {r['fusion']} | {r['latency_ms']:.2f} | {r['ratio_to_backbone']:.3f} |"
+        for r in rows
+    ]
     lines += ["", "## Ratios to the plain backbone", "", ratio_table(rows)]
     results_files.write(args.output, "fusion_speed_cpu", result, "\n".join(lines) + "\n")
     return 0
@@ -204,7 +252,9 @@ def cpu_main(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cpu-real", action="store_true", help="real offline weights on the CPU (see --backbones)")
-    parser.add_argument("--backbones", default=None, help="--cpu-real: comma-separated model folders (default: MiniLM)")
+    parser.add_argument(
+        "--backbones", default=None, help="--cpu-real: comma-separated model folders (default: MiniLM)"
+    )
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--shape", default="roberta-large", choices=("roberta-large", "tiny"))
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
@@ -230,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
 
     models = build_models(encoder, device, dtype)
     result = {
-        "settings": {k: getattr(args, k) for k in ("shape", "dtype", "batch", "train_batch", "tokens", "rounds", "warmup")},
+        "settings": {
+            k: getattr(args, k) for k in ("shape", "dtype", "batch", "train_batch", "tokens", "rounds", "warmup")
+        },
         "inference": inference(models, batch_of(args.batch), device, args.rounds, args.warmup),
     }
     del models

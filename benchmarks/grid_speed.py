@@ -4,7 +4,8 @@ cached loop, one head at a time) against the budgets of a run trained together (
 The engines run in interleaved rounds, the order rotated, the budgets engine timed twice a round as the noise
 control. Each run goes through `dwatt.experiment.sweep.run_sweep` into a results file of its own; the feature and model
 memos are emptied before each, so both pay for computing the backbone's features once per sample and for building
-each fusion's first model of a trial. The time to build a model with and without the memo is measured on its own. Their dev F1 scores are
+each fusion's first model of a trial. The time to build a model with and without the memo is measured on its own. Their
+dev F1 scores are
 not identical run for run (the batch order is drawn differently) but follow the same protocol: the table gives
 the mean of each fusion under both.
 
@@ -23,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import results_files
 import torch
 from transformers import AutoTokenizer, BertConfig, BertModel
 
-import results_files
 from dwatt import training
 from dwatt.defaults import ROBERTA_LARGE_SHAPE, default_backbone_path
 from dwatt.experiment.grid import grid
@@ -59,8 +60,13 @@ def time_model_builds(backbone: Path, fusions: list[str], repeats: int = 3) -> l
             model = memo.build(str(backbone), fusion, 0, num_labels=9)
             seconds.append(time.perf_counter() - started)
             del model
-        rows.append({"fusion": fusion, "first_build_seconds": round(seconds[0], 2),
-                     "remembered_build_seconds": round(sorted(seconds[1:])[len(seconds[1:]) // 2], 2)})
+        rows.append(
+            {
+                "fusion": fusion,
+                "first_build_seconds": round(seconds[0], 2),
+                "remembered_build_seconds": round(sorted(seconds[1:])[len(seconds[1:]) // 2], 2),
+            }
+        )
     return rows
 
 
@@ -98,8 +104,14 @@ def time_engines(engines: list[str], specs, folder: Path, rounds: int) -> tuple[
         f1 = {}
         for row in outputs[engine][0]:
             f1.setdefault(row["spec"]["fusion"], []).append(100 * row["best_dev_f1"])
-        rows.append({"engine": name, "runs": len(outputs[engine][0]), "wall_seconds": round(seconds, 2),
-                     "mean_best_dev_f1": {fusion: round(sum(v) / len(v), 2) for fusion, v in f1.items()}})
+        rows.append(
+            {
+                "engine": name,
+                "runs": len(outputs[engine][0]),
+                "wall_seconds": round(seconds, 2),
+                "mean_best_dev_f1": {fusion: round(sum(v) / len(v), 2) for fusion, v in f1.items()},
+            }
+        )
     noise = timings["noise_control"]
     return rows, None if noise is None else round(noise, 3)
 
@@ -119,29 +131,44 @@ def markdown(result: dict) -> str:
         scores = ", ".join(f"{fusion} {f1:.2f}" for fusion, f1 in row["mean_best_dev_f1"].items())
         lines.append(f"| {row['engine']} | {row['runs']} | {row['wall_seconds']:.1f} | {scores} |")
     if result["speedup"] is not None:
-        lines.append(f"\nSpeed-up (trainer / budgets): **{result['speedup']:.2f}x**; median of {result['rounds']} "
-                     f"interleaved round(s), the order rotated, {ENGINES[0]} timed twice a round as the noise control "
-                     f"({ENGINES[0]} again / {ENGINES[0]}): **{result['noise_control']:.3f}**.")
+        lines.append(
+            f"\nSpeed-up (trainer / budgets): **{result['speedup']:.2f}x**; median of {result['rounds']} "
+            f"interleaved round(s), the order rotated, {ENGINES[0]} timed twice a round as the noise control "
+            f"({ENGINES[0]} again / {ENGINES[0]}): **{result['noise_control']:.3f}**."
+        )
     if s["trials"] < 5:
         lines.append(
             f"Projected wall time of the 5-trial grid (x {5 / s['trials']:g}): "
-            + ", ".join(f"{row['engine']} {row['wall_seconds'] * 5 / s['trials'] / 60:.1f} min" for row in result["engines"]
-                        if not row["engine"].endswith(results_files.AGAIN))
+            + ", ".join(
+                f"{row['engine']} {row['wall_seconds'] * 5 / s['trials'] / 60:.1f} min"
+                for row in result["engines"]
+                if not row["engine"].endswith(results_files.AGAIN)
+            )
             + "."
         )
-    lines += ["", "Building a run's model on a RoBERTa-large-shaped backbone (random weights; median of the remembered builds):",
-              "", "| fusion | first build s | remembered build s |", "|---|---|---|"]
-    lines += [f"| {r['fusion']} | {r['first_build_seconds']:.2f} | {r['remembered_build_seconds']:.2f} |" for r in result["model_build"]]
+    lines += [
+        "",
+        "Building a run's model on a RoBERTa-large-shaped backbone (random weights; median of the remembered builds):",
+        "",
+        "| fusion | first build s | remembered build s |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {r['fusion']} | {r['first_build_seconds']:.2f} | {r['remembered_build_seconds']:.2f} |"
+        for r in result["model_build"]
+    ]
     return "\n".join(lines) + "\n"
 
 
 def readme_text(result: dict) -> str:
     """What the README says of the committed CPU measurement (tests/test_readme.py checks it is this)."""
     s, times = result["settings"], {row["engine"]: row["wall_seconds"] for row in result["engines"]}
-    return (f"{result['speedup']:.2f}× on a small grid ({s['backbone']}, {', '.join(s['fusions'])}, N = "
-            f"{', '.join(map(str, s['n_shots']))}, budgets {'/'.join(map(str, s['budgets']))}, {s['dev_sentences']} dev "
-            f"sentences; {times['budgets']:.0f} s against {times['trainer']:.0f} s, median of {result['rounds']} "
-            f"interleaved rounds, noise control {result['noise_control']:.3f})\n")
+    return (
+        f"{result['speedup']:.2f}× on a small grid ({s['backbone']}, {', '.join(s['fusions'])}, N = "
+        f"{', '.join(map(str, s['n_shots']))}, budgets {'/'.join(map(str, s['budgets']))}, {s['dev_sentences']} dev "
+        f"sentences; {times['budgets']:.0f} s against {times['trainer']:.0f} s, median of {result['rounds']} "
+        f"interleaved rounds, noise control {result['noise_control']:.3f})\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,20 +190,33 @@ def main(argv: list[str] | None = None) -> int:
     listed = lambda text, kind=str: [kind(item) for item in text.split(",") if item]
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
-        backbone = random_large_backbone(scratch / "backbone", args.tokenizer) if args.backbone == "random-large" else Path(args.backbone)
+        backbone = (
+            random_large_backbone(scratch / "backbone", args.tokenizer)
+            if args.backbone == "random-large"
+            else Path(args.backbone)
+        )
         specs = grid(
-            fusions=listed(args.fusions), n_shots=listed(args.n_shots, int), epochs=listed(args.budgets, int),
-            trials=args.trials, backbones=(str(backbone),), dev_sentences=args.dev_sentences,
+            fusions=listed(args.fusions),
+            n_shots=listed(args.n_shots, int),
+            epochs=listed(args.budgets, int),
+            trials=args.trials,
+            backbones=(str(backbone),),
+            dev_sentences=args.dev_sentences,
         )
         engines, noise_control = time_engines(listed(args.engines), specs, scratch, args.rounds)
-        large = backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large", args.tokenizer)
+        large = (
+            backbone if args.backbone == "random-large" else random_large_backbone(scratch / "large", args.tokenizer)
+        )
         builds = time_model_builds(large, listed(args.fusions))
     times = {row["engine"]: row["wall_seconds"] for row in engines}
     result = {
         "settings": {
             "backbone": "random RoBERTa-large shape" if args.backbone == "random-large" else backbone.name,
-            "fusions": listed(args.fusions), "n_shots": listed(args.n_shots, int), "budgets": listed(args.budgets, int),
-            "trials": args.trials, "dev_sentences": args.dev_sentences,
+            "fusions": listed(args.fusions),
+            "n_shots": listed(args.n_shots, int),
+            "budgets": listed(args.budgets, int),
+            "trials": args.trials,
+            "dev_sentences": args.dev_sentences,
         },
         "engines": engines,
         "speedup": times["trainer"] / times["budgets"] if set(ENGINES) <= set(times) else None,
@@ -186,7 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         "environment": results_files.environment(),
         "command": results_files.command("grid_speed.py", argv),
     }
-    results_files.write(args.output, f"grid_speed_{'cuda' if torch.cuda.is_available() else 'cpu'}", result, markdown(result))
+    results_files.write(
+        args.output, f"grid_speed_{'cuda' if torch.cuda.is_available() else 'cpu'}", result, markdown(result)
+    )
     return 0
 
 

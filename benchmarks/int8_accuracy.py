@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import results_files
+
 from dwatt.cli import main as dwatt
 
 HERE = Path(__file__).resolve().parent
@@ -47,17 +48,28 @@ def write_results(rows: list[dict], output: str | Path, replacing: str) -> None:
     """The rows beside the committed rows of other backbones (`replacing`'s earlier rows give way), as JSON and
     Markdown."""
     earlier = Path(output) / "int8_accuracy_cpu.json"
-    kept = [r for r in json.loads(earlier.read_text())["rows"] if r["backbone"] != replacing] if earlier.exists() else []
+    kept = (
+        [r for r in json.loads(earlier.read_text())["rows"] if r["backbone"] != replacing] if earlier.exists() else []
+    )
     rows = kept + rows
-    result = {"rows": rows, "environment": results_files.environment(),
-              "commands": sorted({r.get("command", "python benchmarks/int8_accuracy.py") for r in rows})}
-    lines = [f"# int8 against fp32: scores of trained checkpoints ({result['environment']['device_name']})\n",
-             f"Commands: {', '.join(f'`{c}`' for c in result['commands'])}. NER: CoNLL-03 test split, micro-F1; text "
-             "classification: AG News evaluation split, accuracy. Seconds: the whole `dwatt evaluate` call in process "
-             "(model load included).\n",
-             "| backbone | task | trained at N | way | score | change, points | seconds |", "|---|---|---|---|---|---|---|"]
-    lines += [f"| {r['backbone']} | {r['task']} | {r['n_shot']} | {r['way']} | {r['score']} {100 * r['value']:.2f} | "
-              f"{r['change_points']:+.2f} | {r['seconds']:.0f} |" for r in rows]
+    result = {
+        "rows": rows,
+        "environment": results_files.environment(),
+        "commands": sorted({r.get("command", "python benchmarks/int8_accuracy.py") for r in rows}),
+    }
+    lines = [
+        f"# int8 against fp32: scores of trained checkpoints ({result['environment']['device_name']})\n",
+        f"Commands: {', '.join(f'`{c}`' for c in result['commands'])}. NER: CoNLL-03 test split, micro-F1; text "
+        "classification: AG News evaluation split, accuracy. Seconds: the whole `dwatt evaluate` call in process "
+        "(model load included).\n",
+        "| backbone | task | trained at N | way | score | change, points | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['backbone']} | {r['task']} | {r['n_shot']} | {r['way']} | {r['score']} {100 * r['value']:.2f} | "
+        f"{r['change_points']:+.2f} | {r['seconds']:.0f} |"
+        for r in rows
+    ]
     results_files.write(output, "int8_accuracy_cpu", result, "\n".join(lines) + "\n")
 
 
@@ -84,9 +96,20 @@ def main(argv: list[str] | None = None) -> int:
             scores = json.loads(run(["evaluate", str(run_dir / ("onnx" if exported else "model")), *split, *options]))
             seconds = time.perf_counter() - started
             key = "f1" if task == "ner" else "accuracy"
-            rows.append({"backbone": name, "task": task, "way": way, "split": split[1], "score": key,
-                         "value": scores[key], "macro_f1": scores.get("macro_f1"), "seconds": round(seconds, 1),
-                         "n_shot": trained["config"]["n_shot"], "fusion": trained["config"]["fusion"]})
+            rows.append(
+                {
+                    "backbone": name,
+                    "task": task,
+                    "way": way,
+                    "split": split[1],
+                    "score": key,
+                    "value": scores[key],
+                    "macro_f1": scores.get("macro_f1"),
+                    "seconds": round(seconds, 1),
+                    "n_shot": trained["config"]["n_shot"],
+                    "fusion": trained["config"]["fusion"],
+                }
+            )
             print(f"{name} {task} {way}: {key} {100 * scores[key]:.2f} ({seconds:.0f} s)", flush=True)
     for row in rows:
         fp32 = next(r for r in rows if r["task"] == row["task"] and r["way"] == "PyTorch fp32")

@@ -43,15 +43,24 @@ import time
 from pathlib import Path
 
 import numpy as np
+import results_files
 import torch
 
-import results_files
 from dwatt.checkpoints import load_checkpoint
 from dwatt.data import load_conll2003
 from dwatt.serving.export import export_onnx
-from dwatt.serving.int8_graphs import (answers, calibrated_smooth_graph, calibration_sample, input_ranges,
-                                       quantize_dynamic_graph, quantize_smooth_graph, quantize_weights_graph,
-                                       quantized_products, run_recording, smoothing_scales)
+from dwatt.serving.int8_graphs import (
+    answers,
+    calibrated_smooth_graph,
+    calibration_sample,
+    input_ranges,
+    quantize_dynamic_graph,
+    quantize_smooth_graph,
+    quantize_weights_graph,
+    quantized_products,
+    run_recording,
+    smoothing_scales,
+)
 from dwatt.serving.onnx_runtime import OnnxModel, load_export
 from dwatt.serving.quantization import quantize_int8
 
@@ -65,7 +74,9 @@ def cpu_capabilities() -> dict:
     """The CPU's model and which of its int8 and bf16 instructions it has."""
     text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
     flags = set(next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []))
-    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown")
+    model = next(
+        (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "unknown"
+    )
     return {"model": model, **{flag: flag in flags for flag in CPU_FLAGS}}
 
 
@@ -96,7 +107,10 @@ def static_qdq(source: Path, target: Path, tokenizer, sample: list, inputs: list
     from dwatt.tokenization import encode_words
 
     rows, _ = encode_words(tokenizer, sample, min(tokenizer.model_max_length, 512), 32)
-    batches = [padded(rows, indices, pad_id(tokenizer)) for indices in length_sorted_batches([len(r) for r in rows["input_ids"]], 32)]
+    batches = [
+        padded(rows, indices, pad_id(tokenizer))
+        for indices in length_sorted_batches([len(r) for r in rows["input_ids"]], 32)
+    ]
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -104,16 +118,29 @@ def static_qdq(source: Path, target: Path, tokenizer, sample: list, inputs: list
 
         def get_next(self):
             batch = next(self.batches, None)
-            return None if batch is None else {name: batch.get(name, np.zeros_like(batch["input_ids"])) for name in inputs}
+            return (
+                None
+                if batch is None
+                else {name: batch.get(name, np.zeros_like(batch["input_ids"])) for name in inputs}
+            )
 
     import onnx
 
     graph = onnx.load(str(source), load_external_data=False).graph
     wanted = {node.name for node in quantized_products(graph)}
     kept = [node.name for node in graph.node if node.name not in wanted]
-    quantize_static(str(source), str(target), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, op_types_to_quantize=["MatMul"],
-                    nodes_to_exclude=kept, extra_options={"ActivationSymmetric": True})
+    quantize_static(
+        str(source),
+        str(target),
+        Reader(),
+        quant_format=QuantFormat.QDQ,
+        per_channel=True,
+        activation_type=QuantType.QInt8,
+        weight_type=QuantType.QInt8,
+        op_types_to_quantize=["MatMul"],
+        nodes_to_exclude=kept,
+        extra_options={"ActivationSymmetric": True},
+    )
 
 
 def graph_bytes(graph: Path) -> int:
@@ -144,7 +171,9 @@ def measure_head(name: str, checkpoint: Path, sentences: int, rounds: int, work:
     builders = {
         "dynamic": lambda target: quantize_dynamic_graph(source, target),
         "static QDQ": lambda target: static_qdq(source, target, tokenizer, sample, fp32.export["inputs"]),
-        "per token": lambda target: quantize_smooth_graph(source, target, smoothing_scales(source, ranges, alpha=None)),
+        "per token": lambda target: quantize_smooth_graph(
+            source, target, smoothing_scales(source, ranges, alpha=None)
+        ),
         "smooth alone": lambda target: quantize_smooth_graph(source, target, smoothing_scales(source, ranges)),
         "smooth": lambda target: calibrated_smooth_graph(source, target, fp32, answer),
         "weights int8": lambda target: quantize_weights_graph(source, target),
@@ -180,10 +209,22 @@ def measure_head(name: str, checkpoint: Path, sentences: int, rounds: int, work:
             elif way == "PyTorch bf16 backbone":
                 model.dwatt.backbone.to(dtype=torch.bfloat16)
             models[way] = model
-    tags = {way: answers(task, model, tokenizer if way in graphs else torch_tokenizer, words) for way, model in models.items()}
+    tags = {
+        way: answers(task, model, tokenizer if way in graphs else torch_tokenizer, words)
+        for way, model in models.items()
+    }
     timings = results_files.interleaved_timings(
-        {way: (lambda model=model, way=way: answers(task, model, tokenizer if way in graphs else torch_tokenizer, words))
-         for way, model in models.items()}, rounds, FP32)
+        {
+            way: (
+                lambda model=model, way=way: answers(
+                    task, model, tokenizer if way in graphs else torch_tokenizer, words
+                )
+            )
+            for way, model in models.items()
+        },
+        rounds,
+        FP32,
+    )
     reference, base_f1 = tags[FP32], f1(gold, tags[FP32])
     total = sum(map(len, reference))
     rows = []
@@ -191,24 +232,37 @@ def measure_head(name: str, checkpoint: Path, sentences: int, rounds: int, work:
         same = sum(a == b for mine, theirs in zip(reference, tags[way]) for a, b in zip(mine, theirs))
         score = f1(gold, tags[way])
         path = graphs.get(way)
-        rows.append({
-            "head": name, "way": way, "words_agree": same / total,
-            "sentences_agree": statistics.fmean(mine == theirs for mine, theirs in zip(reference, tags[way])),
-            "f1": score, "f1_change": score - base_f1, "seconds": timings["median"][way],
-            "time_vs_fp32_graph": timings["median"][way] / timings["median"][FP32],
-            "mib": graph_bytes(path) / 2**20 if path else None, "build_seconds": built.get(way),
-        })
+        rows.append(
+            {
+                "head": name,
+                "way": way,
+                "words_agree": same / total,
+                "sentences_agree": statistics.fmean(mine == theirs for mine, theirs in zip(reference, tags[way])),
+                "f1": score,
+                "f1_change": score - base_f1,
+                "seconds": timings["median"][way],
+                "time_vs_fp32_graph": timings["median"][way] / timings["median"][FP32],
+                "mib": graph_bytes(path) / 2**20 if path else None,
+                "build_seconds": built.get(way),
+            }
+        )
     rows.append({"head": name, "way": FP32 + results_files.AGAIN, "noise_control": timings["noise_control"]})
     return rows
 
 
 def table(result: dict) -> str:
     """Every head's ways in one table (the serving guide quotes it)."""
-    lines = ["| head | way | words as fp32 | sentences as fp32 | F1 | F1 change | × fp32 graph time | MiB |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
-    lines += [f"| {row['head']} | {row['way']} | {100 * row['words_agree']:.2f}% | {100 * row['sentences_agree']:.1f}% | "
-              f"{row['f1']:.2f} | {row['f1_change']:+.2f} | {row['time_vs_fp32_graph']:.2f} | "
-              f"{'' if row['mib'] is None else format(row['mib'], '.0f')} |" for row in result["rows"] if "words_agree" in row]
+    lines = [
+        "| head | way | words as fp32 | sentences as fp32 | F1 | F1 change | × fp32 graph time | MiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {row['head']} | {row['way']} | {100 * row['words_agree']:.2f}% | {100 * row['sentences_agree']:.1f}% | "
+        f"{row['f1']:.2f} | {row['f1_change']:+.2f} | {row['time_vs_fp32_graph']:.2f} | "
+        f"{'' if row['mib'] is None else format(row['mib'], '.0f')} |"
+        for row in result["rows"]
+        if "words_agree" in row
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -218,15 +272,20 @@ def capabilities(result: dict) -> str:
 
 
 def markdown(result: dict) -> str:
-    controls = ", ".join(f"{row['head']} {row['noise_control']:.2f}" for row in result["rows"] if "noise_control" in row)
-    return "\n".join([
-        f"# int8 ways against the fp32 graph, per head ({result['environment']['device_name']})\n",
-        f"CPU: {capabilities(result)}. Commands: {', '.join(f'`{c}`' for c in result['commands'])}. Agreement: the "
-        f"share of words (sentences) tagged as the fp32 ONNX graph tags them, on the first {result['sentences']} "
-        "CoNLL-03 test sentences; F1: seqeval on the same sentences; time: `dwatt predict`'s tagging of them, median "
-        f"of {result['rounds']} interleaved rounds, against the fp32 graph's; noise control (the fp32 graph timed twice "
-        f"a round): {controls}. Size: the graph with its weights file.\n",
-        table(result)])
+    controls = ", ".join(
+        f"{row['head']} {row['noise_control']:.2f}" for row in result["rows"] if "noise_control" in row
+    )
+    return "\n".join(
+        [
+            f"# int8 ways against the fp32 graph, per head ({result['environment']['device_name']})\n",
+            f"CPU: {capabilities(result)}. Commands: {', '.join(f'`{c}`' for c in result['commands'])}. Agreement: the "
+            f"share of words (sentences) tagged as the fp32 ONNX graph tags them, on the first {result['sentences']} "
+            "CoNLL-03 test sentences; F1: seqeval on the same sentences; time: `dwatt predict`'s tagging of them, median "
+            f"of {result['rounds']} interleaved rounds, against the fp32 graph's; noise control (the fp32 graph timed twice "
+            f"a round): {controls}. Size: the graph with its weights file.\n",
+            table(result),
+        ]
+    )
 
 
 def recorded_command(argv: list[str] | None) -> str:
@@ -236,8 +295,12 @@ def recorded_command(argv: list[str] | None) -> str:
     from dwatt.portable import portable_path
 
     given = sys.argv[1:] if argv is None else argv
-    heads = [f"{part.split('=', 1)[0]}={portable_path(part.split('=', 1)[1])}" if "=" in part and not part.startswith("-")
-             else part for part in given]
+    heads = [
+        f"{part.split('=', 1)[0]}={portable_path(part.split('=', 1)[1])}"
+        if "=" in part and not part.startswith("-")
+        else part
+        for part in given
+    ]
     return results_files.command("int8_decoders.py", heads)
 
 
@@ -246,8 +309,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--head", action="append", required=True, help="NAME=CHECKPOINT (repeat)")
     parser.add_argument("--sentences", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--ways", default=",".join(ONNX_WAYS + TORCH_WAYS),
-                        help="comma-separated (default: all): " + ", ".join(ONNX_WAYS + TORCH_WAYS))
+    parser.add_argument(
+        "--ways",
+        default=",".join(ONNX_WAYS + TORCH_WAYS),
+        help="comma-separated (default: all): " + ", ".join(ONNX_WAYS + TORCH_WAYS),
+    )
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     heads = dict(item.split("=", 1) for item in args.head)
@@ -257,9 +323,14 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as work:
         for name, checkpoint in heads.items():
             rows += measure_head(name, Path(checkpoint), args.sentences, args.rounds, Path(work), args.ways.split(","))
-    result = {"rows": rows, "cpu": cpu_capabilities(), "environment": results_files.environment(),
-              "sentences": args.sentences, "rounds": args.rounds,
-              "commands": sorted(set(earlier.get("commands", [])) | {recorded_command(argv)})}
+    result = {
+        "rows": rows,
+        "cpu": cpu_capabilities(),
+        "environment": results_files.environment(),
+        "sentences": args.sentences,
+        "rounds": args.rounds,
+        "commands": sorted(set(earlier.get("commands", [])) | {recorded_command(argv)}),
+    }
     results_files.write(args.output, "int8_decoders_cpu", result, markdown(result))
 
 

@@ -83,8 +83,9 @@ def measured(argv: list[str], stdin: str | None = None, env: dict | None = None,
     """Run `argv` with `stdin`, its memory polled every `interval` seconds (`PeakMemory`): the peaks, the wall time and
     the exit code; its output's last lines where it failed."""
     started = time.perf_counter()
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=env)
+    process = subprocess.Popen(
+        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     peak = PeakMemory(process.pid, interval)
     out, err = process.communicate(stdin)
     record = {**peak.stop(), "wall_s": round(time.perf_counter() - started, 1), "exit_code": process.returncode}
@@ -108,8 +109,17 @@ def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
         common += ["--cache-dtype", args.cache_dtype]
     threads = ["--threads", str(args.threads)] if args.threads else []
     probe = ["probe", *common, "--test", "--quiet", "--results", str(work / "probe" / "results.jsonl"), *threads]
-    train = ["train", *common, "--fusion", "dwatt", "--test", "--quiet", "--output-dir", str(work / "train" / "run"),
-             *threads]
+    train = [
+        "train",
+        *common,
+        "--fusion",
+        "dwatt",
+        "--test",
+        "--quiet",
+        "--output-dir",
+        str(work / "train" / "run"),
+        *threads,
+    ]
     from dwatt.data import load_conll2003
 
     test = load_conll2003()["test"]
@@ -119,32 +129,49 @@ def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
 
 
 def table(records: list[dict]) -> str:
-    lines = ["| backbone | command | peak anonymous (GiB) | peak RSS (GiB) | feature cache on disk (GiB) | wall (s) | exit |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| backbone | command | peak anonymous (GiB) | peak RSS (GiB) | feature cache on disk (GiB) | wall (s) | exit |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in records:
-        lines.append(f"| {r['backbone']} | {r['command']} | {r['peak_anon_gib']:.2f} | {r['peak_rss_gib']:.2f} | "
-                     f"{r['cache_on_disk_gib']:.2f} | {r['wall_s']:.0f} | {r['exit_code']} |")
+        lines.append(
+            f"| {r['backbone']} | {r['command']} | {r['peak_anon_gib']:.2f} | {r['peak_rss_gib']:.2f} | "
+            f"{r['cache_on_disk_gib']:.2f} | {r['wall_s']:.0f} | {r['exit_code']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def readme_text(result: dict) -> str:
     """One line of the docs per backbone: each command's peaks under the budget."""
     records = result["records"]
-    parts = [f"`dwatt {r['command']}` {r['peak_anon_gib']:.2f} GiB anonymous ({r['peak_rss_gib']:.2f} GiB resident"
-             + (f", {r['cache_on_disk_gib']:.2f} GiB of features on disk" if r["cache_on_disk_gib"] else "") + ")"
-             for r in records]
-    return (f"{Path(records[0]['backbone']).name}, `--max-memory {result['max_memory']}`, CoNLL-03 N = 32 with "
-            f"`--test`: " + "; ".join(parts) + ".\n")
+    parts = [
+        f"`dwatt {r['command']}` {r['peak_anon_gib']:.2f} GiB anonymous ({r['peak_rss_gib']:.2f} GiB resident"
+        + (f", {r['cache_on_disk_gib']:.2f} GiB of features on disk" if r["cache_on_disk_gib"] else "")
+        + ")"
+        for r in records
+    ]
+    return (
+        f"{Path(records[0]['backbone']).name}, `--max-memory {result['max_memory']}`, CoNLL-03 N = 32 with "
+        f"`--test`: " + "; ".join(parts) + ".\n"
+    )
 
 
 def markdown(name: str, result: dict) -> str:
     """The table, then how each command's record was measured (records of several runs share a file: each run
     replaces only the commands it measures; `command` at the top is the latest run's)."""
-    how = "\n".join(f"- {r['command']}: `{r['measured_by']}`" + (f" {r['note']}" if r.get("note") else "")
-                    for r in result["records"])
-    return (f"# Peak memory of dwatt's commands on {name}\n\n{result['cpu']}, "
-            f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
-            f"{'with' if result['amx_bf16'] else 'without'} AMX.\n\n" + table(result["records"]) + "\nMeasured by:\n\n" + how + "\n")
+    how = "\n".join(
+        f"- {r['command']}: `{r['measured_by']}`" + (f" {r['note']}" if r.get("note") else "")
+        for r in result["records"]
+    )
+    return (
+        f"# Peak memory of dwatt's commands on {name}\n\n{result['cpu']}, "
+        f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
+        f"{'with' if result['amx_bf16'] else 'without'} AMX.\n\n"
+        + table(result["records"])
+        + "\nMeasured by:\n\n"
+        + how
+        + "\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,8 +182,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n-shot", type=int, default=32)
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--dev-sentences", type=int, default=None)
-    parser.add_argument("--cache-dtype", default=None, help="as dwatt's (bfloat16 for a backbone whose features "
-                                                             "overflow float16, such as EmbeddingGemma's last layer)")
+    parser.add_argument(
+        "--cache-dtype",
+        default=None,
+        help="as dwatt's (bfloat16 for a backbone whose features "
+        "overflow float16, such as EmbeddingGemma's last layer)",
+    )
     parser.add_argument("--predict-sentences", type=int, default=500)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--work", default=None, help="where the commands write (default: a scratch folder, removed)")
@@ -164,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--note", default=None, help="what else the machine ran meanwhile (wall times depend on it)")
     args = parser.parse_args(argv)
     import results_files
+
     from dwatt.portable import portable_path
 
     wanted = [name for name in args.commands.split(",") if name]
@@ -188,15 +220,29 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{command}: dwatt {' '.join(arguments)}", file=sys.stderr, flush=True)
         record = measured([dwatt, *arguments], stdin)
         caches = sum(folder_bytes(folder) for folder in (work / command).rglob(".feature-cache"))
-        record.update(backbone=portable_path(args.backbone), command=command,
-                      command_line="dwatt " + " ".join(a.replace(str(work), "WORK") if str(work) in a
-                                                        else portable_path(a) if Path(a).exists() else a for a in arguments),
-                      cache_on_disk_gib=round(caches / GIB, 3), measured_by=measured_by, note=args.note)
+        record.update(
+            backbone=portable_path(args.backbone),
+            command=command,
+            command_line="dwatt "
+            + " ".join(
+                a.replace(str(work), "WORK") if str(work) in a else portable_path(a) if Path(a).exists() else a
+                for a in arguments
+            ),
+            cache_on_disk_gib=round(caches / GIB, 3),
+            measured_by=measured_by,
+            note=args.note,
+        )
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)
     records.sort(key=lambda r: COMMANDS.index(r["command"]))
-    result = {"benchmark": "memory", "command": measured_by, **results_files.cpu_facts(),
-              "environment": results_files.environment(), "max_memory": args.max_memory, "records": records}
+    result = {
+        "benchmark": "memory",
+        "command": measured_by,
+        **results_files.cpu_facts(),
+        "environment": results_files.environment(),
+        "max_memory": args.max_memory,
+        "records": records,
+    }
     results_files.write(args.output, stem, result, markdown(name, result))
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)

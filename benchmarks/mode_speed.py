@@ -25,9 +25,9 @@ import statistics
 import time
 from pathlib import Path
 
+import results_files
 import torch
 
-import results_files
 from dwatt import DWAttForTokenClassification
 from dwatt.data import load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
@@ -40,8 +40,9 @@ FT_AGAIN = "ft again"
 
 def batch_of(backbone: str, size: int) -> dict:
     sentences = load_conll2003()["train"].filter(lambda row: len(row["tokens"]) > 0)["tokens"][:size]
-    encoded = load_tokenizer(backbone)(sentences, is_split_into_words=True, padding=True, truncation=True,
-                                       max_length=128, return_tensors="pt")
+    encoded = load_tokenizer(backbone)(
+        sentences, is_split_into_words=True, padding=True, truncation=True, max_length=128, return_tensors="pt"
+    )
     labels = torch.randint(0, 9, encoded["input_ids"].shape, generator=torch.Generator().manual_seed(0))
     return dict(encoded) | {"labels": labels}
 
@@ -85,19 +86,39 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         steps[mode]()
         times[mode].append(time.perf_counter() - started)
-    rows = [{"mode": mode, "trainable_parameters": trainable[mode], "step_ms": round(1000 * statistics.median(t), 2),
-             "ratio_to_ft": round(statistics.median(v / f for v, f in zip(t, times["ft"])), 4)} for mode, t in times.items()]
-    result = {"settings": {"backbone": portable_path(args.backbone), "batch": args.batch,
-                           "tokens": int(batch["input_ids"].shape[1]), "rounds": args.rounds, "warmup": args.warmup},
-              "rows": rows, "environment": results_files.environment(torch.device("cpu")),
-              "command": results_files.command("mode_speed.py", argv)}
-    lines = [f"# Training step time by mode on the CPU ({result['environment']['device_name']})\n",
-             f"DWAtt tagger on {result['settings']['backbone']}, one AdamW step on a batch of {args.batch} x "
-             f"{result['settings']['tokens']} tokens; median of {args.rounds} interleaved rounds after {args.warmup} "
-             "warm-up steps, the order rotated; each ratio is the median over rounds of a mode's time over FT's in the "
-             f"same round (`{FT_AGAIN}`: the noise). Command: `{result['command']}`\n",
-             "| mode | trainable parameters | step ms | x FT |", "|---|---|---|---|"]
-    lines += [f"| {r['mode']} | {r['trainable_parameters']:,} | {r['step_ms']:.1f} | {r['ratio_to_ft']:.3f} |" for r in rows]
+    rows = [
+        {
+            "mode": mode,
+            "trainable_parameters": trainable[mode],
+            "step_ms": round(1000 * statistics.median(t), 2),
+            "ratio_to_ft": round(statistics.median(v / f for v, f in zip(t, times["ft"])), 4),
+        }
+        for mode, t in times.items()
+    ]
+    result = {
+        "settings": {
+            "backbone": portable_path(args.backbone),
+            "batch": args.batch,
+            "tokens": int(batch["input_ids"].shape[1]),
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+        },
+        "rows": rows,
+        "environment": results_files.environment(torch.device("cpu")),
+        "command": results_files.command("mode_speed.py", argv),
+    }
+    lines = [
+        f"# Training step time by mode on the CPU ({result['environment']['device_name']})\n",
+        f"DWAtt tagger on {result['settings']['backbone']}, one AdamW step on a batch of {args.batch} x "
+        f"{result['settings']['tokens']} tokens; median of {args.rounds} interleaved rounds after {args.warmup} "
+        "warm-up steps, the order rotated; each ratio is the median over rounds of a mode's time over FT's in the "
+        f"same round (`{FT_AGAIN}`: the noise). Command: `{result['command']}`\n",
+        "| mode | trainable parameters | step ms | x FT |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['mode']} | {r['trainable_parameters']:,} | {r['step_ms']:.1f} | {r['ratio_to_ft']:.3f} |" for r in rows
+    ]
     results_files.write(args.output, "mode_speed_cpu", result, "\n".join(lines) + "\n")
     return 0
 

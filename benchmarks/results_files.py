@@ -42,7 +42,12 @@ def cpu_facts() -> dict:
                 name = line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return {"cpu": name, "cores": os.cpu_count(), "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags}
+    return {
+        "cpu": name,
+        "cores": os.cpu_count(),
+        "avx512_bf16": "avx512_bf16" in flags,
+        "amx_bf16": "amx_bf16" in flags,
+    }
 
 
 def command(script: str, argv: list[str] | None) -> str:
@@ -50,7 +55,9 @@ def command(script: str, argv: list[str] | None) -> str:
     this machine (`dwatt.portable.portable_command`)."""
     from dwatt.portable import portable_command
 
-    return " ".join([f"python benchmarks/{script}", *map(shlex.quote, portable_command(sys.argv[1:] if argv is None else argv))])
+    return " ".join(
+        [f"python benchmarks/{script}", *map(shlex.quote, portable_command(sys.argv[1:] if argv is None else argv))]
+    )
 
 
 def rotated_rounds(names, rounds: int):

@@ -19,12 +19,12 @@ import tempfile
 from pathlib import Path
 
 import torch
+from results_files import command, environment, interleaved_timings, write
 
 from dwatt import DWAttForTokenClassification
 from dwatt.data import CONLL_LABELS, load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.serving.shared_heads import SharedBackboneHeads
-from results_files import command, environment, interleaved_timings, write
 
 HERE = Path(__file__).resolve().parent
 HEAD_COUNTS = (1, 2, 4, 8)
@@ -74,15 +74,23 @@ def main(argv: list[str] | None = None) -> int:
     settings |= {f"shared k={k}": (lambda k=k: shared[k](**batch)) for k in HEAD_COUNTS}
     settings["backbone alone"] = lambda: four.runner.run_backbone(**batch)
     for index, head in enumerate(heads_alone):
-        settings[f"head {index} alone"] = lambda head=head: head(backbone_hidden_states=stacked, attention_mask=batch["attention_mask"])
+        settings[f"head {index} alone"] = lambda head=head: head(
+            backbone_hidden_states=stacked, attention_mask=batch["attention_mask"]
+        )
     timings = interleaved_timings(settings, args.rounds, CONTROL, warmup=args.warmup)
     median_ms = {name: 1000 * seconds for name, seconds in timings["median"].items()}
 
     rows = []
     for k in HEAD_COUNTS:
         separate, together = median_ms[f"separate k={k}"], median_ms[f"shared k={k}"]
-        rows.append({"heads": k, "separate_ms": round(separate, 2), "shared_ms": round(together, 2),
-                     "speedup": round(separate / together, 3)})
+        rows.append(
+            {
+                "heads": k,
+                "separate_ms": round(separate, 2),
+                "shared_ms": round(together, 2),
+                "speedup": round(separate / together, 3),
+            }
+        )
     parts_ms = median_ms["backbone alone"] + sum(median_ms[f"head {i} alone"] for i in range(4))
     result = {
         "command": command("shared_heads.py", argv),
@@ -93,9 +101,11 @@ def main(argv: list[str] | None = None) -> int:
         "noise_control": round(timings["noise_control"], 3),
         "max_abs_difference_to_separate_models": max_difference,
         "rows": rows,
-        "k4_parts_ms": {"backbone": round(median_ms["backbone alone"], 2),
-                        "heads": [round(median_ms[f"head {i} alone"], 2) for i in range(4)],
-                        "sum": round(parts_ms, 2)},
+        "k4_parts_ms": {
+            "backbone": round(median_ms["backbone alone"], 2),
+            "heads": [round(median_ms[f"head {i} alone"], 2) for i in range(4)],
+            "sum": round(parts_ms, 2),
+        },
         "k4_shared_over_parts": round(median_ms["shared k=4"] / parts_ms, 3),
         "median_ms": {name: round(value, 3) for name, value in median_ms.items()},
     }

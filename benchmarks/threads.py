@@ -45,13 +45,26 @@ while True:
 
 
 def train_command(epochs: int, output: Path, threads: int | None) -> list[str]:
-    return [sys.executable, "-m", "dwatt.cli", "train", "--epochs", str(epochs), "--no-save", "--quiet",
-            "--output-dir", str(output), *(["--threads", str(threads)] if threads else [])]
+    return [
+        sys.executable,
+        "-m",
+        "dwatt.cli",
+        "train",
+        "--epochs",
+        str(epochs),
+        "--no-save",
+        "--quiet",
+        "--output-dir",
+        str(output),
+        *(["--threads", str(threads)] if threads else []),
+    ]
 
 
 def timed(command: list[str]) -> tuple[float, float]:
     """Wall and CPU seconds of `command` (its own and its children's user + system time)."""
-    environment = {key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    environment = {
+        key: value for key, value in os.environ.items() if key not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    }
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(command, check=True, env=environment, stdout=subprocess.DEVNULL)
@@ -62,8 +75,12 @@ def timed(command: list[str]) -> tuple[float, float]:
 
 def chosen_threads() -> int:
     """What `default_threads` chooses now, in a process of its own as the console script runs it."""
-    done = subprocess.run([sys.executable, "-c", "from dwatt.cli import default_threads; print(default_threads())"],
-                          check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", "from dwatt.cli import default_threads; print(default_threads())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return int(done.stdout.strip())
 
 
@@ -88,9 +105,17 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     cores = len(os.sched_getaffinity(0))
     scratch = Path(tempfile.mkdtemp(prefix="dwatt-threads-"))
-    alone = {"today": train_command(args.epochs, scratch / "a", cores), "default": train_command(args.epochs, scratch / "b", None)}
-    result = {"command": results_files.command("threads.py", argv), "environment": results_files.environment(),
-              "cores": cores, "epochs": args.epochs, "rounds": args.rounds}
+    alone = {
+        "today": train_command(args.epochs, scratch / "a", cores),
+        "default": train_command(args.epochs, scratch / "b", None),
+    }
+    result = {
+        "command": results_files.command("threads.py", argv),
+        "environment": results_files.environment(),
+        "cores": cores,
+        "epochs": args.epochs,
+        "rounds": args.rounds,
+    }
     result["alone"] = measure(alone, args.rounds, "default") | {"default_threads": chosen_threads()}
     busy_process = subprocess.Popen([sys.executable, "-c", BUSY], env=os.environ | {"OMP_NUM_THREADS": "1"})
     try:
@@ -102,9 +127,11 @@ def main(argv: list[str] | None = None) -> None:
         busy_process.kill()
     alone_ratio = result["alone"]["median"]["default"] / result["alone"]["median"]["today"]
     busy = result["beside a busy process"]["median"]
-    result["ratios"] = {"alone: default / today": alone_ratio,
-                        "busy: default / --threads 1": busy["default"] / busy["--threads 1"],
-                        "busy: today / --threads 1": busy["today"] / busy["--threads 1"]}
+    result["ratios"] = {
+        "alone: default / today": alone_ratio,
+        "busy: default / --threads 1": busy["default"] / busy["--threads 1"],
+        "busy: today / --threads 1": busy["today"] / busy["--threads 1"],
+    }
     lines = [
         "# Threads: the default against today's and `--threads 1`",
         "",
@@ -116,10 +143,18 @@ def main(argv: list[str] | None = None) -> None:
     ]
     for where, part in (("alone", result["alone"]), ("beside a busy process", result["beside a busy process"])):
         for name, seconds in part["median"].items():
-            count = {"today": cores, "--threads 1": 1}.get(name.removesuffix(results_files.AGAIN), part["default_threads"])
-            lines.append(f"| {where} | {name} | {count} | {seconds:.1f} | {part['cpu_seconds'].get(name, float('nan')):.1f} |")
-    lines += ["", f"Noise control (the same command twice a round): alone {result['alone']['noise_control']:.3f}, beside a "
-              f"busy process {result['beside a busy process']['noise_control']:.3f}.", ""]
+            count = {"today": cores, "--threads 1": 1}.get(
+                name.removesuffix(results_files.AGAIN), part["default_threads"]
+            )
+            lines.append(
+                f"| {where} | {name} | {count} | {seconds:.1f} | {part['cpu_seconds'].get(name, float('nan')):.1f} |"
+            )
+    lines += [
+        "",
+        f"Noise control (the same command twice a round): alone {result['alone']['noise_control']:.3f}, beside a "
+        f"busy process {result['beside a busy process']['noise_control']:.3f}.",
+        "",
+    ]
     lines += [f"- {name}: {ratio:.2f}" for name, ratio in result["ratios"].items()]
     results_files.write(args.output, "threads_cpu", result, "\n".join(lines) + "\n")
 

@@ -56,28 +56,53 @@ def _support(kind: str) -> Callable[[str], str]:
         finally:
             sys.path.remove(str(REPO))
         return getattr(families, kind)() + "\n"
+
     return text
 
 
 GENERATORS: dict[str, Callable[[str], str]] = {
-    "benchmarks/results/predict_speed_cpu.json": lambda s: _module("benchmarks", "predict_speed").table(_json(s)["rows"]),
-    "benchmarks/results/predict_speed_cpu.json#ratios": lambda s: _module("benchmarks", "predict_speed").readme_text(_json(s)),
-    "benchmarks/results/fusion_speed_cpu.json": lambda s: _module("benchmarks", "fusion_speed").ratio_table(_json(s)["rows"]),
+    "benchmarks/results/predict_speed_cpu.json": lambda s: _module("benchmarks", "predict_speed").table(
+        _json(s)["rows"]
+    ),
+    "benchmarks/results/predict_speed_cpu.json#ratios": lambda s: _module("benchmarks", "predict_speed").readme_text(
+        _json(s)
+    ),
+    "benchmarks/results/fusion_speed_cpu.json": lambda s: _module("benchmarks", "fusion_speed").ratio_table(
+        _json(s)["rows"]
+    ),
     "benchmarks/results/grid_speed_cpu.json": lambda s: _module("benchmarks", "grid_speed").readme_text(_json(s)),
     "benchmarks/results/fe_cache_cpu.json": lambda s: _module("benchmarks", "fe_cache").readme_text(_json(s)),
     "benchmarks/results/probe_speed_cpu.json": lambda s: _module("benchmarks", "probe_speed").readme_text(_json(s)),
-    "benchmarks/results/probe_serving_all-MiniLM-L6-v2.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
-    "benchmarks/results/probe_serving_SmolLM2-135M-Instruct-q4.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
-    "benchmarks/results/probe_serving_Qwen2.5-Coder-1.5B-Instruct-q4.json": lambda s: _module("benchmarks", "probe_serving").readme_text(_json(s)),
-    "benchmarks/results/backbone_dtype_cpu.json": lambda s: _module("benchmarks", "backbone_dtype").readme_text(_json(s)),
-    "benchmarks/results/memory_SmolLM2-135M-Instruct-q4.json": lambda s: _module("benchmarks", "memory").readme_text(_json(s)),
-    "benchmarks/results/memory_embeddinggemma-300m.json": lambda s: _module("benchmarks", "memory").readme_text(_json(s)),
-    "benchmarks/results/memory_Qwen2.5-Coder-1.5B-Instruct-q4.json": lambda s: _module("benchmarks", "memory").readme_text(_json(s)),
+    "benchmarks/results/probe_serving_all-MiniLM-L6-v2.json": lambda s: _module(
+        "benchmarks", "probe_serving"
+    ).readme_text(_json(s)),
+    "benchmarks/results/probe_serving_SmolLM2-135M-Instruct-q4.json": lambda s: _module(
+        "benchmarks", "probe_serving"
+    ).readme_text(_json(s)),
+    "benchmarks/results/probe_serving_Qwen2.5-Coder-1.5B-Instruct-q4.json": lambda s: _module(
+        "benchmarks", "probe_serving"
+    ).readme_text(_json(s)),
+    "benchmarks/results/backbone_dtype_cpu.json": lambda s: _module("benchmarks", "backbone_dtype").readme_text(
+        _json(s)
+    ),
+    "benchmarks/results/memory_SmolLM2-135M-Instruct-q4.json": lambda s: _module("benchmarks", "memory").readme_text(
+        _json(s)
+    ),
+    "benchmarks/results/memory_embeddinggemma-300m.json": lambda s: _module("benchmarks", "memory").readme_text(
+        _json(s)
+    ),
+    "benchmarks/results/memory_Qwen2.5-Coder-1.5B-Instruct-q4.json": lambda s: _module(
+        "benchmarks", "memory"
+    ).readme_text(_json(s)),
     "benchmarks/results/int8_accuracy_cpu.md": _table_lines,
     "benchmarks/results/int8_decoders_cpu.json": lambda s: _module("benchmarks", "int8_decoders").table(_json(s)),
-    "docs/results/rerun-noise/rerun_noise.json#readme": lambda s: _module("benchmarks", "rerun_noise").readme_text(_json(s)),
-    **{f"benchmarks/results/engine_throughput_{name}.md": _table_lines
-       for name in ("all-MiniLM-L6-v2_cpu", "all-mpnet-base-v2_cpu", "random-large_cuda")},
+    "docs/results/rerun-noise/rerun_noise.json#readme": lambda s: _module("benchmarks", "rerun_noise").readme_text(
+        _json(s)
+    ),
+    **{
+        f"benchmarks/results/engine_throughput_{name}.md": _table_lines
+        for name in ("all-MiniLM-L6-v2_cpu", "all-mpnet-base-v2_cpu", "random-large_cuda")
+    },
     "benchmarks/results/quantization_speed_cpu.md": _table_lines,
     "tests/test_families.py#support_table": _support("support_table"),
     "tests/test_families.py#support_summary": _support("support_summary"),
@@ -98,7 +123,7 @@ def regenerate(pages: list[Path] = PAGES, write: bool = True) -> list[str]:
     for page in pages:
         text = page.read_text()
 
-        def fresh(match: re.Match) -> str:
+        def fresh(match: re.Match, page: Path = page) -> str:
             body = expected(match.group(3))
             if body is None or body == match.group(4):
                 return match.group(0)

@@ -43,7 +43,9 @@ def on_files(files: Files, config) -> Files:
         source = pending.pop()
         for target in _targets(source.read_text(encoding="utf-8"), source.parent) - served:
             served.add(target)
-            files.append(File.generated(config, f"{SERVED}/{target.relative_to(REPO).as_posix()}", abs_src_path=str(target)))
+            files.append(
+                File.generated(config, f"{SERVED}/{target.relative_to(REPO).as_posix()}", abs_src_path=str(target))
+            )
             if target.suffix == ".md":
                 pending.append(target)
     return files
@@ -62,7 +64,9 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     here = posixpath.dirname(page.file.src_uri)
 
     def rewrite(match: re.Match) -> str:
-        start, target, end = (match.group(1), match.group(2), match.group(3)) if match.group(1) else match.group(4, 5, 6)
+        start, target, end = (
+            (match.group(1), match.group(2), match.group(3)) if match.group(1) else match.group(4, 5, 6)
+        )
         path, hash_, anchor = target.partition("#")
         if not path or re.match(r"^[a-z]+:", path) or path.startswith("/"):
             return match.group(0)

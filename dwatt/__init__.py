@@ -1,7 +1,8 @@
 """dwatt: Depth-Wise Attention (DWAtt) layer fusion for pretrained encoders.
 
 The model classes live in the top-level files that travel with every checkpoint (`configuration_dwatt.py`,
-`modeling_dwatt.py` and the siblings it imports); this package re-exports them and adds the library around them: data, few-shot sampling, the
+`modeling_dwatt.py` and the siblings it imports); this package re-exports them and adds the library around them: data,
+few-shot sampling, the
 feature cache, training, serving and the CLI.
 
 The re-exported names load on first use (PEP 562), and the first of the model names to load registers DWAtt with
@@ -11,17 +12,26 @@ models, so that the command line and the ONNX runtime start quickly.
 
 from importlib import import_module
 
-from .auto import register_auto_classes
 from specs_dwatt import FUSIONS, POOLINGS
+
+from .auto import register_auto_classes
 
 # Where each lazily loaded public name lives.
 _MODEL_NAMES = {
     "DWAttConfig": "configuration_dwatt",
-    **{name: "modeling_dwatt" for name in (
-        "DWAttForMaskedLM", "DWAttForSequenceClassification", "DWAttForTokenClassification", "DWAttModel",
-        "RobertaDWAttForMaskedLM", "RobertaDWAttForSequenceClassification", "RobertaDWAttForTokenClassification",
-        "count_parameters",
-    )},
+    **{
+        name: "modeling_dwatt"
+        for name in (
+            "DWAttForMaskedLM",
+            "DWAttForSequenceClassification",
+            "DWAttForTokenClassification",
+            "DWAttModel",
+            "RobertaDWAttForMaskedLM",
+            "RobertaDWAttForSequenceClassification",
+            "RobertaDWAttForTokenClassification",
+            "count_parameters",
+        )
+    },
     "SharedBackboneHeads": "dwatt.serving.shared_heads",
 }
 

@@ -48,8 +48,10 @@ def scratch_folder(output: Path) -> Iterator[Path]:
     try:
         lock.acquire(timeout=0)
     except Timeout:
-        raise FolderBusyError(f"{output}: another process is writing this folder now (it holds {lock.lock_file}); "
-                              "wait for it to end, or write elsewhere") from None
+        raise FolderBusyError(
+            f"{output}: another process is writing this folder now (it holds {lock.lock_file}); "
+            "wait for it to end, or write elsewhere"
+        ) from None
     try:
         for stale in output.parent.glob(f".{output.name}.*.tmp"):  # only a killed writer's: the lock is ours
             shutil.rmtree(stale, ignore_errors=True)
@@ -79,8 +81,10 @@ def failed_write(error: OSError, output: Path, what: str) -> OSError:
     said = first_line(error)
     if error.errno == errno.ENOSPC or (free is not None and free < FULL_DISK_BYTES):
         left = f"{free / 2**20:.1f} MiB free" if free is not None else "free space unknown"
-        described = OSError(f"{output}: no space left on the device while writing {what} ({left}; the system said: "
-                            f"{said}); nothing was replaced: free some space and run the command again")
+        described = OSError(
+            f"{output}: no space left on the device while writing {what} ({left}; the system said: "
+            f"{said}); nothing was replaced: free some space and run the command again"
+        )
         described.errno = errno.ENOSPC
         return described
     return OSError(f"{output}: writing {what} failed ({said}); nothing was replaced")
@@ -113,8 +117,10 @@ def _exchange(first: Path, second: Path) -> bool:
     except (OSError, AttributeError):
         return False
     at_current_directory, rename_exchange = -100, 2
-    return renameat2(at_current_directory, os.fsencode(first), at_current_directory, os.fsencode(second),
-                     rename_exchange) == 0
+    return (
+        renameat2(at_current_directory, os.fsencode(first), at_current_directory, os.fsencode(second), rename_exchange)
+        == 0
+    )
 
 
 def read_text(path: str | Path) -> str:
@@ -163,4 +169,16 @@ def give_usual_modes(folder: str | Path) -> None:
             path.chmod(mode)
 
 
-__all__ = ["FULL_DISK_BYTES", "failed_write", "give_usual_modes", "read_json", "read_text", "replace_folder", "scratch_folder", "sha256_of", "usual_mode", "write_json_atomically", "write_text_atomically"]
+__all__ = [
+    "FULL_DISK_BYTES",
+    "failed_write",
+    "give_usual_modes",
+    "read_json",
+    "read_text",
+    "replace_folder",
+    "scratch_folder",
+    "sha256_of",
+    "usual_mode",
+    "write_json_atomically",
+    "write_text_atomically",
+]

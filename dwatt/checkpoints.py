@@ -22,8 +22,14 @@ def checkpoint_task(config) -> str:
 
 
 # Files of a checkpoint folder that are JSON, checked before transformers reads them (its errors name no file).
-JSON_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "generation_config.json",
-              "model.safetensors.index.json")
+JSON_FILES = (
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+)
 
 
 def check_checkpoint_folder(path: str | Path) -> None:
@@ -54,7 +60,9 @@ def check_dtypes(config: dict, file: Path, prefix: str = "") -> None:
     for key in ("dtype", "torch_dtype"):
         value = config.get(key)
         if value is not None and value != "auto" and not isinstance(getattr(torch, str(value), None), torch.dtype):
-            raise ValueError(f"{file}: {prefix}{key} {value!r} is not a torch dtype (float32, float16, bfloat16, or auto)")
+            raise ValueError(
+                f"{file}: {prefix}{key} {value!r} is not a torch dtype (float32, float16, bfloat16, or auto)"
+            )
     if isinstance(config.get("encoder_config"), dict):
         check_dtypes(config["encoder_config"], file, "encoder_config.")
 
@@ -99,7 +107,9 @@ def head_on_meta(config, tensors: dict, path: str | Path, adopt_missing=None):
     if missing and adopt_missing is not None:
         missing = adopt_missing(model, missing)
     if missing:
-        raise ValueError(f"{path}: the head-only checkpoint lacks {len(missing)} head weights: {', '.join(missing[:8])}")
+        raise ValueError(
+            f"{path}: the head-only checkpoint lacks {len(missing)} head weights: {', '.join(missing[:8])}"
+        )
     model.load_state_dict(head, strict=False, assign=True)
     return model.eval()
 
@@ -166,8 +176,10 @@ def member_folders(folder: str | Path) -> list[Path]:
         raise FileNotFoundError(f"{folder / ENSEMBLE_FILE}: the member {missing[0]} has no checkpoint (config.json)")
     unweighted = [path for path in paths if not any((path / name).is_file() for name in WEIGHT_FILES)]
     if unweighted:
-        raise FileNotFoundError(f"{unweighted[0] / WEIGHT_FILES[0]}: missing; the member {unweighted[0].name} of "
-                                f"{folder / ENSEMBLE_FILE} has no weights: save the probe's ensemble again")
+        raise FileNotFoundError(
+            f"{unweighted[0] / WEIGHT_FILES[0]}: missing; the member {unweighted[0].name} of "
+            f"{folder / ENSEMBLE_FILE} has no weights: save the probe's ensemble again"
+        )
     return paths
 
 
@@ -175,5 +187,14 @@ def member_folders(folder: str | Path) -> list[Path]:
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 
 
-__all__ = ["ENSEMBLE_FILE", "check_checkpoint_folder", "checkpoint_task", "ensemble_folder", "is_ensemble", "load_checkpoint",
-           "member_folders", "stored_keys", "write_ensemble"]
+__all__ = [
+    "ENSEMBLE_FILE",
+    "check_checkpoint_folder",
+    "checkpoint_task",
+    "ensemble_folder",
+    "is_ensemble",
+    "load_checkpoint",
+    "member_folders",
+    "stored_keys",
+    "write_ensemble",
+]

@@ -43,15 +43,31 @@ def scores_table(scores: dict, types: list[str], average: str = "micro") -> list
     rows = [("type" if average == "micro" else "class", "precision", "recall", "F1", "support")]
     for name in types:
         if f"{name}_f1" in scores:
-            rows.append((name, _percent(scores[f"{name}_precision"]), _percent(scores[f"{name}_recall"]),
-                         _percent(scores[f"{name}_f1"]), str(scores[f"{name}_support"])))
+            rows.append(
+                (
+                    name,
+                    _percent(scores[f"{name}_precision"]),
+                    _percent(scores[f"{name}_recall"]),
+                    _percent(scores[f"{name}_f1"]),
+                    str(scores[f"{name}_support"]),
+                )
+            )
     support = sum(int(scores.get(f"{name}_support", 0)) for name in types)
     prefix = "" if average == "micro" else "macro_"
-    rows.append((f"all ({average})", _percent(scores[f"{prefix}precision"]), _percent(scores[f"{prefix}recall"]),
-                 _percent(scores[f"{prefix}f1"]), str(support)))
+    rows.append(
+        (
+            f"all ({average})",
+            _percent(scores[f"{prefix}precision"]),
+            _percent(scores[f"{prefix}recall"]),
+            _percent(scores[f"{prefix}f1"]),
+            str(support),
+        )
+    )
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    return ["  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
-            for row in rows]
+    return [
+        "  " + "  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths)))
+        for row in rows
+    ]
 
 
 def headline(results: dict) -> str:
@@ -73,12 +89,16 @@ class RunConsole:
 class TaggingConsole(RunConsole):
     def headline(self, results: dict) -> str:
         test = f", test F1 {_percent(results['test_scores']['f1'])}" if "test_scores" in results else ""
-        return (f"best dev F1 {_percent(results['best_dev_f1'])} at epoch {results['best_epoch']:g} "
-                f"(final {_percent(results['final_dev_f1'])}){test}; {results['num_train_sentences']} training sentences, "
-                f"{results['wall_seconds']:.0f} s")
+        return (
+            f"best dev F1 {_percent(results['best_dev_f1'])} at epoch {results['best_epoch']:g} "
+            f"(final {_percent(results['final_dev_f1'])}){test}; {results['num_train_sentences']} training sentences, "
+            f"{results['wall_seconds']:.0f} s"
+        )
 
     def score_lines(self, results: dict) -> list[str]:
-        lines = [f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:"]
+        lines = [
+            f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_sentences']} sentences:"
+        ]
         lines += scores_table(results["best_dev_scores"], results.get("entity_types", []))
         if "test_scores" in results:
             lines.append("test scores of the best dev model:")
@@ -89,16 +109,22 @@ class TaggingConsole(RunConsole):
 class ClassificationConsole(RunConsole):
     def headline(self, results: dict) -> str:
         test = f", test accuracy {_percent(results['test_scores']['accuracy'])}" if "test_scores" in results else ""
-        return (f"best dev accuracy {_percent(results['best_dev_accuracy'])} (macro-F1 "
-                f"{_percent(results['best_dev_macro_f1'])}) at epoch {results['best_epoch']:g}{test}; "
-                f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s")
+        return (
+            f"best dev accuracy {_percent(results['best_dev_accuracy'])} (macro-F1 "
+            f"{_percent(results['best_dev_macro_f1'])}) at epoch {results['best_epoch']:g}{test}; "
+            f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s"
+        )
 
     def score_lines(self, results: dict) -> list[str]:
-        lines = [f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
-                 f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:"]
+        lines = [
+            f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
+            f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:"
+        ]
         lines += scores_table(results["best_dev_scores"], results["labels"], "macro")
         if "test_scores" in results:
-            lines.append(f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:")
+            lines.append(
+                f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:"
+            )
             lines += scores_table(results["test_scores"], results["labels"], "macro")
         return lines
 
@@ -106,8 +132,10 @@ class ClassificationConsole(RunConsole):
 class MaskedLMConsole(RunConsole):
     def headline(self, results: dict) -> str:
         test = f", test perplexity {results['test_perplexity']:.2f}" if "test_perplexity" in results else ""
-        return (f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
-                f"{results['wall_seconds']:.0f} s")
+        return (
+            f"best dev perplexity {results['best_dev_perplexity']:.2f} at epoch {results['best_epoch']:g}{test}; "
+            f"{results['wall_seconds']:.0f} s"
+        )
 
 
 # The console's own mapping: how it tells a run of each task.
@@ -173,6 +201,18 @@ def summary(results: dict, mask_token: str = "[MASK]") -> list[str]:
 
 
 __all__ = [
-    "CONSOLES", "VERBOSITIES", "ClassificationConsole", "MaskedLMConsole", "RunConsole", "TaggingConsole", "console_of", "first_sentence",
-    "first_text", "headline", "masked_prose_line", "quiet_libraries", "scores_table", "summary",
+    "CONSOLES",
+    "VERBOSITIES",
+    "ClassificationConsole",
+    "MaskedLMConsole",
+    "RunConsole",
+    "TaggingConsole",
+    "console_of",
+    "first_sentence",
+    "first_text",
+    "headline",
+    "masked_prose_line",
+    "quiet_libraries",
+    "scores_table",
+    "summary",
 ]

@@ -84,4 +84,13 @@ def as_the_main_process_says(value: T) -> T:
     return carried[0]
 
 
-__all__ = ["as_the_main_process_says", "cpu_only", "device", "is_main_process", "launched_processes", "per_device_batch_size", "split_and_gather", "state"]
+__all__ = [
+    "as_the_main_process_says",
+    "cpu_only",
+    "device",
+    "is_main_process",
+    "launched_processes",
+    "per_device_batch_size",
+    "split_and_gather",
+    "state",
+]

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
 import torch
 from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
@@ -75,7 +74,7 @@ class FeatureMemo:
                 return cache, [their_layers.index(layer) for layer in layers]
         return None
 
-    def get(self, key: Hashable, build: Callable[[], "FeatureCache"]) -> "FeatureCache":
+    def get(self, key: Hashable, build: Callable[[], FeatureCache]) -> FeatureCache:
         if key in self._entries:
             self.hits += 1
             self._entries.move_to_end(key)
@@ -104,7 +103,8 @@ class FeatureMemo:
 class FeatureCache(TorchDataset):
     """
     Cached hidden states of a tokenised dataset. `features` is `(total_tokens, layers, hidden)`, in memory or
-    memory-mapped from a file (`storage`); sentence `i` owns rows `offsets[i] : offsets[i] + lengths[i]`. Items are dicts with `backbone_hidden_states`
+    memory-mapped from a file (`storage`); sentence `i` owns rows `offsets[i] : offsets[i] + lengths[i]`. Items are
+    dicts with `backbone_hidden_states`
     `(layers, length, hidden)`, `attention_mask`, and `labels` when the dataset had them.
     """
 
@@ -137,7 +137,7 @@ class FeatureCache(TorchDataset):
     def nbytes(self) -> int:
         return self.features.numel() * self.features.element_size()
 
-    def select_layers(self, positions: list[int]) -> "FeatureCache":
+    def select_layers(self, positions: list[int]) -> FeatureCache:
         """The same sentences with only the layers at `positions` of this cache's layer axis (a view for a run of
         consecutive layers, such as the last one alone)."""
         if positions == list(range(positions[0], positions[0] + len(positions))):
@@ -147,7 +147,7 @@ class FeatureCache(TorchDataset):
         return FeatureCache(features, self.offsets, self.lengths, self.labels, self.storage)
 
     @classmethod
-    def from_shares(cls, shares: list[tuple[list[int], "FeatureCache"]], count: int) -> "FeatureCache":
+    def from_shares(cls, shares: list[tuple[list[int], FeatureCache]], count: int) -> FeatureCache:
         """One cache of `count` sentences from caches of disjoint shares of them, each given with the sentence
         indices it holds (what `distributed.split_and_gather` returns)."""
         where = {item: (cache, position) for items, cache in shares for position, item in enumerate(items)}
@@ -165,7 +165,9 @@ class FeatureCache(TorchDataset):
             if cache.labels is not None:
                 labels.append(cache.labels[position])
         has_labels = shares[0][1].labels is not None
-        return cls(torch.cat(pieces) if pieces else shares[0][1].features, offsets, lengths, labels if has_labels else None)
+        return cls(
+            torch.cat(pieces) if pieces else shares[0][1].features, offsets, lengths, labels if has_labels else None
+        )
 
 
 @dataclass
@@ -180,7 +182,9 @@ class FeatureCollator:
         batch = len(items)
         states = torch.zeros(batch, layers, longest, hidden, dtype=self.dtype)
         mask = torch.zeros(batch, longest, dtype=torch.long)
-        per_token = "labels" in items[0] and items[0]["labels"].dim() == 1 and not items[0]["labels"].is_floating_point()
+        per_token = (
+            "labels" in items[0] and items[0]["labels"].dim() == 1 and not items[0]["labels"].is_floating_point()
+        )
         labels = torch.full((batch, longest), -100, dtype=torch.long) if per_token else None
         for row, item in enumerate(items):
             length = item["attention_mask"].shape[0]
@@ -218,8 +222,14 @@ def cached_layers(model, layers: Sequence[int] | None = None) -> list[int]:
     return indices
 
 
-def cache_nbytes(model, dataset, dtype: torch.dtype, scored_positions_only: bool = False, pooled: str | None = None,
-                 layers: Sequence[int] | None = None) -> int:
+def cache_nbytes(
+    model,
+    dataset,
+    dtype: torch.dtype,
+    scored_positions_only: bool = False,
+    pooled: str | None = None,
+    layers: Sequence[int] | None = None,
+) -> int:
     """The size `build_feature_cache` will give the features of `dataset`: positions x cached layers x width."""
     positions = sum(cache_lengths(dataset, scored_positions_only, pooled))
     width = model.dwatt.backbone.config.hidden_size
@@ -244,8 +254,14 @@ def model_nbytes(model) -> int:
     return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
 
 
-def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None = None, model_bytes: int = 0,
-                  cached_bytes: int = 0, on_disk: bool = False) -> Path | None:
+def cache_storage(
+    nbytes: int,
+    spill_folder: str | Path,
+    max_memory: int | None = None,
+    model_bytes: int = 0,
+    cached_bytes: int = 0,
+    on_disk: bool = False,
+) -> Path | None:
     """
     Where caches of `nbytes` go: memory (`None`) when they fit, else memory-mapped files in `spill_folder` when its
     disk has room for them (plus 1 GiB), else `CacheTooLargeError` saying what to change. They fit in memory within
@@ -277,8 +293,11 @@ def cache_storage(nbytes: int, spill_folder: str | Path, max_memory: int | None 
     free = shutil.disk_usage(folder).free
     if nbytes + (1 << 30) <= free:
         return folder
-    budget = f"the {gib(allowed)} --max-memory leaves" if max_memory is not None else (
-        f"{MEMORY_SHARE:.0%} of the {gib(available)} of memory available")
+    budget = (
+        f"the {gib(allowed)} --max-memory leaves"
+        if max_memory is not None
+        else (f"{MEMORY_SHARE:.0%} of the {gib(available)} of memory available")
+    )
     raise CacheTooLargeError(
         f"the feature cache needs {gib(nbytes)}: more than {budget} and more than the {gib(free)} free on the disk "
         f"of {folder}; fuse fewer layers (--layers every:4), score fewer dev sentences (--dev-sentences), or train "
@@ -378,8 +397,17 @@ class BuildRecord:
     """
 
     def __init__(self, data: Path, holds: dict, share: tuple[int, int] = (0, 1)):
-        self.data, self.path, self.holds, (self.rank, self.processes) = data, data.with_name(data.name + ".json"), holds, share
-        self.own = self.path if self.processes == 1 else data.with_name(f"{data.name}.rank{self.rank}-of-{self.processes}.json")
+        self.data, self.path, self.holds, (self.rank, self.processes) = (
+            data,
+            data.with_name(data.name + ".json"),
+            holds,
+            share,
+        )
+        self.own = (
+            self.path
+            if self.processes == 1
+            else data.with_name(f"{data.name}.rank{self.rank}-of-{self.processes}.json")
+        )
 
     def _read(self, path: Path) -> dict | None:
         try:
@@ -389,7 +417,9 @@ class BuildRecord:
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError):
-            print(f"feature cache {self.data}: its record {path.name} does not parse; building it anew", file=sys.stderr)
+            print(
+                f"feature cache {self.data}: its record {path.name} does not parse; building it anew", file=sys.stderr
+            )
             return None
 
     def resumable(self) -> bool:
@@ -415,14 +445,20 @@ class BuildRecord:
         held = stored["holds"]
         if held != self.holds:
             differing = sorted(k for k in {*held, *self.holds} if held.get(k) != self.holds.get(k))
-            print(f"feature cache {self.data}: written for other contents (differing: {', '.join(differing)}); "
-                  "building it anew", file=sys.stderr)
+            print(
+                f"feature cache {self.data}: written for other contents (differing: {', '.join(differing)}); "
+                "building it anew",
+                file=sys.stderr,
+            )
             return 0
         if stored["batches_done"] == stored.get("batches"):
             return len(range(self.rank, stored["batches"], self.processes))
         if stored.get("processes", 1) != self.processes:  # another split of the batches: what is written is unknown
-            print(f"feature cache {self.data}: its stopped build ran under {stored.get('processes', 1)} processes, "
-                  f"this one under {self.processes}; building it anew", file=sys.stderr)
+            print(
+                f"feature cache {self.data}: its stopped build ran under {stored.get('processes', 1)} processes, "
+                f"this one under {self.processes}; building it anew",
+                file=sys.stderr,
+            )
             return 0
         if self.processes == 1:
             return int(stored["batches_done"])
@@ -433,16 +469,20 @@ class BuildRecord:
         """This process's progress: `done` of its `total` batches written."""
         from .atomic import write_json_atomically
 
-        write_json_atomically(self.own, {"holds": self.holds, "batches_done": done, "batches": total}
-                              | ({"processes": self.processes} if self.processes > 1 else {}))
+        write_json_atomically(
+            self.own,
+            {"holds": self.holds, "batches_done": done, "batches": total}
+            | ({"processes": self.processes} if self.processes > 1 else {}),
+        )
 
     def start(self, total: int) -> None:
         """A build of `total` batches by `processes` processes begins (or resumes): said in the file's record."""
         from .atomic import write_json_atomically
 
         if self.processes > 1:
-            write_json_atomically(self.path, {"holds": self.holds, "batches_done": 0, "batches": total,
-                                              "processes": self.processes})
+            write_json_atomically(
+                self.path, {"holds": self.holds, "batches_done": 0, "batches": total, "processes": self.processes}
+            )
 
     def finish(self, total: int) -> None:
         """Every process's batches are written: the file's record says complete, and the processes' own go."""
@@ -463,9 +503,11 @@ def refuse_overflow(features: Sequence[torch.Tensor], dtype: torch.dtype, layers
     over = [(layer, peak) for layer, peak in zip(layers, peaks) if peak > torch.finfo(torch.float16).max]
     if over:
         layer, peak = over[0]
-        raise ValueError(f"--cache-dtype float16: the backbone's hidden states of layer {layer} reach {peak:.3g} (and "
-                         f"{len(over) - 1} more layers overflow), beyond float16's 65504; cache them as bfloat16 "
-                         "(--cache-dtype bfloat16) or float32")
+        raise ValueError(
+            f"--cache-dtype float16: the backbone's hidden states of layer {layer} reach {peak:.3g} (and "
+            f"{len(over) - 1} more layers overflow), beyond float16's 65504; cache them as bfloat16 "
+            "(--cache-dtype bfloat16) or float32"
+        )
 
 
 def input_device(backbone) -> torch.device:
@@ -494,9 +536,11 @@ def build_feature_cache(
     """
     Run `model`'s backbone once over a tokenised `dataset` (with `input_ids`, `attention_mask`, optional
     `token_type_ids` and `labels`) and keep the layers its fusion reads (or `layers`: indices into the backbone's
-    hidden states, 0 the embedding output, as heads on one layer each read them), stored as `dtype` (float16/bfloat16 halve
+    hidden states, 0 the embedding output, as heads on one layer each read them), stored as `dtype` (float16/bfloat16
+    halve
     the memory of float32; float32 reproduces the uncached model exactly). With `path`, the features live in a
-    memory-mapped file there instead of RAM. With a `path` and a `key` (what the features depend on, as `FEATURE_MEMO` keys
+    memory-mapped file there instead of RAM. With a `path` and a `key` (what the features depend on, as `FEATURE_MEMO`
+    keys
     them), the build is recorded beside the file (`BuildRecord`): a stopped build resumes, a finished one is read
     without running the backbone, and one made for another key is built anew. Sentences are batched by length so
     padding costs little; a progress bar says the time left.
@@ -506,7 +550,8 @@ def build_feature_cache(
     other positions, and scoring ignores those anyway, so evaluation does about a quarter less work.
 
     `pooled` is for sequence classification, whose head reads one vector per sentence: `"first"` (`"last"`) keeps
-    the first (last) position only (exact for a per-token fusion with that pooling), `"mean"` keeps each layer's mean over
+    the first (last) position only (exact for a per-token fusion with that pooling), `"mean"` keeps each layer's mean
+    over
     the sentence's tokens, taken in float32 (exact for a fusion linear in the layers -- Base, Concat, ScalarMix --
     with mean pooling: the mean commutes with it). Either way each sentence becomes one row.
 
@@ -573,8 +618,15 @@ def build_feature_cache(
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     saved_at = time.monotonic()
-    for position in tqdm(range(done, len(mine)), desc="caching backbone features", disable=not progress or done == len(mine),
-                         leave=False, total=len(mine), initial=done, unit="batch"):
+    for position in tqdm(
+        range(done, len(mine)),
+        desc="caching backbone features",
+        disable=not progress or done == len(mine),
+        leave=False,
+        total=len(mine),
+        initial=done,
+        unit="batch",
+    ):
         batch_indices = batches[mine[position]]
         rows = dataset.select(batch_indices)
         longest = max(input_lengths[i] for i in batch_indices)
@@ -631,7 +683,10 @@ def build_feature_cache_across_processes(model, dataset, **kwargs) -> FeatureCac
         return build_feature_cache(model, dataset, **kwargs)
     if kwargs.get("path") is not None and kwargs.get("key") is not None:
         current = state()
-        return build_feature_cache(model, dataset, share=(current.process_index, processes),
-                                   wait=current.wait_for_everyone, **kwargs)
-    shares = split_and_gather(range(len(dataset)), lambda share: build_feature_cache(model, dataset.select(share), **kwargs))
+        return build_feature_cache(
+            model, dataset, share=(current.process_index, processes), wait=current.wait_for_everyone, **kwargs
+        )
+    shares = split_and_gather(
+        range(len(dataset)), lambda share: build_feature_cache(model, dataset.select(share), **kwargs)
+    )
     return FeatureCache.from_shares(shares, len(dataset))

@@ -23,7 +23,9 @@ def config_digest(path: Path) -> str:
     `_commit_hash` and other private keys, `transformers_version`), in a canonical order. A folder written twice by
     one conversion (into two temporary folders) or saved again by a newer transformers is the same backbone."""
     config = json.loads(read_text(path))
-    computing = {key: value for key, value in config.items() if not key.startswith("_") and key != "transformers_version"}
+    computing = {
+        key: value for key, value in config.items() if not key.startswith("_") and key != "transformers_version"
+    }
     return hashlib.sha256(json.dumps(computing, sort_keys=True).encode()).hexdigest()
 
 
@@ -36,9 +38,12 @@ def _digest_of_files(root: Path, stamp: tuple, config_by_content: bool) -> str:
     """sha256 of the relative names and digests of the files `stamp` lists (config.json's by `config_digest` where
     `config_by_content`); `stamp` (names, sizes, times) keys the memo."""
     files = [Path(name) for name, _, _ in stamp]
-    digests = [config_digest(path) if config_by_content and path.name == "config.json" else sha256_of(path) for path in files]
-    return hashlib.sha256("".join(f"{path.relative_to(root).as_posix()}\0{digest}\n"
-                                  for path, digest in zip(files, digests)).encode()).hexdigest()
+    digests = [
+        config_digest(path) if config_by_content and path.name == "config.json" else sha256_of(path) for path in files
+    ]
+    return hashlib.sha256(
+        "".join(f"{path.relative_to(root).as_posix()}\0{digest}\n" for path, digest in zip(files, digests)).encode()
+    ).hexdigest()
 
 
 def backbone_fingerprint(backbone: str | None, verbatim: bool = False) -> str | None:
@@ -57,8 +62,11 @@ def data_fingerprint(data_dir: str | Path | None) -> str | None:
     if data_dir is None or not Path(data_dir).is_dir():
         return None
     folder = Path(data_dir)
-    files = sorted(path for path in folder.rglob("*") if path.is_file()
-                   and not any(part.startswith(".") for part in path.relative_to(folder).parts))
+    files = sorted(
+        path
+        for path in folder.rglob("*")
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    )
     return _digest_of_files(folder, _stamp(files), False)
 
 

@@ -16,11 +16,10 @@ import yaml
 from huggingface_hub import HfApi
 
 from configuration_dwatt import is_decoder_only
-from fusions_dwatt import FUSION_CLASSES
 
 from .data import is_local_path
-from .errors import HubError
 from .defaults import known_hub_id
+from .errors import HubError
 from .tasks import TASKS, task_of_architectures
 
 TAGS = ["dwatt", "layer-fusion"]
@@ -39,13 +38,19 @@ def fusion_reads(config) -> str:
     fusion = config.fusion_spec
     if fusion.passes_layer_through:
         layer = config.read_layer
-        return f"(the last of the backbone's {depth} layers)" if layer == depth else f"(layer {layer} of the backbone's {depth})"
+        return (
+            f"(the last of the backbone's {depth} layers)"
+            if layer == depth
+            else f"(layer {layer} of the backbone's {depth})"
+        )
     if fusion.needs_layer_inputs:
         extra = config.num_extra_layers
         return f"({extra} extra layer{'s' if extra != 1 else ''} over the last of the backbone's {depth})"
     count = len(config.fused_layer_numbers)
     chosen = "all" if count == depth else f"{count} (`{config.fused_layers}`)"
-    return f"over {chosen} of the backbone's {depth} layers" + (" and its embedding output" if config.include_embeddings else "")
+    return f"over {chosen} of the backbone's {depth} layers" + (
+        " and its embedding output" if config.include_embeddings else ""
+    )
 
 
 def backbone_run(config) -> str:
@@ -53,8 +58,10 @@ def backbone_run(config) -> str:
     depth, total = config.run_depth, config.encoder_config.num_hidden_layers
     if depth == total:
         return f"runs all {total} layers"
-    return (f"runs layers 1–{depth} of {total} (the layers past the deepest one the fusion reads are dropped: "
-            f"{total - depth} of {total} not computed, not stored)")
+    return (
+        f"runs layers 1–{depth} of {total} (the layers past the deepest one the fusion reads are dropped: "
+        f"{total - depth} of {total} not computed, not stored)"
+    )
 
 
 def fusion_settings(config) -> str:
@@ -63,8 +70,14 @@ def fusion_settings(config) -> str:
     return f" ({', '.join(f'{key} {getattr(config, key)}' for key in keys)})" if keys else ""
 
 
-def model_card(model, results: dict | None = None, repo_id: str | None = None, heads_only: bool = True,
-               has_tokenizer: bool = False, subfolder: str | None = None) -> str:
+def model_card(
+    model,
+    results: dict | None = None,
+    repo_id: str | None = None,
+    heads_only: bool = True,
+    has_tokenizer: bool = False,
+    subfolder: str | None = None,
+) -> str:
     """
     README.md for a DWAtt checkpoint: YAML metadata (library_name, base_model, tags, datasets, metrics and the
     run's results as model-index), the fusion and training mode, the measured scores, and a usage snippet with
@@ -102,8 +115,14 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
                 "results": [
                     {
                         "task": {"type": pipeline_tag},
-                        "dataset": {"name": run.get("dataset", "unknown"), "type": dataset or "unknown", "split": "validation"},
-                        "metrics": [{"type": name, "value": round(float(value), 4)} for name, value in sorted(scores.items())],
+                        "dataset": {
+                            "name": run.get("dataset", "unknown"),
+                            "type": dataset or "unknown",
+                            "split": "validation",
+                        },
+                        "metrics": [
+                            {"type": name, "value": round(float(value), 4)} for name, value in sorted(scores.items())
+                        ],
                     }
                 ],
             }
@@ -112,11 +131,15 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
     checkpoint = f'"{repo_id or "path/to/checkpoint"}"' + (f', subfolder="{subfolder}"' if subfolder else "")
     tokenizer_source = checkpoint if has_tokenizer else f'"{config.backbone_name_or_path}"'
     trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
-    mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(run.get("mode"), "unknown")
+    mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(
+        run.get("mode"), "unknown"
+    )
     if config.lora:
         lora = config.lora
-        mode = (f"LoRA (low-rank adapters of rank {lora['rank']}, alpha {lora['alpha']:g}, on the backbone's "
-                f"{', '.join(f'`{t}`' for t in lora['targets'])} layers; fusion and head trained)")
+        mode = (
+            f"LoRA (low-rank adapters of rank {lora['rank']}, alpha {lora['alpha']:g}, on the backbone's "
+            f"{', '.join(f'`{t}`' for t in lora['targets'])} layers; fusion and head trained)"
+        )
     lines = [
         "---",
         yaml.safe_dump(metadata, sort_keys=False).rstrip(),
@@ -133,13 +156,23 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         f"- Backbone: {backbone_run(config)}",
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
-        + (("; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "
-            "(W + alpha/rank BA, plain torch)") if heads_only and config.lora else
-           "; the backbone's weights include the merged LoRA updates" if config.lora else ""),
+        + (
+            (
+                "; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "
+                "(W + alpha/rank BA, plain torch)"
+            )
+            if heads_only and config.lora
+            else "; the backbone's weights include the merged LoRA updates"
+            if config.lora
+            else ""
+        ),
     ]
     if results:
-        examples = (f"{results.get('num_train_examples')} training examples" if "num_train_examples" in results
-                    else f"{results.get('num_train_sentences')} training sentences")
+        examples = (
+            f"{results.get('num_train_examples')} training examples"
+            if "num_train_examples" in results
+            else f"{results.get('num_train_sentences')} training sentences"
+        )
         lines.append(
             f"- Data: {run.get('dataset')}{' (the trainer’s own files)' if run.get('data_dir') else ''} with {examples} "
             f"(N = {run.get('n_shot')}, seed {results.get('seed')}), {run.get('epochs')} epochs"
@@ -155,8 +188,8 @@ def model_card(model, results: dict | None = None, repo_id: str | None = None, h
         "```python",
         f"from transformers import {auto_class}, AutoTokenizer",
         "",
-        f'model = {auto_class}.from_pretrained({checkpoint}, trust_remote_code=True)',
-        f'tokenizer = AutoTokenizer.from_pretrained({tokenizer_source}{trust_tokenizer})',
+        f"model = {auto_class}.from_pretrained({checkpoint}, trust_remote_code=True)",
+        f"tokenizer = AutoTokenizer.from_pretrained({tokenizer_source}{trust_tokenizer})",
         "```",
         "",
         "`trust_remote_code=True` runs the `*_dwatt.py` files of this repository (`modeling_dwatt.py` and the files it",
@@ -212,7 +245,9 @@ def backbone_hub_id(model, backbone_id: str | None = None) -> str | None:
     only by a local path."""
     if backbone_id:
         if is_local_path(backbone_id):
-            raise ValueError(f"--backbone-id: {backbone_id!r} is a local path; give the backbone's Hub id (user-or-org/name)")
+            raise ValueError(
+                f"--backbone-id: {backbone_id!r} is a local path; give the backbone's Hub id (user-or-org/name)"
+            )
         return backbone_id
     recorded = model.config.backbone_name_or_path
     if recorded and not is_local_path(recorded):
@@ -281,8 +316,16 @@ def _published_id(model, backbone_id: str | None, heads_only: bool) -> str | Non
     return published
 
 
-def _save_for_hub(model, folder: Path, published: str | None, heads_only: bool, results: dict | None, tokenizer,
-                  repo_id: str, subfolder: str | None = None) -> None:
+def _save_for_hub(
+    model,
+    folder: Path,
+    published: str | None,
+    heads_only: bool,
+    results: dict | None,
+    tokenizer,
+    repo_id: str,
+    subfolder: str | None = None,
+) -> None:
     """`model` as it goes out, into `folder` (the repo's `subfolder`): its weights (head-only or full), config naming
     the backbone by `published`, tokenizer, results and model card."""
     with _published_backbone(model, published):
@@ -290,26 +333,52 @@ def _save_for_hub(model, folder: Path, published: str | None, heads_only: bool, 
         if tokenizer is not None:
             tokenizer.save_pretrained(folder)
         if results is not None:
-            (folder / "results.json").write_text(json.dumps(_without_local_backbone(results, published), indent=2, default=str) + "\n")
-        (folder / "README.md").write_text(model_card(model, results, repo_id, heads_only, has_tokenizer=tokenizer is not None,
-                                                     subfolder=subfolder))
+            (folder / "results.json").write_text(
+                json.dumps(_without_local_backbone(results, published), indent=2, default=str) + "\n"
+            )
+        (folder / "README.md").write_text(
+            model_card(model, results, repo_id, heads_only, has_tokenizer=tokenizer is not None, subfolder=subfolder)
+        )
 
 
-def _upload(api: HfApi, repo_id: str, folder: str | Path, message: str, token, revision: str | None = None,
-            create_pr: bool = False) -> str:
+def _upload(
+    api: HfApi,
+    repo_id: str,
+    folder: str | Path,
+    message: str,
+    token,
+    revision: str | None = None,
+    create_pr: bool = False,
+) -> str:
     """`folder` uploaded to `repo_id` as one commit; the commit's URL."""
     with _hub_errors(repo_id):
-        commit = api.upload_folder(repo_id=repo_id, folder_path=str(folder), commit_message=message, token=token,
-                                   revision=revision, create_pr=create_pr)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            folder_path=str(folder),
+            commit_message=message,
+            token=token,
+            revision=revision,
+            create_pr=create_pr,
+        )
     return str(getattr(commit, "commit_url", commit))
 
 
-def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, backbone_id: str | None = None,
-                  commit_message: str | None = None, private: bool | None = None, token: str | bool | None = None,
-                  api: HfApi | None = None, **upload) -> str:
+def push_ensemble(
+    folder: str | Path,
+    repo_id: str,
+    *,
+    heads_only: bool = True,
+    backbone_id: str | None = None,
+    commit_message: str | None = None,
+    private: bool | None = None,
+    token: str | bool | None = None,
+    api: HfApi | None = None,
+    **upload,
+) -> str:
     """
     Push a probe ensemble's folder (`dwatt probe --save-ensemble K`) as one repo, in one commit: `ensemble.json`, a
-    model card and the remote-code files at the top, each member (head-only by default: its head weights, config, tokenizer, results and card)
+    model card and the remote-code files at the top, each member (head-only by default: its head weights, config,
+    tokenizer, results and card)
     in its own subfolder, as in the folder. `dwatt predict REPO` and `load_ensemble(REPO)` run it from the Hub (one
     backbone, named by its Hub id as in `push_to_hub`); each member also loads alone with
     `AutoModel...from_pretrained(REPO, subfolder="layer-<k>/model", trust_remote_code=True)`. `upload`: `revision`,
@@ -324,7 +393,9 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
     members = [_member_to_push(path, heads_only) for path in paths]
     published = {_published_id(model, backbone_id, heads_only) for model, _, _ in members}
     if len(published) > 1:  # load_ensemble refuses members of two backbones; a copied folder could still hold them
-        raise ValueError(f"{folder / ENSEMBLE_FILE}: its members name different backbones ({sorted(map(str, published))})")
+        raise ValueError(
+            f"{folder / ENSEMBLE_FILE}: its members name different backbones ({sorted(map(str, published))})"
+        )
     [backbone] = published
     api = api or HfApi(token=token)
     with _hub_errors(repo_id):
@@ -334,8 +405,16 @@ def push_ensemble(folder: str | Path, repo_id: str, *, heads_only: bool = True, 
         for path, name, (model, tokenizer, _) in zip(paths, manifest["members"], members):
             results = path.parent / "results.json"
             (staging / name).mkdir(parents=True)
-            _save_for_hub(model, staging / name, backbone, heads_only, read_json(results) if results.is_file() else None,
-                          tokenizer, repo_id, subfolder=name)
+            _save_for_hub(
+                model,
+                staging / name,
+                backbone,
+                heads_only,
+                read_json(results) if results.is_file() else None,
+                tokenizer,
+                repo_id,
+                subfolder=name,
+            )
         # transformers looks for a subfolder's remote code at the repo's top (get_class_from_dynamic_module takes no
         # subfolder): the members' files, the same for each, go there too
         for code in sorted((staging / manifest["members"][0]).glob("*_dwatt.py")):
@@ -371,17 +450,36 @@ def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | No
     """README.md for a pushed probe ensemble: YAML metadata, the probe's own card for the folder (how the members were
     chosen), and how to run it."""
     task = task_of_architectures([type(first).__name__]) or TASKS["ner"]
-    metadata = {"library_name": "dwatt", "base_model": backbone, "pipeline_tag": task.pipeline_tag,
-                "tags": TAGS + [task.pipeline_tag, "probe-ensemble"], "license": "apache-2.0"}
+    metadata = {
+        "library_name": "dwatt",
+        "base_model": backbone,
+        "pipeline_tag": task.pipeline_tag,
+        "tags": TAGS + [task.pipeline_tag, "probe-ensemble"],
+        "license": "apache-2.0",
+    }
     about = folder / "README.md"
     body = about.read_text() if about.is_file() else f"# A probe ensemble of {len(manifest['members'])} heads\n"
-    return "\n".join([
-        "---", yaml.safe_dump(metadata, sort_keys=False).rstrip(), "---", "", body.rstrip(), "",
-        "## Use", "",
-        "With dwatt installed, the ensemble runs as one model (the backbone once, then every head):", "",
-        "```bash", f"dwatt predict {repo_id} \"...\"", "```", "",
-        f"Each member is a DWAtt checkpoint of its own: `from_pretrained(\"{repo_id}\", subfolder=\"{manifest['members'][0]}\", "
-        "trust_remote_code=True)` with the matching `AutoModelFor...` class.", ""])
+    return "\n".join(
+        [
+            "---",
+            yaml.safe_dump(metadata, sort_keys=False).rstrip(),
+            "---",
+            "",
+            body.rstrip(),
+            "",
+            "## Use",
+            "",
+            "With dwatt installed, the ensemble runs as one model (the backbone once, then every head):",
+            "",
+            "```bash",
+            f'dwatt predict {repo_id} "..."',
+            "```",
+            "",
+            f'Each member is a DWAtt checkpoint of its own: `from_pretrained("{repo_id}", subfolder="{manifest["members"][0]}", '
+            "trust_remote_code=True)` with the matching `AutoModelFor...` class.",
+            "",
+        ]
+    )
 
 
 def _without_local_backbone(results: dict, published: str | None) -> dict:
@@ -403,7 +501,9 @@ def push_run(run_dir: str | Path, repo_id: str, **kwargs) -> str:
     run_dir = Path(run_dir)
     results_file, model_dir = run_dir / "results.json", run_dir / "model"
     if not results_file.is_file() or not model_dir.is_dir():
-        raise FileNotFoundError(f"{run_dir}: not a finished run (needs results.json and model/; was it trained with --no-save?)")
+        raise FileNotFoundError(
+            f"{run_dir}: not a finished run (needs results.json and model/; was it trained with --no-save?)"
+        )
     results = read_json(results_file)
     model, tokenizer, _ = load_checkpoint(model_dir)
     return push_to_hub(model, repo_id, results=results, tokenizer=tokenizer, **kwargs)

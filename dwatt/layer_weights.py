@@ -52,8 +52,6 @@ def layer_weights_by_type(model, dataset, collator, label_names: list[str], batc
     model.train(was_training)
     return {
         "layers": model.dwatt.fused_layer_indices,
-        "by_type": {
-            name: (sums[i] / counts[i]).tolist() for i, name in enumerate(names) if counts[i] > 0
-        },
+        "by_type": {name: (sums[i] / counts[i]).tolist() for i, name in enumerate(names) if counts[i] > 0},
         "positions": {name: int(counts[i]) for i, name in enumerate(names) if counts[i] > 0},
     }

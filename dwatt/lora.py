@@ -22,8 +22,9 @@ def default_targets(model) -> list[str]:
     return list(backbone_family(model.config.encoder_config).lora_targets)
 
 
-def add_lora(model, rank: int = DEFAULT_RANK, alpha: float | None = None, dropout: float = 0.0,
-             targets: list[str] | None = None) -> dict:
+def add_lora(
+    model, rank: int = DEFAULT_RANK, alpha: float | None = None, dropout: float = 0.0, targets: list[str] | None = None
+) -> dict:
     """
     Put LoRA adapters (rank `rank`, scale `alpha / rank`, `alpha` by default twice the rank) into the backbone's
     `targets` layers (default: the family's attention projections) and record them in `model.config.lora`. Returns
@@ -41,11 +42,21 @@ def add_lora(model, rank: int = DEFAULT_RANK, alpha: float | None = None, dropou
     missing = sorted(set(targets) - {path.rsplit(".", 1)[-1] for path in found})
     if missing:
         raise ValueError(f"--lora-targets: no layer of the backbone is named {', '.join(missing)}")
-    record = {"rank": rank, "alpha": float(alpha if alpha is not None else 2 * rank), "dropout": float(dropout),
-              "targets": targets, "merged": False}
+    record = {
+        "rank": rank,
+        "alpha": float(alpha if alpha is not None else 2 * rank),
+        "dropout": float(dropout),
+        "targets": targets,
+        "merged": False,
+    }
     inject_adapter_in_model(
-        LoraConfig(r=rank, lora_alpha=record["alpha"], lora_dropout=dropout, target_modules=targets,
-                   fan_in_fan_out=any(type(layer).__name__ == "Conv1D" for layer in found.values())),
+        LoraConfig(
+            r=rank,
+            lora_alpha=record["alpha"],
+            lora_dropout=dropout,
+            target_modules=targets,
+            fan_in_fan_out=any(type(layer).__name__ == "Conv1D" for layer in found.values()),
+        ),
         model.dwatt.backbone,
     )
     model.config.lora = record

@@ -29,19 +29,35 @@ def entity_scores(references: list[list[str]], predictions: list[list[str]]) -> 
     correct = gold & predicted
     count_gold, count_predicted, count_correct = (Counter(e[0] for e in s) for s in (gold, predicted, correct))
     precision, recall, f1 = _prf(len(correct), len(predicted), len(gold))
-    scores = {"precision": precision, "recall": recall, "f1": f1, "accuracy": float(accuracy_score(references, predictions))}
+    scores = {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": float(accuracy_score(references, predictions)),
+    }
     for entity in sorted(count_gold | count_predicted):
         p, r, f = _prf(count_correct[entity], count_predicted[entity], count_gold[entity])
-        scores.update({f"{entity}_precision": p, f"{entity}_recall": r, f"{entity}_f1": f, f"{entity}_support": count_gold[entity]})
+        scores.update(
+            {
+                f"{entity}_precision": p,
+                f"{entity}_recall": r,
+                f"{entity}_f1": f,
+                f"{entity}_support": count_gold[entity],
+            }
+        )
     return scores
 
 
-def decode_tags(logits: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> tuple[list[list[str]], list[list[str]]]:
+def decode_tags(
+    logits: np.ndarray, labels: np.ndarray, names: Sequence[str]
+) -> tuple[list[list[str]], list[list[str]]]:
     """Reference and predicted tag strings at labelled positions (label != -100), one list per sentence."""
     return decode_ids(np.asarray(logits).argmax(-1), labels, names)
 
 
-def decode_ids(predicted: np.ndarray, labels: np.ndarray, names: Sequence[str]) -> tuple[list[list[str]], list[list[str]]]:
+def decode_ids(
+    predicted: np.ndarray, labels: np.ndarray, names: Sequence[str]
+) -> tuple[list[list[str]], list[list[str]]]:
     """`decode_tags` from predicted label ids `(sentences, seq)` instead of logits."""
     predicted, labels = np.asarray(predicted), np.asarray(labels)
     names = np.asarray(names, dtype=object)
@@ -70,7 +86,8 @@ class IOBScorer:
     """
     `entity_scores` on label ids, in numpy: the same numbers (seqeval's default mode: a chunk starts at B-X, at I-X
     after O or after another type, and runs on over I-X), without building tag strings or entity lists in Python.
-    Scoring many heads on one dev split after every epoch (`dwatt.stacked_heads.train_heads`) is where the time would go.
+    Scoring many heads on one dev split after every epoch (`dwatt.stacked_heads.train_heads`) is where the time would
+    go.
     Only for IOB tags (`B-`, `I-`, `O`); `for_names` returns None for any other scheme.
     """
 
@@ -78,7 +95,7 @@ class IOBScorer:
         self.kinds, self.types, self.type_names = kinds, types, type_names  # kinds: 0 O, 1 B, 2 I
 
     @classmethod
-    def for_names(cls, names: Sequence[str]) -> "IOBScorer | None":
+    def for_names(cls, names: Sequence[str]) -> IOBScorer | None:
         kinds, types, type_names = [], [], []
         for name in names:
             if name == "O":
@@ -109,19 +126,32 @@ class IOBScorer:
     def scores(self, gold_ids: np.ndarray, predicted_ids: np.ndarray, sentence_starts: np.ndarray) -> dict[str, float]:
         gold, predicted = self.entities(gold_ids, sentence_starts), self.entities(predicted_ids, sentence_starts)
         width = len(gold_ids) + 1
+
         def keys(chunks):
             return (chunks[:, 0] * width + chunks[:, 1]) * len(self.type_names) + chunks[:, 2]
+
         correct_keys = np.intersect1d(keys(gold), keys(predicted), assume_unique=True)
         correct_types = correct_keys % max(len(self.type_names), 1)
         count = [np.bincount(t, minlength=len(self.type_names)) for t in (gold[:, 2], predicted[:, 2], correct_types)]
         precision, recall, f1 = _prf(len(correct_keys), len(predicted), len(gold))
-        scores = {"precision": precision, "recall": recall, "f1": f1,
-                  "accuracy": float((gold_ids == predicted_ids).mean()) if len(gold_ids) else 0.0}
+        scores = {
+            "precision": precision,
+            "recall": recall,
+            "f1": f1,
+            "accuracy": float((gold_ids == predicted_ids).mean()) if len(gold_ids) else 0.0,
+        }
         for index in sorted(range(len(self.type_names)), key=self.type_names.__getitem__):
             if count[0][index] or count[1][index]:
                 p, r, f = _prf(int(count[2][index]), int(count[1][index]), int(count[0][index]))
                 name = self.type_names[index]
-                scores.update({f"{name}_precision": p, f"{name}_recall": r, f"{name}_f1": f, f"{name}_support": int(count[0][index])})
+                scores.update(
+                    {
+                        f"{name}_precision": p,
+                        f"{name}_recall": r,
+                        f"{name}_f1": f,
+                        f"{name}_support": int(count[0][index]),
+                    }
+                )
         return scores
 
 
@@ -145,7 +175,8 @@ class NERMetrics:
 
     def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
         """The same scores from predicted label ids and labels given batch by batch (lists of `(batch, seq)`
-        arrays or tensors, in the eval set's order), as `dwatt.stacked_heads.train_heads` produces them; in numpy for IOB
+        arrays or tensors, in the eval set's order), as `dwatt.stacked_heads.train_heads` produces them; in numpy for
+        IOB
         tags (`IOBScorer`), through seqeval otherwise."""
         if self.iob is not None:
             return self.iob.scores(*self.flat_ids(predicted, labels))
@@ -175,10 +206,13 @@ class NERMetrics:
     def flat_ids(self, predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gold and predicted ids at the labelled positions, sentence after sentence (windows joined in order), and
         where each sentence starts."""
-        flat_labels = np.concatenate([np.asarray(b).reshape(-1) for b in labels]) if len(labels) else np.zeros(0, np.int64)
+        flat_labels = (
+            np.concatenate([np.asarray(b).reshape(-1) for b in labels]) if len(labels) else np.zeros(0, np.int64)
+        )
         take, starts = self._layout(flat_labels, [np.asarray(b).shape for b in labels])
-        flat_predicted = (np.concatenate([np.asarray(b).reshape(-1) for b in predicted]) if len(predicted)
-                          else np.zeros(0, np.int64))
+        flat_predicted = (
+            np.concatenate([np.asarray(b).reshape(-1) for b in predicted]) if len(predicted) else np.zeros(0, np.int64)
+        )
         if flat_predicted.shape != flat_labels.shape:
             raise ValueError(f"predictions cover {flat_predicted.size} positions but the labels {flat_labels.size}")
         return flat_labels[take].astype(np.int64), flat_predicted[take].astype(np.int64), starts
@@ -212,8 +246,9 @@ class NERMetrics:
         return layout
 
 
-def classification_scores(predicted: Sequence[int], labels: Sequence[int], names: Sequence[str],
-                          unseen: dict[str, int] | None = None) -> dict[str, float]:
+def classification_scores(
+    predicted: Sequence[int], labels: Sequence[int], names: Sequence[str], unseen: dict[str, int] | None = None
+) -> dict[str, float]:
     """Accuracy, macro P/R/F1 (every class weighs the same, absent predictions count as 0) and per-class
     P/R/F1/support, over all examples. `names` are the model's classes; `unseen` counts the rows of each class the
     model has no output for (an evaluation label absent from its training examples), labelled -100: they stay in
@@ -223,11 +258,15 @@ def classification_scores(predicted: Sequence[int], labels: Sequence[int], names
     unseen = dict(unseen or {})
     labels = np.asarray(labels)
     if int((labels == -100).sum()) != sum(unseen.values()):
-        raise ValueError(f"{int((labels == -100).sum())} rows are labelled -100 but the unseen classes count "
-                         f"{sum(unseen.values())} ({unseen})")
+        raise ValueError(
+            f"{int((labels == -100).sum())} rows are labelled -100 but the unseen classes count "
+            f"{sum(unseen.values())} ({unseen})"
+        )
     ids = list(range(len(names)))
     precision, recall, f1, support = precision_recall_fscore_support(labels, predicted, labels=ids, zero_division=0)
-    per_class = [(name, float(p), float(r), float(f), int(n)) for name, p, r, f, n in zip(names, precision, recall, f1, support)]
+    per_class = [
+        (name, float(p), float(r), float(f), int(n)) for name, p, r, f, n in zip(names, precision, recall, f1, support)
+    ]
     per_class += [(name, 0.0, 0.0, 0.0, count) for name, count in unseen.items()]
     scores = {"accuracy": float(accuracy_score(labels, predicted))}
     for key, column in (("macro_precision", 1), ("macro_recall", 2), ("macro_f1", 3)):
@@ -246,14 +285,16 @@ class ClassificationMetrics:
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits = eval_prediction.predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
-        return classification_scores(np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids),
-                                     self.label_names, self.unseen)
+        return classification_scores(
+            np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids), self.label_names, self.unseen
+        )
 
     @staticmethod
     def flat_ids(predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
         """Predicted ids and labels given batch by batch (lists of `(batch,)` arrays or tensors), joined in order."""
-        join = lambda batches: (np.concatenate([np.asarray(b).reshape(-1) for b in batches]) if len(batches)
-                                else np.zeros(0, np.int64))
+        join = lambda batches: (
+            np.concatenate([np.asarray(b).reshape(-1) for b in batches]) if len(batches) else np.zeros(0, np.int64)
+        )
         predicted, labels = join(predicted), join(labels)
         if predicted.shape != labels.shape:
             raise ValueError(f"predictions cover {predicted.size} examples but the labels {labels.size}")
@@ -272,4 +313,6 @@ class ClassificationMetrics:
         predicted, labels = self.flat_ids(predicted, labels)
         chosen = sample_sentences(len(labels), min(size, len(labels)), seed)
         unseen = int((labels[chosen] == -100).sum())
-        return classification_scores(predicted[chosen], labels[chosen], self.label_names, {"unseen": unseen} if unseen else None)
+        return classification_scores(
+            predicted[chosen], labels[chosen], self.label_names, {"unseen": unseen} if unseen else None
+        )

@@ -77,8 +77,10 @@ def backbone_label(backbone: str | None) -> str:
 
 def portable_command(arguments: list[str]) -> list[str]:
     """Command-line arguments with every absolute path (alone or in a comma-separated list) made portable."""
-    return [",".join(portable_path(part) if os.path.isabs(part) else part for part in argument.split(","))
-            for argument in arguments]
+    return [
+        ",".join(portable_path(part) if os.path.isabs(part) else part for part in argument.split(","))
+        for argument in arguments
+    ]
 
 
 __all__ = ["PATH_FIELDS", "backbone_folder", "backbone_label", "portable_command", "portable_path", "portable_results"]

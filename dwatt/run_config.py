@@ -23,8 +23,18 @@ MODES, SAMPLINGS, CACHE_DTYPES = get_args(Mode), get_args(Sampling), get_args(Ca
 BACKBONE_DTYPES = get_args(BackboneDtype)
 # Settings of a run that do not change its numbers (where it writes, what it prints, whether it may resume): kept out
 # of its identity (`dwatt.experiment.store.run_settings`, `dwatt.experiment.summaries.run_identity`).
-NOT_DEFINING = ("output_dir", "progress", "verbose", "save_model", "checkpoint_every_epoch", "resume", "max_memory",
-                "feature_cache_dir", "device_map", "cache_on_disk")
+NOT_DEFINING = (
+    "output_dir",
+    "progress",
+    "verbose",
+    "save_model",
+    "checkpoint_every_epoch",
+    "resume",
+    "max_memory",
+    "feature_cache_dir",
+    "device_map",
+    "cache_on_disk",
+)
 # accelerate's ways of spreading a backbone's layers over the devices there are (`from_pretrained(device_map=...)`)
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
@@ -112,7 +122,12 @@ class RunConfig:
         return "float32" if self.mode == "ft" and self.backbone_dtype == "auto" else self.backbone_dtype
 
     def lora_options(self) -> dict:
-        return {"rank": self.lora_rank, "alpha": self.lora_alpha, "dropout": self.lora_dropout, "targets": self.lora_targets}
+        return {
+            "rank": self.lora_rank,
+            "alpha": self.lora_alpha,
+            "dropout": self.lora_dropout,
+            "targets": self.lora_targets,
+        }
 
     def columns(self) -> dict:
         """The text-classification column names given (the others are detected)."""
@@ -125,7 +140,11 @@ class RunConfig:
             raise ValueError(f"--fusion: {error}") from None
         if self.mode not in MODES:
             raise ValueError(f"--mode: unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
-        if self.lora_rank < 1 or (self.lora_alpha is not None and not 0 < self.lora_alpha < math.inf) or not 0 <= self.lora_dropout < 1:
+        if (
+            self.lora_rank < 1
+            or (self.lora_alpha is not None and not 0 < self.lora_alpha < math.inf)
+            or not 0 <= self.lora_dropout < 1
+        ):
             raise ValueError("--lora-rank must be >= 1, --lora-alpha > 0 and --lora-dropout in [0, 1)")
         if self.epochs <= 0:
             raise ValueError(f"--epochs must be > 0, got {self.epochs}")
@@ -137,8 +156,10 @@ class RunConfig:
             raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
         task = task_named(self.task)
         if self.few_shot_dev and (not task.trains_together or self.n_shot is None):
-            raise ValueError("few_shot_dev: a second choice on a dev sample as large as the training sample is for "
-                             "few-shot runs trained together (dwatt sweep --engine stacked), of NER or text classification")
+            raise ValueError(
+                "few_shot_dev: a second choice on a dev sample as large as the training sample is for "
+                "few-shot runs trained together (dwatt sweep --engine stacked), of NER or text classification"
+            )
         self.dataset = task.dataset_for(self.dataset, self.data_dir)
         if self.batch_size is None:
             self.batch_size = task.batch_size
@@ -149,8 +170,10 @@ class RunConfig:
         if self.device_map is not None and self.device_map not in DEVICE_MAPS:
             raise ValueError(f"--device-map: expected one of {', '.join(DEVICE_MAPS)}, got {self.device_map!r}")
         if self.device_map is not None and not self.caches_features:
-            raise ValueError("--device-map spreads a frozen backbone that computes the feature cache once (FE with the "
-                             "cache); LoRA, FT and --no-cache run it at every step: give it one device")
+            raise ValueError(
+                "--device-map spreads a frozen backbone that computes the feature cache once (FE with the "
+                "cache); LoRA, FT and --no-cache run it at every step: give it one device"
+            )
         if self.max_memory is not None and self.max_memory <= 0:
             raise ValueError(f"--max-memory must be > 0, got {self.max_memory}")
         if self.cache_dtype not in CACHE_DTYPES:
@@ -158,9 +181,11 @@ class RunConfig:
         if self.backbone_dtype not in BACKBONE_DTYPES:
             raise ValueError(f"--backbone-dtype: expected {', '.join(BACKBONE_DTYPES)}, got {self.backbone_dtype!r}")
         if self.mode == "ft" and self.backbone_dtype in ("bfloat16", "float16"):
-            raise ValueError(f"--backbone-dtype {self.backbone_dtype} with --mode ft: the backbone's weights would train "
-                             "in half precision, where AdamW's small steps vanish; FT trains a float32 backbone "
-                             "(--backbone-dtype float32 or auto), FE and LoRA run a half-precision one")
+            raise ValueError(
+                f"--backbone-dtype {self.backbone_dtype} with --mode ft: the backbone's weights would train "
+                "in half precision, where AdamW's small steps vanish; FT trains a float32 backbone "
+                "(--backbone-dtype float32 or auto), FE and LoRA run a half-precision one"
+            )
         from .data import is_local_path
 
         if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
@@ -174,4 +199,14 @@ def default_learning_rate(mode: str, task: str = "ner") -> float:
     return task_named(task).fe_learning_rate if mode == "fe" else RunConfig.learning_rate
 
 
-__all__ = ["BACKBONE_DTYPES", "CACHE_DTYPES", "DEVICE_MAPS", "MODES", "NOT_DEFINING", "SAMPLINGS", "TASKS", "RunConfig", "default_learning_rate"]
+__all__ = [
+    "BACKBONE_DTYPES",
+    "CACHE_DTYPES",
+    "DEVICE_MAPS",
+    "MODES",
+    "NOT_DEFINING",
+    "SAMPLINGS",
+    "TASKS",
+    "RunConfig",
+    "default_learning_rate",
+]

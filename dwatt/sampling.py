@@ -32,9 +32,7 @@ def sample_uniform(pool_size: int, n_shot: int, num_classes: int, seed: int) -> 
         raise SamplingError(f"n_shot and num_classes must be >= 1, got n_shot={n_shot}, num_classes={num_classes}")
     wanted = n_shot * num_classes
     if wanted > pool_size:
-        raise SamplingError(
-            f"cannot sample {n_shot} x {num_classes} = {wanted} sentences from a pool of {pool_size}"
-        )
+        raise SamplingError(f"cannot sample {n_shot} x {num_classes} = {wanted} sentences from a pool of {pool_size}")
     return sample_sentences(pool_size, wanted, seed)
 
 

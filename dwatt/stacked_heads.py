@@ -118,20 +118,29 @@ class FoldedConcat:
 
     @staticmethod
     def fits(model: torch.nn.Module, batch: dict) -> bool:
-        return (isinstance(model, DWAttForTokenClassification) and type(model).head is DWAttForTokenClassification.head
-                and type(model.dwatt.fusion) is LayerConcat and LAYERS_INPUT in batch)
+        return (
+            isinstance(model, DWAttForTokenClassification)
+            and type(model).head is DWAttForTokenClassification.head
+            and type(model.dwatt.fusion) is LayerConcat
+            and LAYERS_INPUT in batch
+        )
 
     @staticmethod
     @torch.no_grad()
-    def fold(model: torch.nn.Module, parameters: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def fold(
+        model: torch.nn.Module, parameters: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The map's weight `(labels, layers x hidden)` and bias `(labels,)`, from `model`'s head with `parameters` (a
         copy's trainable tensors, by name) in place of its own where given. Made once per eval pass: on a 28 x 1536
         LLM the product alone is 0.6 G multiply-adds, more than a batch of the map costs."""
+
         def tensor(name: str) -> torch.Tensor:
             return parameters[name] if parameters and name in parameters else model.get_parameter(name)
 
         projection, projection_bias = tensor("dwatt.fusion.proj.weight"), tensor("dwatt.fusion.proj.bias")
-        classifier, classifier_bias = (tensor(name).to(projection.dtype) for name in ("classifier.weight", "classifier.bias"))
+        classifier, classifier_bias = (
+            tensor(name).to(projection.dtype) for name in ("classifier.weight", "classifier.bias")
+        )
         return classifier @ projection, classifier @ projection_bias + classifier_bias
 
     @staticmethod
@@ -140,8 +149,9 @@ class FoldedConcat:
         weight, bias = folded
         layers = model.dwatt.select_layers(batch[LAYERS_INPUT])  # (batch, layers, seq, hidden)
         tokens = layers.transpose(1, 2)  # each token's layers side by side, as the projection reads them
-        positions = model.fused_positions(batch.get("labels"), batch.get("attention_mask"), tokens.shape[:2],
-                                          tokens.device, batch.get("logits_mask"))
+        positions = model.fused_positions(
+            batch.get("labels"), batch.get("attention_mask"), tokens.shape[:2], tokens.device, batch.get("logits_mask")
+        )
         if positions is None:
             return F.linear(tokens.flatten(2).to(weight.dtype), weight, bias)
         selected = F.linear(tokens[positions].flatten(1).to(weight.dtype), weight, bias)
@@ -154,7 +164,9 @@ class StackedHeads:
     names one), either all at once (`vectorize`: `torch.func.vmap` over the stacked tensors, so each of the head's
     products is one batched product over the copies) or one copy after the other."""
 
-    def __init__(self, model: torch.nn.Module, copies: int, vectorize: bool, layers: Sequence[int | None] | None = None):
+    def __init__(
+        self, model: torch.nn.Module, copies: int, vectorize: bool, layers: Sequence[int | None] | None = None
+    ):
         self.model, self.vectorize = model, vectorize
         self.layers = list(layers) if layers is not None else [None] * copies
         if len(self.layers) != copies:
@@ -164,10 +176,12 @@ class StackedHeads:
         start = {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
         if not start:
             raise ValueError("the model has no trainable parameter (is the whole model frozen?)")
-        self.parameters = {name: t.unsqueeze(0).repeat(copies, *[1] * t.dim()).requires_grad_() for name, t in start.items()}
+        self.parameters = {
+            name: t.unsqueeze(0).repeat(copies, *[1] * t.dim()).requires_grad_() for name, t in start.items()
+        }
 
     @classmethod
-    def of_models(cls, models: Sequence[torch.nn.Module], vectorize: bool) -> "StackedHeads":
+    def of_models(cls, models: Sequence[torch.nn.Module], vectorize: bool) -> StackedHeads:
         """Copies that already hold their weights, for inference: the trainable parameters and the buffers of the
         head part of `models` (one architecture and configuration, the backbone frozen and shared), stacked; the first
         model runs them all."""
@@ -228,10 +242,15 @@ class StackedHeads:
         stacked = self._active(active)
         if self.layers[active[0]] is None:
             return vmap(lambda p: output(self._call(p, batch)), randomness=randomness)(stacked)
-        chosen = batch[LAYERS_INPUT][:, [self.layers[k] for k in active]].unsqueeze(2)  # (batch, copies, 1, seq, hidden)
+        chosen = batch[LAYERS_INPUT][:, [self.layers[k] for k in active]].unsqueeze(
+            2
+        )  # (batch, copies, 1, seq, hidden)
         rest = {key: value for key, value in batch.items() if key != LAYERS_INPUT}
-        return vmap(lambda p, layer: output(self._call(p, {**rest, LAYERS_INPUT: layer})), in_dims=(0, 1),
-                    randomness=randomness)(stacked, chosen)
+        return vmap(
+            lambda p, layer: output(self._call(p, {**rest, LAYERS_INPUT: layer})),
+            in_dims=(0, 1),
+            randomness=randomness,
+        )(stacked, chosen)
 
     def losses(self, active: list[int], batch: dict) -> torch.Tensor:
         """Training losses of the `active` copies on one batch, each with the dropout masks of a lone run."""
@@ -256,8 +275,12 @@ class StackedHeads:
                 return self._model_predicted_ids(active, batch)
             if not folds:
                 folds.extend(FoldedConcat.fold(self.model, self.copy(k)) for k in active)
-            return torch.stack([FoldedConcat.logits(self.model, self._input(k, batch), fold).argmax(-1)
-                                for k, fold in zip(active, folds)])
+            return torch.stack(
+                [
+                    FoldedConcat.logits(self.model, self._input(k, batch), fold).argmax(-1)
+                    for k, fold in zip(active, folds)
+                ]
+            )
 
         return predicted
 
@@ -280,8 +303,15 @@ class StackedAdamW:
     torch's, operation for operation (tests/test_stacked_heads.py checks it against `torch.optim.AdamW`).
     """
 
-    def __init__(self, parameters: dict[str, torch.Tensor], learning_rates: Sequence[float], total_steps: Sequence[int],
-                 max_grad_norm: float = 1.0, betas: tuple[float, float] = ADAMW["betas"], eps: float = ADAMW["eps"]):
+    def __init__(
+        self,
+        parameters: dict[str, torch.Tensor],
+        learning_rates: Sequence[float],
+        total_steps: Sequence[int],
+        max_grad_norm: float = 1.0,
+        betas: tuple[float, float] = ADAMW["betas"],
+        eps: float = ADAMW["eps"],
+    ):
         self.parameters, self.max_grad_norm, self.betas, self.eps = parameters, max_grad_norm, betas, eps
         self.peaks, self.total_steps = list(learning_rates), list(total_steps)
         self.exp_avg = {name: torch.zeros_like(t) for name, t in parameters.items()}
@@ -295,7 +325,10 @@ class StackedAdamW:
         device = next(iter(self.parameters.values())).device
         index = None if everyone else torch.tensor(active, device=device)
         pick = (lambda t: t) if everyone else (lambda t: t.index_select(0, index))
-        grads = {name: pick(t.grad) if t.grad is not None else torch.zeros_like(pick(t)) for name, t in self.parameters.items()}
+        grads = {
+            name: pick(t.grad) if t.grad is not None else torch.zeros_like(pick(t))
+            for name, t in self.parameters.items()
+        }
         # clip_grad_norm_ per copy: the norm of the norms of each of its gradients
         norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()], dim=1)
         total = torch.linalg.vector_norm(norms, dim=1)
@@ -303,8 +336,9 @@ class StackedAdamW:
         self.steps += 1
         beta1, beta2 = self.betas
         bias_correction1, bias_correction2 = 1 - beta1**self.steps, 1 - beta2**self.steps
-        step_sizes = torch.tensor([-self.learning_rate_at(k, self.steps - 1) / bias_correction1 for k in active],
-                                  dtype=torch.float64)
+        step_sizes = torch.tensor(
+            [-self.learning_rate_at(k, self.steps - 1) / bias_correction1 for k in active], dtype=torch.float64
+        )
         for name, parameter in self.parameters.items():
             shape = (len(active),) + (1,) * (parameter.dim() - 1)
             grad = grads[name].mul_(scale.view(shape))
@@ -357,10 +391,16 @@ class LinearProbes:
         """Whether `model` is such a head, and `dataset` a cache whose rows it reads: the layer each copy names, or
         the one layer cached."""
         trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
-        return (isinstance(model, DWAttForTokenClassification) and type(model).head is DWAttForTokenClassification.head
-                and model.config.fusion_spec.passes_layer_through and model.fuse_labelled_positions_only
-                and tuple(trainable) == cls.PARAMETERS and isinstance(dataset, FeatureCache) and dataset.labels is not None
-                and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1))
+        return (
+            isinstance(model, DWAttForTokenClassification)
+            and type(model).head is DWAttForTokenClassification.head
+            and model.config.fusion_spec.passes_layer_through
+            and model.fuse_labelled_positions_only
+            and tuple(trainable) == cls.PARAMETERS
+            and isinstance(dataset, FeatureCache)
+            and dataset.labels is not None
+            and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1)
+        )
 
     def batches(self, dataset: FeatureCache, collator, order: Sequence[int], batch_size: int, device: torch.device):
         """Batches as `(features (layers read, labelled positions, hidden), labels (batch, seq))`."""
@@ -369,10 +409,13 @@ class LinearProbes:
             sentences = order[start : start + batch_size]
             labels = [torch.as_tensor(dataset.labels[i]).long() for i in sentences]
             # the cache's rows of the labelled positions (all of them, in a cache of the labelled positions only)
-            rows = torch.cat([dataset.offsets[i] + torch.nonzero(label != -100).flatten()
-                              for i, label in zip(sentences, labels)])
+            rows = torch.cat(
+                [dataset.offsets[i] + torch.nonzero(label != -100).flatten() for i, label in zip(sentences, labels)]
+            )
             # only the layers some copy reads: the cache's other rows stay on disk (or in place), uncopied
-            features = dataset.features[rows[:, None], self.read_index].to(device=device, dtype=self.dtype).transpose(0, 1)
+            features = (
+                dataset.features[rows[:, None], self.read_index].to(device=device, dtype=self.dtype).transpose(0, 1)
+            )
             labels = torch.nn.utils.rnn.pad_sequence(labels, batch_first=True, padding_value=-100)
             yield features.contiguous(), labels.to(device)
             # The last batch's features and step are freed by now; glibc keeps such blocks (megabytes each) in its
@@ -398,7 +441,9 @@ class LinearProbes:
             index = torch.tensor(ks, device=device)
             weight = self.parameters["classifier.weight"].index_select(0, index).flatten(0, 1)
             bias = self.parameters["classifier.bias"].index_select(0, index).flatten(0, 1)
-            pieces.append(F.linear(features[slab], weight, bias).unflatten(-1, (len(ks), -1)))  # (positions, copies, labels)
+            pieces.append(
+                F.linear(features[slab], weight, bias).unflatten(-1, (len(ks), -1))
+            )  # (positions, copies, labels)
             order += ks
         logits = torch.cat(pieces, dim=1).transpose(0, 1)
         where = {k: i for i, k in enumerate(order)}
@@ -420,15 +465,23 @@ class LinearProbes:
         features, labels = batch
         ids = self._logits(active, features, dropped=False).argmax(-1)
         scored = (labels != -100).expand(len(active), *labels.shape)
-        return torch.zeros(len(active), *labels.shape, dtype=ids.dtype, device=ids.device).index_put((scored,), ids.flatten())
+        return torch.zeros(len(active), *labels.shape, dtype=ids.dtype, device=ids.device).index_put(
+            (scored,), ids.flatten()
+        )
 
     def state(self, k: int) -> dict[str, torch.Tensor]:
         return self.stacked.state(k)
 
     @classmethod
     @torch.no_grad()
-    def predict(cls, model: torch.nn.Module, states: Sequence[dict[str, torch.Tensor]], layers: Sequence[int | None],
-                dataset: FeatureCache, batch_size: int = 32) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
+    def predict(
+        cls,
+        model: torch.nn.Module,
+        states: Sequence[dict[str, torch.Tensor]],
+        layers: Sequence[int | None],
+        dataset: FeatureCache,
+        batch_size: int = 32,
+    ) -> tuple[list[list[torch.Tensor]], list[torch.Tensor]]:
         """Each head's (`states`, reading `layers`) predicted label ids on `dataset`, batch by batch, and the labels:
         the inputs of `NERMetrics.score_ids`, for every head from one pass over the cache."""
         heads, device = cls(model, len(states), layers), next(model.parameters()).device
@@ -494,8 +547,9 @@ def train_heads(
     else:
         heads = StackedHeads(model, len(copies), vectorize, layers)
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
-    optimizer = StackedAdamW(heads.parameters, [c.learning_rate for c in copies],
-                             [steps_per_epoch * e for e in budgets], max_grad_norm)
+    optimizer = StackedAdamW(
+        heads.parameters, [c.learning_rate for c in copies], [steps_per_epoch * e for e in budgets], max_grad_norm
+    )
     order_generator = torch.Generator().manual_seed(seed)
     dev_labels: list[torch.Tensor] = []  # read on the first pass over the dev set
     outcomes = [BudgetOutcome(c.epochs, copy=c) for c in copies]
@@ -513,7 +567,8 @@ def train_heads(
         model.eval()
         evaluated = time.perf_counter()
         # The dev batches are made again on every pass, not kept: kept, they held the dev set's every cached layer,
-        # padded and cast to fp32 (7.0 GiB for 1000 CoNLL-03 dev sentences on a 28 x 1536 LLM), growing with the dev set
+        # padded and cast to fp32 (7.0 GiB for 1000 CoNLL-03 dev sentences on a 28 x 1536 LLM), growing with the dev
+        # set
         predicted, first_pass, predict = [], not dev_labels, heads.predictor(active)
         for batch in heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device):
             predicted.append(predict(batch).cpu())
@@ -541,5 +596,14 @@ def train_heads(
     return outcomes, timings
 
 
-__all__ = ["BudgetOutcome", "FoldedConcat", "HeadCopy", "LinearProbes", "StackedAdamW", "StackedHeads", "head_tensors",
-           "one_layer", "train_heads"]
+__all__ = [
+    "BudgetOutcome",
+    "FoldedConcat",
+    "HeadCopy",
+    "LinearProbes",
+    "StackedAdamW",
+    "StackedHeads",
+    "head_tensors",
+    "one_layer",
+    "train_heads",
+]

@@ -53,24 +53,69 @@ class Task:
 # chosen for no method in any trial and trailed 1e-3 for every one. On AG News (docs/results/fair-agnews), DWAtt's
 # dev choice was 3e-4 in every N = 16 trial on MiniLM and SmolLM2, where 1e-3 trailed it on dev and test. The masked
 # LM has had no such comparison: it keeps the NER rate.
-TASKS: dict[str, Task] = {task.name: task for task in (
-    Task(name="ner", model="DWAttForTokenClassification", architecture_suffix="ForTokenClassification",
-         pipeline_tag="token-classification", auto_class="AutoModelForTokenClassification", default_dataset="conll2003",
-         batch_size=16, fe_learning_rate=1e-3, logits_rank=3, example_input="Peter Blackburn visited Brussels .",
-         items="sentences",
-         few_shot=True, labelled=True, score="f1", score_name="F1", trains_together=True, pools=False),
-    Task(name="mlm", model="DWAttForMaskedLM", architecture_suffix="ForMaskedLM", pipeline_tag="fill-mask",
-         auto_class="AutoModelForMaskedLM", default_dataset="wikitext2", batch_size=8, fe_learning_rate=1e-3, logits_rank=3,
-         example_input="Paris is the {mask} of France .", items="blocks", few_shot=False, labelled=False,
-         score="perplexity", score_name="perplexity", trains_together=False,
-         pools=False),
-    Task(name="cls", model="DWAttForSequenceClassification", architecture_suffix="ForSequenceClassification",
-         pipeline_tag="text-classification", auto_class="AutoModelForSequenceClassification", default_dataset="ag_news",
-         batch_size=16, fe_learning_rate=3e-4, logits_rank=2,
-         example_input="Stocks rallied after the central bank held interest rates steady .",
-         items="texts", few_shot=True, labelled=True, score="accuracy", score_name="accuracy",
-         trains_together=True, pools=True, folder_is_dataset=True),
-)}
+TASKS: dict[str, Task] = {
+    task.name: task
+    for task in (
+        Task(
+            name="ner",
+            model="DWAttForTokenClassification",
+            architecture_suffix="ForTokenClassification",
+            pipeline_tag="token-classification",
+            auto_class="AutoModelForTokenClassification",
+            default_dataset="conll2003",
+            batch_size=16,
+            fe_learning_rate=1e-3,
+            logits_rank=3,
+            example_input="Peter Blackburn visited Brussels .",
+            items="sentences",
+            few_shot=True,
+            labelled=True,
+            score="f1",
+            score_name="F1",
+            trains_together=True,
+            pools=False,
+        ),
+        Task(
+            name="mlm",
+            model="DWAttForMaskedLM",
+            architecture_suffix="ForMaskedLM",
+            pipeline_tag="fill-mask",
+            auto_class="AutoModelForMaskedLM",
+            default_dataset="wikitext2",
+            batch_size=8,
+            fe_learning_rate=1e-3,
+            logits_rank=3,
+            example_input="Paris is the {mask} of France .",
+            items="blocks",
+            few_shot=False,
+            labelled=False,
+            score="perplexity",
+            score_name="perplexity",
+            trains_together=False,
+            pools=False,
+        ),
+        Task(
+            name="cls",
+            model="DWAttForSequenceClassification",
+            architecture_suffix="ForSequenceClassification",
+            pipeline_tag="text-classification",
+            auto_class="AutoModelForSequenceClassification",
+            default_dataset="ag_news",
+            batch_size=16,
+            fe_learning_rate=3e-4,
+            logits_rank=2,
+            example_input="Stocks rallied after the central bank held interest rates steady .",
+            items="texts",
+            few_shot=True,
+            labelled=True,
+            score="accuracy",
+            score_name="accuracy",
+            trains_together=True,
+            pools=True,
+            folder_is_dataset=True,
+        ),
+    )
+}
 
 
 def task_named(name: str) -> Task:

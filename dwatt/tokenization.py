@@ -51,13 +51,17 @@ def load_saved_tokenizer(folder: str | Path, model_input_names: list[str] | None
 def _padding_ready(tokenizer, name_or_path):
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
-            raise ValueError(f"the tokenizer of {name_or_path} has neither a padding nor an end-of-sequence token; "
-                             "give it a pad_token before batching")
+            raise ValueError(
+                f"the tokenizer of {name_or_path} has neither a padding nor an end-of-sequence token; "
+                "give it a pad_token before batching"
+            )
         tokenizer.pad_token = tokenizer.eos_token
         if str(name_or_path) not in _TOLD_ABOUT_PADDING:
             _TOLD_ABOUT_PADDING.add(str(name_or_path))
-            logger.warning(f"the tokenizer of {name_or_path} has no padding token; padding with its end-of-sequence "
-                           f"token {tokenizer.eos_token!r} (masked out everywhere)")
+            logger.warning(
+                f"the tokenizer of {name_or_path} has no padding token; padding with its end-of-sequence "
+                f"token {tokenizer.eos_token!r} (masked out everywhere)"
+            )
     return tokenizer
 
 
@@ -121,7 +125,9 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
         seen_words: dict[int, set] = {}
         for row, sentence in enumerate(owners):
             seen_words.setdefault(sentence, set()).update(w for w in encoded.word_ids(row) if w is not None)
-        vanished = {s: [w for w in range(len(words)) if w not in seen_words.get(s, set())] for s, words in enumerate(sentences)}
+        vanished = {
+            s: [w for w in range(len(words)) if w not in seen_words.get(s, set())] for s, words in enumerate(sentences)
+        }
         vanished = {s: ws for s, ws in vanished.items() if ws}
         if not vanished or attempt == 1:
             break
@@ -161,6 +167,11 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 """The tokenizer's outputs a DWAtt model takes (a backbone without token types ignores them)."""
 
 __all__ = [
-    "BYTE_LEVEL_BPE_MODELS", "MODEL_INPUTS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_saved_tokenizer",
+    "BYTE_LEVEL_BPE_MODELS",
+    "MODEL_INPUTS",
+    "as_in_running_text",
+    "drops_running_text_spaces",
+    "encode_words",
+    "load_saved_tokenizer",
     "load_tokenizer",
 ]

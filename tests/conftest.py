@@ -91,7 +91,12 @@ BLOCKED_IMPORTS = textwrap.dedent(
 
 def run_without_dwatt(script: str, tmp_path: Path, **env) -> None:
     """Run `script` in a fresh Python process that cannot import dwatt or its model files (offline Hub)."""
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    environment = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONNOUSERSITE": "1",
+    }
     environment.update(env)
     # from a file: a script that lists every family's cells is longer than one command-line argument may be
     path = tmp_path / "without_dwatt.py"
@@ -123,7 +128,9 @@ def tiny_backbone(tmp_path_factory):
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
     BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(folder)
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+    config = BertConfig(
+        vocab_size=16, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37
+    )
     BertModel(config).save_pretrained(folder)
     return folder
 
@@ -151,7 +158,9 @@ def write_tiny_datasets(root: Path) -> dict[str, Path]:
     lines = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(9)) for i in range(40)]
     (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
     (wikitext / "test.txt").write_text("\n".join(lines[:12]) + "\n")
-    rows = [(" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 3)), ("a", "b", "c")[i % 3]) for i in range(18)]
+    rows = [
+        (" ".join(WORDS[(i + j) % len(WORDS)] for j in range(2 + i % 3)), ("a", "b", "c")[i % 3]) for i in range(18)
+    ]
     for name, chosen in (("train.csv", rows), ("dev.csv", rows[::2]), ("test.csv", rows[1::2])):
         (topics / name).write_text("text,label\n" + "".join(f"{text},{label}\n" for text, label in chosen))
     return {"conll2003": conll, "wikiann": root / "wikiann", "wikitext": wikitext, "topics": topics}
@@ -176,14 +185,24 @@ def tiny_decoder(tmp_path_factory):
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     bpe.train_from_iterator(DECODER_CORPUS * 3, trainer)
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     tokenizer.save_pretrained(folder)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                         num_key_value_heads=2, intermediate_size=48, max_position_embeddings=128, bos_token_id=0,
-                         eos_token_id=0, pad_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=128,
+        bos_token_id=0,
+        eos_token_id=0,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(folder)
     return folder
@@ -235,8 +254,16 @@ def word_piece_tokenizer():
 def tiny_topics(tmp_path_factory):
     """A tiny topic-classification folder in the tiny backbone's vocabulary: train.csv and dev.csv."""
     folder = tmp_path_factory.mktemp("topics")
-    topics = {"people": WORDS[8:10] + ["call"], "places": ["brussels", "british", "german"], "food": ["lamb", "boycott", "to"]}
-    rows = [(" ".join(words[(i + j) % 3] for j in range(3 + i % 2)), topic) for topic, words in topics.items() for i in range(6)]
+    topics = {
+        "people": WORDS[8:10] + ["call"],
+        "places": ["brussels", "british", "german"],
+        "food": ["lamb", "boycott", "to"],
+    }
+    rows = [
+        (" ".join(words[(i + j) % 3] for j in range(3 + i % 2)), topic)
+        for topic, words in topics.items()
+        for i in range(6)
+    ]
     (folder / "train.csv").write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in rows))
     (folder / "dev.csv").write_text("text,label\n" + "".join(f"{t},{label}\n" for t, label in rows[::2]))
     return folder

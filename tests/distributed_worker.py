@@ -1,7 +1,8 @@
 """One `dwatt.training.run` under a data-parallel launcher, recording what each process writes and ends with.
 
 Usage (see tests/test_distributed.py): torchrun --nproc_per_node 2 distributed_worker.py CONFIG.json RECORD_DIR
-With DWATT_TEST_CACHES_ON_DISK set, every feature cache goes to disk. Each process writes RECORD_DIR/rank<R>.json (the files it wrote, its results) and rank<R>.safetensors (its
+With DWATT_TEST_CACHES_ON_DISK set, every feature cache goes to disk. Each process writes RECORD_DIR/rank<R>.json (the
+files it wrote, its results) and rank<R>.safetensors (its
 trainable weights at the end of the run).
 """
 
@@ -56,4 +57,6 @@ PreTrainedTokenizerBase.save_pretrained = recording(PreTrainedTokenizerBase.save
 
 results = run(RunConfig(**json.loads(config_path.read_text())))
 world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
-(record_dir / f"rank{rank}.json").write_text(json.dumps({"world_size": world, "written": written, "results": results}, default=str))
+(record_dir / f"rank{rank}.json").write_text(
+    json.dumps({"world_size": world, "written": written, "results": results}, default=str)
+)

@@ -12,7 +12,6 @@ from safetensors.torch import load_file
 
 from dwatt.training import RunConfig
 
-
 WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
@@ -121,9 +120,20 @@ def launch(config: RunConfig, tmp_path: Path, processes: int = 2, caches_on_disk
     record.mkdir()
     (tmp_path / "config.json").write_text(json.dumps(asdict(config)))
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-         str(WORKER), str(tmp_path / "config.json"), str(record)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node",
+            str(processes),
+            str(WORKER),
+            str(tmp_path / "config.json"),
+            str(record),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
         env=dict(os.environ, **({"DWATT_TEST_CACHES_ON_DISK": "1"} if caches_on_disk else {})),
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -137,19 +147,40 @@ def launch(config: RunConfig, tmp_path: Path, processes: int = 2, caches_on_disk
 def config_for(tiny_backbone, tiny_conll, output_dir: Path, **kwargs) -> RunConfig:
     # 2 x 4 entity types = 8 sentences and a global batch of 8: one optimizer step per epoch, so the order of the
     # sentences within an epoch cannot matter; no dropout in the head (the backbone is frozen, in eval mode).
-    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=8,
-                    learning_rate=5e-3, output_dir=str(output_dir), progress=False, cache_dtype="float32",
-                    evaluate_test=True, extra={"classifier_dropout": 0.0})
+    defaults = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=3,
+        batch_size=8,
+        learning_rate=5e-3,
+        output_dir=str(output_dir),
+        progress=False,
+        cache_dtype="float32",
+        evaluate_test=True,
+        extra={"classifier_dropout": 0.0},
+    )
     return RunConfig(**(defaults | kwargs))
 
 
 # Results rows of the kind a sweep writes, for the report's and the selection's tests.
 def ner_row(fusion, n, epochs, trial, f1, dataset="conll2003", mode="fe", backbone="/m/small", pool=14041):
     layers = [1, 2, 3]
-    weights = {"layers": layers, "by_type": {"PER": [0.2, 0.3, 0.5], "O": [0.6, 0.3, 0.1]}, "positions": {"PER": 3, "O": 9}}
+    weights = {
+        "layers": layers,
+        "by_type": {"PER": [0.2, 0.3, 0.5], "O": [0.6, 0.3, 0.1]},
+        "positions": {"PER": 3, "O": 9},
+    }
     return {
         "task": "ner",
-        "config": {"backbone": backbone, "fusion": fusion, "mode": mode, "dataset": dataset, "n_shot": n, "epochs": epochs},
+        "config": {
+            "backbone": backbone,
+            "fusion": fusion,
+            "mode": mode,
+            "dataset": dataset,
+            "n_shot": n,
+            "epochs": epochs,
+        },
         "seed": trial,
         "best_dev_f1": f1,
         "final_dev_f1": f1,
@@ -179,15 +210,23 @@ def window_grid_rows():
         for layer in range(1, 9):
             for rate in (1e-4, 1e-3):
                 row = fair_row("base", trial, rate, 0.5 + 0.1 * (layer == 6) - 0.05 * (rate == 1e-4), 0.5, layer)
-                row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4 + 0.1 * (layer == 3) - 0.05 * (rate == 1e-4),
-                                       "best_epoch": 3.0, "test_scores": {"f1": 0.5}}
+                row["few_shot_dev"] = {
+                    "sentences": 128,
+                    "best_f1": 0.4 + 0.1 * (layer == 3) - 0.05 * (rate == 1e-4),
+                    "best_epoch": 3.0,
+                    "test_scores": {"f1": 0.5},
+                }
                 rows.append(row)
         for window, test in (("4-8", 0.7), ("1-5", 0.6), ("only:4-8", 0.75), ("only:1-5", 0.65)):
             for rate in (1e-4, 1e-3):
                 row = fair_row("scalar_mix", trial, rate, 0.5 + 0.1 * (rate == 1e-3), test + 0.05 * (rate == 1e-3))
                 row["config"]["layers"] = window
-                row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.5 + 0.1 * (rate == 1e-3), "best_epoch": 3.0,
-                                       "test_scores": {"f1": test}}
+                row["few_shot_dev"] = {
+                    "sentences": 128,
+                    "best_f1": 0.5 + 0.1 * (rate == 1e-3),
+                    "best_epoch": 3.0,
+                    "test_scores": {"f1": test},
+                }
                 rows.append(row)
     for row in rows:
         row["backbone_layers"] = 8
@@ -208,16 +247,30 @@ T_975_2_DOF = 4.302652729911275  # Student's t quantile, 0.975, 2 degrees of fre
 
 
 def mlm_row(fusion, ppl):
-    return {"task": "mlm", "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
-            "seed": 0, "best_dev_perplexity": ppl + 1, "test_perplexity": ppl}
+    return {
+        "task": "mlm",
+        "config": {"backbone": "/m/small", "fusion": fusion, "mode": "ft", "epochs": 1, "task": "mlm"},
+        "seed": 0,
+        "best_dev_perplexity": ppl + 1,
+        "test_perplexity": ppl,
+    }
 
 
 def tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path, **kwargs):
     """A quick NER run on the tiny backbone and CoNLL sample: 2-shot, 3 epochs, fp32 cache."""
     from dwatt.training import RunConfig
 
-    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=4,
-                    learning_rate=5e-3, output_dir=str(tmp_path), progress=False, cache_dtype="float32")
+    defaults = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=3,
+        batch_size=4,
+        learning_rate=5e-3,
+        output_dir=str(tmp_path),
+        progress=False,
+        cache_dtype="float32",
+    )
     return RunConfig(**(defaults | kwargs))
 
 
@@ -225,7 +278,9 @@ SENTENCES = [
     ["peter", "blackburn"],
     ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb"],
     ["brussels"],
-    (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[:37],  # windows
+    (["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn"] * 4)[
+        :37
+    ],  # windows
     ["lamb", "to", "brussels", "peter"],
 ]
 
@@ -259,15 +314,40 @@ def every_experiment() -> list[dict]:
                 rows.append(ner_row(fusion, n, 4, trial, 0.5 + gain, mode="ft"))
                 rows.append(ner_row(fusion, n, 4, trial, 0.2 + gain, backbone="/m/large"))
             for language, pool in (("en", 20000), ("af", 5000), ("sw", 1000), ("yo", 100)):
-                rows.append(ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool))
-    rows += [cls_row(f, n, trial, 0.6 + gain + n / 1000) for trial in range(3) for f, gain in (("base", 0.0), ("dwatt", 0.1))
-             for n in (4, 16)]
-    rows += [ner_row(f, n, 25, trial, 0.3 + gain, backbone="/m/deep") | {"num_dev_sentences": 1000}  # the depth grid
-             for trial in range(2) for f, gain in (("base", 0.0), ("dwatt", 0.2)) for n in (8, 32)]
+                rows.append(
+                    ner_row(fusion, 100, 25, trial, gain + pool / 1e5, dataset=f"wikiann:{language}", pool=pool)
+                )
+    rows += [
+        cls_row(f, n, trial, 0.6 + gain + n / 1000)
+        for trial in range(3)
+        for f, gain in (("base", 0.0), ("dwatt", 0.1))
+        for n in (4, 16)
+    ]
+    rows += [
+        ner_row(f, n, 25, trial, 0.3 + gain, backbone="/m/deep") | {"num_dev_sentences": 1000}  # the depth grid
+        for trial in range(2)
+        for f, gain in (("base", 0.0), ("dwatt", 0.2))
+        for n in (8, 32)
+    ]
     return rows + [mlm_row(f, p) for f, p in (("base", 3.0), ("dwatt", 2.5), ("concat", 4.0), ("base_plus_n", 3.5))]
 
 
 def cls_row(fusion, n, trial, accuracy):
-    return {"task": "cls", "seed": trial, "pooling": "mean", "best_dev_accuracy": accuracy, "best_dev_macro_f1": accuracy - 0.01,
-            "best_epoch": 5, "config": {"backbone": "/m/small", "fusion": fusion, "mode": "fe", "dataset": "ag_news",
-                                        "n_shot": n, "epochs": 5, "task": "cls", "seed": trial}}
+    return {
+        "task": "cls",
+        "seed": trial,
+        "pooling": "mean",
+        "best_dev_accuracy": accuracy,
+        "best_dev_macro_f1": accuracy - 0.01,
+        "best_epoch": 5,
+        "config": {
+            "backbone": "/m/small",
+            "fusion": fusion,
+            "mode": "fe",
+            "dataset": "ag_news",
+            "n_shot": n,
+            "epochs": 5,
+            "task": "cls",
+            "seed": trial,
+        },
+    }

@@ -7,8 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from dwatt.atomic import (give_usual_modes, read_json, read_text, replace_folder, scratch_folder, sha256_of, usual_mode,
-                          write_text_atomically)
+from dwatt.atomic import (
+    give_usual_modes,
+    read_json,
+    read_text,
+    replace_folder,
+    scratch_folder,
+    sha256_of,
+    usual_mode,
+    write_text_atomically,
+)
 
 
 def test_a_write_that_fails_leaves_the_old_file_and_no_temporary_one(tmp_path, monkeypatch):

@@ -10,7 +10,6 @@ from dwatt import RobertaDWAttForMaskedLM
 
 from .conftest import tiny_config
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,5 +41,9 @@ def test_auto_classes_load_locally_registered_checkpoints(tmp_path):
     ids = torch.tensor([[5, 9, 12, 7, 30, 6], [8, 11, 5, 21, 0, 0]])
     mask = (ids != 0).long()
     with torch.no_grad():
-        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits.float(),
-                                   model(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            loaded(input_ids=ids, attention_mask=mask).logits.float(),
+            model(input_ids=ids, attention_mask=mask).logits,
+            atol=1e-5,
+            rtol=1e-5,
+        )

@@ -34,11 +34,23 @@ def test_trainer_in_fe_mode_leaves_the_backbone_untouched(tiny_backbone, tiny_co
     tokenizer = BertTokenizerFast.from_pretrained(tiny_backbone)
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9)
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    args = TrainingArguments(output_dir=str(tmp_path), num_train_epochs=2, report_to="none", save_strategy="no",
-                             per_device_train_batch_size=4, disable_tqdm=True, learning_rate=1e-2)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        num_train_epochs=2,
+        report_to="none",
+        save_strategy="no",
+        per_device_train_batch_size=4,
+        disable_tqdm=True,
+        learning_rate=1e-2,
+    )
     columns = ["input_ids", "attention_mask", "labels"]
-    trainer = Trainer(model=model, args=args, train_dataset=tokenize_and_align(data["train"], tokenizer).select_columns(columns),
-                      data_collator=DataCollatorForTokenClassification(tokenizer), callbacks=[FreezeBackboneCallback("fe")])
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=tokenize_and_align(data["train"], tokenizer).select_columns(columns),
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        callbacks=[FreezeBackboneCallback("fe")],
+    )
     trainer.train()
     after = model.state_dict()
     changed = {k for k in after if not torch.equal(after[k], before[k])}

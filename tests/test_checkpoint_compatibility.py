@@ -1,5 +1,6 @@
 """Checkpoints saved by earlier model files load with today's, with equal logits (tests/fixtures/make_old_checkpoints.py
 wrote them with the code of da01343: full and head-only, LoRA, every fusion, every task)."""
+
 import json
 from pathlib import Path
 
@@ -20,14 +21,19 @@ def test_the_fixture_holds_every_fusion_and_task():
     # every fusion da01343 had (those declared since have no checkpoint of that code)
     assert {config["fusion"] for config in configs} == set(configuration_dwatt.FUSIONS) - ADDED_SINCE
     assert {config["architectures"][0] for config in configs} == {
-        "RobertaDWAttForTokenClassification", "RobertaDWAttForSequenceClassification", "RobertaDWAttForMaskedLM"}
+        "RobertaDWAttForTokenClassification",
+        "RobertaDWAttForSequenceClassification",
+        "RobertaDWAttForMaskedLM",
+    }
     assert any(config["heads_only"] for config in configs) and any(config["lora"] for config in configs)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda path: path.name)
 def test_a_checkpoint_of_da01343_loads_with_equal_logits(folder):
     architecture = json.loads((folder / "config.json").read_text())["architectures"][0]
-    model = getattr(modeling_dwatt, architecture).from_pretrained(folder, backbone_name_or_path=str(FIXTURES / "backbone"))
+    model = getattr(modeling_dwatt, architecture).from_pretrained(
+        folder, backbone_name_or_path=str(FIXTURES / "backbone")
+    )
     expected = load_file(folder / "expected.safetensors")
     with torch.no_grad():
         logits = model.eval()(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits

@@ -1,6 +1,6 @@
 """Checkpoints saved by today's code load with equal logits in the transformers releases users have, through
-`trust_remote_code` in a process without dwatt: the supported range's oldest (the last 4.x, 4.57), its first 5.x (5.0)
-and its newest, each installed by CI in a folder of its own (`pip install --target`) named in
+`trust_remote_code` in a process without dwatt: the supported range's oldest (4.53; the last 4.x, 4.57), its first 5.x
+(5.0) and its newest, each installed by CI in a folder of its own (`pip install --target`) named in
 DWATT_TRANSFORMERS_RELEASES, and this environment's. Token and sequence classification and masked LM; full,
 head-only, LoRA (merged and beside the head) and cut at a layer."""
 
@@ -50,11 +50,29 @@ def saved_today(folder: Path) -> list[str]:
     spec = importlib.util.spec_from_file_location("make_checkpoints", FIXTURES / "make_old_checkpoints.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.CHECKPOINTS = [(name, architecture.removeprefix("Roberta"), *rest) for name, architecture, *rest in module.CHECKPOINTS]
-    module.CHECKPOINTS.append(("base-layer2-tagger-cut-full", "DWAttForTokenClassification", "base", False, False,
-                              {"num_labels": 5, "fused_layers": "2"}))
-    module.CHECKPOINTS.append(("dwatt-tagger-bf16-backbone-full", "DWAttForTokenClassification", "dwatt", False, False,
-                              {"num_labels": 5, "backbone_dtype": "bfloat16"}))
+    module.CHECKPOINTS = [
+        (name, architecture.removeprefix("Roberta"), *rest) for name, architecture, *rest in module.CHECKPOINTS
+    ]
+    module.CHECKPOINTS.append(
+        (
+            "base-layer2-tagger-cut-full",
+            "DWAttForTokenClassification",
+            "base",
+            False,
+            False,
+            {"num_labels": 5, "fused_layers": "2"},
+        )
+    )
+    module.CHECKPOINTS.append(
+        (
+            "dwatt-tagger-bf16-backbone-full",
+            "DWAttForTokenClassification",
+            "dwatt",
+            False,
+            False,
+            {"num_labels": 5, "backbone_dtype": "bfloat16"},
+        )
+    )
     module.main(folder)
     return [name for name, *_ in module.CHECKPOINTS]
 
@@ -67,26 +85,42 @@ def load_in_a_process_without_dwatt(tmp_path: Path, release: str | None = None) 
     names = saved_today(tmp_path / "checkpoints")
     script = tmp_path / "load.py"
     script.write_text(BLOCKED_IMPORTS + LOAD)
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
+    environment = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONNOUSERSITE": "1",
+    }
     if release:
         environment["PYTHONPATH"] = release
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "checkpoints")], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "checkpoints")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return names, json.loads(done.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)")
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
 @pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
 def test_checkpoints_saved_today_load_with_equal_logits_under_each_supported_transformers_release(tmp_path, release):
     names, report = load_in_a_process_without_dwatt(tmp_path, release)
     assert Path(release).name.endswith(report["transformers"]), report  # the folder's release, not this environment's
     assert set(report["differences"]) == set(names)
-    assert all(isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()), report
+    assert all(
+        isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()
+    ), report
 
 
 def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(tmp_path):
     """The same script under this environment's transformers, in a process without dwatt."""
     names, report = load_in_a_process_without_dwatt(tmp_path)
     assert set(report["differences"]) == set(names)
-    assert all(isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()), report
+    assert all(
+        isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()
+    ), report

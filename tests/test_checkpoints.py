@@ -17,7 +17,9 @@ def test_a_folder_is_checked_before_loading_and_each_error_names_its_file(tmp_pa
         check_checkpoint_folder(str(tmp_path / "nowhere"))
     with pytest.raises(FileNotFoundError, match=r"config\.json: missing; .* is not a checkpoint folder"):
         check_checkpoint_folder(tmp_path)
-    (tmp_path / "config.json").write_text(json.dumps({"dtype": "float32", "encoder_config": {"torch_dtype": "float33"}}))
+    (tmp_path / "config.json").write_text(
+        json.dumps({"dtype": "float32", "encoder_config": {"torch_dtype": "float33"}})
+    )
     with pytest.raises(ValueError, match=r"config\.json: encoder_config\.torch_dtype 'float33' is not a torch dtype"):
         check_checkpoint_folder(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps({"dtype": "auto"}))
@@ -42,7 +44,11 @@ def test_a_saved_classifier_loads_in_eval_mode_with_its_tokenizer_and_task(tiny_
 
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path)
     loaded, tokenizer, task = load_checkpoint(tmp_path)
-    assert task == "cls" and not loaded.training and tokenizer("peter blackburn")["input_ids"][0] == tokenizer.cls_token_id
+    assert (
+        task == "cls"
+        and not loaded.training
+        and tokenizer("peter blackburn")["input_ids"][0] == tokenizer.cls_token_id
+    )
     batch = tokenizer(["peter blackburn", "eu rejects german call"], padding=True, return_tensors="pt")
     with torch.no_grad():
         torch.testing.assert_close(loaded(**batch).logits, model.eval()(**batch).logits)

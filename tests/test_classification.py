@@ -33,12 +33,18 @@ def make_batch(padding: int = 0):
     return ids, mask
 
 
-@pytest.mark.parametrize("problem_type, labels, expected_loss", [
-    ("single_label_classification", torch.tensor([0, 2, 1]), torch.nn.functional.cross_entropy),
-    ("multi_label_classification", torch.tensor([[1.0, 0, 1], [0, 0, 1], [0, 1, 0]]),
-     torch.nn.functional.binary_cross_entropy_with_logits),
-    ("regression", torch.tensor([0.5, -1.0, 2.0]), None),
-])
+@pytest.mark.parametrize(
+    "problem_type, labels, expected_loss",
+    [
+        ("single_label_classification", torch.tensor([0, 2, 1]), torch.nn.functional.cross_entropy),
+        (
+            "multi_label_classification",
+            torch.tensor([[1.0, 0, 1], [0, 0, 1], [0, 1, 0]]),
+            torch.nn.functional.binary_cross_entropy_with_logits,
+        ),
+        ("regression", torch.tensor([0.5, -1.0, 2.0]), None),
+    ],
+)
 def test_problem_types_follow_transformers_and_are_inferred_from_the_labels(problem_type, labels, expected_loss):
     num_labels = 1 if problem_type == "regression" else 3
     model = RobertaDWAttForSequenceClassification(tiny_config("roberta", "dwatt", num_labels=num_labels)).eval()
@@ -69,28 +75,45 @@ def test_padding_does_not_change_a_sentence_and_only_pooled_positions_matter(fus
 
 def test_csv_tsv_and_jsonl_files_give_the_same_split_with_detected_or_named_columns(tmp_path):
     csv_file = write(tmp_path / "a.csv", 'sentence,label\n"good, really",pos\nbad,neg\n"two\nlines",pos\n')
-    tsv_file = write(tmp_path / "a.tsv", "sentence\tlabel\ngood, really\tpos\nbad\tneg\n\"two\nlines\"\tpos\n")
-    jsonl_file = write(tmp_path / "a.jsonl", "\n".join(json.dumps({"sentence": t, "label": l}) for t, l in
-                                                       [("good, really", "pos"), ("bad", "neg"), ("two\nlines", "pos")]) + "\n")
+    tsv_file = write(tmp_path / "a.tsv", 'sentence\tlabel\ngood, really\tpos\nbad\tneg\n"two\nlines"\tpos\n')
+    jsonl_file = write(
+        tmp_path / "a.jsonl",
+        "\n".join(
+            json.dumps({"sentence": text, "label": label})
+            for text, label in [("good, really", "pos"), ("bad", "neg"), ("two\nlines", "pos")]
+        )
+        + "\n",
+    )
     splits = [read_classification_file(path) for path in (csv_file, tsv_file, jsonl_file)]
     for split in splits:
         assert split["text"] == ["good, really", "bad", "two\nlines"]
         assert split.features["label"].names == ["neg", "pos"] and split["label"] == [1, 0, 1]
-    named = read_classification_file(write(tmp_path / "b.csv", "q,a,y\nhow?,well,1\nwhy?,so,0\n"),
-                                      text_column="q", pair_column="a", label_column="y")
+    named = read_classification_file(
+        write(tmp_path / "b.csv", "q,a,y\nhow?,well,1\nwhy?,so,0\n"),
+        text_column="q",
+        pair_column="a",
+        label_column="y",
+    )
     assert named["text_pair"] == ["well", "so"] and named.features["label"].names == ["0", "1"]
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("fields.csv", "text,label\nfine,a\ntoo,many,fields\n", r"fields\.csv:3: 3 fields where the header has 2"),
-    ("quote.csv", 'text,label\n"never closed,a\n', r"quote\.csv:2: a quoted field is never closed"),
-    ("empty.csv", "text,label\nfine,a\n,b\n", r"empty\.csv:3: empty or missing 'text'"),
-    ("nolabel.csv", "text,stars\nfine,a\n", r"nolabel\.csv: cannot tell which column is the label .*--label-column"),
-    ("bad.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label"\n', r"bad\.jsonl:2: not a JSON object"),
-    ("list.jsonl", '["a", "x"]\n', r"list\.jsonl:1: expected a JSON object per line"),
-    ("header.csv", "text,text\na,b\n", r"header\.csv:1: the header needs distinct"),
-    ("rows.txt", "text,label\n", r"rows\.txt: unknown format '\.txt'"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("fields.csv", "text,label\nfine,a\ntoo,many,fields\n", r"fields\.csv:3: 3 fields where the header has 2"),
+        ("quote.csv", 'text,label\n"never closed,a\n', r"quote\.csv:2: a quoted field is never closed"),
+        ("empty.csv", "text,label\nfine,a\n,b\n", r"empty\.csv:3: empty or missing 'text'"),
+        (
+            "nolabel.csv",
+            "text,stars\nfine,a\n",
+            r"nolabel\.csv: cannot tell which column is the label .*--label-column",
+        ),
+        ("bad.jsonl", '{"text": "a", "label": "x"}\n{"text": "b", "label"\n', r"bad\.jsonl:2: not a JSON object"),
+        ("list.jsonl", '["a", "x"]\n', r"list\.jsonl:1: expected a JSON object per line"),
+        ("header.csv", "text,text\na,b\n", r"header\.csv:1: the header needs distinct"),
+        ("rows.txt", "text,label\n", r"rows\.txt: unknown format '\.txt'"),
+    ],
+)
 def test_a_malformed_file_names_the_file_and_line(tmp_path, name, content, message):
     with pytest.raises(DataFormatError, match=message):
         read_classification_file(write(tmp_path / name, content))
@@ -140,12 +163,38 @@ def test_n_examples_per_class_are_drawn_exactly_and_reproducibly():
         sample_examples_per_class(labels, 3, seed=0)
 
 
-def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_without_dwatt(tiny_backbone, tiny_topics, tmp_path, capsys):
+def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_without_dwatt(
+    tiny_backbone, tiny_topics, tmp_path, capsys
+):
     from dwatt.cli import main
 
     out = tmp_path / "run"
-    assert main(["train", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_topics), "--n-shot", "3",
-                 "--epochs", "3", "--batch-size", "4", "--lr", "5e-3", "--output-dir", str(out), "--cache-dtype", "float32"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "cls",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(tiny_topics),
+                "--n-shot",
+                "3",
+                "--epochs",
+                "3",
+                "--batch-size",
+                "4",
+                "--lr",
+                "5e-3",
+                "--output-dir",
+                str(out),
+                "--cache-dtype",
+                "float32",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "best dev accuracy" in printed and "all (macro)" in printed and "dwatt predict" in printed
     results = json.loads((out / "results.json").read_text())
@@ -155,7 +204,18 @@ def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_wi
     scored = json.loads(capsys.readouterr().out)
     assert scored["accuracy"] == pytest.approx(results["best_dev_accuracy"], abs=1e-6)
     assert scored["macro_f1"] == pytest.approx(results["best_dev_macro_f1"], abs=1e-6)
-    assert main(["predict", str(out / "model"), "peter blackburn call", "--jsonl", str(write(tmp_path / "in.txt", "lamb to\n"))]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                str(out / "model"),
+                "peter blackburn call",
+                "--jsonl",
+                str(write(tmp_path / "in.txt", "lamb to\n")),
+            ]
+        )
+        == 0
+    )
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["text"] for line in lines] == ["peter blackburn call", "lamb to"]
     assert all(set(line["scores"]) == {"food", "people", "places"} for line in lines)
@@ -207,10 +267,26 @@ def test_classification_rows_make_tables_and_a_figure(tmp_path):
     for trial in range(2):
         for fusion, gain in (("base", 0.0), ("dwatt", 0.1)):
             for n in (4, 16):
-                rows.append({"task": "cls", "seed": trial, "config": {"backbone": "/m/small", "fusion": fusion, "mode": "fe",
-                             "dataset": "ag_news", "n_shot": n, "epochs": 10, "task": "cls", "seed": trial},
-                             "best_dev_accuracy": 0.5 + gain + n / 100 + trial / 100, "best_dev_macro_f1": 0.4 + gain,
-                             "best_epoch": 10, "dev_curve": [{"epoch": 10, "step": 10, "accuracy": 0.5}]})
+                rows.append(
+                    {
+                        "task": "cls",
+                        "seed": trial,
+                        "config": {
+                            "backbone": "/m/small",
+                            "fusion": fusion,
+                            "mode": "fe",
+                            "dataset": "ag_news",
+                            "n_shot": n,
+                            "epochs": 10,
+                            "task": "cls",
+                            "seed": trial,
+                        },
+                        "best_dev_accuracy": 0.5 + gain + n / 100 + trial / 100,
+                        "best_dev_macro_f1": 0.4 + gain,
+                        "best_epoch": 10,
+                        "dev_curve": [{"epoch": 10, "step": 10, "accuracy": 0.5}],
+                    }
+                )
     store = write(tmp_path / "results.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
     report = write_report([store], tmp_path / "report").read_text()
     assert "## Text classification, ag_news, small, FE: accuracy" in report and "macro-F1" in report
@@ -219,11 +295,15 @@ def test_classification_rows_make_tables_and_a_figure(tmp_path):
     assert (tmp_path / "report" / "tables" / "classification_summary.csv").exists()
 
 
-def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_card_says_text_classification(tiny_backbone, tmp_path):
+def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_card_says_text_classification(
+    tiny_backbone, tmp_path
+):
     from dwatt import DWAttForTokenClassification, SharedBackboneHeads
     from dwatt.hub import model_card
 
-    classifier = RobertaDWAttForSequenceClassification.from_backbone(str(tiny_backbone), fusion="dwatt", num_labels=3).eval()
+    classifier = RobertaDWAttForSequenceClassification.from_backbone(
+        str(tiny_backbone), fusion="dwatt", num_labels=3
+    ).eval()
     tagger = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="concat", num_labels=5).eval()
     classifier.save_pretrained(tmp_path / "topics", heads_only=True)
     tagger.save_pretrained(tmp_path / "tags", heads_only=True)
@@ -232,16 +312,28 @@ def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_car
     ids = ids % 16
     with torch.no_grad():
         outputs = heads(input_ids=ids, attention_mask=mask)
-        torch.testing.assert_close(outputs["topics"].logits, classifier(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
-        torch.testing.assert_close(outputs["tags"].logits, tagger(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0)
-    results = {"config": {"dataset": "ag_news", "mode": "fe", "n_shot": 4, "epochs": 50}, "num_train_examples": 16, "seed": 0,
-               "best_dev_accuracy": 0.8, "best_dev_macro_f1": 0.75, "best_epoch": 30}
+        torch.testing.assert_close(
+            outputs["topics"].logits, classifier(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0
+        )
+        torch.testing.assert_close(
+            outputs["tags"].logits, tagger(input_ids=ids, attention_mask=mask).logits, atol=1e-5, rtol=0
+        )
+    results = {
+        "config": {"dataset": "ag_news", "mode": "fe", "n_shot": 4, "epochs": 50},
+        "num_train_examples": 16,
+        "seed": 0,
+        "best_dev_accuracy": 0.8,
+        "best_dev_macro_f1": 0.75,
+        "best_epoch": 30,
+    }
     card = model_card(classifier, results, repo_id="me/topics")
     assert "pipeline_tag: text-classification" in card and "AutoModelForSequenceClassification" in card
     assert "| accuracy | 80.00 |" in card and "| f1 | 75.00 |" in card and "16 training examples" in card
 
 
-def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_its_folder(tiny_backbone, tiny_topics, tmp_path, capsys):
+def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_its_folder(
+    tiny_backbone, tiny_topics, tmp_path, capsys
+):
     """`--text-column headline --label-column topic_name` on a folder whose columns have no common names: train, dev
     and test are all read by them (the dev and test files were detected without them), in `dwatt train`, `probe` and
     `evaluate`; the run, its id and its model card call the data by its folder's name, not ag_news."""
@@ -252,12 +344,42 @@ def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_i
     for name in ("train.csv", "dev.csv"):
         lines = (tiny_topics / name).read_text().splitlines()[1:]
         # the defaults would pick `title` and `class`: the wrong columns
-        (data / name).write_text("title,headline,class,topic_name\n" + "".join(
-            f"x,{line.rsplit(',', 1)[0]},{'a' if i % 2 else 'b'},{line.rsplit(',', 1)[1]}\n" for i, line in enumerate(lines)))
+        (data / name).write_text(
+            "title,headline,class,topic_name\n"
+            + "".join(
+                f"x,{line.rsplit(',', 1)[0]},{'a' if i % 2 else 'b'},{line.rsplit(',', 1)[1]}\n"
+                for i, line in enumerate(lines)
+            )
+        )
     out = tmp_path / "run"
-    assert main(["train", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "3",
-                 "--epochs", "2", "--batch-size", "4", "--lr", "5e-3", "--output-dir", str(out), "--text-column", "headline",
-                 "--label-column", "topic_name"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "cls",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(data),
+                "--n-shot",
+                "3",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "4",
+                "--lr",
+                "5e-3",
+                "--output-dir",
+                str(out),
+                "--text-column",
+                "headline",
+                "--label-column",
+                "topic_name",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["labels"] == ["food", "people", "places"] and results["config"]["dataset"] == "mycsv"
     from dwatt.checkpoints import load_checkpoint
@@ -266,15 +388,55 @@ def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_i
     card = model_card(load_checkpoint(out / "model")[0], results)
     assert "ag_news" not in card and "- Data: mycsv (the trainer’s own files) with 9 training examples" in card
     capsys.readouterr()
-    assert main(["evaluate", str(out / "model"), "--data-dir", str(data), "--text-column", "headline",
-                 "--label-column", "topic_name"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                str(out / "model"),
+                "--data-dir",
+                str(data),
+                "--text-column",
+                "headline",
+                "--label-column",
+                "topic_name",
+            ]
+        )
+        == 0
+    )
     scored = json.loads(capsys.readouterr().out)
     assert scored["accuracy"] == pytest.approx(results["best_dev_accuracy"], abs=1e-6)
-    assert main(["evaluate", str(out / "model"), "--data-dir", str(data)]) == 2  # `class` holds a and b: not its labels
+    assert (
+        main(["evaluate", str(out / "model"), "--data-dir", str(data)]) == 2
+    )  # `class` holds a and b: not its labels
     assert "mycsv" in capsys.readouterr().err
-    assert main(["probe", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "3",
-                 "--epochs", "1", "--learning-rates", "1e-2", "--text-column", "headline", "--label-column", "topic_name",
-                 "--results", str(tmp_path / "probe" / "r.jsonl"), "--quiet", "--no-save"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--task",
+                "cls",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(data),
+                "--n-shot",
+                "3",
+                "--epochs",
+                "1",
+                "--learning-rates",
+                "1e-2",
+                "--text-column",
+                "headline",
+                "--label-column",
+                "topic_name",
+                "--results",
+                str(tmp_path / "probe" / "r.jsonl"),
+                "--quiet",
+                "--no-save",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (tmp_path / "probe" / "r.jsonl").read_text().splitlines()]
     assert rows and all(row["run_id"].startswith("mycsv/") for row in rows)
     capsys.readouterr()

@@ -12,12 +12,16 @@ from dwatt.cli import main
 from .helpers import files_of, fresh_copy
 
 
-def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves_the_old_one(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
+def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves_the_old_one(
+    checkpoints, exported_ner, tmp_path, monkeypatch, capsys
+):
     from dwatt.atomic import sha256_of
 
     folder = fresh_copy(exported_ner, tmp_path)
     config = json.loads((folder / "dwatt_export.json").read_text())
-    assert config["sha256"] == {path.name: sha256_of(path) for path in folder.iterdir() if path.name != "dwatt_export.json"}
+    assert config["sha256"] == {
+        path.name: sha256_of(path) for path in folder.iterdir() if path.name != "dwatt_export.json"
+    }
     assert {"model.onnx", "model_int8.onnx", "tokenizer.json", "config.json"} <= set(config["sha256"])
     before = files_of(folder)
 
@@ -36,7 +40,9 @@ def test_an_export_records_every_file_s_sha256_and_a_re_export_that_fails_leaves
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("x")
     assert main(["export", str(checkpoints["ner"]), str(tmp_path / "mine")]) == 2
-    assert "mine: not an export folder (no dwatt_export.json), and exporting would replace it" in capsys.readouterr().err
+    assert (
+        "mine: not an export folder (no dwatt_export.json), and exporting would replace it" in capsys.readouterr().err
+    )
     assert (tmp_path / "mine" / "notes.txt").read_text() == "x"
 
 
@@ -47,14 +53,19 @@ def test_non_finite_weights_are_not_exported(checkpoints, tmp_path, capsys):
 
     broken = Path(shutil.copytree(checkpoints["cls"], tmp_path / "nan"))
     weights = load_file(str(broken / "model.safetensors"))
-    weights = {key: torch.full_like(value, float("nan")) if key.startswith(("classifier", "out_proj")) else value for key, value in weights.items()}
+    weights = {
+        key: torch.full_like(value, float("nan")) if key.startswith(("classifier", "out_proj")) else value
+        for key, value in weights.items()
+    }
     save_file(weights, str(broken / "model.safetensors"), metadata={"format": "pt"})
     assert main(["export", str(broken), str(tmp_path / "onnx")]) == 2
     assert "its logits on the check batch are not finite" in capsys.readouterr().err
     assert not (tmp_path / "onnx").exists()
 
 
-def test_an_export_onto_a_full_disk_is_one_line_naming_the_folder(checkpoints, exported_ner, tmp_path, monkeypatch, capsys):
+def test_an_export_onto_a_full_disk_is_one_line_naming_the_folder(
+    checkpoints, exported_ner, tmp_path, monkeypatch, capsys
+):
     """numpy's "problem writing element N to file" (no errno) on a full disk: one line that names the export and says
     the disk is full; the earlier export is kept, no scratch stays."""
     import shutil
@@ -72,12 +83,16 @@ def test_an_export_onto_a_full_disk_is_one_line_naming_the_folder(checkpoints, e
     capsys.readouterr()
     assert main(["export", str(checkpoints["ner"]), str(folder)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"{folder}: no space left on the device while writing the export (0.0 MiB free" in err[0], err
+    assert (
+        len(err) == 1 and f"{folder}: no space left on the device while writing the export (0.0 MiB free" in err[0]
+    ), err
     assert "problem writing element 346112" in err[0] and "nothing was replaced" in err[0]
     assert files_of(folder) == before and sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
 
 
-def test_two_exports_to_one_folder_at_once_the_second_is_refused_and_the_first_s_scratch_kept(checkpoints, tmp_path, capsys):
+def test_two_exports_to_one_folder_at_once_the_second_is_refused_and_the_first_s_scratch_kept(
+    checkpoints, tmp_path, capsys
+):
     """A second export to a folder another process is writing is refused in one line; it no longer removes the first
     one's scratch folder (which it took for a killed export's)."""
     from filelock import FileLock
@@ -93,6 +108,8 @@ def test_two_exports_to_one_folder_at_once_the_second_is_refused_and_the_first_s
     assert len(err) == 1 and "onnx: another process is writing this folder now" in err[0], err
     assert scratch.is_dir() and not output.exists()
     first.release()
-    assert main(["export", str(checkpoints["ner"]), str(output)]) == 0  # once it ended: its leftovers are a killed one's
+    assert (
+        main(["export", str(checkpoints["ner"]), str(output)]) == 0
+    )  # once it ended: its leftovers are a killed one's
     assert not scratch.exists() and not (tmp_path / ".onnx.lock").exists()
     capsys.readouterr()

@@ -59,7 +59,13 @@ def test_the_default_threads_are_the_cores_no_other_process_keeps_busy(monkeypat
     import dwatt.cli as cli
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
-    for busy, expected in (([3.0, 5.0], 2), ([100.0, 2.0], 1), ([100.0, 100.0], 1), ([60.0, 60.0], 1), ([30.0, 20.0], 2)):
+    for busy, expected in (
+        ([3.0, 5.0], 2),
+        ([100.0, 2.0], 1),
+        ([100.0, 100.0], 1),
+        ([60.0, 60.0], 1),
+        ([30.0, 20.0], 2),
+    ):
         monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu, busy=busy: busy)
         assert cli.default_threads() == expected, busy
     monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu: [100.0, 0.0])

@@ -35,12 +35,17 @@ def test_cli_predict_writes_in_input_order_streaming_chunk_by_chunk(checkpoints,
 
     out = Recording()
     monkeypatch.setattr("sys.stdout", out)
-    assert main(["predict", str(checkpoints["ner"]), "--jsonl", str(tmp_path / "in.txt"), "--batch-size", "4", "--quiet"]) == 0
+    assert (
+        main(["predict", str(checkpoints["ner"]), "--jsonl", str(tmp_path / "in.txt"), "--batch-size", "4", "--quiet"])
+        == 0
+    )
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [row["text"] for row in rows] == lines[:20] + [""] + lines[20:]  # input order, the empty line kept
     assert [row["line"] for row in rows] == list(range(1, 42)) and rows[20]["words"] == rows[20]["tags"] == []
     rows = rows[:20] + rows[21:]
-    assert calls == [8, 8, 7, 8, 8, 1] and written_after[0] == 1  # the first chunk is written before the second is tagged
+    assert (
+        calls == [8, 8, 7, 8, 8, 1] and written_after[0] == 1
+    )  # the first chunk is written before the second is tagged
     assert "1 blank lines, each given an empty record" in capsys.readouterr().err
     # The same tags as each sentence alone through the command.
     monkeypatch.setattr("sys.stdout", io.StringIO())
@@ -50,7 +55,9 @@ def test_cli_predict_writes_in_input_order_streaming_chunk_by_chunk(checkpoints,
 
 def test_cli_predict_shows_a_bar_on_stderr_for_long_files_unless_quiet(checkpoints, tmp_path, capsys):
     (tmp_path / "long.txt").write_text("\n".join(" ".join(WORDS[: 1 + i % 5]) for i in range(301)) + "\n")
-    assert main(["predict", str(checkpoints["ner"]), "--file", str(tmp_path / "long.txt"), "--jsonl", "/dev/null"]) == 0
+    assert (
+        main(["predict", str(checkpoints["ner"]), "--file", str(tmp_path / "long.txt"), "--jsonl", "/dev/null"]) == 0
+    )
     out, err = capsys.readouterr()
     assert "predicting" in err and len(out.splitlines()) == 301 and all(json.loads(line) for line in out.splitlines())
     assert main(["predict", str(checkpoints["ner"]), "--file", str(tmp_path / "long.txt"), "--quiet"]) == 0

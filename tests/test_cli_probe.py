@@ -12,9 +12,26 @@ from dwatt.experiment.probe import PROBE_LEARNING_RATES, ProbeSettings
 def test_the_probe_s_defaults_and_its_options_reach_its_settings():
     args = build_parser().parse_args(["probe"])
     assert args.learning_rates == PROBE_LEARNING_RATES and (args.task, args.n_shot, args.layers) == ("ner", 32, "all")
-    args = build_parser().parse_args(["probe", "--task", "cls", "--learning-rates", "1e-3,,3e-3", "--no-save",
-                                      "--pooling", "last", "--layers", "every:2"])
-    assert (args.learning_rates, args.save_model, args.pooling, args.layers) == ((1e-3, 3e-3), False, "last", "every:2")
+    args = build_parser().parse_args(
+        [
+            "probe",
+            "--task",
+            "cls",
+            "--learning-rates",
+            "1e-3,,3e-3",
+            "--no-save",
+            "--pooling",
+            "last",
+            "--layers",
+            "every:2",
+        ]
+    )
+    assert (args.learning_rates, args.save_model, args.pooling, args.layers) == (
+        (1e-3, 3e-3),
+        False,
+        "last",
+        "every:2",
+    )
     settings = {f.name for f in fields(ProbeSettings)}
     unread = {name for name in vars(args) if name not in settings} - {"command", "handler", "quiet", "threads"}
     assert unread == set()  # every option reaches the probe (quiet as its progress, threads before it starts)

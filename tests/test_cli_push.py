@@ -16,7 +16,10 @@ def test_cli_push_sends_a_finished_run(tiny_backbone, tmp_path, monkeypatch, cap
     run = finished_run(tiny_backbone, tmp_path)
     recorder = RecordingApi()
     monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
-    assert main(["push", str(run), "someone/run", "--commit-message", "first head", "--backbone-id", "someone/tiny-bert"]) == 0
+    assert (
+        main(["push", str(run), "someone/run", "--commit-message", "first head", "--backbone-id", "someone/tiny-bert"])
+        == 0
+    )
     assert recorder.calls[-1][2]["commit_message"] == "first head"
     assert "tokenizer.json" in recorder.calls[-1][2]["files"]
     assert main(["push", str(tmp_path / "nothing"), "someone/run"]) == 2
@@ -58,7 +61,10 @@ def hub_failures():
     httpx = hub_http_client()
 
     return {
-        "offline": (OfflineModeIsEnabled("Cannot reach https://hub.invalid: offline mode is enabled."), "HF_HUB_OFFLINE"),
+        "offline": (
+            OfflineModeIsEnabled("Cannot reach https://hub.invalid: offline mode is enabled."),
+            "HF_HUB_OFFLINE",
+        ),
         "no token": (LocalTokenNotFoundError("Token is required"), "hf auth login"),
         "token refused": (http_error(401), "hf auth login"),
         "no write access": (http_error(403), "may not write to 'someone/run'"),
@@ -68,9 +74,13 @@ def hub_failures():
     }
 
 
-@pytest.mark.parametrize("case", ["offline", "no token", "token refused", "no write access", "no such repo", "bad repo id", "no network"])
+@pytest.mark.parametrize(
+    "case", ["offline", "no token", "token refused", "no write access", "no such repo", "bad repo id", "no network"]
+)
 @pytest.mark.parametrize("step", ["create_repo", "upload_folder"])
-def test_every_hub_failure_ends_in_one_line_that_says_what_to_do(tiny_backbone, tmp_path, monkeypatch, capsys, case, step):
+def test_every_hub_failure_ends_in_one_line_that_says_what_to_do(
+    tiny_backbone, tmp_path, monkeypatch, capsys, case, step
+):
     error, advice = hub_failures()[case]
     run = finished_run(tiny_backbone, tmp_path)
     api = RecordingApi()

@@ -21,9 +21,12 @@ def test_a_report_that_fails_leaves_the_earlier_report_byte_for_byte(tmp_path, b
     before = snapshot(output)
     assert "tables/ner_summary.csv" in before and "figures/fig2_f1_vs_n.png" in before
     store = tmp_path / "bad.jsonl"
-    message = {"missing store": r"nope\.jsonl: not a readable results file", "empty store": r"bad\.jsonl: no runs to report",
-               "row with an empty config": r"bad\.jsonl:1: the row's config lacks 'backbone', 'mode', 'fusion', 'epochs'",
-               "figure fails": r"no room left"}[bad]
+    message = {
+        "missing store": r"nope\.jsonl: not a readable results file",
+        "empty store": r"bad\.jsonl: no runs to report",
+        "row with an empty config": r"bad\.jsonl:1: the row's config lacks 'backbone', 'mode', 'fusion', 'epochs'",
+        "figure fails": r"no room left",
+    }[bad]
     if bad == "empty store":
         store.write_text("")
     elif bad == "row with an empty config":
@@ -33,6 +36,7 @@ def test_a_report_that_fails_leaves_the_earlier_report_byte_for_byte(tmp_path, b
 
         def no_room(*args, **kwargs):
             raise OSError(28, "no room left")
+
         monkeypatch.setattr("dwatt.experiment.report.draw_all", no_room)
     paths = [str(tmp_path / "nope.jsonl") if bad == "missing store" else str(store)]
     assert main(["report", *paths, "--output", str(output)]) == 2
@@ -48,11 +52,18 @@ def test_a_report_without_its_extra_names_the_install_command(tmp_path, monkeypa
 
     from dwatt.cli import main
 
-    for name in [name for name in sys.modules if name == "dwatt.experiment.report" or name.startswith(("matplotlib", "dwatt.experiment.figures"))]:
+    for name in [
+        name
+        for name in sys.modules
+        if name == "dwatt.experiment.report" or name.startswith(("matplotlib", "dwatt.experiment.figures"))
+    ]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # what an install without the extra gives
     assert main(["report", str(tmp_path / "r.jsonl"), "--output", str(tmp_path / "R")]) == 2
-    assert 'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"' in capsys.readouterr().err
+    assert (
+        'dwatt report needs matplotlib for its tables and figures: pip install "dwatt[report]"'
+        in capsys.readouterr().err
+    )
 
 
 def snapshot(folder) -> dict:

@@ -36,10 +36,33 @@ def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trai
 
     probe = tmp_path / "probe.jsonl"
     probe.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
-    assert main(["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
-                 "--backbones", "/m/deep", "--window-around-probe", str(probe), "--results", str(tmp_path / "r.jsonl"),
-                 "--quiet"]) == 2
-    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
+    assert (
+        main(
+            [
+                "sweep",
+                "--fusions",
+                "scalar_mix",
+                "--n-shots",
+                "32",
+                "--epochs",
+                "25",
+                "--trials",
+                "3",
+                "--backbones",
+                "/m/deep",
+                "--window-around-probe",
+                str(probe),
+                "--results",
+                str(tmp_path / "r.jsonl"),
+                "--quiet",
+            ]
+        )
+        == 2
+    )
+    assert (
+        "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2"
+        in capsys.readouterr().err
+    )
     assert main(["sweep", "--fusions", "scalar_mix", "--window-alone", "--results", str(tmp_path / "r.jsonl")]) == 2
     assert "--window-alone shapes the windows of --window-around-probe" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
@@ -59,14 +82,35 @@ def test_a_window_sweep_takes_the_preferred_probe_row_of_a_run_held_twice(tmp_pa
     first.write_text("".join(json.dumps(row) + "\n" for row in rows))
     retrained = rows[0] | {"best_dev_f1": rows[0]["best_dev_f1"] + 1e-6}
     again.write_text(json.dumps(retrained) + "\n")
-    sweep = ["sweep", "--fusions", "scalar_mix", "--n-shots", "32", "--epochs", "25", "--trials", "3",
-             "--backbones", "/m/deep", "--window-around-probe", str(first), str(again),
-             "--results", str(tmp_path / "r.jsonl"), "--quiet"]
+    sweep = [
+        "sweep",
+        "--fusions",
+        "scalar_mix",
+        "--n-shots",
+        "32",
+        "--epochs",
+        "25",
+        "--trials",
+        "3",
+        "--backbones",
+        "/m/deep",
+        "--window-around-probe",
+        str(first),
+        str(again),
+        "--results",
+        str(tmp_path / "r.jsonl"),
+        "--quiet",
+    ]
     assert main(sweep) == 2
     assert "appears twice with different results (best_dev_f1)" in capsys.readouterr().err
     assert main([*sweep, "--prefer", str(again)]) == 2  # read past the twice-held run, to the trial no probe holds
-    assert "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2" in capsys.readouterr().err
-    assert main(["sweep", "--fusions", "scalar_mix", "--prefer", str(again), "--results", str(tmp_path / "r.jsonl")]) == 2
+    assert (
+        "no probe of every layer, scored on test, for conll2003/deep/fe/scalar_mix/n32/e25/t2"
+        in capsys.readouterr().err
+    )
+    assert (
+        main(["sweep", "--fusions", "scalar_mix", "--prefer", str(again), "--results", str(tmp_path / "r.jsonl")]) == 2
+    )
     assert "--prefer shapes the windows of --window-around-probe" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
 
@@ -78,12 +122,41 @@ def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbo
     from dwatt.experiment.sweep import claimed
 
     store = tmp_path / "r.jsonl"
-    specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(tiny_backbone),),
-                 data_dir=str(tiny_conll))
+    specs = grid(
+        fusions=("base", "dwatt"),
+        n_shots=(1,),
+        epochs=(1,),
+        trials=1,
+        backbones=(str(tiny_backbone),),
+        data_dir=str(tiny_conll),
+    )
     with claimed(ResultsStore(store), [spec for spec in specs if spec.fusion == "dwatt"]) as mine:
         assert mine
-        assert main(["sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1",
-                     "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--results", str(store),
-                     "--quiet"]) == 0
-    assert "1 of the grid's 2 runs done, 1 still training in other sweeps on this store; 1 rows" in capsys.readouterr().out
+        assert (
+            main(
+                [
+                    "sweep",
+                    "--fusions",
+                    "base,dwatt",
+                    "--n-shots",
+                    "1",
+                    "--epochs",
+                    "1",
+                    "--trials",
+                    "1",
+                    "--backbone",
+                    str(tiny_backbone),
+                    "--data-dir",
+                    str(tiny_conll),
+                    "--results",
+                    str(store),
+                    "--quiet",
+                ]
+            )
+            == 0
+        )
+    assert (
+        "1 of the grid's 2 runs done, 1 still training in other sweeps on this store; 1 rows"
+        in capsys.readouterr().out
+    )
     assert [row["spec"]["fusion"] for row in ResultsStore(store).rows()] == ["base"]

@@ -9,13 +9,41 @@ from dwatt.cli import main
 
 def test_cli_train_evaluate_predict_end_to_end(tiny_backbone, tiny_conll, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2",
-                 "--epochs", "2", "--batch-size", "4", "--output-dir", str(out), "--quiet", "--test"])
+    code = main(
+        [
+            "train",
+            "--backbone",
+            str(tiny_backbone),
+            "--data-dir",
+            str(tiny_conll),
+            "--n-shot",
+            "2",
+            "--epochs",
+            "2",
+            "--batch-size",
+            "4",
+            "--output-dir",
+            str(out),
+            "--quiet",
+            "--test",
+        ]
+    )
     assert code == 0
     assert "best dev F1" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
-    for key in ("best_dev_f1", "best_epoch", "final_dev_f1", "best_dev_scores", "wall_seconds",
-                "cpu_seconds", "train_examples_per_second", "sampled_sentence_ids", "dev_curve", "test_scores", "seed"):
+    for key in (
+        "best_dev_f1",
+        "best_epoch",
+        "final_dev_f1",
+        "best_dev_scores",
+        "wall_seconds",
+        "cpu_seconds",
+        "train_examples_per_second",
+        "sampled_sentence_ids",
+        "dev_curve",
+        "test_scores",
+        "seed",
+    ):
         assert key in results, key
     assert len(results["sampled_sentence_ids"]) == 8 and len(results["dev_curve"]) == 2
     assert results["config"]["fusion"] == "dwatt" and "PER_f1" in results["best_dev_scores"]
@@ -35,9 +63,31 @@ def test_minilm_cast_to_bf16_trains_dwatt_and_serves_in_either_dtype(minilm_path
     from safetensors import safe_open
 
     out = tmp_path / "run"
-    assert main(["train", "--backbone", str(minilm_path), "--data-dir", str(tiny_conll), "--fusion", "dwatt", "--n-shot", "2",
-                 "--epochs", "2", "--backbone-dtype", "bfloat16", "--cache-dtype", "bfloat16", "--output-dir", str(out),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--backbone",
+                str(minilm_path),
+                "--data-dir",
+                str(tiny_conll),
+                "--fusion",
+                "dwatt",
+                "--n-shot",
+                "2",
+                "--epochs",
+                "2",
+                "--backbone-dtype",
+                "bfloat16",
+                "--cache-dtype",
+                "bfloat16",
+                "--output-dir",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["config"]["backbone_dtype"] == "bfloat16"
     assert json.loads((out / "model" / "config.json").read_text())["dtype"] == "float32"
@@ -49,7 +99,11 @@ def test_minilm_cast_to_bf16_trains_dwatt_and_serves_in_either_dtype(minilm_path
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)
     for dtype in ("auto", "bfloat16"):
         assert main(["predict", str(out / "model"), "Peter Blackburn rejects", "--backbone-dtype", dtype]) == 0
-        assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == ["Peter", "Blackburn", "rejects"]
+        assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == [
+            "Peter",
+            "Blackburn",
+            "rejects",
+        ]
 
 
 @pytest.mark.parametrize(
@@ -62,7 +116,16 @@ def test_minilm_cast_to_bf16_trains_dwatt_and_serves_in_either_dtype(minilm_path
     ],
 )
 def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, argv, message):
-    base = ["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--output-dir", str(tmp_path), "--quiet"]
+    base = [
+        "train",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--output-dir",
+        str(tmp_path),
+        "--quiet",
+    ]
     assert main(base + argv) == 2
     assert message in capsys.readouterr().err
 
@@ -71,7 +134,8 @@ def test_cli_refuses_bad_arguments(tiny_backbone, tiny_conll, tmp_path, capsys, 
 def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path, command):
     """`dwatt train` (FE, DWAtt on every layer, through the `Trainer`) and `dwatt probe` (a head on every layer, through
     the stacked-heads engine, which once kept the dev set's batches, cast to fp32, for all its epochs) with
-    `--max-memory`, their dev split 10x larger: their caches go to files, and the peak of anonymous memory (RssAnon, what the budget bounds; polled as benchmarks/memory.py polls it, every
+    `--max-memory`, their dev split 10x larger: their caches go to files, and the peak of anonymous memory (RssAnon,
+    what the budget bounds; polled as benchmarks/memory.py polls it, every
     10 ms) grows by less than one batch's worth (what a caching batch holds at once: its hidden states and their
     stacked copy) and the sentences' own bookkeeping (their words, encodings, labels and predictions as Python
     objects; measured at about 270 bytes a token, 10 MB a thousand sentences here, against 14 KB a token of features),
@@ -88,7 +152,9 @@ def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path, comm
 
     if not Path("/proc/self/status").exists():
         pytest.skip("reads /proc: Linux only")
-    spec = importlib.util.spec_from_file_location("memory_benchmark", Path(__file__).parents[1] / "benchmarks" / "memory.py")
+    spec = importlib.util.spec_from_file_location(
+        "memory_benchmark", Path(__file__).parents[1] / "benchmarks" / "memory.py"
+    )
     memory = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(memory)
     backbone = tmp_path / "bert"
@@ -96,8 +162,15 @@ def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path, comm
     BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab)}, do_lower_case=True).save_pretrained(backbone)
     torch.manual_seed(0)
     hidden, layers = 512, 6  # wide enough that features, not the sentences' bookkeeping, are what grows
-    BertModel(BertConfig(vocab_size=len(vocab), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=4,
-                         intermediate_size=64)).save_pretrained(backbone)
+    BertModel(
+        BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            intermediate_size=64,
+        )
+    ).save_pretrained(backbone)
     longest = 40
     sentence = "\n".join(f"{word} {tag}" for word, tag in (SENTENCES[0] * 10)[:longest]) + "\n"
 
@@ -105,18 +178,50 @@ def test_a_memory_budget_keeps_the_caches_out_of_anonymous_memory(tmp_path, comm
         folder = tmp_path / f"conll-{dev_sentences}"
         folder.mkdir()
         short = "\n".join("\n".join(f"{w} {t}" for w, t in s) + "\n" for s in SENTENCES)
-        for name, text in (("train.txt", short * 4), ("test.txt", short), ("valid.txt", "\n".join([sentence] * dev_sentences))):
+        for name, text in (
+            ("train.txt", short * 4),
+            ("test.txt", short),
+            ("valid.txt", "\n".join([sentence] * dev_sentences)),
+        ):
             (folder / name).write_text("-DOCSTART- O\n\n" + text)
         return folder
 
     def peak(dev_sentences: int, budget: list[str], attempt: int = 0) -> dict:
         # Each attempt in a folder of its own: its caches are built, not read from an earlier attempt's files.
         output = tmp_path / f"attempt-{attempt}" / f"run-{dev_sentences}-{len(budget)}"
-        argv = [sys.executable, "-m", "dwatt.cli", command, "--backbone", str(backbone), "--data-dir", str(data_dirs[dev_sentences]),
-                "--n-shot", "2", "--epochs", "1", "--cache-dtype", "float32", "--quiet", "--no-save", "--threads", "1",
-                *(["--output-dir", str(output)] if command == "train" else
-                  ["--output-root", str(output), "--results", str(output / "results.jsonl"), "--learning-rates", "1e-3"]),
-                *budget]
+        argv = [
+            sys.executable,
+            "-m",
+            "dwatt.cli",
+            command,
+            "--backbone",
+            str(backbone),
+            "--data-dir",
+            str(data_dirs[dev_sentences]),
+            "--n-shot",
+            "2",
+            "--epochs",
+            "1",
+            "--cache-dtype",
+            "float32",
+            "--quiet",
+            "--no-save",
+            "--threads",
+            "1",
+            *(
+                ["--output-dir", str(output)]
+                if command == "train"
+                else [
+                    "--output-root",
+                    str(output),
+                    "--results",
+                    str(output / "results.jsonl"),
+                    "--learning-rates",
+                    "1e-3",
+                ]
+            ),
+            *budget,
+        ]
         record = memory.measured(argv, interval=0.01)
         assert record["exit_code"] == 0, record.get("error")
         return record

@@ -8,8 +8,24 @@ from dwatt.cli import main
 
 
 def train(tiny_backbone, tiny_conll, output, *extra):
-    return main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2",
-                 "--epochs", "3", "--batch-size", "4", "--output-dir", str(output), *extra])
+    return main(
+        [
+            "train",
+            "--backbone",
+            str(tiny_backbone),
+            "--data-dir",
+            str(tiny_conll),
+            "--n-shot",
+            "2",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "4",
+            "--output-dir",
+            str(output),
+            *extra,
+        ]
+    )
 
 
 def test_default_console_is_one_bar_and_a_summary(tiny_backbone, tiny_conll, tmp_path, capsys):
@@ -61,8 +77,26 @@ def test_masked_lm_runs_summarise_perplexity_and_show_a_fill_mask_command(tiny_b
     words = ["eu", "rejects", "german", "call", "to", "boycott", "british", "lamb", "peter", "blackburn", "brussels"]
     lines = [" ".join(words[(i + j) % len(words)] for j in range(9)) for i in range(40)]
     (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
-    assert main(["train", "--task", "mlm", "--backbone", str(tiny_backbone), "--data-dir", str(wikitext), "--epochs", "2",
-                 "--block-size", "8", "--output-dir", str(tmp_path / "mlm")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "mlm",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(wikitext),
+                "--epochs",
+                "2",
+                "--block-size",
+                "8",
+                "--output-dir",
+                str(tmp_path / "mlm"),
+            ]
+        )
+        == 0
+    )
     out, err = capsys.readouterr()
     assert out.strip().splitlines()[-1].startswith("best dev perplexity ")
     assert "next      dwatt predict" in out and "[MASK]" in out
@@ -86,8 +120,26 @@ def test_the_next_hint_is_the_runs_own_first_evaluation_example_in_its_language(
     train_text = "Peter B-PER\nin O\nBerlin B-LOC\n\nEU B-ORG\nsagt O\nnein O\n\n" * 4
     for name, text in (("train.txt", train_text), ("dev.txt", dev), ("test.txt", dev)):
         (german / name).write_text(text)
-    assert main(["train", "--backbone", str(tiny_backbone), "--dataset", "wikiann:de", "--data-dir", str(german.parent),
-                 "--n-shot", "1", "--epochs", "1", "--output-dir", str(tmp_path / "run")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--backbone",
+                str(tiny_backbone),
+                "--dataset",
+                "wikiann:de",
+                "--data-dir",
+                str(german.parent),
+                "--n-shot",
+                "1",
+                "--epochs",
+                "1",
+                "--output-dir",
+                str(tmp_path / "run"),
+            ]
+        )
+        == 0
+    )
     hint = next_hint(capsys.readouterr().out)
     assert hint == "Die Europäische Union lehnt den Aufruf Deutschlands zum Boykott von britischem Lammfleisch"
     assert json.loads((tmp_path / "run/results.json").read_text())["example_input"] == hint
@@ -96,27 +148,60 @@ def test_the_next_hint_is_the_runs_own_first_evaluation_example_in_its_language(
 
 
 def test_the_next_hint_of_a_classification_and_a_masked_lm_run_comes_from_their_data(tiny_backbone, tmp_path, capsys):
-    from dwatt.console import first_text, masked_prose_line
     from datasets import Dataset
+
+    from dwatt.console import first_text, masked_prose_line
 
     topics = tmp_path / "topics"
     topics.mkdir()
-    (topics / "train.csv").write_text("text,label\npeter call,people\nbrussels lamb,places\npeter to,people\ngerman,places\n")
+    (topics / "train.csv").write_text(
+        "text,label\npeter call,people\nbrussels lamb,places\npeter to,people\ngerman,places\n"
+    )
     (topics / "dev.csv").write_text("text,label\nlamb to brussels,places\npeter,people\n")
-    assert main(["train", "--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(topics), "--n-shot", "2",
-                 "--epochs", "1", "--output-dir", str(tmp_path / "cls")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "cls",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(topics),
+                "--n-shot",
+                "2",
+                "--epochs",
+                "1",
+                "--output-dir",
+                str(tmp_path / "cls"),
+            ]
+        )
+        == 0
+    )
     assert next_hint(capsys.readouterr().out) == "lamb to brussels"
     lines = ["", " = Heading of an article = ", "eu rejects german call to boycott british lamb says peter blackburn"]
-    assert masked_prose_line(Dataset.from_dict({"text": lines}), "<mask>") == \
-        "eu rejects german call to boycott british lamb says peter <mask>"
+    assert (
+        masked_prose_line(Dataset.from_dict({"text": lines}), "<mask>")
+        == "eu rejects german call to boycott british lamb says peter <mask>"
+    )
     pair = Dataset.from_dict({"text": ["a b"], "text_pair": [" ".join(map(str, range(20)))]})
     assert first_text(pair, "[SEP]") == "a b [SEP] " + " ".join(map(str, range(12)))
 
 
-@pytest.mark.parametrize("task, mode, given, used", [("ner", "fe", None, 1e-3), ("cls", "fe", None, 3e-4), ("cls", "ft", None, 5e-5),
-                                                    ("ner", "ft", None, 5e-5), ("ner", "lora", None, 5e-5), ("ner", "fe", "5e-5", 5e-5)])
-def test_train_s_learning_rate_follows_the_task_and_mode_unless_given(tiny_backbone, tiny_conll, tmp_path, monkeypatch, task, mode,
-                                                                      given, used):
+@pytest.mark.parametrize(
+    "task, mode, given, used",
+    [
+        ("ner", "fe", None, 1e-3),
+        ("cls", "fe", None, 3e-4),
+        ("cls", "ft", None, 5e-5),
+        ("ner", "ft", None, 5e-5),
+        ("ner", "lora", None, 5e-5),
+        ("ner", "fe", "5e-5", 5e-5),
+    ],
+)
+def test_train_s_learning_rate_follows_the_task_and_mode_unless_given(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch, task, mode, given, used
+):
     """FE heads default to the rate their task's fair comparison chose; LoRA and FT, which move the backbone, to the
     paper's."""
     import dwatt.training
@@ -124,5 +209,14 @@ def test_train_s_learning_rate_follows_the_task_and_mode_unless_given(tiny_backb
     seen = {}
     monkeypatch.setattr(dwatt.training, "run", lambda config: seen.setdefault("config", config) and {})
     monkeypatch.setattr("dwatt.console.summary", lambda results: [])
-    train(tiny_backbone, tiny_conll, tmp_path / "run", "--task", task, "--mode", mode, *(["--lr", given] if given else []))
+    train(
+        tiny_backbone,
+        tiny_conll,
+        tmp_path / "run",
+        "--task",
+        task,
+        "--mode",
+        mode,
+        *(["--lr", given] if given else []),
+    )
     assert seen["config"].learning_rate == used

@@ -13,7 +13,6 @@ from dwatt.data import (
     tokenize_and_align,
 )
 
-
 GOOD_TWO_COLUMNS = "-DOCSTART- O\n\nEU B-ORG \nrejects O \nGerman B-MISC \n\nPeter B-PER\nBlackburn I-PER\n"
 GOOD_FOUR_COLUMNS = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"
 
@@ -43,7 +42,11 @@ BOM = "\ufeff"
 
 @pytest.mark.parametrize(
     "text",
-    [GOOD_TWO_COLUMNS, GOOD_TWO_COLUMNS.replace("-DOCSTART- O\n\n", ""), GOOD_TWO_COLUMNS.replace(" ", "\t").replace("\n", "\r\n")],
+    [
+        GOOD_TWO_COLUMNS,
+        GOOD_TWO_COLUMNS.replace("-DOCSTART- O\n\n", ""),
+        GOOD_TWO_COLUMNS.replace(" ", "\t").replace("\n", "\r\n"),
+    ],
     ids=["docstart-first", "token-first", "tabs-and-crlf"],
 )
 def test_a_leading_byte_order_mark_is_read_as_nothing(tmp_path, text):

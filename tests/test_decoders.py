@@ -19,17 +19,47 @@ from dwatt.training import RunConfig, run
 from .conftest import DECODER_CORPUS, run_without_dwatt
 
 
-def test_ner_on_a_decoder_trains_cached_then_predicts_and_evaluates_the_same_way(tiny_decoder, tiny_conll, tmp_path, capsys):
+def test_ner_on_a_decoder_trains_cached_then_predicts_and_evaluates_the_same_way(
+    tiny_decoder, tiny_conll, tmp_path, capsys
+):
     out = tmp_path / "run"
-    assert main(["train", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
-                 "--batch-size", "4", "--lr", "5e-3", "--cache-dtype", "float32", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--backbone",
+                str(tiny_decoder),
+                "--data-dir",
+                str(tiny_conll),
+                "--n-shot",
+                "2",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "4",
+                "--lr",
+                "5e-3",
+                "--cache-dtype",
+                "float32",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     assert results["cached_features"] and results["cache_storage"] == "memory" and results["cache_bytes"] > 0
     assert "feature cache: " in capsys.readouterr().err
     assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll)]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)
     assert main(["predict", str(out / "model"), "Peter Blackburn visited Brussels ."]) == 0
-    assert [line.split()[0] for line in capsys.readouterr().out.split()[::2]] == ["Peter", "Blackburn", "visited", "Brussels", "."]
+    assert [line.split()[0] for line in capsys.readouterr().out.split()[::2]] == [
+        "Peter",
+        "Blackburn",
+        "visited",
+        "Brussels",
+        ".",
+    ]
 
 
 @pytest.mark.parametrize("fusion", [f for f in FUSIONS if f != "base_plus_n"])
@@ -56,16 +86,41 @@ def test_last_pooling_reads_the_last_token_on_either_padding_side_and_its_cache_
     torch.testing.assert_close(cached.logits, alone, atol=1e-5, rtol=0)
 
 
-def test_classification_on_a_decoder_pools_the_last_token_from_a_cache_of_one_position_per_text(tiny_decoder, tmp_path):
+def test_classification_on_a_decoder_pools_the_last_token_from_a_cache_of_one_position_per_text(
+    tiny_decoder, tmp_path
+):
     topics = tmp_path / "topics"
     topics.mkdir()
-    (topics / "train.csv").write_text("text,label\nPeter Blackburn,people\nBrussels,places\nPeter called,people\nBritish lamb,places\n")
+    (topics / "train.csv").write_text(
+        "text,label\nPeter Blackburn,people\nBrussels,places\nPeter called,people\nBritish lamb,places\n"
+    )
     (topics / "dev.csv").write_text("text,label\nEU rejects German call,places\nPeter visited,people\n")
-    results = run(RunConfig(backbone=str(tiny_decoder), task="cls", data_dir=str(topics), n_shot=2, epochs=2,
-                            output_dir=str(tmp_path / "cls"), progress=False))
+    results = run(
+        RunConfig(
+            backbone=str(tiny_decoder),
+            task="cls",
+            data_dir=str(topics),
+            n_shot=2,
+            epochs=2,
+            output_dir=str(tmp_path / "cls"),
+            progress=False,
+        )
+    )
     assert results["pooling"] == "last" and results["cached_features"] == "last"
-    mean = run(RunConfig(backbone=str(tiny_decoder), task="cls", data_dir=str(topics), n_shot=2, epochs=2, pooling="mean",
-                         fusion="concat", output_dir=str(tmp_path / "mean"), progress=False, save_model=False))
+    mean = run(
+        RunConfig(
+            backbone=str(tiny_decoder),
+            task="cls",
+            data_dir=str(topics),
+            n_shot=2,
+            epochs=2,
+            pooling="mean",
+            fusion="concat",
+            output_dir=str(tmp_path / "mean"),
+            progress=False,
+            save_model=False,
+        )
+    )
     assert mean["pooling"] == "mean" and mean["cached_features"] == "mean"
 
 
@@ -74,20 +129,45 @@ def test_fused_layers_specs():
     assert parse_fused_layers("every:4", 30) == [4, 8, 12, 16, 20, 24, 28, 30]  # the last layer always
     assert parse_fused_layers("12-23", 30) == [*range(12, 24), 30]
     assert parse_fused_layers("3,7,12", 12) == parse_fused_layers([3, 7, 12], 12) == [3, 7, 12]
-    for bad, message in (("every:0", "needs an integer k >= 1"), ("5-2", "a range is 'a-b'"), ("0,3", r"names layers \[0\]"),
-                         ("some", "expected 'all', 'every:k'"), ("31", r"names layers \[31\]; the backbone's are 1..30")):
+    for bad, message in (
+        ("every:0", "needs an integer k >= 1"),
+        ("5-2", "a range is 'a-b'"),
+        ("0,3", r"names layers \[0\]"),
+        ("some", "expected 'all', 'every:k'"),
+        ("31", r"names layers \[31\]; the backbone's are 1..30"),
+    ):
         with pytest.raises(ValueError, match=f"`fused_layers` '{bad}'.*{message}"):
             parse_fused_layers(bad, 30)
 
 
 def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder, tiny_conll, tmp_path):
-    results = run(RunConfig(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=1, layers="2",
-                            cache_dtype="float32", output_dir=str(tmp_path / "run"), progress=False))
+    results = run(
+        RunConfig(
+            backbone=str(tiny_decoder),
+            data_dir=str(tiny_conll),
+            n_shot=2,
+            epochs=1,
+            layers="2",
+            cache_dtype="float32",
+            output_dir=str(tmp_path / "run"),
+            progress=False,
+        )
+    )
     model = DWAttForTokenClassification.from_pretrained(tmp_path / "run" / "model")
     assert model.config.fused_layers == "2" and model.dwatt.fused_layer_indices == [2, 3]
     assert model.dwatt.fusion.layer_positions.shape[0] == 2  # DWAtt's keys and values: two layers, not three
-    full = run(RunConfig(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=1, cache_dtype="float32",
-                         output_dir=str(tmp_path / "all"), progress=False, save_model=False))
+    full = run(
+        RunConfig(
+            backbone=str(tiny_decoder),
+            data_dir=str(tiny_conll),
+            n_shot=2,
+            epochs=1,
+            cache_dtype="float32",
+            output_dir=str(tmp_path / "all"),
+            progress=False,
+            save_model=False,
+        )
+    )
     assert results["cache_bytes"] * 3 == full["cache_bytes"] * 2  # the cache holds two of the three layers
     with pytest.raises(ValueError, match="`fused_layers` '9' names layers"):
         DWAttConfig(encoder_config=model.config.encoder_config, fused_layers="9")
@@ -95,20 +175,32 @@ def test_chosen_layers_are_the_only_ones_fused_cached_and_recorded(tiny_decoder,
     with pytest.raises(ValueError, match="`fused_layers` '1,3' names several layers, but the 'base' head reads one"):
         DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="1,3")
     assert DWAttConfig(encoder_config=model.config.encoder_config, fusion="base", fused_layers="2").read_layer == 2
-    with pytest.raises(ValueError, match="`fused_layers` '2' chooses layers, but the 'base_plus_n' fusion builds on the last"):
+    with pytest.raises(
+        ValueError, match="`fused_layers` '2' chooses layers, but the 'base_plus_n' fusion builds on the last"
+    ):
         DWAttConfig(encoder_config=model.config.encoder_config, fusion="base_plus_n", fused_layers="2")
     for fusion in ("base", "base_plus_n"):
-        assert DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="1-3").fusion == fusion
+        assert (
+            DWAttConfig(encoder_config=model.config.encoder_config, fusion=fusion, fused_layers="1-3").fusion == fusion
+        )
 
 
-def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_results(tiny_decoder, tiny_conll, tmp_path,
-                                                                                      monkeypatch, capsys):
+def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_results(
+    tiny_decoder, tiny_conll, tmp_path, monkeypatch, capsys
+):
     import collections
 
     import psutil
 
-    config = dict(backbone=str(tiny_decoder), data_dir=str(tiny_conll), n_shot=2, epochs=2, cache_dtype="float32",
-                  save_model=False, progress=True)
+    config = dict(
+        backbone=str(tiny_decoder),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=2,
+        cache_dtype="float32",
+        save_model=False,
+        progress=True,
+    )
     in_memory = run(RunConfig(**config, output_dir=str(tmp_path / "memory")))
     from dwatt.training import FEATURE_MEMO
 
@@ -121,16 +213,38 @@ def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_r
     assert on_disk["cache_storage"] == "disk" and in_memory["cache_storage"] == "memory"
     assert on_disk["dev_curve"] == in_memory["dev_curve"]
     kept = sorted(path.name for path in (tmp_path / ".feature-cache").iterdir())
-    assert len(kept) == 4 and {name.split(".", 1)[1] for name in kept} == {"bin", "bin.json"}  # training and dev caches
+    assert len(kept) == 4 and {name.split(".", 1)[1] for name in kept} == {
+        "bin",
+        "bin.json",
+    }  # training and dev caches
     FEATURE_MEMO.clear()
     again = run(RunConfig(**config, output_dir=str(tmp_path / "disk-again")))  # a later run reads them, by their key
-    assert again["dev_curve"] == in_memory["dev_curve"] and sorted(p.name for p in (tmp_path / ".feature-cache").iterdir()) == kept
+    assert (
+        again["dev_curve"] == in_memory["dev_curve"]
+        and sorted(p.name for p in (tmp_path / ".feature-cache").iterdir()) == kept
+    )
     FEATURE_MEMO.clear()
     import shutil
 
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: collections.namedtuple("Usage", "total used free")(1, 1, 1000))
-    code = main(["train", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "1",
-                 "--output-dir", str(tmp_path / "neither"), "--quiet"])
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda path: collections.namedtuple("Usage", "total used free")(1, 1, 1000)
+    )
+    code = main(
+        [
+            "train",
+            "--backbone",
+            str(tiny_decoder),
+            "--data-dir",
+            str(tiny_conll),
+            "--n-shot",
+            "2",
+            "--epochs",
+            "1",
+            "--output-dir",
+            str(tmp_path / "neither"),
+            "--quiet",
+        ]
+    )
     message = capsys.readouterr().err.strip().splitlines()[-1]
     assert code == 2 and message.startswith("dwatt train: error: the feature cache needs ")
     assert "--layers every:4" in message and "--no-cache" in message
@@ -138,16 +252,32 @@ def test_a_cache_too_large_for_memory_is_memory_mapped_from_disk_with_the_same_r
 
 
 def test_base_plus_n_continues_a_local_global_alternation_by_layer_index(tmp_path):
-    config = AutoConfig.for_model("gemma3_text", hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                  num_key_value_heads=2, head_dim=8, intermediate_size=48, vocab_size=99,
-                                  max_position_embeddings=64, sliding_window=2, sliding_window_pattern=2, pad_token_id=0)
+    config = AutoConfig.for_model(
+        "gemma3_text",
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=48,
+        vocab_size=99,
+        max_position_embeddings=64,
+        sliding_window=2,
+        sliding_window_pattern=2,
+        pad_token_id=0,
+    )
     assert config.layer_types == ["sliding_attention", "full_attention", "sliding_attention"]
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "gemma")
-    model = DWAttForTokenClassification.from_backbone(str(tmp_path / "gemma"), fusion="base_plus_n", num_labels=3,
-                                                      num_extra_layers=3).eval()
+    model = DWAttForTokenClassification.from_backbone(
+        str(tmp_path / "gemma"), fusion="base_plus_n", num_labels=3, num_extra_layers=3
+    ).eval()
     extra = model.dwatt.fusion.layer
-    assert [layer.self_attn.is_sliding for layer in extra] == [False, True, False]  # positions 3, 4, 5: full, sliding, full
+    assert [layer.self_attn.is_sliding for layer in extra] == [
+        False,
+        True,
+        False,
+    ]  # positions 3, 4, 5: full, sliding, full
     ids = torch.randint(3, 99, (2, 6))
     mask = torch.ones_like(ids)
     mask[1, 4:] = 0  # padding: both kinds of mask are tensors (without it, the full one is left to `is_causal`)
@@ -163,9 +293,13 @@ def test_shared_heads_on_a_decoder_equal_each_head_alone(tiny_decoder, tmp_path)
     from dwatt.serving.shared_heads import SharedBackboneHeads
 
     folders = {}
-    for seed, (cls, fusion) in enumerate(((DWAttForTokenClassification, "dwatt"), (DWAttForSequenceClassification, "concat"))):
+    for seed, (cls, fusion) in enumerate(
+        ((DWAttForTokenClassification, "dwatt"), (DWAttForSequenceClassification, "concat"))
+    ):
         torch.manual_seed(seed)
-        cls.from_backbone(str(tiny_decoder), fusion=fusion, num_labels=3).save_pretrained(tmp_path / fusion, heads_only=True)
+        cls.from_backbone(str(tiny_decoder), fusion=fusion, num_labels=3).save_pretrained(
+            tmp_path / fusion, heads_only=True
+        )
         folders[fusion] = tmp_path / fusion
     shared = SharedBackboneHeads.from_pretrained({name: str(path) for name, path in folders.items()})
     tokenizer = load_tokenizer(tiny_decoder)
@@ -181,7 +315,10 @@ def test_shared_heads_on_a_decoder_equal_each_head_alone(tiny_decoder, tmp_path)
 def test_pipelines_serve_decoder_checkpoints_where_dwatt_is_not_installed(tiny_decoder, tmp_path):
     tokenizer = load_tokenizer(tiny_decoder)
     expected = {}
-    for task, cls in (("token-classification", DWAttForTokenClassification), ("text-classification", DWAttForSequenceClassification)):
+    for task, cls in (
+        ("token-classification", DWAttForTokenClassification),
+        ("text-classification", DWAttForSequenceClassification),
+    ):
         torch.manual_seed(0)
         model = cls.from_backbone(str(tiny_decoder), num_labels=3).eval()
         model.save_pretrained(tmp_path / task, heads_only=True)
@@ -222,7 +359,9 @@ def test_a_data_parallel_run_on_a_decoder_equals_one_process(tiny_decoder, tiny_
 
 
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])
-def test_a_backbone_saved_in_bf16_trains_probes_predicts_and_exports(kind, tiny_backbone, tiny_decoder, tiny_conll, tmp_path, capsys):
+def test_a_backbone_saved_in_bf16_trains_probes_predicts_and_exports(
+    kind, tiny_backbone, tiny_decoder, tiny_conll, tmp_path, capsys
+):
     """Most LLM checkpoints are saved in bf16 and transformers 5 loads them so: the fusion and head train in fp32 on
     features cast to it, with the feature cache and without, in a probe's stacked heads too; the export is fp32."""
     import shutil
@@ -236,7 +375,9 @@ def test_a_backbone_saved_in_bf16_trains_probes_predicts_and_exports(kind, tiny_
     assert json.loads((backbone / "config.json").read_text())["dtype"] == "bfloat16"
     common = ["--backbone", str(backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs", "1", "--quiet"]
     for fusion, cached in (("dwatt", []), ("base", ["--layers", "2"]), ("scalar_mix", ["--no-cache"])):
-        assert main(["train", *common, "--fusion", fusion, *cached, "--output-dir", str(tmp_path / fusion)]) == 0, fusion
+        assert main(["train", *common, "--fusion", fusion, *cached, "--output-dir", str(tmp_path / fusion)]) == 0, (
+            fusion
+        )
     assert main(["probe", *common, "--learning-rates", "1e-2", "--results", str(tmp_path / "probe" / "r.jsonl")]) == 0
     assert main(["predict", str(tmp_path / "dwatt" / "model"), "eu rejects german call"]) == 0
     assert main(["export", str(tmp_path / "dwatt" / "model"), str(tmp_path / "onnx")]) == 0

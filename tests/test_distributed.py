@@ -24,7 +24,11 @@ def test_two_processes_train_one_run_like_one_process_with_the_same_global_batch
     # One writer: rank 0 wrote results.json and the checkpoint; rank 1 wrote nothing.
     assert ranks[1]["written"] == []
     # (the checkpoint is written into a scratch folder beside `model` and swapped in: `common.save_checkpoint`)
-    assert sorted(re.sub(r"^\.(\w+)\.\d+\.tmp$", r"\1", Path(p).name) for p in ranks[0]["written"]) == ["model", "model", "results.json"]
+    assert sorted(re.sub(r"^\.(\w+)\.\d+\.tmp$", r"\1", Path(p).name) for p in ranks[0]["written"]) == [
+        "model",
+        "model",
+        "results.json",
+    ]
     saved = json.loads((output / "results.json").read_text())
     assert saved["environment"]["processes"] == 2
     # Both processes end with the same weights, and those are the one-process run's.
@@ -47,8 +51,19 @@ def test_two_processes_train_one_run_like_one_process_with_the_same_global_batch
 
 @pytest.mark.slow
 def test_fine_tuning_without_the_cache_keeps_every_process_in_step(tiny_backbone, tiny_conll, tmp_path):
-    ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "ft", mode="ft", batch_size=4, epochs=2,
-                              save_model=False, evaluate_test=False), tmp_path)
+    ranks = launch(
+        config_for(
+            tiny_backbone,
+            tiny_conll,
+            tmp_path / "ft",
+            mode="ft",
+            batch_size=4,
+            epochs=2,
+            save_model=False,
+            evaluate_test=False,
+        ),
+        tmp_path,
+    )
     assert ranks[1]["written"] == [] and [Path(p).name for p in ranks[0]["written"]] == ["results.json"]
     weights = ranks[0]["weights"]
     assert any(name.startswith("dwatt.backbone.") for name in weights)  # FT: the backbone trained
@@ -64,9 +79,19 @@ def test_a_masked_lm_run_under_two_processes_writes_once_and_stays_in_step(tiny_
     wikitext = tmp_path / "wikitext"
     wikitext.mkdir()
     (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
-    config = RunConfig(backbone=str(tiny_backbone), task="mlm", data_dir=str(wikitext), n_shot=None, epochs=2,
-                       batch_size=4, block_size=16, mode="ft", output_dir=str(tmp_path / "mlm"), progress=False,
-                       save_model=False)
+    config = RunConfig(
+        backbone=str(tiny_backbone),
+        task="mlm",
+        data_dir=str(wikitext),
+        n_shot=None,
+        epochs=2,
+        batch_size=4,
+        block_size=16,
+        mode="ft",
+        output_dir=str(tmp_path / "mlm"),
+        progress=False,
+        save_model=False,
+    )
     ranks = launch(config, tmp_path)
     assert ranks[1]["written"] == [] and [Path(p).name for p in ranks[0]["written"]] == ["results.json"]
     for name, tensor in ranks[0]["weights"].items():
@@ -76,32 +101,42 @@ def test_a_masked_lm_run_under_two_processes_writes_once_and_stays_in_step(tiny_
 
 
 @pytest.mark.slow
-def test_two_processes_cache_into_one_keyed_file_that_a_single_process_reads_as_it_is(tiny_backbone, tiny_conll,
-                                                                                        tmp_path, monkeypatch):
+def test_two_processes_cache_into_one_keyed_file_that_a_single_process_reads_as_it_is(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """Under a launcher, a cache sent to disk is one file named by its contents, each process writing its share of
     the batches in place: the files are those a single process writes (byte for byte), and a single process's run
     afterwards reads them without changing them, with the launch's scores."""
     from dwatt.training import FEATURE_MEMO
 
-    ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "together" / "run", save_model=False), tmp_path,
-                   caches_on_disk=True)
+    ranks = launch(
+        config_for(tiny_backbone, tiny_conll, tmp_path / "together" / "run", save_model=False),
+        tmp_path,
+        caches_on_disk=True,
+    )
     assert all(rank["results"]["cache_storage"] == "disk" for rank in ranks)
     shared = tmp_path / "together" / ".feature-cache"
     written = {path.name: path.read_bytes() for path in sorted(shared.iterdir())}
     assert len(written) == 6 and {name.split(".", 1)[1] for name in written} == {"bin", "bin.json"}  # train, dev, test
-    assert all(json.loads(written[name])["batches_done"] == json.loads(written[name])["batches"]
-               for name in written if name.endswith(".json"))
+    assert all(
+        json.loads(written[name])["batches_done"] == json.loads(written[name])["batches"]
+        for name in written
+        if name.endswith(".json")
+    )
     monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)
     FEATURE_MEMO.clear()
     alone = run(config_for(tiny_backbone, tiny_conll, tmp_path / "alone" / "run", save_model=False))
     assert {path.name: path.read_bytes() for path in (tmp_path / "alone" / ".feature-cache").glob("*.bin")} == {
-        name: data for name, data in written.items() if name.endswith(".bin")}
+        name: data for name, data in written.items() if name.endswith(".bin")
+    }
     FEATURE_MEMO.clear()
     stamps = {path.name: path.stat().st_mtime_ns for path in shared.iterdir()}
     again = run(config_for(tiny_backbone, tiny_conll, tmp_path / "together" / "again", save_model=False))
     assert {path.name: path.stat().st_mtime_ns for path in shared.iterdir()} == stamps  # read, not written
     assert again["dev_curve"] == alone["dev_curve"]
-    assert [p["f1"] for p in ranks[0]["results"]["dev_curve"]] == pytest.approx([p["f1"] for p in alone["dev_curve"]], abs=1e-5)
+    assert [p["f1"] for p in ranks[0]["results"]["dev_curve"]] == pytest.approx(
+        [p["f1"] for p in alone["dev_curve"]], abs=1e-5
+    )
     FEATURE_MEMO.clear()
 
 

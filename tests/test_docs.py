@@ -3,7 +3,8 @@ resolves), the README is a front page of at most 300 lines whose links resolve, 
 block of the README and the site runs, unless the line before it says what it needs (`<!-- needs: network ... -->`,
 `<!-- needs: gpu ... -->`).
 
-A block runs in a fresh folder that holds the repository's files (linked, as in a clone), the runs the pages refer to (`runs/default`, a tagger; `runs/conll` and
+A block runs in a fresh folder that holds the repository's files (linked, as in a clone), the runs the pages refer to
+(`runs/default`, a tagger; `runs/conll` and
 `runs/wikiann-en`, two taggers on one backbone; `runs/agnews`, a classifier), `sentences.txt` and `texts.txt`, and the
 placeholders the pages use for the reader's own files: `path/to/encoder` (a tiny random BERT), `path/to/llama` (a
 tiny random Llama), `path/to/wikiann`, `path/to/wikitext-2` and `path/to/folder` (tiny datasets in each loader's
@@ -33,8 +34,16 @@ RUNNABLE = {"bash", "sh", "python"}
 README_LINES = 160
 # The remote-code files by their pattern: a block run from the clone imports them from there, and a checkpoint it saves
 # copies each one the models file imports relatively.
-REPOSITORY_FILES = ("mkdocs.yml", "docs", "README.md", "SECURITY.md", "dwatt", "benchmarks", "notebooks",
-                    *sorted(path.name for path in REPO.glob("*_dwatt.py")))
+REPOSITORY_FILES = (
+    "mkdocs.yml",
+    "docs",
+    "README.md",
+    "SECURITY.md",
+    "dwatt",
+    "benchmarks",
+    "notebooks",
+    *sorted(path.name for path in REPO.glob("*_dwatt.py")),
+)
 
 
 def fenced_blocks() -> list[tuple[str, str, str, str | None]]:
@@ -52,7 +61,9 @@ def fenced_blocks() -> list[tuple[str, str, str, str | None]]:
             before = next((line for line in reversed(lines[:number]) if line.strip()), "")
             needs = NEEDS.match(before)
             place = f"{page.relative_to(REPO)}:{number + 1}"
-            blocks.append((place, opening.group(1), "\n".join(lines[number + 1:end]) + "\n", needs and needs.group(1)))
+            blocks.append(
+                (place, opening.group(1), "\n".join(lines[number + 1 : end]) + "\n", needs and needs.group(1))
+            )
             number = end + 1
     return blocks
 
@@ -113,12 +124,17 @@ def workspace(tmp_path_factory, tiny_backbone, tiny_decoder) -> Path:
         rows = (data["topics"] / name).read_text().splitlines()[1:]
         (folder / name).write_text("review,stars\n" + "".join(f"{row}\n" for row in rows * 4))  # 16 a class and more
     (root / "sentences.txt").write_text("Peter Blackburn visited Brussels .\n\nEU rejects German call .\n")
-    (root / "texts.txt").write_text("Stocks rallied after the central bank held rates steady .\nA late goal won it .\n")
+    (root / "texts.txt").write_text(
+        "Stocks rallied after the central bank held rates steady .\nA late goal won it .\n"
+    )
     tiny = str(places / "encoder")
     common = ["--backbone", tiny, "--epochs", "1", "--n-shot", "2", "--quiet"]
-    for output, extra in (("runs/default", ["--dev-sentences", "20"]), ("runs/conll", ["--dev-sentences", "20"]),
-                          ("runs/wikiann-en", ["--dataset", "wikiann:sw", "--data-dir", str(places / "wikiann")]),
-                          ("runs/agnews", ["--task", "cls", "--dev-sentences", "20"])):
+    for output, extra in (
+        ("runs/default", ["--dev-sentences", "20"]),
+        ("runs/conll", ["--dev-sentences", "20"]),
+        ("runs/wikiann-en", ["--dataset", "wikiann:sw", "--data-dir", str(places / "wikiann")]),
+        ("runs/agnews", ["--task", "cls", "--dev-sentences", "20"]),
+    ):
         assert main(["train", *common, *extra, "--output-dir", str(root / output)]) == 0, output
     return root
 
@@ -133,22 +149,33 @@ def test_the_block_runs(workspace, tmp_path, place, language, code, needs):
         command = [sys.executable, "-c", code]
     else:
         command = ["bash", "-e", "-o", "pipefail", "-c", shrink(code, tiny)]
-    environment = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-                   "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    environment = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     done = subprocess.run(command, cwd=here, env=environment, capture_output=True, text=True, check=False, timeout=900)
-    assert done.returncode == 0, f"{place}: the block failed\n{command[-1]}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, (
+        f"{place}: the block failed\n{command[-1]}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+    )
 
 
 def test_the_shrunk_commands_are_the_pages_commands_cut_to_tiny_runs():
     code = "dwatt train --fusion dwatt \\\n    --n-shot 16 --epochs 25   # comment\ndwatt sweep --preset smoke --trials 3\nls\n"
-    assert shrink(code, "T") == ("dwatt train --fusion dwatt --n-shot 2 --epochs 1 --backbone T --dev-sentences 20\n"
-                                 "dwatt sweep --preset smoke --trials 1 --backbones T --n-shots 2 --epochs 1 --trials 1"
-                                 " --dev-sentences 20\nls\n")
+    assert shrink(code, "T") == (
+        "dwatt train --fusion dwatt --n-shot 2 --epochs 1 --backbone T --dev-sentences 20\n"
+        "dwatt sweep --preset smoke --trials 1 --backbones T --n-shots 2 --epochs 1 --trials 1"
+        " --dev-sentences 20\nls\n"
+    )
 
 
 def test_the_readme_is_a_front_page_whose_links_resolve():
     text = (REPO / "README.md").read_text(encoding="utf-8")
-    assert len(text.splitlines()) <= README_LINES, f"README.md has {len(text.splitlines())} lines (at most {README_LINES})"
+    assert len(text.splitlines()) <= README_LINES, (
+        f"README.md has {len(text.splitlines())} lines (at most {README_LINES})"
+    )
     answer = re.search(r"<!-- fair answer: \S+ -->\n(.*?)<!-- end of fair answer -->", text, re.S).group(1)
     assert answer.startswith("| setting | best single layer |"), "the README's answer is a table"
     broken = []
@@ -174,9 +201,15 @@ def slug(heading: str) -> str:
 
 
 def test_the_site_builds_offline_in_strict_mode_with_every_page(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=REPO, capture_output=True, text=True, check=False, timeout=600,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     pages = sorted(path.relative_to(tmp_path / "site") for path in (tmp_path / "site").rglob("index.html"))
     assert len(pages) >= 8, pages
@@ -212,7 +245,9 @@ def test_the_pages_have_dwatt_command_lines_to_check():
     assert len(COMMAND_LINES) >= 40 and any("needs" in str(block[3]) or block[3] for block in BLOCKS)
 
 
-@pytest.mark.parametrize(("place", "line"), COMMAND_LINES, ids=[f"{place} {line[:60]}" for place, line in COMMAND_LINES])
+@pytest.mark.parametrize(
+    ("place", "line"), COMMAND_LINES, ids=[f"{place} {line[:60]}" for place, line in COMMAND_LINES]
+)
 def test_every_dwatt_command_line_in_the_docs_parses(place, line):
     """With the command line's own parser, as `dwatt.cli.main` reads it (sentences may follow a prediction's options):
     a block that needs the network or a GPU is not run, but an option it misspells is still caught."""
@@ -225,5 +260,6 @@ def test_every_dwatt_command_line_in_the_docs_parses(place, line):
         args, unparsed = build_parser().parse_known_args(arguments)
     except SystemExit:
         pytest.fail(f"{place}: `{line}` does not parse")
-    assert not unparsed or (args.command == "predict" and not any(a.startswith("-") for a in unparsed)), \
+    assert not unparsed or (args.command == "predict" and not any(a.startswith("-") for a in unparsed)), (
         f"{place}: `{line}`: unrecognized arguments {unparsed}"
+    )

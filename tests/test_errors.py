@@ -9,12 +9,19 @@ from dwatt.errors import HubError, SweepBusyError, first_line
 
 
 def test_first_line_keeps_a_message_s_first_line_or_names_the_error_that_says_nothing():
-    assert first_line(ValueError("  a.jsonl:3: not an object\n  the rest of the story\n")) == "a.jsonl:3: not an object"
+    assert (
+        first_line(ValueError("  a.jsonl:3: not an object\n  the rest of the story\n")) == "a.jsonl:3: not an object"
+    )
     assert first_line(HubError("")) == "HubError" and first_line(OSError()) == "OSError"
 
 
-@pytest.mark.parametrize("error", [HubError("403: you may not write to 'someone/run'\ndetails"),
-                                   SweepBusyError("r.jsonl: another sweep is writing this results file\npid 7")])
+@pytest.mark.parametrize(
+    "error",
+    [
+        HubError("403: you may not write to 'someone/run'\ndetails"),
+        SweepBusyError("r.jsonl: another sweep is writing this results file\npid 7"),
+    ],
+)
 def test_the_command_line_reports_each_error_in_one_line_and_exits_2(error, monkeypatch, capsys):
     def fail(args):
         raise error

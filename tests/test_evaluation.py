@@ -21,7 +21,9 @@ def test_a_tagger_is_scored_with_seqeval_on_the_split_asked_for(tiny_backbone, t
     rows = load_conll2003(tiny_conll)["test"].filter(lambda row: len(row["tokens"]) > 0)
     gold = [[CONLL_LABELS[t] for t in tags] for tags in rows["ner_tags"]]
     assert scores == {"split": "test", **entity_scores(gold, predict_tags(model, tokenizer, rows["tokens"]))}
-    with pytest.raises(ValueError, match=r"--split: conll2003 \(.*\) has no 'dev' split; it has train, validation, test"):
+    with pytest.raises(
+        ValueError, match=r"--split: conll2003 \(.*\) has no 'dev' split; it has train, validation, test"
+    ):
         score_tagger(model, tokenizer, dataset=None, data_dir=str(tiny_conll), split="dev")
     other = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="concat", num_labels=3)
     with pytest.raises(ValueError, match=r"the checkpoint's labels \['LABEL_0', 'LABEL_1', 'LABEL_2'\] differ"):
@@ -31,11 +33,13 @@ def test_a_tagger_is_scored_with_seqeval_on_the_split_asked_for(tiny_backbone, t
 def test_a_classifier_is_scored_on_labels_it_shares_with_the_data(tiny_backbone, tiny_topics):
     tokenizer = load_tokenizer(tiny_backbone)
     model = DWAttForSequenceClassification.from_backbone(
-        str(tiny_backbone), fusion="scalar_mix", id2label={0: "food", 1: "people", 2: "places"}).eval()
+        str(tiny_backbone), fusion="scalar_mix", id2label={0: "food", 1: "people", 2: "places"}
+    ).eval()
     scores = score_classifier(model, tokenizer, dataset="topics", data_dir=str(tiny_topics), split="validation")
     assert scores["split"] == "validation" and scores["examples"] == 9 and 0 <= scores["accuracy"] <= 1
-    wrong = DWAttForSequenceClassification.from_backbone(str(tiny_backbone), fusion="scalar_mix",
-                                                         id2label={0: "food", 1: "sports"})
+    wrong = DWAttForSequenceClassification.from_backbone(
+        str(tiny_backbone), fusion="scalar_mix", id2label={0: "food", 1: "sports"}
+    )
     with pytest.raises(ValueError, match=r"the checkpoint's labels \['food', 'sports'\] differ from the dataset's"):
         score_classifier(wrong, tokenizer, dataset="topics", data_dir=str(tiny_topics), split="validation")
     with pytest.raises(ValueError, match=r"--split: topics has no 'test' split; it has train, validation"):

@@ -13,14 +13,32 @@ from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenCla
 from .helpers import stopped_while_scoring_test
 
 
-def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(tiny_backbone, tiny_conll,
-                                                                                         tmp_path, capsys):
+def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen_on_dev(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
     from dwatt.cli import main
     from dwatt.experiment.probe import PROBE_LEARNING_RATES
 
     results = tmp_path / "probe.jsonl"
-    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2",
-            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(results), "--quiet", "--test"]
+    argv = [
+        "probe",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--n-shot",
+        "2",
+        "--epochs",
+        "2",
+        "--learning-rates",
+        "5e-3,5e-2",
+        "--cache-dtype",
+        "float32",
+        "--results",
+        str(results),
+        "--quiet",
+        "--test",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
@@ -28,14 +46,18 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
     best = max(rows, key=lambda r: (r["best_dev_f1"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
     layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
-    assert (f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev F1 {100 * best['best_dev_f1']:.2f}, "
-            f"test F1 {100 * best['test_scores']['f1']:.2f}") in printed
+    assert (
+        f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev F1 {100 * best['best_dev_f1']:.2f}, "
+        f"test F1 {100 * best['test_scores']['f1']:.2f}"
+    ) in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
     # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
     (ensemble,) = rows[0]["probe_ensembles"]
     layers = ", ".join(str(member["layer"]) for member in ensemble["members"])
-    assert (f"the 3 best layers' heads averaged (layers {layers}; --save-ensemble 3 saves it as one model): dev F1 "
-            f"{100 * ensemble['best_f1']:.2f}, test F1 {100 * ensemble['test_scores']['f1']:.2f}") in printed
+    assert (
+        f"the 3 best layers' heads averaged (layers {layers}; --save-ensemble 3 saves it as one model): dev F1 "
+        f"{100 * ensemble['best_f1']:.2f}, test F1 {100 * ensemble['test_scores']['f1']:.2f}"
+    ) in printed
     # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
     folder = tmp_path / "chosen" / "model"
     assert f"model: {folder} (runs layers 1-{layer} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0
@@ -62,15 +84,40 @@ def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll
     from dwatt.stacked_heads import train_heads
 
     parts = []
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or train_heads(*a, **k))
-    assert main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs",
-                 "1", "--learning-rates", "1e-3,1e-2", "--results", str(tmp_path / "r.jsonl"), "--quiet", "--no-save",
-                 "--train-in-parts", "4"]) == 0
+    monkeypatch.setattr(
+        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or train_heads(*a, **k)
+    )
+    assert (
+        main(
+            [
+                "probe",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(tiny_conll),
+                "--n-shot",
+                "1",
+                "--epochs",
+                "1",
+                "--learning-rates",
+                "1e-3,1e-2",
+                "--results",
+                str(tmp_path / "r.jsonl"),
+                "--quiet",
+                "--no-save",
+                "--train-in-parts",
+                "4",
+            ]
+        )
+        == 0
+    )
     assert parts == [4, 2] and len((tmp_path / "r.jsonl").read_text().splitlines()) == 6
     capsys.readouterr()
 
 
-def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
+def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys
+):
     """Stopped while the test split is scored (after every copy trained), `dwatt probe` run again trains nothing and
     stores what an uninterrupted probe stores."""
     from dwatt.cli import main
@@ -78,9 +125,26 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
     from dwatt.experiment.summaries import comparable
 
     def probe(results):
-        return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1",
-                     "--epochs", "2", "--learning-rates", "1e-3,1e-2", "--results", str(results), "--quiet", "--test",
-                     "--no-save"])
+        return main(
+            [
+                "probe",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(tiny_conll),
+                "--n-shot",
+                "1",
+                "--epochs",
+                "2",
+                "--learning-rates",
+                "1e-3,1e-2",
+                "--results",
+                str(results),
+                "--quiet",
+                "--test",
+                "--no-save",
+            ]
+        )
 
     stopped_while_scoring_test(monkeypatch, lambda: probe(tmp_path / "stopped" / "r.jsonl"))
     assert not (tmp_path / "stopped" / "r.jsonl").exists()
@@ -105,7 +169,9 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
     assert not list((tmp_path / "stopped").rglob("dwatt_trained.*"))  # the records go once the results are written
 
 
-def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_saves_the_chosen_head(tiny_backbone, tiny_topics, tmp_path, capsys):
+def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_saves_the_chosen_head(
+    tiny_backbone, tiny_topics, tmp_path, capsys
+):
     """A probe for text classification on TSV files with columns of the user's naming: each head on one layer, read
     out of one cache of every layer, scores what that head trained alone scores; the chosen head is saved cut at its
     layer and `dwatt predict` runs it."""
@@ -115,23 +181,55 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     data.mkdir()
     for name in ("train.csv", "dev.csv"):
         lines = (tiny_topics / name).read_text().splitlines()
-        (data / name.replace(".csv", ".tsv")).write_text("sentence\ttopic\n" + "".join(line.replace(",", "\t") + "\n" for line in lines[1:]))
-    options = ["--task", "cls", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--text-column", "sentence",
-               "--label-column", "topic", "--n-shot", "3", "--epochs", "3", "--cache-dtype", "float32"]
+        (data / name.replace(".csv", ".tsv")).write_text(
+            "sentence\ttopic\n" + "".join(line.replace(",", "\t") + "\n" for line in lines[1:])
+        )
+    options = [
+        "--task",
+        "cls",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(data),
+        "--text-column",
+        "sentence",
+        "--label-column",
+        "topic",
+        "--n-shot",
+        "3",
+        "--epochs",
+        "3",
+        "--cache-dtype",
+        "float32",
+    ]
     results = tmp_path / "probe" / "results.jsonl"
     assert main(["probe", *options, "--learning-rates", "5e-3,5e-2", "--results", str(results), "--quiet"]) == 0
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
     assert printed.splitlines()[0].startswith("dev accuracy by layer and learning rate")
-    best = max(rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
+    best = max(
+        rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"])
+    )
     layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
-    assert f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}" in printed
+    assert (
+        f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}"
+        in printed
+    )
     probed = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
     from dwatt.training import RunConfig, run_together
 
-    alone = RunConfig(**(probed["config"] | {"output_dir": str(tmp_path / "alone"), "save_model": False,
-                                             "backbone": str(tiny_backbone), "data_dir": str(data)}))
+    alone = RunConfig(
+        **(
+            probed["config"]
+            | {
+                "output_dir": str(tmp_path / "alone"),
+                "save_model": False,
+                "backbone": str(tiny_backbone),
+                "data_dir": str(data),
+            }
+        )
+    )
     (trained,) = run_together([alone])
     assert probed["engine"] == "stacked" and trained["dev_curve"] == probed["dev_curve"]
     model = tmp_path / "probe" / "chosen" / "model"
@@ -141,13 +239,39 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     assert capsys.readouterr().out.strip()
 
 
-def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_saves_a_cut_head(tiny_decoder, tiny_topics, tmp_path, capsys):
+def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_saves_a_cut_head(
+    tiny_decoder, tiny_topics, tmp_path, capsys
+):
     from dwatt.cli import main
 
     results = tmp_path / "probe" / "results.jsonl"
-    assert main(["probe", "--task", "cls", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_topics), "--n-shot", "3",
-                 "--epochs", "2", "--learning-rates", "5e-2", "--layers", "1,2", "--trials", "2", "--results", str(results),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "probe",
+                "--task",
+                "cls",
+                "--backbone",
+                str(tiny_decoder),
+                "--data-dir",
+                str(tiny_topics),
+                "--n-shot",
+                "3",
+                "--epochs",
+                "2",
+                "--learning-rates",
+                "5e-2",
+                "--layers",
+                "1,2",
+                "--trials",
+                "2",
+                "--results",
+                str(results),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(rows) == 2 * 2 and {row["pooling"] for row in rows} == {"last"}
@@ -156,19 +280,40 @@ def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_sa
     assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer
 
 
-def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ensemble_did(tiny_backbone, tiny_conll,
-                                                                                           tmp_path, capsys):
+def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ensemble_did(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
     """`--save-ensemble 3`: the heads of trial 0's three best layers, trained again and saved as one model, are the
     probe's ensemble of 3: the same members, and `dwatt evaluate` scores it on test as the probe did."""
     from dwatt.cli import main
 
-    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "3",
-            "--learning-rates", "5e-3,5e-2", "--cache-dtype", "float32", "--results", str(tmp_path / "probe.jsonl"),
-            "--quiet", "--test"]
+    argv = [
+        "probe",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--n-shot",
+        "2",
+        "--epochs",
+        "3",
+        "--learning-rates",
+        "5e-3,5e-2",
+        "--cache-dtype",
+        "float32",
+        "--results",
+        str(tmp_path / "probe.jsonl"),
+        "--quiet",
+        "--test",
+    ]
     assert main([*argv, "--save-ensemble", "3"]) == 0
     printed = capsys.readouterr().out
-    (probed,) = [entry for row in map(json.loads, (tmp_path / "probe.jsonl").read_text().splitlines())
-                 for entry in row.get("probe_ensembles") or [] if entry["size"] == 3]
+    (probed,) = [
+        entry
+        for row in map(json.loads, (tmp_path / "probe.jsonl").read_text().splitlines())
+        for entry in row.get("probe_ensembles") or []
+        if entry["size"] == 3
+    ]
     folder = tmp_path / "ensemble-3"
     manifest = json.loads((folder / "ensemble.json").read_text())
     members = [(member["layer"], member["learning_rate"]) for member in probed["members"]]
@@ -196,8 +341,9 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
 
 @pytest.mark.parametrize("recorded", ["deeper", "not recorded"])
 @pytest.mark.parametrize("whole", [True, False], ids=["whole", "head-only"])
-def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_same_outputs(tiny_backbone, tmp_path,
-                                                                                          recorded, whole):
+def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_same_outputs(
+    tiny_backbone, tmp_path, recorded, whole
+):
     """`store_member`: a head on layer 1 saved with the backbone's 3 layers, its config recording the depth (as an
     encoder's ensemble members were saved) or not (as a decoder's were), is saved again storing layer 1 only (the
     member that carries the ensemble's backbone) or its head only (the others); either loads alone with the outputs
@@ -209,8 +355,9 @@ def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_sam
     from dwatt.experiment.probe import store_member
 
     torch.manual_seed(0)
-    model = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="1", num_labels=3,
-                                                      backbone_depth=3).eval()
+    model = DWAttForTokenClassification.from_backbone(
+        str(tiny_backbone), fusion="base", fused_layers="1", num_labels=3, backbone_depth=3
+    ).eval()
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
@@ -254,7 +401,9 @@ def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_co
                     found[row["dataset"]] = row["verdict"]
     assert {dataset: verdict for dataset, (_, verdict) in ENSEMBLE_EVIDENCE.items()} == found
     assert ensemble_evidence("ner", 5) == ""
-    assert "ahead" in ensemble_evidence("ner", 3, saved=True) and "--save-ensemble" not in ensemble_evidence("ner", 3, saved=True)
+    assert "ahead" in ensemble_evidence("ner", 3, saved=True) and "--save-ensemble" not in ensemble_evidence(
+        "ner", 3, saved=True
+    )
     for task, dataset in (("ner", "conll2003"), ("cls", "ag_news")):
         expected = "keep it with --save-ensemble 3" if found[dataset] == "beats" else "simpler model to serve"
         assert expected in ensemble_evidence(task, 3), (task, found[dataset])

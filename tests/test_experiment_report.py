@@ -15,8 +15,18 @@ from .helpers import T_975_2_DOF, cls_row, every_experiment, ner_row
 
 
 def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tables(tmp_path):
-    grid = [ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt") + n / 1000) for f in ("base_plus_n", "dwatt") for n in (8, 32, 128) for t in range(2)]
-    side = [ner_row(f, n, 8, 0, 0.9, mode=mode) | {"num_dev_sentences": 500} for f in ("base_plus_n", "dwatt") for n in (8, 128) for mode in ("fe", "ft")]
+    grid = [
+        ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt") + n / 1000)
+        for f in ("base_plus_n", "dwatt")
+        for n in (8, 32, 128)
+        for t in range(2)
+    ]
+    side = [
+        ner_row(f, n, 8, 0, 0.9, mode=mode) | {"num_dev_sentences": 500}
+        for f in ("base_plus_n", "dwatt")
+        for n in (8, 128)
+        for mode in ("fe", "ft")
+    ]
     frame = runs_frame(grid + side)
     from dwatt.experiment.report import conll_fe_grid, headline_budget, paper_comparison
 
@@ -33,8 +43,15 @@ def test_a_side_experiment_on_a_dev_subset_stays_out_of_the_grid_figures_and_tab
 
 def test_the_paper_comparison_pairs_trials_at_the_largest_n_and_budget_and_at_figure_2s_budget():
     gains = {0: 0.10, 1: 0.12, 2: 0.14}  # DWAtt − Base+n per trial at N=128, 9 epochs: mean 12, paired sd 2
-    rows = [ner_row(f, n, 4, t, 0.3 + 0.1 * t + 0.05 * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for n in (8, 128) for t in range(3)]
-    rows += [ner_row(f, 128, 9, t, 0.2 * t + gains[t] * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for t in range(3)]
+    rows = [
+        ner_row(f, n, 4, t, 0.3 + 0.1 * t + 0.05 * (f == "dwatt"))
+        for f in ("base_plus_n", "dwatt")
+        for n in (8, 128)
+        for t in range(3)
+    ]
+    rows += [
+        ner_row(f, 128, 9, t, 0.2 * t + gains[t] * (f == "dwatt")) for f in ("base_plus_n", "dwatt") for t in range(3)
+    ]
     rows += [ner_row("dwatt", 128, 9, 3, 0.9)]  # a trial without its Base+n run has no pair
     from dwatt.experiment.report import paper_comparison
 
@@ -57,50 +74,88 @@ def test_report_writes_every_table_and_figure(tmp_path):
         assert (tmp_path / "out" / "figures" / f"{name}.svg").is_file() and f"figures/{name}.png" in text
     assert "Not drawn" not in text
     summary = pd.read_csv(tmp_path / "out" / "tables" / "ner_summary.csv")
-    cell = summary[(summary.dataset == "conll2003") & (summary.backbone == "small") & (summary["mode"] == "fe")
-                   & (summary.fusion == "dwatt") & (summary.n_shot == 128) & (summary.epochs == 4)].iloc[0]
+    cell = summary[
+        (summary.dataset == "conll2003")
+        & (summary.backbone == "small")
+        & (summary["mode"] == "fe")
+        & (summary.fusion == "dwatt")
+        & (summary.n_shot == 128)
+        & (summary.epochs == 4)
+    ].iloc[0]
     assert cell["mean"] == pytest.approx(100 * (0.4 + 0.01 + 0.128)) and cell.trials == 3
     assert cell.ci95 == pytest.approx(T_975_2_DOF * 1.0 / math.sqrt(3))  # trials 1 point apart: sd 1
     assert "| N=8, 2 epochs |" in text and text.index("N=8, 2 epochs") < text.index("N=128, 2 epochs")
     tiers = pd.read_csv(tmp_path / "out" / "tables" / "wikiann_tiers.csv")
     assert set(tiers.tier) == {"high", "medium", "low", "very low"} and set(tiers.languages) == {1}
     comparison = (tmp_path / "out" / "tables" / "paper_comparison.md").read_text()
-    assert "| +5.28 (N=128, 100 epochs) | +20.00 ± 0.00 | small, N=128, 4 epochs, 3 trials |" in comparison  # 0.3 vs 0.1
+    assert (
+        "| +5.28 (N=128, 100 epochs) | +20.00 ± 0.00 | small, N=128, 4 epochs, 3 trials |" in comparison
+    )  # 0.3 vs 0.1
     assert "| WikiText-2 test perplexity, DWAtt | 2.91 | 2.50 |" in comparison
     mlm = pd.read_csv(tmp_path / "out" / "tables" / "mlm_summary.csv")
-    assert mlm.set_index("fusion").mean_test_ppl.to_dict() == {"base": 3.0, "base_plus_n": 3.5, "concat": 4.0, "dwatt": 2.5}
+    assert mlm.set_index("fusion").mean_test_ppl.to_dict() == {
+        "base": 3.0,
+        "base_plus_n": 3.5,
+        "concat": 4.0,
+        "dwatt": 2.5,
+    }
 
 
-def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_backbone_and_draws_where_dwatt_looks(tmp_path):
+def test_depth_comparison_tables_the_gain_of_fusion_over_the_last_layer_per_backbone_and_draws_where_dwatt_looks(
+    tmp_path,
+):
     rows = []
     for trial in range(3):
         for backbone, depth, lift in (("/m/deep-llm", 5, 0.3), ("/m/shallow", 3, 0.1)):
-            weights = {"layers": list(range(1, depth + 1)), "by_type": {"PER": [1 / depth] * depth, "O": [1 / depth] * depth},
-                       "positions": {"PER": 3, "O": 9}}
+            weights = {
+                "layers": list(range(1, depth + 1)),
+                "by_type": {"PER": [1 / depth] * depth, "O": [1 / depth] * depth},
+                "positions": {"PER": 3, "O": 9},
+            }
             for fusion, gain in (("base", 0.0), ("concat", lift / 2), ("dwatt", lift)):
                 for n in (8, 32):
-                    row = ner_row(fusion, n, 25, trial, 0.2 + gain + 0.01 * trial, backbone=backbone) | {"num_dev_sentences": 1000}
+                    row = ner_row(fusion, n, 25, trial, 0.2 + gain + 0.01 * trial, backbone=backbone) | {
+                        "num_dev_sentences": 1000
+                    }
                     if fusion == "dwatt":
                         row["dev_layer_weights"] = weights
                     rows.append(row)
-            rows += [cls_row(f, 4, trial, 0.5 + g + 0.02 * trial) | {"config": cls_row(f, 4, trial, 0)["config"] | {"backbone": backbone}}
-                     for f, g in (("base", 0.0), ("dwatt", lift))]
+            rows += [
+                cls_row(f, 4, trial, 0.5 + g + 0.02 * trial)
+                | {"config": cls_row(f, 4, trial, 0)["config"] | {"backbone": backbone}}
+                for f, g in (("base", 0.0), ("dwatt", lift))
+            ]
     path = tmp_path / "depth.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in rows) + "\n")
     report = write_report([path], tmp_path / "report")
     table = (tmp_path / "report" / "tables" / "fusion_gains.md").read_text().splitlines()
     assert table[0] == "| backbone (layers) | task, N | Base | Concat | DWAtt | DWAtt − Base | DWAtt − Concat |"
     deep = [line for line in table if line.startswith("| deep-llm (5)")]
-    assert len(deep) == 3 and deep[0].startswith("| deep-llm (5) | CoNLL-03 F1, N=8 (3 trials) | 21.00 | 36.00 | 51.00 | +30.00 ± 0.00 | +15.00 ± 0.00 |")
+    assert len(deep) == 3 and deep[0].startswith(
+        "| deep-llm (5) | CoNLL-03 F1, N=8 (3 trials) | 21.00 | 36.00 | 51.00 | +30.00 ± 0.00 | +15.00 ± 0.00 |"
+    )
     assert "AG News acc. (mean), N=4 (3 trials)" in deep[2] and "+30.00 ± 0.00" in deep[2]
-    assert table.index(deep[0]) < min(table.index(line) for line in table if line.startswith("| shallow (3)"))  # deepest first
-    assert "layer_weights_by_depth" in report.read_text() and (tmp_path / "report" / "figures" / "layer_weights_by_depth.png").exists()
+    assert table.index(deep[0]) < min(
+        table.index(line) for line in table if line.startswith("| shallow (3)")
+    )  # deepest first
+    assert (
+        "layer_weights_by_depth" in report.read_text()
+        and (tmp_path / "report" / "figures" / "layer_weights_by_depth.png").exists()
+    )
 
 
 def test_a_backbone_run_only_in_the_depth_grid_stays_out_of_the_paper_s_figures_and_comparison(tmp_path):
-    grid = [ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt")) for f in ("concat", "dwatt") for n in (8, 128) for t in range(2)]
-    depth = [ner_row(f, n, 25, 0, 0.3 + 0.1 * (f == "dwatt"), backbone="/m/llm") | {"num_dev_sentences": 1000}
-             for f in ("concat", "dwatt") for n in (8, 128)]
+    grid = [
+        ner_row(f, n, 4, t, 0.1 + 0.2 * (f == "dwatt"))
+        for f in ("concat", "dwatt")
+        for n in (8, 128)
+        for t in range(2)
+    ]
+    depth = [
+        ner_row(f, n, 25, 0, 0.3 + 0.1 * (f == "dwatt"), backbone="/m/llm") | {"num_dev_sentences": 1000}
+        for f in ("concat", "dwatt")
+        for n in (8, 128)
+    ]
     frame = runs_frame(grid + depth)
     from dwatt.experiment.report import conll_fe_grid, fusion_gains, paper_comparison
 
@@ -112,14 +167,21 @@ def test_a_backbone_run_only_in_the_depth_grid_stays_out_of_the_paper_s_figures_
     stale.parent.mkdir()
     stale.write_bytes(b"old")
     drawn, skipped = draw_all(frame, tmp_path / "figures")
-    assert "fig7_base_vs_large" in skipped and not stale.exists() and (tmp_path / "figures" / "fig2_f1_vs_n.png").exists()
+    assert (
+        "fig7_base_vs_large" in skipped and not stale.exists() and (tmp_path / "figures" / "fig2_f1_vs_n.png").exists()
+    )
 
 
 def test_training_modes_side_by_side_pair_the_trials_every_mode_has(tmp_path):
     f1 = {"fe": 0.3, "lora": 0.4, "ft": 0.6}
-    rows = [ner_row("dwatt", 8, 50, t, f1[m] + 0.1 * t, mode=m) | {"num_dev_sentences": 500}
-            for m, trials in (("fe", 3), ("lora", 1), ("ft", 2)) for t in range(trials)]
-    rows += [ner_row("base", 8, 50, t, 0.1, mode=m) | {"num_dev_sentences": 500} for m in ("fe", "ft") for t in range(2)]
+    rows = [
+        ner_row("dwatt", 8, 50, t, f1[m] + 0.1 * t, mode=m) | {"num_dev_sentences": 500}
+        for m, trials in (("fe", 3), ("lora", 1), ("ft", 2))
+        for t in range(trials)
+    ]
+    rows += [
+        ner_row("base", 8, 50, t, 0.1, mode=m) | {"num_dev_sentences": 500} for m in ("fe", "ft") for t in range(2)
+    ]
     rows += [ner_row("dwatt", 8, 25, 0, 0.5)]  # FE alone at another budget: nothing to compare
     from dwatt.experiment.report import mode_comparison
 

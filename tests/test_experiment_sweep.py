@@ -49,13 +49,19 @@ def test_runs_another_store_holds_are_not_trained_again_nor_copied(tmp_path):
     run_sweep(probe, tmp_path / "probe.jsonl", runner=runner, progress=False)
     run_sweep(probe, tmp_path / "other-settings.jsonl", runner=runner, progress=False, evaluate_test=True)
     calls.clear()
-    rows = run_sweep(specs, tmp_path / "grid.jsonl", runner=runner, progress=False, done_in=(tmp_path / "probe.jsonl",))
+    rows = run_sweep(
+        specs, tmp_path / "grid.jsonl", runner=runner, progress=False, done_in=(tmp_path / "probe.jsonl",)
+    )
     assert len(calls) == 2 and {r["spec"]["fusion"] for r in rows} == {"dwatt"}  # the probe's runs stay where they are
     calls.clear()
-    run_sweep(specs, tmp_path / "grid-2.jsonl", runner=runner, progress=False, done_in=(tmp_path / "other-settings.jsonl",))
+    run_sweep(
+        specs, tmp_path / "grid-2.jsonl", runner=runner, progress=False, done_in=(tmp_path / "other-settings.jsonl",)
+    )
     assert len(calls) == 4  # the same ids with other settings are other runs
     with pytest.raises(FileNotFoundError, match="--done-in .*missing.jsonl"):
-        run_sweep(specs, tmp_path / "grid-3.jsonl", runner=runner, progress=False, done_in=(tmp_path / "missing.jsonl",))
+        run_sweep(
+            specs, tmp_path / "grid-3.jsonl", runner=runner, progress=False, done_in=(tmp_path / "missing.jsonl",)
+        )
     assert not (tmp_path / "grid-3.jsonl").exists() or not ResultsStore(tmp_path / "grid-3.jsonl").rows()
 
 
@@ -111,15 +117,21 @@ def test_two_sweeps_on_one_store_train_each_run_once_and_lose_no_row(tmp_path):
     store = tmp_path / "r.jsonl"
     fork = multiprocessing.get_context("fork")
     start = fork.Barrier(2)
-    workers = [fork.Process(target=sweep_beside_another, args=(specs, store, tmp_path / f"trained-{k}.txt", start))
-               for k in range(2)]
+    workers = [
+        fork.Process(target=sweep_beside_another, args=(specs, store, tmp_path / f"trained-{k}.txt", start))
+        for k in range(2)
+    ]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(120)
         assert worker.exitcode == 0
-    trained = [line for k in range(2) if (tmp_path / f"trained-{k}.txt").exists()
-               for line in (tmp_path / f"trained-{k}.txt").read_text().splitlines()]
+    trained = [
+        line
+        for k in range(2)
+        if (tmp_path / f"trained-{k}.txt").exists()
+        for line in (tmp_path / f"trained-{k}.txt").read_text().splitlines()
+    ]
     assert len(trained) == len(set(trained)) == len(specs)  # no run trained twice, none left out
     rows = ResultsStore(store).rows()
     assert sorted(row["run_id"] for row in rows) == sorted(spec.run_id for spec in specs)  # one row each: none lost
@@ -132,16 +144,40 @@ def without_paths(row: dict) -> dict:
 
 
 def sweep_command(tiny_backbone, tiny_conll, results):
-    return [sys.executable, "-m", "dwatt.cli", "sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "2",
-            "--trials", "2", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--results", str(results),
-            "--cache-dtype", "float32", "--quiet"]
+    return [
+        sys.executable,
+        "-m",
+        "dwatt.cli",
+        "sweep",
+        "--fusions",
+        "base,dwatt",
+        "--n-shots",
+        "1",
+        "--epochs",
+        "2",
+        "--trials",
+        "2",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--results",
+        str(results),
+        "--cache-dtype",
+        "float32",
+        "--quiet",
+    ]
 
 
 def test_a_killed_sweep_resumes_to_the_same_results_as_an_uninterrupted_one(tiny_backbone, tiny_conll, tmp_path):
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     interrupted = tmp_path / "interrupted" / "results.jsonl"
-    process = subprocess.Popen(sweep_command(tiny_backbone, tiny_conll, interrupted), env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        sweep_command(tiny_backbone, tiny_conll, interrupted),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 120
     while time.time() < deadline and process.poll() is None:
         if interrupted.exists() and len(interrupted.read_text().splitlines()) >= 1:
@@ -161,8 +197,18 @@ def test_a_killed_sweep_resumes_to_the_same_results_as_an_uninterrupted_one(tiny
 
 def test_same_seed_gives_identical_results_and_other_seeds_other_samples(tiny_backbone, tiny_conll, tmp_path):
     def run(seed, name):
-        config = RunConfig(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=2, batch_size=4,
-                           learning_rate=5e-3, seed=seed, output_dir=str(tmp_path / name), progress=False, save_model=False)
+        config = RunConfig(
+            backbone=str(tiny_backbone),
+            data_dir=str(tiny_conll),
+            n_shot=2,
+            epochs=2,
+            batch_size=4,
+            learning_rate=5e-3,
+            seed=seed,
+            output_dir=str(tmp_path / name),
+            progress=False,
+            save_model=False,
+        )
         return run_ner(config)
 
     first, again, other = run(0, "a"), run(0, "b"), run(1, "c")
@@ -178,15 +224,34 @@ def test_a_sweep_under_a_data_parallel_launcher_is_refused(tmp_path, monkeypatch
         run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
 
 
-def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_is_refused(tiny_backbone, tiny_conll, tmp_path, capsys):
+def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_is_refused(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
     from pathlib import Path
 
     from dwatt.cli import main
     from dwatt.experiment.report import write_report
 
-    command = ["sweep", "--fusions", "base,dwatt", "--n-shots", "1", "--epochs", "2,3", "--trials", "2",
-               "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--cache-dtype", "float32",
-               "--results", str(tmp_path / "results.jsonl"), "--quiet"]
+    command = [
+        "sweep",
+        "--fusions",
+        "base,dwatt",
+        "--n-shots",
+        "1",
+        "--epochs",
+        "2,3",
+        "--trials",
+        "2",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--cache-dtype",
+        "float32",
+        "--results",
+        str(tmp_path / "results.jsonl"),
+        "--quiet",
+    ]
     for index in range(2):
         assert main(command + ["--shard", f"{index}/2"]) == 0
     shards = [tmp_path / f"results.shard-{index}-of-2.jsonl" for index in range(2)]
@@ -196,7 +261,9 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     whole = tmp_path / "whole.jsonl"
     whole.write_text("".join(path.read_text() for path in reversed(shards)))
     # A smaller grid on a store that holds more: its own count, then the store's (nothing reruns)
-    smaller = [("base" if arg == "base,dwatt" else str(whole) if arg.endswith("results.jsonl") else arg) for arg in command]
+    smaller = [
+        ("base" if arg == "base,dwatt" else str(whole) if arg.endswith("results.jsonl") else arg) for arg in command
+    ]
     assert main(smaller) == 0
     assert f"4 of the grid's 4 runs done; 8 rows in {whole}" in capsys.readouterr().out
 
@@ -214,7 +281,10 @@ def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_i
     changed["best_dev_f1"] += 0.01
     conflicting = tmp_path / "conflict.jsonl"
     conflicting.write_text(json.dumps(changed) + "\n")
-    with pytest.raises(ValueError, match=rf"run {changed['run_id']} appears twice with different results \(best_dev_f1.*{Path(shards[1]).name}.*conflict\.jsonl"):
+    with pytest.raises(
+        ValueError,
+        match=rf"run {changed['run_id']} appears twice with different results \(best_dev_f1.*{Path(shards[1]).name}.*conflict\.jsonl",
+    ):
         write_report(shards + [conflicting], tmp_path / "conflict")
 
 
@@ -241,11 +311,18 @@ def test_two_backbones_in_folders_of_one_name_train_their_own_runs(tiny_backbone
     first = copy_backbone(tiny_backbone, tmp_path / "x" / "same")
     second = copy_backbone(tiny_backbone, tmp_path / "y" / "same")
     weights = load_file(str(second / "model.safetensors"))
-    save_file({k: torch.zeros_like(v) for k, v in weights.items()}, str(second / "model.safetensors"), metadata={"format": "pt"})
+    save_file(
+        {k: torch.zeros_like(v) for k, v in weights.items()},
+        str(second / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     for backbone in (first, second):
         specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(backbone),))
         if backbone == second:
-            with pytest.raises(ValueError, match=r"r\.jsonl:3: run conll2003/same/.* other settings \(backbone_sha256: '\w+' there, '\w+' here\)"):
+            with pytest.raises(
+                ValueError,
+                match=r"r\.jsonl:3: run conll2003/same/.* other settings \(backbone_sha256: '\w+' there, '\w+' here\)",
+            ):
                 run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
         else:
             run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
@@ -285,13 +362,16 @@ def test_a_backbone_written_again_elsewhere_is_the_same_backbone(tiny_backbone, 
     assert len(calls) == 1 and len(ResultsStore(store).rows()) == 1
 
 
-@pytest.mark.parametrize("first, second, named", [
-    ({"dev_sentences": 20}, {"dev_sentences": 30}, "dev_sentences: 20 there, 30 here"),
-    ({}, {"evaluate_test": True}, "evaluate_test: False there, True here"),
-    ({}, {"cache_dtype": "float32"}, "cache_dtype: 'float16' there, 'float32' here"),
-    ({}, {"data_dir": "other"}, "data_dir: None there, 'other' here"),
-    ({}, {"engine": "stacked"}, "engine: 'trainer' there, 'stacked' here"),
-])
+@pytest.mark.parametrize(
+    "first, second, named",
+    [
+        ({"dev_sentences": 20}, {"dev_sentences": 30}, "dev_sentences: 20 there, 30 here"),
+        ({}, {"evaluate_test": True}, "evaluate_test: False there, True here"),
+        ({}, {"cache_dtype": "float32"}, "cache_dtype: 'float16' there, 'float32' here"),
+        ({}, {"data_dir": "other"}, "data_dir: None there, 'other' here"),
+        ({}, {"engine": "stacked"}, "engine: 'trainer' there, 'stacked' here"),
+    ],
+)
 def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, second, named, capsys):
     """A re-run with other --dev-sentences/--test/--cache-dtype/--data-dir/--engine is refused with the difference
     named, before anything trains; the store keeps its rows."""
@@ -306,8 +386,15 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
             spec_options["data_dir"] = str(tmp_path / spec_options["data_dir"])
         overrides = {k: v for k, v in options.items() if k in ("evaluate_test", "cache_dtype")}
         specs = grid(fusions=("dwatt",), n_shots=(1,), epochs=(1,), trials=1, **spec_options)
-        return run_sweep(specs, store, runner=runner, budgets_runner=lambda configs: [runner(c) for c in configs],
-                         progress=False, engine=options.get("engine", "trainer"), **overrides)
+        return run_sweep(
+            specs,
+            store,
+            runner=runner,
+            budgets_runner=lambda configs: [runner(c) for c in configs],
+            progress=False,
+            engine=options.get("engine", "trainer"),
+            **overrides,
+        )
 
     calls = []
     sweep(first, recording_runner(calls))
@@ -316,8 +403,28 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         sweep(second, recording_runner(calls))
     assert len(calls) == 1 and store.read_bytes() == before
     if second == {"evaluate_test": True}:  # the same through the command line: one line, exit 2
-        assert main(["sweep", "--fusions", "dwatt", "--n-shots", "1", "--epochs", "1", "--trials", "1", "--test",
-                     "--engine", "trainer", "--results", str(store), "--quiet"]) == 2
+        assert (
+            main(
+                [
+                    "sweep",
+                    "--fusions",
+                    "dwatt",
+                    "--n-shots",
+                    "1",
+                    "--epochs",
+                    "1",
+                    "--trials",
+                    "1",
+                    "--test",
+                    "--engine",
+                    "trainer",
+                    "--results",
+                    str(store),
+                    "--quiet",
+                ]
+            )
+            == 2
+        )
         assert "evaluate_test: False there, True here" in capsys.readouterr().err
 
 
@@ -358,8 +465,9 @@ def test_a_group_a_stopped_sweep_held_is_trained_and_no_claim_file_stays(tmp_pat
     live.release()
 
 
-def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(tiny_backbone, tiny_conll, tmp_path,
-                                                                               monkeypatch):
+def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """The caches a sweep sends to disk live in one folder under its output root, named by what they hold: a later
     sweep's fusion on the same layers (another process: nothing remembered in memory) reads the dev set's features
     from the file the first one wrote instead of running the backbone again; each trial's training sample has its
@@ -368,12 +476,20 @@ def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(t
 
     monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)  # every cache to disk
     store, root = tmp_path / "results.jsonl", tmp_path / "runs"
-    options = dict(n_shots=(1,), epochs=(2,), trials=2, backbones=(str(tiny_backbone),), data_dir=str(tiny_conll),
-                   learning_rate=1e-3)
+    options = dict(
+        n_shots=(1,),
+        epochs=(2,),
+        trials=2,
+        backbones=(str(tiny_backbone),),
+        data_dir=str(tiny_conll),
+        learning_rate=1e-3,
+    )
 
     def sweep(fusion):
         FEATURE_MEMO.clear()
-        rows = run_sweep(grid((fusion,), **options), store, root, progress=False, engine="stacked", cache_dtype="float32")
+        rows = run_sweep(
+            grid((fusion,), **options), store, root, progress=False, engine="stacked", cache_dtype="float32"
+        )
         return rows, sorted(path.name for path in (root / ".feature-cache").glob("*.bin"))
 
     rows, files = sweep("scalar_mix")

@@ -3,7 +3,8 @@
 For each cell: build from a saved backbone, forward, backward, save (full and head-only), reload as remote code in
 a process that cannot import dwatt (one process for all cells), and check that the FE cache gives the uncached
 logits; padding changes no prediction (on a decoder, on either side). The masked-LM head of each encoder family is
-checked against the family's own `AutoModelForMaskedLM`. The support table (docs/backbones.md) and the README's summary of it
+checked against the family's own `AutoModelForMaskedLM`. The support table (docs/backbones.md) and the README's summary
+of it
 are generated from these parameters (`support_table`, `support_summary`), so they cannot drift.
 """
 
@@ -16,28 +17,52 @@ import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
-from backbones_dwatt import FAMILIES as FAMILY_RECORDS, BackboneFamily
-from configuration_dwatt import is_decoder_only
-from configuration_dwatt import FUSIONS
-from lora_dwatt import lora_target_layers
-from dwatt import DWAttConfig, DWAttForMaskedLM, DWAttForSequenceClassification, DWAttForTokenClassification, DWAttModel
+from backbones_dwatt import FAMILIES as FAMILY_RECORDS
+from backbones_dwatt import BackboneFamily
+from configuration_dwatt import FUSIONS, is_decoder_only
+from dwatt import (
+    DWAttConfig,
+    DWAttForMaskedLM,
+    DWAttForSequenceClassification,
+    DWAttForTokenClassification,
+    DWAttModel,
+)
 from dwatt.features import FeatureCollator, build_feature_cache
 from dwatt.lora import add_lora, default_targets
 from dwatt.training import FreezeBackboneCallback
+from lora_dwatt import lora_target_layers
 
 from .conftest import run_without_dwatt
-from .families import (ALL_FAMILIES, DECODERS, FAMILIES, MATRIX_FUSIONS, encoder_config, has_mlm_head, installed,
-                       is_decoder, refused, works)
+from .families import (
+    ALL_FAMILIES,
+    DECODERS,
+    FAMILIES,
+    MATRIX_FUSIONS,
+    encoder_config,
+    has_mlm_head,
+    installed,
+    is_decoder,
+    refused,
+    works,
+)
 from .families import tasks as tasks_of
 
 TASKS = {"token": DWAttForTokenClassification, "mlm": DWAttForMaskedLM, "cls": DWAttForSequenceClassification}
-AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM",
-        "cls": "AutoModelForSequenceClassification"}
+AUTO = {
+    "token": "AutoModelForTokenClassification",
+    "mlm": "AutoModelForMaskedLM",
+    "cls": "AutoModelForSequenceClassification",
+}
 
 
 # `base:2`: the Base head on layer 2 of 3 instead of the last (`fused_layers="2"`), a probe of one layer.
-CELLS = [(family, fusion, task) for family in ALL_FAMILIES for fusion in (*MATRIX_FUSIONS, "base:2") for task in tasks_of(family)
-         if works(family, fusion)]
+CELLS = [
+    (family, fusion, task)
+    for family in ALL_FAMILIES
+    for fusion in (*MATRIX_FUSIONS, "base:2")
+    for task in tasks_of(family)
+    if works(family, fusion)
+]
 # LoRA on every family: every linear projection of the backbone adapted (its default targets, the family table's
 # attention projections, among them), trained a step, saved full (merged) and head-only (the updates beside the
 # head), reloaded without dwatt and without peft.
@@ -70,15 +95,21 @@ def saved(tmp_path_factory) -> dict:
             continue
         backbone = root / "backbones" / family
         torch.manual_seed(1)
-        builder = AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else None
+        builder = (
+            AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else None
+        )
         (builder or __import__("transformers").AutoModel).from_config(encoder_config(family)).save_pretrained(backbone)
     for family, fusion, task in CELLS + LORA_CELLS:
         if not installed(family):
             continue
         torch.manual_seed(2)
         fusion_name, _, layer = fusion.partition(":")
-        model = TASKS[task.removesuffix("-lora")].from_backbone(str(root / "backbones" / family), fusion=fusion_name,
-                                                                 num_labels=5, **({"fused_layers": layer} if layer else {}))
+        model = TASKS[task.removesuffix("-lora")].from_backbone(
+            str(root / "backbones" / family),
+            fusion=fusion_name,
+            num_labels=5,
+            **({"fused_layers": layer} if layer else {}),
+        )
         if task.endswith("-lora"):  # every linear projection adapts (square GPT-2 `Conv1D`s included)
             assert set(default_targets(model)) <= set(projection_names(model.dwatt.backbone))  # the defaults exist
             add_lora(model, rank=2, targets=projection_names(model.dwatt.backbone))
@@ -86,7 +117,11 @@ def saved(tmp_path_factory) -> dict:
         labels = torch.randint(0, 5, ids.shape).masked_fill(mask == 0, -100) if task != "cls" else torch.tensor([0, 3])
         out = model(input_ids=ids, attention_mask=mask, labels=labels)
         out.loss.backward()
-        grads = {name: p.grad for name, p in model.named_parameters() if not name.startswith("dwatt.backbone.") or ".lora_" in name}
+        grads = {
+            name: p.grad
+            for name, p in model.named_parameters()
+            if not name.startswith("dwatt.backbone.") or ".lora_" in name
+        }
         if not task.endswith("-lora"):
             grads["backbone input embeddings"] = model.dwatt.backbone.get_input_embeddings().weight.grad
         with torch.no_grad():
@@ -111,7 +146,10 @@ def saved(tmp_path_factory) -> dict:
                 out[folder] = model(input_ids=inputs["ids"], attention_mask=inputs["mask"]).logits
         torch.save(out, {str(root / "reloaded.pt")!r})
     """
-    run_without_dwatt("import sys; sys.modules['peft'] = None  # LoRA checkpoints load without peft\n" + textwrap.dedent(script), root)
+    run_without_dwatt(
+        "import sys; sys.modules['peft'] = None  # LoRA checkpoints load without peft\n" + textwrap.dedent(script),
+        root,
+    )
     return {"cells": cells, "reloaded": torch.load(root / "reloaded.pt"), "ids": ids, "mask": mask, "root": root}
 
 
@@ -130,13 +168,19 @@ def test_fusion_builds_trains_reloads_as_remote_code_and_caches_exactly(saved, f
     # FE: the backbone's cached layers give the uncached logits (fp32 cache).
     model = cell["model"]
     model.freeze_backbone()
-    rows = Dataset.from_dict({"input_ids": [row[m.bool()].tolist() for row, m in zip(ids, mask)],
-                              "attention_mask": [m[m.bool()].tolist() for m in mask],
-                              "labels": [[0] * int(m.sum()) for m in mask]})
+    rows = Dataset.from_dict(
+        {
+            "input_ids": [row[m.bool()].tolist() for row, m in zip(ids, mask)],
+            "attention_mask": [m[m.bool()].tolist() for m in mask],
+            "labels": [[0] * int(m.sum()) for m in mask],
+        }
+    )
     cache = build_feature_cache(model, rows, dtype=torch.float32, progress=False)
     batch = FeatureCollator()([cache[i] for i in range(len(cache))])
     with torch.no_grad():
-        cached = model(backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]).logits
+        cached = model(
+            backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]
+        ).logits
     if task == "cls":
         torch.testing.assert_close(cached, cell["logits"], atol=1e-5, rtol=0)
     else:
@@ -168,9 +212,16 @@ def test_a_head_on_layer_k_runs_the_backbone_through_k_only_with_the_uncut_model
     cut = cell["model"]
     assert cut.dwatt.is_cut and cut.dwatt.backbone.config.num_hidden_layers == 2
     assert cut.config.encoder_config.num_hidden_layers == 3
-    uncut = TASKS[task].from_backbone(str(saved["root"] / "backbones" / family), fusion="base", num_labels=5,
-                                      fused_layers="2", backbone_depth=3).eval()
-    uncut.load_state_dict({k: v for k, v in cut.state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False)
+    uncut = (
+        TASKS[task]
+        .from_backbone(
+            str(saved["root"] / "backbones" / family), fusion="base", num_labels=5, fused_layers="2", backbone_depth=3
+        )
+        .eval()
+    )
+    uncut.load_state_dict(
+        {k: v for k, v in cut.state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False
+    )
     assert not uncut.dwatt.is_cut and uncut.dwatt.backbone.config.num_hidden_layers == 3
     with torch.no_grad():
         expected = uncut(input_ids=saved["ids"], attention_mask=saved["mask"]).logits
@@ -189,11 +240,15 @@ def test_lora_adapts_every_family_and_its_checkpoints_reload_without_dwatt_or_pe
     cell = saved["cells"][(family, fusion, task)]
     model = cell["model"]
     assert model.config.lora["targets"] and any(".lora_A." in name for name, _ in model.named_parameters())
-    missing = [name for name, g in cell["grads"].items() if ".lora_" in name and (g is None or not torch.isfinite(g).all())]
+    missing = [
+        name for name, g in cell["grads"].items() if ".lora_" in name and (g is None or not torch.isfinite(g).all())
+    ]
     assert not missing and any(".lora_" in name for name in cell["grads"]), f"no finite gradient for {missing}"
     real = saved["mask"].bool()
     for kind in ("full", "head"):
-        torch.testing.assert_close(saved["reloaded"][str(cell["folder"] / kind)][real], cell["logits"][real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            saved["reloaded"][str(cell["folder"] / kind)][real], cell["logits"][real], atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("family", list(ALL_FAMILIES))
@@ -205,7 +260,9 @@ def test_a_backbone_saved_in_bf16_runs_in_bf16_beside_an_fp32_fusion_and_head(sa
         pytest.skip(f"this transformers has no {family!r} model")
     from transformers import AutoModel
 
-    builder = AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else AutoModel
+    builder = (
+        AutoModelForCausalLM if is_decoder(family) else AutoModelForMaskedLM if has_mlm_head(family) else AutoModel
+    )
     builder.from_pretrained(saved["root"] / "backbones" / family).to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
     assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
     ids, mask = saved["ids"], saved["mask"]
@@ -216,10 +273,18 @@ def test_a_backbone_saved_in_bf16_runs_in_bf16_beside_an_fp32_fusion_and_head(sa
         models[name] = DWAttForTokenClassification.from_backbone(str(folder), fusion="dwatt", num_labels=5)
     half = models["bf16"]
     assert half.dwatt.backbone.dtype == torch.bfloat16 and half.dtype == torch.float32
-    assert {p.dtype for name, p in half.named_parameters() if not name.startswith("dwatt.backbone.")} == {torch.float32}
-    loss = half(input_ids=ids, attention_mask=mask, labels=torch.randint(0, 5, ids.shape).masked_fill(~real, -100)).loss
+    assert {p.dtype for name, p in half.named_parameters() if not name.startswith("dwatt.backbone.")} == {
+        torch.float32
+    }
+    loss = half(
+        input_ids=ids, attention_mask=mask, labels=torch.randint(0, 5, ids.shape).masked_fill(~real, -100)
+    ).loss
     loss.backward()
-    assert torch.isfinite(loss) and half.classifier.weight.grad is not None and torch.isfinite(half.classifier.weight.grad).all()
+    assert (
+        torch.isfinite(loss)
+        and half.classifier.weight.grad is not None
+        and torch.isfinite(half.classifier.weight.grad).all()
+    )
     half.eval()
     models["fp32"].eval()
     with torch.no_grad():
@@ -227,12 +292,19 @@ def test_a_backbone_saved_in_bf16_runs_in_bf16_beside_an_fp32_fusion_and_head(sa
         assert logits.dtype == torch.float32
         exact = models["fp32"](input_ids=ids, attention_mask=mask).logits
     torch.testing.assert_close(logits[real], exact[real], atol=0.1, rtol=0.05)  # bf16 keeps 8 bits of mantissa
-    rows = Dataset.from_dict({"input_ids": [row[m].tolist() for row, m in zip(ids, real)],
-                              "attention_mask": [m[m].long().tolist() for m in real], "labels": [[0] * int(m.sum()) for m in real]})
+    rows = Dataset.from_dict(
+        {
+            "input_ids": [row[m].tolist() for row, m in zip(ids, real)],
+            "attention_mask": [m[m].long().tolist() for m in real],
+            "labels": [[0] * int(m.sum()) for m in real],
+        }
+    )
     cache = build_feature_cache(half, rows, dtype=torch.bfloat16, progress=False)
     batch = FeatureCollator(dtype=half.dtype)([cache[i] for i in range(len(cache))])
     with torch.no_grad():
-        cached = half(backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]).logits
+        cached = half(
+            backbone_hidden_states=batch["backbone_hidden_states"], attention_mask=batch["attention_mask"]
+        ).logits
     torch.testing.assert_close(cached[real], logits[real], atol=1e-5, rtol=0)
     half.save_pretrained(tmp_path / "checkpoint")
     assert json.loads((tmp_path / "checkpoint" / "config.json").read_text())["dtype"] == "float32"
@@ -240,7 +312,9 @@ def test_a_backbone_saved_in_bf16_runs_in_bf16_beside_an_fp32_fusion_and_head(sa
     assert {p.dtype for p in reloaded.parameters()} == {torch.float32}
     reloaded.dwatt.backbone.to(torch.bfloat16)  # as `dwatt predict --backbone-dtype bfloat16` runs it
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits[real], logits[real], atol=1e-5, rtol=0)
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=mask).logits[real], logits[real], atol=1e-5, rtol=0
+        )
 
 
 @pytest.mark.parametrize("family", [f for f in FAMILIES if has_mlm_head(f)])
@@ -265,7 +339,10 @@ def test_a_family_without_base_plus_n_fails_when_the_model_is_built(monkeypatch)
     unable.extra_layers_refused = "its layers need inputs the encoder keeps to itself"
     monkeypatch.setitem(FAMILY_RECORDS, "bert", unable)
     config = DWAttConfig(encoder_config=encoder_config("bert"), fusion="base_plus_n")
-    with pytest.raises(ValueError, match=r"'base_plus_n' cannot be built on the 'bert' family .*work here: dwatt, concat, base, scalar_mix"):
+    with pytest.raises(
+        ValueError,
+        match=r"'base_plus_n' cannot be built on the 'bert' family .*work here: dwatt, concat, base, scalar_mix",
+    ):
         DWAttModel(config)
     DWAttModel(DWAttConfig(encoder_config=encoder_config("bert"), fusion="dwatt"))
 
@@ -273,7 +350,9 @@ def test_a_family_without_base_plus_n_fails_when_the_model_is_built(monkeypatch)
 def test_decoder_families_are_decoders_and_refuse_masked_lm(tmp_path):
     assert all(is_decoder_only(encoder_config(f)) for f in DECODERS if installed(f))
     assert not any(is_decoder_only(encoder_config(f)) for f in FAMILIES if installed(f))
-    with pytest.raises(ValueError, match="masked LM needs an encoder: the 'llama' backbone is a causal language model"):
+    with pytest.raises(
+        ValueError, match="masked LM needs an encoder: the 'llama' backbone is a causal language model"
+    ):
         DWAttForMaskedLM(DWAttConfig(encoder_config=encoder_config("llama")))
     assert DWAttConfig(encoder_config=encoder_config("llama")).pooling == "last"
     assert DWAttConfig(encoder_config=encoder_config("bert")).pooling == "mean"
@@ -293,12 +372,16 @@ def support_table() -> str:
 def support_summary() -> str:
     """The README's support matrix, one line per group, from the same parameters."""
     lines = []
-    for group, families, tasks in (("Encoders", FAMILIES, "token and sequence classification, masked LM"),
-                                   ("Decoder LLMs", DECODERS, "token and sequence classification")):
+    for group, families, tasks in (
+        ("Encoders", FAMILIES, "token and sequence classification, masked LM"),
+        ("Decoder LLMs", DECODERS, "token and sequence classification"),
+    ):
         every = all(works(family, fusion) for family in families for fusion in FUSIONS)
         fusions = "every fusion" if every else "the fusions marked in the full table"
-        lines.append(f"- **{group}** ({len(families)} families, {fusions}; {tasks}): "
-                     + ", ".join(f"`{family}`" for family in families))
+        lines.append(
+            f"- **{group}** ({len(families)} families, {fusions}; {tasks}): "
+            + ", ".join(f"`{family}`" for family in families)
+        )
     return "\n".join(lines)
 
 

@@ -29,7 +29,10 @@ def test_cached_features_give_exactly_the_uncached_logits_in_fp32(tiny_backbone,
     direct_batch = DataCollatorForTokenClassification(tokenizer)([tokens[i] for i in range(len(tokens))])
     assert torch.equal(cached_batch["labels"], direct_batch["labels"])
     with torch.no_grad():
-        cached = model(backbone_hidden_states=cached_batch["backbone_hidden_states"], attention_mask=cached_batch["attention_mask"]).logits
+        cached = model(
+            backbone_hidden_states=cached_batch["backbone_hidden_states"],
+            attention_mask=cached_batch["attention_mask"],
+        ).logits
         direct = model(**{k: v for k, v in direct_batch.items() if k != "labels"}).logits
     real = direct_batch["attention_mask"].bool()  # padded positions hold zeros in the cache, by design
     assert torch.equal(cached[real], direct[real])
@@ -37,7 +40,9 @@ def test_cached_features_give_exactly_the_uncached_logits_in_fp32(tiny_backbone,
 
 
 def test_memory_mapped_cache_equals_the_in_memory_one(tiny_backbone, tiny_conll, tmp_path):
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9)
     in_memory = build_feature_cache(model, tokens, progress=False)
     mapped = build_feature_cache(model, tokens, path=tmp_path / "features.bin", progress=False)
@@ -47,24 +52,37 @@ def test_memory_mapped_cache_equals_the_in_memory_one(tiny_backbone, tiny_conll,
 
 def test_hidden_states_beyond_float16_are_refused_naming_the_layer_and_cached_as_bfloat16(tiny_backbone, tiny_conll):
     """LLMs carry a few huge activations; a float16 cache would hold infinities where bf16 holds them."""
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     tokens = tokens.select_columns(["input_ids", "token_type_ids", "attention_mask", "labels"])
-    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", fused_layers="1", num_labels=9)
+    model = RobertaDWAttForTokenClassification.from_backbone(
+        str(tiny_backbone), fusion="base", fused_layers="1", num_labels=9
+    )
     with torch.no_grad():
         model.dwatt.backbone.encoder.layer[0].output.LayerNorm.weight.fill_(1e5)  # layer 1's output reaches ~1e5
-    with pytest.raises(ValueError, match=r"--cache-dtype float16: the backbone's hidden states of layer 1 reach .* beyond "
-                                         r"float16's 65504; cache them as bfloat16"):
+    with pytest.raises(
+        ValueError,
+        match=r"--cache-dtype float16: the backbone's hidden states of layer 1 reach .* beyond "
+        r"float16's 65504; cache them as bfloat16",
+    ):
         build_feature_cache(model, tokens, progress=False)
     cache = build_feature_cache(model, tokens, dtype=torch.bfloat16, progress=False)
     assert torch.isfinite(cache.features).all() and cache.features.abs().max() > 65504
 
 
 def test_dev_cache_of_scored_positions_gives_the_same_scores(tiny_backbone, tiny_conll):
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     full = build_feature_cache(model, tokens, dtype=torch.float32, progress=False)
     scored = build_feature_cache(model, tokens, dtype=torch.float32, progress=False, scored_positions_only=True)
-    assert scored.features.shape[0] == sum(label != -100 for row in tokens["labels"] for label in row) < full.features.shape[0]
+    assert (
+        scored.features.shape[0]
+        == sum(label != -100 for row in tokens["labels"] for label in row)
+        < full.features.shape[0]
+    )
     for index in range(len(tokens)):
         whole, compact = full[index], scored[index]
         keep = whole["labels"] != -100
@@ -73,7 +91,9 @@ def test_dev_cache_of_scored_positions_gives_the_same_scores(tiny_backbone, tiny
             a = model(backbone_hidden_states=whole["backbone_hidden_states"][None]).logits[0][keep]
             b = model(backbone_hidden_states=compact["backbone_hidden_states"][None]).logits[0]
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
-    base_plus = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base_plus_n", num_labels=9)
+    base_plus = RobertaDWAttForTokenClassification.from_backbone(
+        str(tiny_backbone), fusion="base_plus_n", num_labels=9
+    )
     with pytest.raises(ValueError, match="needs a per-token fusion; 'base_plus_n' mixes positions"):
         build_feature_cache(base_plus, tokens, scored_positions_only=True)
 
@@ -98,17 +118,32 @@ def test_a_run_reading_fewer_layers_takes_them_from_a_remembered_cache_of_more(t
     from dwatt.training import FEATURE_MEMO
 
     FEATURE_MEMO.clear()
-    run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "all", save_model=False, fusion="dwatt", cache_dtype="float32"))
+    run_ner(
+        tiny_ner_run_config(
+            tiny_backbone, tiny_conll, tmp_path / "all", save_model=False, fusion="dwatt", cache_dtype="float32"
+        )
+    )
     misses = FEATURE_MEMO.misses
-    derived = run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "base", save_model=False, fusion="base",
-                                 cache_dtype="float32"))
+    derived = run_ner(
+        tiny_ner_run_config(
+            tiny_backbone, tiny_conll, tmp_path / "base", save_model=False, fusion="base", cache_dtype="float32"
+        )
+    )
     assert FEATURE_MEMO.misses == misses  # z_L of the sample and of the dev split, out of DWAtt's caches
     FEATURE_MEMO.clear()
-    fresh = run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "fresh", save_model=False, fusion="base",
-                               cache_dtype="float32"))
+    fresh = run_ner(
+        tiny_ner_run_config(
+            tiny_backbone, tiny_conll, tmp_path / "fresh", save_model=False, fusion="base", cache_dtype="float32"
+        )
+    )
     assert fresh["dev_curve"] == derived["dev_curve"] and fresh["best_dev_scores"] == derived["best_dev_scores"]
     # A sweep runs each sample's all-layer fusions first, so that Base and Base+n find their layer remembered.
-    order = [spec.fusion for spec in widest_first(grid(["base", "base_plus_n", "concat", "dwatt"], n_shots=(2, 4), epochs=(1,), trials=1))]
+    order = [
+        spec.fusion
+        for spec in widest_first(
+            grid(["base", "base_plus_n", "concat", "dwatt"], n_shots=(2, 4), epochs=(1,), trials=1)
+        )
+    ]
     assert order == ["concat", "dwatt", "base", "base_plus_n"] * 2
     FEATURE_MEMO.clear()
 
@@ -129,8 +164,11 @@ def _counting_backbone_runs(model, monkeypatch, stop_after: int | None = None) -
 
 
 def test_a_stopped_disk_cache_build_resumes_where_it_stopped_and_a_finished_one_is_read_without_the_backbone(
-        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     straight = build_feature_cache(model, tokens, batch_size=1, progress=False)
     batches = len(tokens)
@@ -148,14 +186,17 @@ def test_a_stopped_disk_cache_build_resumes_where_it_stopped_and_a_finished_one_
 
 
 def test_processes_building_one_disk_cache_together_write_the_one_file_and_resume_each_after_its_own_batches(
-        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """Two builders (threads standing for a launch's processes, a barrier for its `wait`) each run the backbone over
     every other batch into the one keyed file: the file equals a single process's build. Stopped part-way, each
     resumes after its own recorded batches; the finished file is read by a single process without the backbone, and
     a part-built one under another number of processes is built anew."""
     import threading
 
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     straight = build_feature_cache(model, tokens, batch_size=1, progress=False)
     key, path = {"backbone": "tiny", "data": "validation"}, tmp_path / "features.bin"
@@ -177,8 +218,16 @@ def test_processes_building_one_disk_cache_together_write_the_one_file_and_resum
 
         def build(rank):
             try:
-                built[rank] = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key,
-                                                  share=(rank, processes), wait=barrier.wait)
+                built[rank] = build_feature_cache(
+                    model,
+                    tokens,
+                    batch_size=1,
+                    progress=False,
+                    path=path,
+                    key=key,
+                    share=(rank, processes),
+                    wait=barrier.wait,
+                )
             except KeyboardInterrupt:
                 barrier.abort()  # as a launcher ends the other processes of a stopped one
             except threading.BrokenBarrierError:
@@ -202,49 +251,70 @@ def test_processes_building_one_disk_cache_together_write_the_one_file_and_resum
     runs.clear()
     alone = build_feature_cache(model, tokens, batch_size=1, progress=False, path=path, key=key)
     assert runs == {} and torch.equal(alone.features, straight.features)  # read as it is by a single process
-    (tmp_path / "features.bin.json").write_text(json.dumps(
-        {"holds": json.loads((tmp_path / "features.bin.json").read_text())["holds"], "batches_done": 0, "batches": 5,
-         "processes": 3}))  # part-built by 3 processes
+    (tmp_path / "features.bin.json").write_text(
+        json.dumps(
+            {
+                "holds": json.loads((tmp_path / "features.bin.json").read_text())["holds"],
+                "batches_done": 0,
+                "batches": 5,
+                "processes": 3,
+            }
+        )
+    )  # part-built by 3 processes
     assert torch.equal(together()[0].features, straight.features) and sum(map(len, runs.values())) == 5
 
 
 def test_a_backbone_spread_by_device_map_with_layers_offloaded_to_disk_caches_the_same_features(
-        tiny_backbone, tiny_conll, tmp_path):
+    tiny_backbone, tiny_conll, tmp_path
+):
     """A backbone larger than one device loads with `device_map` (accelerate): here its embeddings and first layer on
     the CPU, the other layers offloaded to disk, read back layer by layer as it runs. Its cache equals the one of the
     backbone loaded whole, and is keyed alike (the device it takes inputs on, not the offloaded weights' meta)."""
     from dwatt.features import input_device
 
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     whole = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     spread_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "encoder.layer.2": "disk"}
     spread = RobertaDWAttForTokenClassification.from_backbone(
-        str(tiny_backbone), num_labels=9,
-        load_kwargs={"device_map": spread_map, "offload_folder": str(tmp_path / "offload")}).eval()
+        str(tiny_backbone),
+        num_labels=9,
+        load_kwargs={"device_map": spread_map, "offload_folder": str(tmp_path / "offload")},
+    ).eval()
     backbone = spread.dwatt.backbone
     assert {p.device.type for p in backbone.encoder.layer[2].parameters()} == {"meta"}  # read from disk as it runs
     assert input_device(backbone) == torch.device("cpu")
     expected = build_feature_cache(whole, tokens, dtype=torch.float32, progress=False)
-    assert torch.equal(build_feature_cache(spread, tokens, dtype=torch.float32, progress=False).features, expected.features)
+    assert torch.equal(
+        build_feature_cache(spread, tokens, dtype=torch.float32, progress=False).features, expected.features
+    )
 
 
-def test_a_disk_cache_made_for_other_contents_is_built_anew_and_says_so(tiny_backbone, tiny_conll, tmp_path, monkeypatch,
-                                                                       capsys):
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+def test_a_disk_cache_made_for_other_contents_is_built_anew_and_says_so(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys
+):
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     path = tmp_path / "features.bin"
     build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "a", "data": "d"})
     runs = _counting_backbone_runs(model, monkeypatch)
     build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "b", "data": "d"})
     assert len(runs) == -(-len(tokens) // 4)
-    assert f"feature cache {path}: written for other contents (differing: backbone); building it anew" in capsys.readouterr().err
+    assert (
+        f"feature cache {path}: written for other contents (differing: backbone); building it anew"
+        in capsys.readouterr().err
+    )
     (tmp_path / "features.bin.json").write_text("{not json")
     build_feature_cache(model, tokens, batch_size=4, progress=False, path=path, key={"backbone": "b", "data": "d"})
     assert "does not parse; building it anew" in capsys.readouterr().err and len(runs) == 2 * -(-len(tokens) // 4)
 
 
-def test_a_disk_that_cannot_hold_the_cache_is_refused_before_any_write_naming_the_file(tiny_backbone, tiny_conll, tmp_path,
-                                                                                      monkeypatch):
+def test_a_disk_that_cannot_hold_the_cache_is_refused_before_any_write_naming_the_file(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     import errno
     import os
 
@@ -254,11 +324,16 @@ def test_a_disk_that_cannot_hold_the_cache_is_refused_before_any_write_naming_th
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
-    tokens = tokenize_and_align(load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone))
+    tokens = tokenize_and_align(
+        load_conll2003(tiny_conll)["validation"], BertTokenizerFast.from_pretrained(tiny_backbone)
+    )
     model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=9).eval()
     runs = _counting_backbone_runs(model, monkeypatch)
-    with pytest.raises(CacheTooLargeError, match=f"the feature cache {tmp_path / 'features.bin'} needs .* GiB on its disk, "
-                                                 "which cannot hold it \\(No space left on device\\)"):
+    with pytest.raises(
+        CacheTooLargeError,
+        match=f"the feature cache {tmp_path / 'features.bin'} needs .* GiB on its disk, "
+        "which cannot hold it \\(No space left on device\\)",
+    ):
         build_feature_cache(model, tokens, progress=False, path=tmp_path / "features.bin", key={"backbone": "a"})
     assert runs == [] and not (tmp_path / "features.bin").exists()
 
@@ -277,8 +352,11 @@ def test_a_memory_budget_sends_the_caches_that_do_not_fit_beside_the_model_to_di
     # caches already in memory take their share: a new one goes to disk, the model is not refused for them
     assert cache_storage(1 << 30, tmp_path, max_memory=8 << 30, model_bytes=3 << 30, cached_bytes=5 << 30) == tmp_path
     assert cache_storage(1, tmp_path, on_disk=True) == tmp_path  # --cache-on-disk: to files, however small
-    with pytest.raises(CacheTooLargeError, match=r"--max-memory 3.00 GiB: the model alone takes 3.00 GiB, .* give a budget "
-                                                 r"of at least 5.00 GiB"):
+    with pytest.raises(
+        CacheTooLargeError,
+        match=r"--max-memory 3.00 GiB: the model alone takes 3.00 GiB, .* give a budget "
+        r"of at least 5.00 GiB",
+    ):
         cache_storage(1, tmp_path, max_memory=3 << 30, model_bytes=3 << 30)
     assert WORKING_MARGIN == 2 << 30
 

@@ -11,7 +11,12 @@ from dwatt.data.files import DataFormatError, is_local_path, json_objects, numbe
 def test_numbered_lines_drop_a_leading_mark_and_line_ends_and_name_bad_bytes(tmp_path):
     path = tmp_path / "a.txt"
     path.write_bytes("\ufefffirst\r\nsecond \ufeff\n\nfourth".encode())
-    assert list(numbered_lines(path)) == [(1, "first"), (2, "second \ufeff"), (3, ""), (4, "fourth")]  # a mark mid-file stays
+    assert list(numbered_lines(path)) == [
+        (1, "first"),
+        (2, "second \ufeff"),
+        (3, ""),
+        (4, "fourth"),
+    ]  # a mark mid-file stays
     path.write_bytes(b"fine\nM\xfcnchen\n")
     with pytest.raises(DataFormatError, match=r"a\.txt:2: not UTF-8 \(invalid start byte at byte 1\)"):
         list(numbered_lines(path))
@@ -21,8 +26,10 @@ def test_json_lines_skip_blank_lines_keep_a_line_separator_inside_a_string_and_n
     path = tmp_path / "rows.jsonl"
     path.write_text(json.dumps({"text": "a\u2028b"}, ensure_ascii=False) + "\n\n" + json.dumps({"text": "c"}) + "\n")
     assert list(json_objects(path)) == [(1, {"text": "a\u2028b"}), (3, {"text": "c"})]
-    for text, message in (('{"text": "a"}\n{"text"\n', r"rows\.jsonl:2: not a JSON row \("),
-                          ('{"text": "a"}\n["a"]\n', r"rows\.jsonl:2: expected a JSON object per line, got list")):
+    for text, message in (
+        ('{"text": "a"}\n{"text"\n', r"rows\.jsonl:2: not a JSON row \("),
+        ('{"text": "a"}\n["a"]\n', r"rows\.jsonl:2: expected a JSON object per line, got list"),
+    ):
         path.write_text(text)
         with pytest.raises(DataFormatError, match=message):
             list(json_objects(path, "row"))

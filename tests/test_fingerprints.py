@@ -19,8 +19,9 @@ def relabelled_copy(source, target):
     shutil.copytree(source, target)
     valid = target / "valid.txt"
     relabel = lambda word, tag: f"{word} {'B-LOC' if tag != 'O' and word != '-DOCSTART-' else tag}"
-    valid.write_text("\n".join(relabel(*line.split(" ")) if " " in line else line
-                               for line in valid.read_text().splitlines()) + "\n")
+    valid.write_text(
+        "\n".join(relabel(*line.split(" ")) if " " in line else line for line in valid.read_text().splitlines()) + "\n"
+    )
     return target
 
 
@@ -36,7 +37,9 @@ def test_data_folders_of_one_name_are_two_datasets(tiny_conll, tmp_path):
     for folder in (first, second):
         specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, data_dir=str(folder))
         if folder == second:
-            with pytest.raises(ValueError, match=r"r\.jsonl:1: run .* other settings \(data_sha256: '\w+' there, '\w+' here\)"):
+            with pytest.raises(
+                ValueError, match=r"r\.jsonl:1: run .* other settings \(data_sha256: '\w+' there, '\w+' here\)"
+            ):
                 run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
         else:
             run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
@@ -59,15 +62,34 @@ def test_a_row_from_before_data_fingerprints_is_judged_by_the_rest(tiny_conll, t
     assert len(calls) == 1
 
 
-def test_a_second_probe_on_other_data_of_the_same_name_is_refused_not_shown_the_first_table(tiny_backbone, tiny_conll, tmp_path, capsys):
+def test_a_second_probe_on_other_data_of_the_same_name_is_refused_not_shown_the_first_table(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
     from dwatt.cli import main
 
     first = shutil.copytree(tiny_conll, tmp_path / "d1" / "conll2003")
     second = relabelled_copy(tiny_conll, tmp_path / "d2" / "conll2003")
 
     def probe(data):
-        return main(["probe", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "1", "--epochs", "1",
-                     "--learning-rates", "1e-2", "--results", str(tmp_path / "probe" / "r.jsonl"), "--quiet", "--no-save"])
+        return main(
+            [
+                "probe",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(data),
+                "--n-shot",
+                "1",
+                "--epochs",
+                "1",
+                "--learning-rates",
+                "1e-2",
+                "--results",
+                str(tmp_path / "probe" / "r.jsonl"),
+                "--quiet",
+                "--no-save",
+            ]
+        )
 
     assert probe(first) == 0
     capsys.readouterr()
@@ -75,7 +97,9 @@ def test_a_second_probe_on_other_data_of_the_same_name_is_refused_not_shown_the_
     assert "data_sha256" in capsys.readouterr().err
 
 
-def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys):
+def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys
+):
     """A probe stopped after its heads were kept, run again after the backbone folder's weights changed in place,
     trains its heads again (the kept ones hold the old backbone's scores)."""
     from safetensors.torch import load_file, save_file
@@ -86,19 +110,40 @@ def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(tiny_backb
     backbone = shutil.copytree(tiny_backbone, tmp_path / "bb")
 
     def probe():
-        return main(["probe", "--backbone", str(backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs",
-                     "1", "--learning-rates", "1e-2", "--results", str(tmp_path / "p" / "r.jsonl"), "--quiet", "--test",
-                     "--no-save"])
+        return main(
+            [
+                "probe",
+                "--backbone",
+                str(backbone),
+                "--data-dir",
+                str(tiny_conll),
+                "--n-shot",
+                "1",
+                "--epochs",
+                "1",
+                "--learning-rates",
+                "1e-2",
+                "--results",
+                str(tmp_path / "p" / "r.jsonl"),
+                "--quiet",
+                "--test",
+                "--no-save",
+            ]
+        )
 
     stopped_while_scoring_test(monkeypatch, probe)
     assert list((tmp_path / "p").rglob("dwatt_trained.json"))
     before = backbone_fingerprint(str(backbone))
     weights = load_file(str(backbone / "model.safetensors"))
-    save_file({key: value + 0.5 if value.is_floating_point() else value for key, value in weights.items()},
-              str(backbone / "model.safetensors"))
+    save_file(
+        {key: value + 0.5 if value.is_floating_point() else value for key, value in weights.items()},
+        str(backbone / "model.safetensors"),
+    )
     assert backbone_fingerprint(str(backbone)) != before
     trained = []
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: trained.append(len(a[4])) or train_heads(*a, **k))
+    monkeypatch.setattr(
+        "dwatt.stacked_heads.train_heads", lambda *a, **k: trained.append(len(a[4])) or train_heads(*a, **k)
+    )
     assert probe() == 0
     assert sum(trained) == 3  # every layer's head trained again
     capsys.readouterr()

@@ -1,6 +1,8 @@
 """fusions_dwatt: every fusion's facts are declared once, as a `FusionSpec` in `specs_dwatt.FUSION_SPECS`, and
-computed by the `LayerFusion` that `FUSION_CLASSES` maps its name to; what the models and the library ask of a fusion is
+computed by the `LayerFusion` that `FUSION_CLASSES` maps its name to; what the models and the library ask of a fusion
+is
 read from its spec, checked here against what the fusion does."""
+
 import re
 from pathlib import Path
 
@@ -66,7 +68,9 @@ def test_a_fusion_linear_in_the_layers_commutes_with_a_mean_over_tokens(name):
         for parameter in model.fusion.parameters():  # away from the initial values, which may hide a non-linearity
             parameter.add_(0.3 * torch.randn_like(parameter))
         fused_then_mean = model(backbone_hidden_states=hidden).last_hidden_state.mean(1, keepdim=True)
-        mean_then_fused = model(backbone_hidden_states=tuple(h.mean(1, keepdim=True) for h in hidden)).last_hidden_state
+        mean_then_fused = model(
+            backbone_hidden_states=tuple(h.mean(1, keepdim=True) for h in hidden)
+        ).last_hidden_state
     torch.testing.assert_close(mean_then_fused, fused_then_mean, rtol=1e-5, atol=1e-5)
 
 
@@ -79,8 +83,10 @@ def test_a_fusion_that_passes_its_layer_through_returns_it_unchanged(name):
 
 
 # No fusion is told apart by its name (or its class) outside the table: capabilities are what code asks.
-DISPATCH = re.compile(r"""fusion["')\]]*\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
-                      r"""isinstance\([^)]*\b(DepthWiseAttention|ScalarMix|LastLayer|LayerConcat|ExtraLayers)\b""")
+DISPATCH = re.compile(
+    r"""fusion["')\]]*\s*[!=]=\s*["']|fusion\s+(not\s+)?in\s+\(["']|"""
+    r"""isinstance\([^)]*\b(DepthWiseAttention|ScalarMix|LastLayer|LayerConcat|ExtraLayers)\b"""
+)
 
 
 def test_no_fusion_is_told_apart_by_name_outside_the_table_but_where_listed():
@@ -93,8 +99,13 @@ def test_no_fusion_is_told_apart_by_name_outside_the_table_but_where_listed():
 
 
 def test_the_dispatch_pattern_catches_what_it_claims_to():
-    for line in ('if config.fusion == "base":', "if fusion in ('base', 'concat'):", "isinstance(m, (ScalarMix, LastLayer))",
-                 'spec.fusion != "dwatt"', 'if config.get("fusion") != "base":'):
+    for line in (
+        'if config.fusion == "base":',
+        "if fusion in ('base', 'concat'):",
+        "isinstance(m, (ScalarMix, LastLayer))",
+        'spec.fusion != "dwatt"',
+        'if config.get("fusion") != "base":',
+    ):
         assert DISPATCH.search(line), line
     assert not DISPATCH.search("if self.fusion.per_token:")
 

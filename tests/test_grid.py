@@ -28,7 +28,9 @@ def test_presets_cover_every_paper_experiment():
     assert len(grid(**PRESETS["wikiann-en"])) == 4 * 5
 
 
-@pytest.mark.parametrize("preset, count", [("conll-fe", 4), ("conll-fe", 25), ("conll-fe-vs-ft", 3), ("wikiann-tiers", 7), ("smoke", 1)])
+@pytest.mark.parametrize(
+    "preset, count", [("conll-fe", 4), ("conll-fe", 25), ("conll-fe-vs-ft", 3), ("wikiann-tiers", 7), ("smoke", 1)]
+)
 def test_shards_cover_the_grid_exactly_once_and_keep_each_sample_whole(preset, count):
     from dwatt.experiment.grid import shard, work_unit
 
@@ -58,12 +60,15 @@ def test_shard_arguments_are_checked():
     assert shard_results_path("runs/sweep/results.jsonl", 1, 4).as_posix() == "runs/sweep/results.shard-1-of-4.jsonl"
 
 
-@pytest.mark.parametrize("options, named", [
-    ({"fusions": ()}, "--fusions: no value given"),
-    ({"learning_rates": ()}, "--learning-rates: no value given"),
-    ({"trials": 0}, "--trials must be >= 1, got 0"),
-    ({"n_shots": ()}, "--n-shots: no value given"),
-])
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        ({"fusions": ()}, "--fusions: no value given"),
+        ({"learning_rates": ()}, "--learning-rates: no value given"),
+        ({"trials": 0}, "--trials must be >= 1, got 0"),
+        ({"n_shots": ()}, "--n-shots: no value given"),
+    ],
+)
 def test_an_empty_grid_is_refused(options, named):
     with pytest.raises(ValueError, match=named):
         grid(**{"fusions": ("base",), "n_shots": (1,), "epochs": (1,), "trials": 1} | options)
@@ -93,7 +98,10 @@ def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
     assert batches_of_runs(one_budget, "auto") == [(False, one_budget)]
     assert batches_of_runs(one_budget, "stacked") == [(True, one_budget)]
     rates = grid(fusions=("dwatt",), n_shots=(8,), epochs=(2,), trials=1, learning_rates=(1e-4, 1e-3))
-    assert [s.run_id for s in rates] == ["conll2003/default/fe/dwatt/n8/e2/t0/lr0.0001", "conll2003/default/fe/dwatt/n8/e2/t0/lr0.001"]
+    assert [s.run_id for s in rates] == [
+        "conll2003/default/fe/dwatt/n8/e2/t0/lr0.0001",
+        "conll2003/default/fe/dwatt/n8/e2/t0/lr0.001",
+    ]
     assert batches_of_runs(rates, "auto") == [(True, rates)]
     with pytest.raises(ValueError, match="--engine: unknown engine 'fast'"):
         batches_of_runs(specs, "fast")
@@ -107,19 +115,39 @@ def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
 
 
 def test_a_probe_grid_is_a_base_head_on_each_layer_trained_together_per_sample(tiny_backbone):
-    specs = grid(fusions=("base", "dwatt"), n_shots=(8,), epochs=(2,), trials=2, backbones=(str(tiny_backbone),),
-                 learning_rates=(1e-3, 1e-2), probe_layers="all")
+    specs = grid(
+        fusions=("base", "dwatt"),
+        n_shots=(8,),
+        epochs=(2,),
+        trials=2,
+        backbones=(str(tiny_backbone),),
+        learning_rates=(1e-3, 1e-2),
+        probe_layers="all",
+    )
     base = [s for s in specs if s.fusion == "base"]
     assert len(base) == 2 * 3 * 2 and {s.layers for s in base} == {"1", "2", "3"}  # trials x layers x rates
     assert base[0].run_id.endswith("/fe/base/n8/e2/t0/lr0.001/L1")
     groups = [group for stacked, group in batches_of_runs(specs, "auto") if stacked]
     assert [len(g) for g in groups] == [6, 2, 6, 2]  # per trial: the probe's 6 heads, DWAtt's 2 rates
-    assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
-                                   backbones=(str(tiny_backbone),), probe_layers="1-2")] == ["1", "2"]
+    assert [
+        s.layers
+        for s in grid(
+            fusions=("base",), n_shots=(8,), epochs=(2,), trials=1, backbones=(str(tiny_backbone),), probe_layers="1-2"
+        )
+    ] == ["1", "2"]
     # exactly the layers named: the last only where named, by number, range or step
     for spec, layers in (("every:2", ["2"]), ("every:3", ["3"]), ("2-3", ["2", "3"]), ("1,3", ["1", "3"])):
-        assert [s.layers for s in grid(fusions=("base",), n_shots=(8,), epochs=(2,), trials=1,
-                                       backbones=(str(tiny_backbone),), probe_layers=spec)] == layers, spec
+        assert [
+            s.layers
+            for s in grid(
+                fusions=("base",),
+                n_shots=(8,),
+                epochs=(2,),
+                trials=1,
+                backbones=(str(tiny_backbone),),
+                probe_layers=spec,
+            )
+        ] == layers, spec
 
 
 def test_the_stacked_engine_answers_to_its_old_name_and_an_unknown_engine_is_refused():

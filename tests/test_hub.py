@@ -20,7 +20,6 @@ from dwatt.hub import model_card, push_run, push_to_hub
 from .conftest import run_without_dwatt, save_tiny_backbone
 from .helpers import RUN_RESULTS, RecordingApi, an_ensemble, trained_like
 
-
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 AUTO = {"token": "AutoModelForTokenClassification", "mlm": "AutoModelForMaskedLM"}
 
@@ -85,14 +84,19 @@ def test_frozen_lm_head_is_left_out_and_comes_back_from_the_backbone(backbone, t
     reloaded = RobertaDWAttForMaskedLM.from_pretrained(tmp_path).eval()
     ids, mask = inputs()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits)
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits
+        )
 
 
 def test_head_only_checkpoint_is_a_small_part_of_the_full_one(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), fusion="dwatt", num_labels=5)
     model.save_pretrained(tmp_path / "full")
     model.save_pretrained(tmp_path / "head", heads_only=True)
-    full, head = (tmp_path / "full/model.safetensors").stat().st_size, (tmp_path / "head/model.safetensors").stat().st_size
+    full, head = (
+        (tmp_path / "full/model.safetensors").stat().st_size,
+        (tmp_path / "head/model.safetensors").stat().st_size,
+    )
     assert head < full
     assert stored_keys(tmp_path / "head") < stored_keys(tmp_path / "full")
 
@@ -104,17 +108,27 @@ def test_backbone_can_be_moved_and_named_at_load_time(backbone, tmp_path):
     shutil.move(moved, tmp_path / "elsewhere")
     with pytest.raises(OSError):
         RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head")
-    reloaded = RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(tmp_path / "elsewhere"))
+    reloaded = RobertaDWAttForTokenClassification.from_pretrained(
+        tmp_path / "head", backbone_name_or_path=str(tmp_path / "elsewhere")
+    )
     assert reloaded.config.backbone_name_or_path == str(tmp_path / "elsewhere")
     ids, mask = inputs()
     with torch.no_grad():
-        torch.testing.assert_close(reloaded.eval()(input_ids=ids, attention_mask=mask).logits, model(input_ids=ids, attention_mask=mask).logits)
+        torch.testing.assert_close(
+            reloaded.eval()(input_ids=ids, attention_mask=mask).logits,
+            model(input_ids=ids, attention_mask=mask).logits,
+        )
 
 
 def test_a_backbone_of_another_architecture_is_refused(backbone, tmp_path):
-    RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(tmp_path / "head", heads_only=True)
+    RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5).save_pretrained(
+        tmp_path / "head", heads_only=True
+    )
     wider = save_tiny_backbone(tmp_path / "wider", "bert", hidden_size=48, intermediate_size=40)
-    with pytest.raises(ValueError, match=r"not the one this model was built for: hidden_size 48 instead of 32; intermediate_size 40 instead of 37"):
+    with pytest.raises(
+        ValueError,
+        match=r"not the one this model was built for: hidden_size 48 instead of 32; intermediate_size 40 instead of 37",
+    ):
         RobertaDWAttForTokenClassification.from_pretrained(tmp_path / "head", backbone_name_or_path=str(wider))
     other = save_tiny_backbone(tmp_path / "mpnet", "mpnet")
     with pytest.raises(ValueError, match=r"model_type 'mpnet' instead of 'bert'"):
@@ -155,22 +169,33 @@ def test_model_card_metadata_parses_and_carries_base_model_and_scores(backbone):
     metadata = yaml.safe_load(card.split("---\n")[1])
     assert metadata["library_name"] == "transformers" and metadata["base_model"] == str(backbone)
     assert {"dwatt", "layer-fusion", "token-classification"} <= set(metadata["tags"])
-    assert metadata["datasets"] == ["conll2003"] and set(metadata["metrics"]) == {"f1", "precision", "recall", "accuracy"}
+    assert metadata["datasets"] == ["conll2003"] and set(metadata["metrics"]) == {
+        "f1",
+        "precision",
+        "recall",
+        "accuracy",
+    }
     values = {m["type"]: m["value"] for m in metadata["model-index"][0]["results"][0]["metrics"]}
     assert values == {"f1": 0.3008, "precision": 0.25, "recall": 0.375, "accuracy": 0.86}
     assert "trust_remote_code=True" in card and "FE (frozen backbone" in card and "| f1 | 30.08 |" in card
     assert f"over the encoder `{backbone}`" in card and "- Fusion: `dwatt` over all of the backbone's" in card
 
 
-@pytest.mark.parametrize("fusion, layers, reads", [
-    ("concat", "2", "- Fusion: `concat` over 2 (`2`) of the backbone's 3 layers"),
-    ("scalar_mix", "all", "- Fusion: `scalar_mix` over all of the backbone's 3 layers"),
-    ("base", "all", "- Fusion: `base` (the last of the backbone's 3 layers)"),
-    ("base_plus_n", "all", "- Fusion: `base_plus_n` (1 extra layer over the last of the backbone's 3)"),
-])
-def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_decoder(fusion, layers, reads, tiny_decoder):
-    model = RobertaDWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5, fusion=fusion,
-                                                             fused_layers=layers, num_extra_layers=1)
+@pytest.mark.parametrize(
+    "fusion, layers, reads",
+    [
+        ("concat", "2", "- Fusion: `concat` over 2 (`2`) of the backbone's 3 layers"),
+        ("scalar_mix", "all", "- Fusion: `scalar_mix` over all of the backbone's 3 layers"),
+        ("base", "all", "- Fusion: `base` (the last of the backbone's 3 layers)"),
+        ("base_plus_n", "all", "- Fusion: `base_plus_n` (1 extra layer over the last of the backbone's 3)"),
+    ],
+)
+def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_decoder(
+    fusion, layers, reads, tiny_decoder
+):
+    model = RobertaDWAttForTokenClassification.from_backbone(
+        str(tiny_decoder), num_labels=5, fusion=fusion, fused_layers=layers, num_extra_layers=1
+    )
     card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
     assert f"over the decoder LLM `{tiny_decoder}`" in card and reads in card, card
 
@@ -178,16 +203,39 @@ def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_de
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()
-    url = push_to_hub(model, "someone/dwatt-ner", results=RUN_RESULTS, api=api, revision="main", private=True,
-                      backbone_id="someone/tiny-bert")
+    url = push_to_hub(
+        model,
+        "someone/dwatt-ner",
+        results=RUN_RESULTS,
+        api=api,
+        revision="main",
+        private=True,
+        backbone_id="someone/tiny-bert",
+    )
     assert url.endswith("/commit/1")
     (create, repo_id, create_kwargs), (upload, upload_repo, upload_kwargs) = api.calls
-    assert (create, repo_id, create_kwargs["exist_ok"], create_kwargs["private"]) == ("create_repo", "someone/dwatt-ner", True, True)
+    assert (create, repo_id, create_kwargs["exist_ok"], create_kwargs["private"]) == (
+        "create_repo",
+        "someone/dwatt-ner",
+        True,
+        True,
+    )
     assert upload == "upload_folder" and upload_repo == "someone/dwatt-ner"
-    assert upload_kwargs["commit_message"] == "Upload head-only DWAtt checkpoint (dwatt)" and upload_kwargs["revision"] == "main"
+    assert (
+        upload_kwargs["commit_message"] == "Upload head-only DWAtt checkpoint (dwatt)"
+        and upload_kwargs["revision"] == "main"
+    )
     files = upload_kwargs["files"]
-    remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
-                   "lora_dwatt.py", "pretrained_dwatt.py", "specs_dwatt.py"}
+    remote_code = {
+        "modeling_dwatt.py",
+        "configuration_dwatt.py",
+        "backbones_dwatt.py",
+        "depth_dwatt.py",
+        "fusions_dwatt.py",
+        "lora_dwatt.py",
+        "pretrained_dwatt.py",
+        "specs_dwatt.py",
+    }
     assert set(files) == {"config.json", "model.safetensors", "README.md", "results.json"} | remote_code
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
     assert not any(k.startswith("dwatt.backbone.") for k in stored_keys(tmp_path))
@@ -245,8 +293,13 @@ def test_a_head_only_push_names_the_backbone_by_its_hub_id_never_by_a_local_path
     with pytest.raises(ValueError, match=r"--backbone-id: .* is a local path"):
         push_to_hub(model, "someone/head", api=RecordingApi(), backbone_id=str(backbone))
     api = RecordingApi()
-    push_to_hub(model, "someone/head", api=api, results=RUN_RESULTS | {"config": RUN_RESULTS["config"] | {"backbone": str(backbone)}},
-                backbone_id="someone/tiny-bert")
+    push_to_hub(
+        model,
+        "someone/head",
+        api=api,
+        results=RUN_RESULTS | {"config": RUN_RESULTS["config"] | {"backbone": str(backbone)}},
+        backbone_id="someone/tiny-bert",
+    )
     files = uploaded(api)
     config = json.loads(files["config.json"])
     assert config["backbone_name_or_path"] == "someone/tiny-bert"
@@ -258,7 +311,9 @@ def test_a_head_only_push_names_the_backbone_by_its_hub_id_never_by_a_local_path
 def test_a_full_push_of_a_locally_known_backbone_records_no_local_path(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()
-    push_to_hub(model, "someone/full", api=api, heads_only=False, results=RUN_RESULTS | {"config": {"backbone": str(backbone)}})
+    push_to_hub(
+        model, "someone/full", api=api, heads_only=False, results=RUN_RESULTS | {"config": {"backbone": str(backbone)}}
+    )
     files = uploaded(api)
     assert not any(str(backbone).encode() in content for content in files.values())
     assert json.loads(files["config.json"])["backbone_name_or_path"] is None
@@ -307,18 +362,31 @@ def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt_or_warning(ti
     RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5).save_pretrained(folder)
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
     script = BLOCKED_IMPORTS + textwrap.dedent(TOKENIZER_SCRIPT.format(folder=str(folder)))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path,
-                          env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["asked"] == [] and seen["warned"] == []
     assert seen["ids"] == AutoTokenizer.from_pretrained(tiny_backbone)("peter blackburn")["input_ids"]
     assert any("custom code" in prompt for prompt in seen["asked_without"])  # the cause, as this transformers has it
-    card = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5), RUN_RESULTS,
-                      "someone/ner", has_tokenizer=True)
+    card = model_card(
+        RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
+        RUN_RESULTS,
+        "someone/ner",
+        has_tokenizer=True,
+    )
     assert 'AutoTokenizer.from_pretrained("someone/ner", trust_remote_code=True)' in card
-    backbone_only = model_card(RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
-                               RUN_RESULTS, "someone/ner", has_tokenizer=False)
+    backbone_only = model_card(
+        RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5),
+        RUN_RESULTS,
+        "someone/ner",
+        has_tokenizer=False,
+    )
     assert f'AutoTokenizer.from_pretrained("{tiny_backbone}")' in backbone_only  # a plain backbone: nothing to trust
 
 
@@ -333,18 +401,30 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     shutil.copytree(folder, moved)
     config = json.loads((moved / "layer-1" / "model" / "config.json").read_text())
     assert config["heads_only"] is True
-    (moved / "layer-1" / "model" / "config.json").write_text(json.dumps(config | {"backbone_name_or_path": "gone/tiny"}))
+    (moved / "layer-1" / "model" / "config.json").write_text(
+        json.dumps(config | {"backbone_name_or_path": "gone/tiny"})
+    )
     again = RecordingApi()
     push_run(moved, "someone/ensemble", api=again, backbone_id="someone/tiny-bert")
     assert uploaded(again).keys() == files.keys()
     assert uploaded(again)["layer-1/model/model.safetensors"] == files["layer-1/model/model.safetensors"]
     assert api.calls[-1][2]["commit_message"] == "Upload a DWAtt probe ensemble of 2 heads"
-    remote_code = {"modeling_dwatt.py", "configuration_dwatt.py", "backbones_dwatt.py", "depth_dwatt.py", "fusions_dwatt.py",
-                   "lora_dwatt.py", "pretrained_dwatt.py", "specs_dwatt.py"}
+    remote_code = {
+        "modeling_dwatt.py",
+        "configuration_dwatt.py",
+        "backbones_dwatt.py",
+        "depth_dwatt.py",
+        "fusions_dwatt.py",
+        "lora_dwatt.py",
+        "pretrained_dwatt.py",
+        "specs_dwatt.py",
+    }
     assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"} | remote_code
     assert json.loads(files["ensemble.json"])["members"] == ["layer-2/model", "layer-1/model"]
     for member in ("layer-2/model", "layer-1/model"):
-        assert {f"{member}/{name}" for name in ("config.json", "model.safetensors", "README.md", "tokenizer.json")} <= set(files)
+        assert {
+            f"{member}/{name}" for name in ("config.json", "model.safetensors", "README.md", "tokenizer.json")
+        } <= set(files)
         config = json.loads(files[f"{member}/config.json"])
         assert config["heads_only"] is True and config["backbone_name_or_path"] == "someone/tiny-bert"
         (tmp_path / "member.safetensors").write_bytes(files[f"{member}/model.safetensors"])
@@ -362,8 +442,16 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     lay_out_snapshot(cache, "someone/ensemble", "c" * 40, snapshot, main=True)
     lay_out_snapshot(cache, "someone/tiny-bert", "d" * 40, tiny_backbone, main=True)
     env = os.environ | {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}
-    printed = [subprocess.run([sys.executable, "-m", "dwatt.cli", "predict", source, "peter blackburn rejects", "--quiet"],
-                              capture_output=True, text=True, env=env, timeout=300) for source in (str(folder), "someone/ensemble")]
+    printed = [
+        subprocess.run(
+            [sys.executable, "-m", "dwatt.cli", "predict", source, "peter blackburn rejects", "--quiet"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        for source in (str(folder), "someone/ensemble")
+    ]
     assert [done.returncode for done in printed] == [0, 0], printed[1].stderr[-2000:]
     assert printed[1].stdout == printed[0].stdout and "peter" in printed[0].stdout
     # Each member alone, from its subfolder, by transformers with the repo's remote code (which it looks for at the
@@ -371,9 +459,12 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
     ids = torch.tensor([[2, 5, 6, 7, 3]])
     member, _, _ = load_checkpoint(folder / "layer-2" / "model")
     with torch.no_grad():
-        torch.save({"ids": ids, "logits": member(input_ids=ids, attention_mask=torch.ones_like(ids)).logits},
-                   tmp_path / "member.pt")
-    run_without_dwatt(f"""
+        torch.save(
+            {"ids": ids, "logits": member(input_ids=ids, attention_mask=torch.ones_like(ids)).logits},
+            tmp_path / "member.pt",
+        )
+    run_without_dwatt(
+        f"""
         import torch
         from transformers import AutoModelForTokenClassification
         saved = torch.load({str(tmp_path / "member.pt")!r})
@@ -382,4 +473,7 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
         with torch.no_grad():
             logits = model(input_ids=saved["ids"], attention_mask=torch.ones_like(saved["ids"])).logits
         torch.testing.assert_close(logits, saved["logits"])
-    """, tmp_path, HF_HUB_CACHE=str(cache))
+    """,
+        tmp_path,
+        HF_HUB_CACHE=str(cache),
+    )

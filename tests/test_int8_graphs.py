@@ -12,8 +12,16 @@ from onnx import TensorProto, helper, numpy_helper
 from dwatt import DWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.serving import int8_graphs
-from dwatt.serving.int8_graphs import (agreement, calibration_sample, quantize_dynamic_graph, quantize_smooth_graph,
-                                       quantize_weights_graph, quantized_products, scheme_for, smoothing_scales)
+from dwatt.serving.int8_graphs import (
+    agreement,
+    calibration_sample,
+    quantize_dynamic_graph,
+    quantize_smooth_graph,
+    quantize_weights_graph,
+    quantized_products,
+    scheme_for,
+    smoothing_scales,
+)
 
 from .helpers import an_ensemble, saved_with_tokenizer
 
@@ -28,11 +36,20 @@ def scoped(node, scopes: list[str]):
 
 def two_products(path, weight: np.ndarray, head: np.ndarray):
     """x -> x @ weight (in `model.dwatt`'s scope) -> @ head (in `model.classifier`'s): the exporter's shape."""
-    nodes = [scoped(helper.make_node("MatMul", ["x", "w"], ["h"], name="body"), ["", "model", "model.dwatt", "model.dwatt.backbone.layers.0.mlp.down_proj"]),
-             scoped(helper.make_node("MatMul", ["h", "c"], ["logits"], name="head"), ["", "model", "model.classifier"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, weight.shape[0]])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
-                              [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(head, "c")])
+    nodes = [
+        scoped(
+            helper.make_node("MatMul", ["x", "w"], ["h"], name="body"),
+            ["", "model", "model.dwatt", "model.dwatt.backbone.layers.0.mlp.down_proj"],
+        ),
+        scoped(helper.make_node("MatMul", ["h", "c"], ["logits"], name="head"), ["", "model", "model.classifier"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, weight.shape[0]])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(head, "c")],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     return path
 
@@ -52,26 +69,35 @@ def test_per_token_smoothed_int8_keeps_the_tokens_that_one_scale_per_tensor_lose
     assert [node.name for node in quantized_products(onnx.load(str(source)).graph)] == ["body"]
     quantize_dynamic_graph(source, tmp_path / "dynamic.onnx")
     ranges = {"x": np.abs(x).reshape(-1, 64).max(0)}
-    assert quantize_smooth_graph(source, tmp_path / "smooth.onnx", smoothing_scales(source, ranges)) == {"int8": 1, "fp32": 0}
+    assert quantize_smooth_graph(source, tmp_path / "smooth.onnx", smoothing_scales(source, ranges)) == {
+        "int8": 1,
+        "fp32": 0,
+    }
     exact = x @ weight @ head
 
     def error(path):  # on the tokens without the outlier
         got = run(path, x)
         return np.linalg.norm((got - exact)[:, 1:]) / np.linalg.norm(exact[:, 1:])
 
-    assert error(tmp_path / "smooth.onnx") < 0.05 and 10 * error(tmp_path / "smooth.onnx") < error(tmp_path / "dynamic.onnx")
+    assert error(tmp_path / "smooth.onnx") < 0.05 and 10 * error(tmp_path / "smooth.onnx") < error(
+        tmp_path / "dynamic.onnx"
+    )
     smooth = onnx.load(str(tmp_path / "smooth.onnx")).graph
     assert {node.op_type for node in smooth.node} >= {"MatMulInteger", "MatMul"}  # the head's product is fp32
     assert [node.name for node in smooth.node if node.op_type == "MatMul"] == ["head"]
     assert all(node.domain in ("", "ai.onnx") for node in smooth.node)  # standard operators only
     quantize_smooth_graph(source, tmp_path / "per-token.onnx", smoothing_scales(source, ranges, alpha=None))
     assert error(tmp_path / "per-token.onnx") < 0.02  # per token, no smoothing
-    assert quantize_smooth_graph(source, tmp_path / "kept.onnx", smoothing_scales(source, ranges), keep_fp32={"x"}) == {"int8": 0, "fp32": 1}
+    assert quantize_smooth_graph(
+        source, tmp_path / "kept.onnx", smoothing_scales(source, ranges), keep_fp32={"x"}
+    ) == {"int8": 0, "fp32": 1}
     assert np.allclose(run(tmp_path / "kept.onnx", x), exact, rtol=1e-4, atol=1e-3)  # mixed precision: left fp32
     quantize_weights_graph(source, tmp_path / "weights.onnx")  # weights per block, activations per token's block
     weights = onnx.load(str(tmp_path / "weights.onnx")).graph
     assert [node.op_type for node in weights.node] == ["MatMulNBits", "MatMul"]  # the head's product is fp32
-    assert error(tmp_path / "weights.onnx") < 0.05 and 10 * error(tmp_path / "weights.onnx") < error(tmp_path / "dynamic.onnx")
+    assert error(tmp_path / "weights.onnx") < 0.05 and 10 * error(tmp_path / "weights.onnx") < error(
+        tmp_path / "dynamic.onnx"
+    )
 
 
 def test_each_backbone_family_gets_its_scheme_and_a_named_one_is_taken(tiny_backbone, tiny_decoder):
@@ -87,8 +113,10 @@ def test_each_backbone_family_gets_its_scheme_and_a_named_one_is_taken(tiny_back
 def test_the_calibration_sample_is_a_file_of_lines_or_the_tasks_dev_sentences(tmp_path):
     path = tmp_path / "calibration.txt"
     path.write_text("EU rejects German call\n\n  Peter Blackburn  \n")
-    assert calibration_sample("ner", path) == ([["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]],
-                                               "2 lines of calibration.txt")
+    assert calibration_sample("ner", path) == (
+        [["EU", "rejects", "German", "call"], ["Peter", "Blackburn"]],
+        "2 lines of calibration.txt",
+    )
     assert calibration_sample("cls", path)[0] == ["EU rejects German call", "Peter Blackburn"]
     sentences, described = calibration_sample("ner")
     assert len(sentences) == 128 and all(sentences) and described == "the first 128 sentences of CoNLL-03's dev split"
@@ -105,13 +133,27 @@ def test_agreement_counts_units_and_whole_inputs():
     assert agreement("cls", [[1], [2]], [[1], [2]])["unit"] == "texts"
 
 
-def test_an_export_records_its_int8_agreement_and_refuses_a_graph_below_the_threshold(tiny_decoder, tmp_path, capsys,
-                                                                                     monkeypatch):
-    checkpoint = saved_with_tokenizer(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5),
-                                      tmp_path / "decoder", tiny_decoder)
+def test_an_export_records_its_int8_agreement_and_refuses_a_graph_below_the_threshold(
+    tiny_decoder, tmp_path, capsys, monkeypatch
+):
+    checkpoint = saved_with_tokenizer(
+        DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5), tmp_path / "decoder", tiny_decoder
+    )
     (tmp_path / "calibration.txt").write_text("EU rejects German call to boycott British lamb .\nPeter Blackburn\n")
-    assert main(["export", str(checkpoint), str(tmp_path / "onnx"), "--quantize", "int8", "--calibration",
-                 str(tmp_path / "calibration.txt")]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(checkpoint),
+                str(tmp_path / "onnx"),
+                "--quantize",
+                "int8",
+                "--calibration",
+                str(tmp_path / "calibration.txt"),
+            ]
+        )
+        == 0
+    )
     assert "int8 (weights): " in capsys.readouterr().out  # a decoder's scheme
     record = json.loads((tmp_path / "onnx" / "dwatt_export.json").read_text())["int8"]
     assert record["scheme"] == "weights" and record["unit"] == "words" and record["units"] == 11
@@ -127,22 +169,43 @@ def test_an_export_records_its_int8_agreement_and_refuses_a_graph_below_the_thre
     monkeypatch.setattr(int8_graphs, "AGREEMENT_THRESHOLD", 1.01)  # no graph can reach it
     before = sorted(path.name for path in (tmp_path / "onnx").iterdir())
     assert main(["export", str(checkpoint), str(tmp_path / "onnx"), "--quantize", "int8-dynamic"]) == 2
-    error = "\n".join(line for line in capsys.readouterr().err.splitlines() if "error" in line)  # the load's progress aside
-    assert "its int8 graph (dynamic) gives" in error and "of words the fp32 graph's answer on the first 128 sentences" in error
+    error = "\n".join(
+        line for line in capsys.readouterr().err.splitlines() if "error" in line
+    )  # the load's progress aside
+    assert (
+        "its int8 graph (dynamic) gives" in error
+        and "of words the fp32 graph's answer on the first 128 sentences" in error
+    )
     assert "(under 101%); nothing exported: try --quantize int8-weights or --quantize int8-smooth" in error
     assert "--allow-lossy" in error
     assert len(error.strip().splitlines()) == 1
     assert sorted(path.name for path in (tmp_path / "onnx").iterdir()) == before  # the earlier export is kept
     assert json.loads((tmp_path / "onnx" / "dwatt_export.json").read_text())["int8"]["scheme"] == "smooth"
-    assert main(["export", str(checkpoint), str(tmp_path / "lossy"), "--quantize", "int8-dynamic", "--allow-lossy"]) == 0
+    assert (
+        main(["export", str(checkpoint), str(tmp_path / "lossy"), "--quantize", "int8-dynamic", "--allow-lossy"]) == 0
+    )
     assert json.loads((tmp_path / "lossy" / "dwatt_export.json").read_text())["int8"]["allow_lossy"] is True
-    assert main(["export", str(checkpoint), str(tmp_path / "x"), "--quantize", "int8", "--calibration",
-                 str(tmp_path / "missing.txt")]) == 2
+    assert (
+        main(
+            [
+                "export",
+                str(checkpoint),
+                str(tmp_path / "x"),
+                "--quantize",
+                "int8",
+                "--calibration",
+                str(tmp_path / "missing.txt"),
+            ]
+        )
+        == 2
+    )
     assert "--calibration" in capsys.readouterr().err and not (tmp_path / "x").exists()
 
 
 @pytest.mark.parametrize("kind", ["model", "ensemble"])
-def test_an_exported_graph_s_backbone_and_fusion_are_quantized_and_its_heads_are_not(kind, checkpoints, tiny_backbone, tmp_path):
+def test_an_exported_graph_s_backbone_and_fusion_are_quantized_and_its_heads_are_not(
+    kind, checkpoints, tiny_backbone, tmp_path
+):
     """Found by the exporter's name scopes: a model's `dwatt` module (backbone and fusion), a probe ensemble's shared
     `backbone` too; the classifiers stay fp32."""
     from dwatt.serving.export import export_onnx
@@ -151,7 +214,11 @@ def test_an_exported_graph_s_backbone_and_fusion_are_quantized_and_its_heads_are
     export_onnx(source, tmp_path / "onnx")
     graph = onnx.load(str(tmp_path / "onnx" / "model.onnx"), load_external_data=False).graph
     weights = {tensor.name: tensor for tensor in graph.initializer}
-    products = [node for node in graph.node if node.op_type == "MatMul" and len(getattr(weights.get(node.input[1]), "dims", ())) == 2]
+    products = [
+        node
+        for node in graph.node
+        if node.op_type == "MatMul" and len(getattr(weights.get(node.input[1]), "dims", ())) == 2
+    ]
     quantized = {node.name for node in quantized_products(graph)}
     heads = [node for node in products if node.name not in quantized]
     labels = {dims[-1] for dims in (tuple(weights[node.input[1]].dims) for node in heads)}

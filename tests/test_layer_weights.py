@@ -15,7 +15,9 @@ from .helpers import tiny_ner_run_config
 def test_layer_weights_per_entity_type_are_distributions_over_the_fused_layers(tiny_backbone, tiny_conll, tmp_path):
     results = run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "run", save_model=False))
     weights = results["dev_layer_weights"]
-    assert weights["layers"] == [1, 2, 3] and set(weights["by_type"]) == {"O", "PER", "ORG", "LOC", "MISC"} & set(weights["by_type"])
+    assert weights["layers"] == [1, 2, 3] and set(weights["by_type"]) == {"O", "PER", "ORG", "LOC", "MISC"} & set(
+        weights["by_type"]
+    )
     for row in weights["by_type"].values():
         assert len(row) == 3 and sum(row) == pytest.approx(1, abs=1e-5)
     data = load_conll2003(tiny_conll)
@@ -26,6 +28,12 @@ def test_layer_weights_per_entity_type_are_distributions_over_the_fused_layers(t
     assert weights["positions"] == expected and sum(expected.values()) == len(gold)
     base = RobertaDWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=9)
     with pytest.raises(ValueError, match="fusion 'base' has no layer weights"):
-        layer_weights_by_type(base, dev.select_columns(["input_ids", "attention_mask", "labels"]),
-                              DataCollatorForTokenClassification(tokenizer), list(CONLL_LABELS))
-    assert "dev_layer_weights" not in run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="base", save_model=False))
+        layer_weights_by_type(
+            base,
+            dev.select_columns(["input_ids", "attention_mask", "labels"]),
+            DataCollatorForTokenClassification(tokenizer),
+            list(CONLL_LABELS),
+        )
+    assert "dev_layer_weights" not in run_ner(
+        tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / "b", fusion="base", save_model=False)
+    )

@@ -80,8 +80,12 @@ def test_every_input_line_gets_exactly_one_output_line_in_its_place(task, form, 
         assert record["line"] == number and record["text"] == line
         if expected is None:  # an empty record: the task's fields, empty
             heads = {"ner": [], "ner-2": []}  # named by their folders
-            empty = {"ner": {"words": [], "tags": []}, "heads": {"words": [], "tags": heads},
-                     "cls": {"label": None, "scores": {}}, "mlm": {"masks": []}}[task]
+            empty = {
+                "ner": {"words": [], "tags": []},
+                "heads": {"words": [], "tags": heads},
+                "cls": {"label": None, "scores": {}},
+                "mlm": {"masks": []},
+            }[task]
             assert record == {"line": number, "text": line} | empty
         else:  # as the line alone (probabilities to float rounding: the batch differs)
             assert rounded(record | {"line": 0}) == rounded(expected | {"line": 0})

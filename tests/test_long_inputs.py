@@ -9,9 +9,9 @@ from transformers import BertTokenizerFast
 import dwatt.training
 from dwatt import RobertaDWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.serving.prediction import predict_tags
 from dwatt.data import CONLL_LABELS, ner_features, tokenize_and_align
 from dwatt.metrics import NERMetrics, entity_scores, reassemble
+from dwatt.serving.prediction import predict_tags
 from dwatt.training import RunConfig, run_ner
 
 TAGS = list(CONLL_LABELS)
@@ -105,7 +105,11 @@ def test_arabic_cjk_and_emoji_round_trip_through_tokenisation_and_prediction(min
     model = RobertaDWAttForTokenClassification.from_backbone(
         str(minilm_path), id2label=dict(enumerate(TAGS)), label2id={t: i for i, t in enumerate(TAGS)}
     ).eval()
-    sentences = [["مرحبا", "بالعالم", "في", "القاهرة"], ["東京", "は", "日本", "の", "首都"], ["I", "❤️", "Paris", "🎉", "!"]]
+    sentences = [
+        ["مرحبا", "بالعالم", "في", "القاهرة"],
+        ["東京", "は", "日本", "の", "首都"],
+        ["I", "❤️", "Paris", "🎉", "!"],
+    ]
     tags = predict_tags(model, tokenizer, sentences)
     assert [len(t) for t in tags] == [len(s) for s in sentences] and all(t in TAGS for row in tags for t in row)
     data = sentences_dataset([[(w, "O") for w in s] for s in sentences])
@@ -114,9 +118,19 @@ def test_arabic_cjk_and_emoji_round_trip_through_tokenisation_and_prediction(min
 
 def test_a_single_run_resumes_from_its_last_checkpoint(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
     def config(folder, **kwargs):
-        return RunConfig(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=4,
-                         learning_rate=5e-3, output_dir=str(tmp_path / folder), progress=False, save_model=False,
-                         cache_dtype="float32", **kwargs)
+        return RunConfig(
+            backbone=str(tiny_backbone),
+            data_dir=str(tiny_conll),
+            n_shot=2,
+            epochs=3,
+            batch_size=4,
+            learning_rate=5e-3,
+            output_dir=str(tmp_path / folder),
+            progress=False,
+            save_model=False,
+            cache_dtype="float32",
+            **kwargs,
+        )
 
     straight = run_ner(config("straight"))
     original_on_save = dwatt.training.BestDevCallback.on_save
@@ -133,4 +147,6 @@ def test_a_single_run_resumes_from_its_last_checkpoint(tiny_backbone, tiny_conll
     resumed = run_ner(config("resumed", resume=True))
     assert resumed["resumed_from"] == "checkpoint-2"
     assert resumed["dev_curve"] == straight["dev_curve"] and len(resumed["dev_curve"]) == 3
-    assert resumed["best_dev_f1"] == straight["best_dev_f1"] and resumed["best_dev_scores"] == straight["best_dev_scores"]
+    assert (
+        resumed["best_dev_f1"] == straight["best_dev_f1"] and resumed["best_dev_scores"] == straight["best_dev_scores"]
+    )

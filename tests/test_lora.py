@@ -33,7 +33,7 @@ def adapted(model, rank: int = 4, targets: list[str] | None = None):
     FreezeBackboneCallback("lora").apply(model)
     torch.manual_seed(3)
     with torch.no_grad():
-        for name, parameter in model.named_parameters():
+        for parameter in model.parameters():
             if parameter.requires_grad:
                 parameter.add_(torch.randn_like(parameter) * 0.2)
     return model.eval()
@@ -47,7 +47,9 @@ def backbone(tmp_path_factory):
 @pytest.mark.parametrize("cls", [DWAttForTokenClassification, DWAttForSequenceClassification, DWAttForMaskedLM])
 def test_a_reloaded_head_only_or_full_checkpoint_equals_the_trained_unmerged_model(cls, backbone, tmp_path):
     torch.manual_seed(0)
-    model = adapted(cls.from_backbone(str(backbone), fusion="dwatt", **({} if cls is DWAttForMaskedLM else {"num_labels": 3})))
+    model = adapted(
+        cls.from_backbone(str(backbone), fusion="dwatt", **({} if cls is DWAttForMaskedLM else {"num_labels": 3}))
+    )
     ids, mask = inputs()
     with torch.no_grad():
         trained = model(input_ids=ids, attention_mask=mask).logits
@@ -63,10 +65,14 @@ def test_a_reloaded_head_only_or_full_checkpoint_equals_the_trained_unmerged_mod
         torch.testing.assert_close(again[real], trained[real], atol=1e-5, rtol=0, msg=kind)
     # The adapters changed the model: without them it predicts otherwise.
     plain = cls.from_backbone(str(backbone), fusion="dwatt", **({} if cls is DWAttForMaskedLM else {"num_labels": 3}))
-    plain.load_state_dict({k: v for k, v in model.merged_state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False)
+    plain.load_state_dict(
+        {k: v for k, v in model.merged_state_dict().items() if not k.startswith("dwatt.backbone.")}, strict=False
+    )
     with torch.no_grad():
-        assert (plain.eval()(input_ids=ids, attention_mask=mask).logits[mask.bool() if trained.dim() == 3 else slice(None)]
-                - trained[mask.bool() if trained.dim() == 3 else slice(None)]).abs().max() > 1e-3
+        assert (
+            plain.eval()(input_ids=ids, attention_mask=mask).logits[mask.bool() if trained.dim() == 3 else slice(None)]
+            - trained[mask.bool() if trained.dim() == 3 else slice(None)]
+        ).abs().max() > 1e-3
 
 
 def test_a_head_only_checkpoint_holds_the_head_and_the_low_rank_matrices_only(backbone, tmp_path):
@@ -87,7 +93,9 @@ def test_lora_checkpoints_load_where_neither_dwatt_nor_peft_can_be_imported(back
     model = adapted(DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3))
     ids, mask = inputs()
     with torch.no_grad():
-        torch.save({"ids": ids, "mask": mask, "logits": model(input_ids=ids, attention_mask=mask).logits}, tmp_path / "x.pt")
+        torch.save(
+            {"ids": ids, "mask": mask, "logits": model(input_ids=ids, attention_mask=mask).logits}, tmp_path / "x.pt"
+        )
     model.save_pretrained(tmp_path / "head", heads_only=True)
     model.save_pretrained(tmp_path / "full")
     script = f"""
@@ -110,9 +118,19 @@ def test_lora_checkpoints_load_where_neither_dwatt_nor_peft_can_be_imported(back
     import sys
     import textwrap
 
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin", "PYTHONNOUSERSITE": "1"}
-    done = subprocess.run([sys.executable, "-c", BLOCKED_PEFT + textwrap.dedent(script)], cwd=tmp_path, env=environment,
-                          capture_output=True, text=True)
+    environment = {
+        "HF_HUB_OFFLINE": "1",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PATH": "/usr/bin:/bin",
+        "PYTHONNOUSERSITE": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_PEFT + textwrap.dedent(script)],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
 
@@ -121,10 +139,14 @@ def test_square_conv1d_projections_of_gpt2_merge_in_their_own_layout(tmp_path):
     by the layer's class, which its shape cannot tell."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForTokenClassification
 
-    config = AutoConfig.for_model("gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64, pad_token_id=0)
+    config = AutoConfig.for_model(
+        "gpt2", n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64, pad_token_id=0
+    )
     AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / "gpt2")
     torch.manual_seed(0)
-    model = adapted(DWAttForTokenClassification.from_backbone(str(tmp_path / "gpt2"), num_labels=3), targets=["c_attn", "c_proj"])
+    model = adapted(
+        DWAttForTokenClassification.from_backbone(str(tmp_path / "gpt2"), num_labels=3), targets=["c_attn", "c_proj"]
+    )
     square = model.dwatt.backbone.h[0].attn.c_proj
     assert square.base_layer.weight.shape == (32, 32) and type(square.base_layer).__name__ == "Conv1D"
     ids = torch.randint(3, 99, (2, 6))
@@ -144,8 +166,12 @@ def test_lora_refusals_name_the_reason(backbone, tmp_path):
     torch.manual_seed(0)
     model = adapted(DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3))
     model.save_pretrained(tmp_path / "lora", heads_only=True)
-    DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3).save_pretrained(tmp_path / "fe", heads_only=True)
-    with pytest.raises(ValueError, match=r"'.*lora' adapts its backbone with LoRA \(rank 4 on query, value\).*serve it alone"):
+    DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3).save_pretrained(
+        tmp_path / "fe", heads_only=True
+    )
+    with pytest.raises(
+        ValueError, match=r"'.*lora' adapts its backbone with LoRA \(rank 4 on query, value\).*serve it alone"
+    ):
         SharedBackboneHeads.from_pretrained([str(tmp_path / "fe"), str(tmp_path / "lora")])
     loaded = DWAttForTokenClassification.from_pretrained(tmp_path / "lora").eval()
     ids, mask = inputs()
@@ -155,9 +181,14 @@ def test_lora_refusals_name_the_reason(backbone, tmp_path):
     loaded.save_pretrained(tmp_path / "again", heads_only=True)
     loaded.save_pretrained(tmp_path / "whole")
     merged = DWAttForTokenClassification.from_pretrained(tmp_path / "whole").eval()
-    for folder, model_again in (("again", DWAttForTokenClassification.from_pretrained(tmp_path / "again").eval()), ("whole", merged)):
+    for folder, model_again in (
+        ("again", DWAttForTokenClassification.from_pretrained(tmp_path / "again").eval()),
+        ("whole", merged),
+    ):
         with torch.no_grad():
-            torch.testing.assert_close(model_again(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-6, rtol=0, msg=folder)
+            torch.testing.assert_close(
+                model_again(input_ids=ids, attention_mask=mask).logits, expected, atol=1e-6, rtol=0, msg=folder
+            )
     with pytest.raises(ValueError, match="LoRA updates are merged into its backbone: save it whole"):
         merged.save_pretrained(tmp_path / "head-of-whole", heads_only=True)
     with pytest.raises(ValueError, match="--lora-targets: no layer of the backbone is named nowhere"):
@@ -165,7 +196,10 @@ def test_lora_refusals_name_the_reason(backbone, tmp_path):
     with pytest.raises(ValueError, match=r"`lora\['rank'\]` must be an integer >= 1"):
         from dwatt import DWAttConfig
 
-        DWAttConfig(encoder_config=model.config.encoder_config, lora={"rank": 0, "alpha": 1, "targets": ["query"], "dropout": 0})
+        DWAttConfig(
+            encoder_config=model.config.encoder_config,
+            lora={"rank": 0, "alpha": 1, "targets": ["query"], "dropout": 0},
+        )
 
 
 def test_lora_mode_trains_only_the_adapters_fusion_and_head_and_keeps_the_backbone_weights(backbone):
@@ -185,21 +219,59 @@ def test_lora_mode_trains_only_the_adapters_fusion_and_head_and_keeps_the_backbo
     optimizer.step()
     after = model.dwatt.backbone.state_dict()
     for key, value in before.items():
-        assert torch.equal(after[key.replace("query.weight", "query.base_layer.weight").replace("value.weight", "value.base_layer.weight")
-                                 .replace("query.bias", "query.base_layer.bias").replace("value.bias", "value.base_layer.bias")], value), key
+        assert torch.equal(
+            after[
+                key.replace("query.weight", "query.base_layer.weight")
+                .replace("value.weight", "value.base_layer.weight")
+                .replace("query.bias", "query.base_layer.bias")
+                .replace("value.bias", "value.base_layer.bias")
+            ],
+            value,
+        ), key
     assert default_targets(model) == ["query", "value"]
 
 
-def test_cli_train_in_lora_mode_then_evaluate_predict_and_push(tiny_backbone, tiny_conll, tmp_path, capsys, monkeypatch):
+def test_cli_train_in_lora_mode_then_evaluate_predict_and_push(
+    tiny_backbone, tiny_conll, tmp_path, capsys, monkeypatch
+):
     from .helpers import RecordingApi
 
     out = tmp_path / "run"
-    assert main(["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--mode", "lora", "--n-shot", "2",
-                 "--epochs", "2", "--batch-size", "4", "--lr", "1e-2", "--lora-rank", "4", "--output-dir", str(out), "--test"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(tiny_conll),
+                "--mode",
+                "lora",
+                "--n-shot",
+                "2",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "4",
+                "--lr",
+                "1e-2",
+                "--lora-rank",
+                "4",
+                "--output-dir",
+                str(out),
+                "--test",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "no feature cache" in captured.err
     results = json.loads((out / "results.json").read_text())
-    assert results["config"]["mode"] == "lora" and results["lora"]["rank"] == 4 and results["lora"]["targets"] == ["query", "value"]
+    assert (
+        results["config"]["mode"] == "lora"
+        and results["lora"]["rank"] == 4
+        and results["lora"]["targets"] == ["query", "value"]
+    )
     assert results["cached_features"] is False
     assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll), "--split", "test"]) == 0
     assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["test_scores"]["f1"], abs=1e-6)
@@ -210,7 +282,10 @@ def test_cli_train_in_lora_mode_then_evaluate_predict_and_push(tiny_backbone, ti
     assert main(["push", str(out), "someone/lora-head", "--backbone-id", "someone/tiny-bert"]) == 0
     files = recorder.calls[-1][2]["files"]
     card = files["README.md"].decode()
-    assert "LoRA (low-rank adapters of rank 4, alpha 8, on the backbone's `query`, `value` layers" in card and "- lora" in card
+    assert (
+        "LoRA (low-rank adapters of rank 4, alpha 8, on the backbone's `query`, `value` layers" in card
+        and "- lora" in card
+    )
     AutoTokenizer.from_pretrained(tiny_backbone)  # (the tokenizer needs nothing of this)
 
 
@@ -220,7 +295,9 @@ def test_a_data_parallel_lora_run_keeps_every_process_in_step(tiny_backbone, tin
     fusion and head on both, one writer, and a small head-only checkpoint holding the adapters."""
     from .helpers import config_for, launch
 
-    ranks = launch(config_for(tiny_backbone, tiny_conll, tmp_path / "lora", mode="lora", evaluate_test=False), tmp_path)
+    ranks = launch(
+        config_for(tiny_backbone, tiny_conll, tmp_path / "lora", mode="lora", evaluate_test=False), tmp_path
+    )
     adapters = [name for name in ranks[0]["weights"] if ".lora_" in name]
     assert adapters and any(ranks[0]["weights"][name].abs().max() > 0 for name in adapters if ".lora_B." in name)
     for name, tensor in ranks[0]["weights"].items():

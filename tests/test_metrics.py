@@ -29,7 +29,9 @@ def test_a_sample_of_the_sentences_scores_as_seqeval_on_those_sentences_alone():
     chosen = sample_sentences(len(kept), 6, 3)
     expected = entity_scores([kept[i][0] for i in chosen], [kept[i][1] for i in chosen])
     assert scored == pytest.approx(expected)
-    assert metrics.score_sample(predicted, labels, size=100, seed=3) == pytest.approx(metrics.score_ids(predicted, labels))
+    assert metrics.score_sample(predicted, labels, size=100, seed=3) == pytest.approx(
+        metrics.score_ids(predicted, labels)
+    )
 
 
 def test_metrics_match_seqeval_on_hand_made_sequences():
@@ -86,9 +88,9 @@ def test_numpy_scores_of_label_ids_equal_seqeval_s(windowed):
         labels = np.full((rows, longest), -100)
         predicted = rng.integers(0, len(names), size=(rows, longest))
         for row, length in enumerate(lengths):
-            labels[row, 1:1 + length] = rng.choice(len(names), size=length, p=[0.5] + [1 / 12] * 6)
-        batches_predicted = [torch.as_tensor(predicted[i:i + 5]) for i in range(0, rows, 5)]
-        batches_labels = [torch.as_tensor(labels[i:i + 5]) for i in range(0, rows, 5)]
+            labels[row, 1 : 1 + length] = rng.choice(len(names), size=length, p=[0.5] + [1 / 12] * 6)
+        batches_predicted = [torch.as_tensor(predicted[i : i + 5]) for i in range(0, rows, 5)]
+        batches_labels = [torch.as_tensor(labels[i : i + 5]) for i in range(0, rows, 5)]
         metrics.iob = IOBScorer.for_names(names)
         assert metrics.iob is not None
         fast = metrics.score_ids(batches_predicted, batches_labels)

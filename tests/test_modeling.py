@@ -9,11 +9,10 @@ from transformers import AutoModelForTokenClassification, RobertaConfig
 
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
-from specs_dwatt import FUSION_SPECS
 from modeling_dwatt import count_parameters
+from specs_dwatt import FUSION_SPECS
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
-
 
 TASKS = {"token": RobertaDWAttForTokenClassification, "mlm": RobertaDWAttForMaskedLM}
 PAPER_TABLE_2 = {"dwatt": 26.38e6, "concat": 25.18e6, "base_plus_n": 25.19e6}
@@ -36,7 +35,9 @@ def test_added_parameters_match_paper_table_2_on_roberta_large(fusion):
 
 def test_base_adds_nothing_and_roberta_base_gets_one_extra_layer():
     assert fusion_parameters(RobertaConfig(**ROBERTA_LARGE_SHAPE), "base")[0] == 0
-    base_shape = dict(ROBERTA_LARGE_SHAPE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+    base_shape = dict(
+        ROBERTA_LARGE_SHAPE, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072
+    )
     added, num_extra_layers = fusion_parameters(RobertaConfig(**base_shape), "base_plus_n")
     assert num_extra_layers == 1
     assert added == 7087872  # one RoBERTa-base layer
@@ -141,9 +142,13 @@ def test_value_mlps_match_a_per_layer_reference():
         for n in range(3):
             up = layers[:, n] @ fusion.value_up_weight[n] + fusion.value_up_bias[n]
             up = torch.nn.functional.gelu(up)
-            up = torch.nn.functional.layer_norm(up, (16,), fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0])
+            up = torch.nn.functional.layer_norm(
+                up, (16,), fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0]
+            )
             down = up @ fusion.value_down_weight[n] + fusion.value_down_bias[n]
-            reference = torch.nn.functional.layer_norm(down, (32,), fusion.value_norm_weight[n, 0], fusion.value_norm_bias[n, 0])
+            reference = torch.nn.functional.layer_norm(
+                down, (32,), fusion.value_norm_weight[n, 0], fusion.value_norm_bias[n, 0]
+            )
             torch.testing.assert_close(batched[n], reference, atol=1e-5, rtol=1e-5)
 
 
@@ -186,14 +191,24 @@ def test_checkpoints_reload_with_remote_code_only(tmp_path):
             model = cls(tiny_config("roberta", fusion)).eval()
             folder = tmp_path / f"{task}-{fusion}"
             model.save_pretrained(folder)
-            assert {"modeling_dwatt.py", "configuration_dwatt.py", "fusions_dwatt.py"} <= {p.name for p in folder.iterdir()}
+            assert {"modeling_dwatt.py", "configuration_dwatt.py", "fusions_dwatt.py"} <= {
+                p.name for p in folder.iterdir()
+            }
             with torch.no_grad():
                 expected = model(input_ids=ids, attention_mask=mask).logits
             cases.append((task, folder, expected, model.config.to_dict(), model.state_dict()))
     mpnet = RobertaDWAttForTokenClassification(tiny_config("mpnet", "base_plus_n")).eval()
     mpnet.save_pretrained(tmp_path / "token-mpnet")
     with torch.no_grad():
-        cases.append(("token", tmp_path / "token-mpnet", mpnet(input_ids=ids, attention_mask=mask).logits, mpnet.config.to_dict(), mpnet.state_dict()))
+        cases.append(
+            (
+                "token",
+                tmp_path / "token-mpnet",
+                mpnet(input_ids=ids, attention_mask=mask).logits,
+                mpnet.config.to_dict(),
+                mpnet.state_dict(),
+            )
+        )
 
     script = textwrap.dedent(
         f"""
@@ -238,7 +253,9 @@ def test_backbone_shape_mismatch_is_refused(tmp_path):
     RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path)
     other = tiny_config()
     other.encoder_config.intermediate_size = 40
-    with pytest.raises(ValueError, match=r"layer\.0\.intermediate\.dense\.weight: checkpoint \(37, 32\) vs model \(40, 32\)"):
+    with pytest.raises(
+        ValueError, match=r"layer\.0\.intermediate\.dense\.weight: checkpoint \(37, 32\) vs model \(40, 32\)"
+    ):
         RobertaDWAttForTokenClassification.from_pretrained(tmp_path, config=other)
 
 
@@ -265,7 +282,10 @@ def test_from_backbone_loads_every_minilm_weight(minilm_path, cls):
     if cls is RobertaDWAttForMaskedLM:
         embeddings = reference.embeddings.word_embeddings.weight
         assert torch.equal(model.lm_head.decoder.weight, embeddings)
-        assert model.lm_head.decoder.weight.data_ptr() != model.dwatt.backbone.embeddings.word_embeddings.weight.data_ptr()
+        assert (
+            model.lm_head.decoder.weight.data_ptr()
+            != model.dwatt.backbone.embeddings.word_embeddings.weight.data_ptr()
+        )
 
 
 @pytest.mark.parametrize("fusion", ["dwatt", "concat", "scalar_mix", "base", "base_plus_n"])
@@ -319,7 +339,9 @@ def test_dwatt_output_is_the_papers_formula_whatever_the_memory_layout_of_the_la
 
     def value(n: int, z: torch.Tensor) -> torch.Tensor:  # v_n = LN_n(f^V_n(z_n)), one MLP per layer
         up = torch.nn.functional.gelu(z @ fusion.value_up_weight[n] + fusion.value_up_bias[n, 0])
-        up = layer_norm(up, up.shape[-1:], fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0], fusion.eps)
+        up = layer_norm(
+            up, up.shape[-1:], fusion.value_mid_norm_weight[n, 0], fusion.value_mid_norm_bias[n, 0], fusion.eps
+        )
         down = up @ fusion.value_down_weight[n] + fusion.value_down_bias[n, 0]
         return layer_norm(down, (32,), fusion.value_norm_weight[n, 0], fusion.value_norm_bias[n, 0], fusion.eps)
 
@@ -344,7 +366,11 @@ def test_cpu_inference_fuses_the_backbones_layers_without_stacking_them_and_equa
         expected = model(input_ids=ids, attention_mask=mask, output_layer_weights=True)
     stacked = []
     stack = torch.stack
-    monkeypatch.setattr(torch, "stack", lambda tensors, *args, **kwargs: stacked.append(len(tensors)) or stack(tensors, *args, **kwargs))
+    monkeypatch.setattr(
+        torch,
+        "stack",
+        lambda tensors, *args, **kwargs: stacked.append(len(tensors)) or stack(tensors, *args, **kwargs),
+    )
     with torch.no_grad():
         served = model(input_ids=ids, attention_mask=mask, output_layer_weights=True)
     assert model.config.encoder_config.num_hidden_layers not in stacked  # the fused layers were never stacked
@@ -401,11 +427,16 @@ def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
     torch.testing.assert_close(logits, model.classifier(hidden[2]), atol=1e-6, rtol=0)
     torch.testing.assert_close(from_cache, logits, atol=1e-6, rtol=0)
     assert isinstance(DWAttModel(config).fusion, type(model.dwatt.fusion))
-    for spec, message in (("1,3", "names several layers, but the 'base' head reads one"),
-                          ("7", r"names layers \[7\]; the backbone's are 1..3")):
+    for spec, message in (
+        ("1,3", "names several layers, but the 'base' head reads one"),
+        ("7", r"names layers \[7\]; the backbone's are 1..3"),
+    ):
         with pytest.raises(ValueError, match=message):
             tiny_config(encoder, "base", fused_layers=spec)
-    with pytest.raises(ValueError, match="'base_plus_n' fusion builds on the last layer only; leave it 'all', read one layer with base"):
+    with pytest.raises(
+        ValueError,
+        match="'base_plus_n' fusion builds on the last layer only; leave it 'all', read one layer with base",
+    ):
         tiny_config(encoder, "base_plus_n", fused_layers="2")
 
 
@@ -413,8 +444,16 @@ def test_from_backbone_refuses_an_argument_that_only_looks_like_a_config_argumen
     from dwatt import DWAttForTokenClassification
 
     for misspelt, meant in (("layers", "fused_layers"), ("d_poss", "d_pos"), ("num_extra_layer", "num_extra_layers")):
-        with pytest.raises(TypeError, match=rf"'{misspelt}' is not an argument of DWAttConfig .*did you mean '{meant}'"):
+        with pytest.raises(
+            TypeError, match=rf"'{misspelt}' is not an argument of DWAttConfig .*did you mean '{meant}'"
+        ):
             DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3, **{misspelt: 1})
-    model = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3, fused_layers="1",
-                                                      problem_type="single_label_classification", pad_token_id=0)
+    model = DWAttForTokenClassification.from_backbone(
+        str(tiny_backbone),
+        fusion="base",
+        num_labels=3,
+        fused_layers="1",
+        problem_type="single_label_classification",
+        pad_token_id=0,
+    )
     assert model.config.fused_layers == "1" and model.config.run_depth == 1

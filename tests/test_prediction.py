@@ -23,7 +23,9 @@ def short_tokenizer(folder):
 @pytest.mark.parametrize("fusion", FUSIONS)
 def test_batched_tags_equal_each_sentence_alone_windows_included(fusion, tiny_backbone):
     torch.manual_seed(0)
-    model = with_random_head(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=7))
+    model = with_random_head(
+        DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion=fusion, num_labels=7)
+    )
     tokenizer = short_tokenizer(tiny_backbone)
     alone = [predict_tags(model, tokenizer, [words], batch_size=1)[0] for words in SENTENCES]
     for batch_size in (2, 3, 32):
@@ -63,8 +65,9 @@ def test_batched_mask_fills_equal_each_text_alone(tmp_path, tiny_backbone):
     texts = ["peter [MASK]", "eu rejects [MASK] call to boycott british [MASK] lamb", "[MASK]"]
     alone = [fill_masks(model, tokenizer, [text], batch_size=1)[0] for text in texts]
     together = fill_masks(model, tokenizer, texts, batch_size=2)
-    assert [[[token for token, _ in mask] for mask in text] for text in together] == \
-        [[[token for token, _ in mask] for mask in text] for text in alone]
+    assert [[[token for token, _ in mask] for mask in text] for text in together] == [
+        [[token for token, _ in mask] for mask in text] for text in alone
+    ]
     flat = [p for text in together for mask in text for _, p in mask]
     assert flat == pytest.approx([p for text in alone for mask in text for _, p in mask], abs=1e-5)
 

@@ -9,13 +9,15 @@ from dwatt import DWAttForTokenClassification
 from dwatt.serving import quantization
 from dwatt.serving.quantization import FullRangeDynamicLinear, full_range_activations_exact, quantize_int8
 
-from .helpers import padded_batch, with_random_head as trained_like
+from .helpers import padded_batch
+from .helpers import with_random_head as trained_like
 
 
 @pytest.mark.parametrize("full_range", [True, False], ids=["8-bit-activations", "7-bit-activations"])
 @pytest.mark.parametrize("chosen", [True, False], ids=["chosen", "by-the-probe"])
-def test_int8_quantizes_the_backbone_and_fusion_linear_maps_and_keeps_the_head(tiny_backbone, monkeypatch, full_range,
-                                                                               chosen):
+def test_int8_quantizes_the_backbone_and_fusion_linear_maps_and_keeps_the_head(
+    tiny_backbone, monkeypatch, full_range, chosen
+):
     monkeypatch.setattr(quantization, "full_range_activations_exact", lambda: full_range)
     torch.manual_seed(0)
     model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="dwatt", num_labels=5))
@@ -42,6 +44,7 @@ def test_int8_quantizes_the_backbone_and_fusion_linear_maps_and_keeps_the_head(t
 def emulated_linear_dynamic(saturating: bool):
     """x86 int8 kernels emulated: uint8 activations times int8 weights, the products added in pairs, in 16 bits with
     saturation (`saturating`, AVX2/AVX-512 without VNNI) or exactly (VNNI), then in 32 bits."""
+
     def linear_dynamic(x, packed, reduce_range=False):
         weight, _ = torch.ops.quantized.linear_unpack(packed)
         top = 127 if reduce_range else 255
@@ -51,6 +54,7 @@ def emulated_linear_dynamic(saturating: bool):
         if saturating:
             pairs = torch.clamp(pairs, -(2**15), 2**15 - 1)
         return pairs.sum(-1) * scale * weight.q_per_channel_scales().float()
+
     return linear_dynamic
 
 
@@ -66,18 +70,23 @@ def test_the_full_range_probe_tells_a_saturating_kernel_from_an_exact_one(monkey
         full_range_activations_exact.cache_clear()
 
 
-def test_int8_in_pytorch_refuses_a_decoder_llm_and_names_the_export_that_keeps_its_tags(tiny_decoder, tmp_path, capsys):
+def test_int8_in_pytorch_refuses_a_decoder_llm_and_names_the_export_that_keeps_its_tags(
+    tiny_decoder, tmp_path, capsys
+):
     from dwatt.cli import main
 
     from .helpers import saved_with_tokenizer
 
     model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3)
-    with pytest.raises(ValueError, match=r"loses a decoder LLM's answers: .*dwatt export CHECKPOINT OUT --quantize int8"):
+    with pytest.raises(
+        ValueError, match=r"loses a decoder LLM's answers: .*dwatt export CHECKPOINT OUT --quantize int8"
+    ):
         quantize_int8(model)
     quantized = quantize_int8(model, allow_lossy=True)  # the benchmark's measurement of it
     assert any(isinstance(module, dynamic_quantized.Linear) for module in quantized.dwatt.modules())
-    folder = saved_with_tokenizer(DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3),
-                                  tmp_path / "decoder", tiny_decoder)
+    folder = saved_with_tokenizer(
+        DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3), tmp_path / "decoder", tiny_decoder
+    )
     assert main(["predict", str(folder), "peter", "--quantize", "int8"]) == 2
     error = [line for line in capsys.readouterr().err.splitlines() if "error" in line]  # the load's progress aside
     assert len(error) == 1 and "% of words (benchmarks/results/int8_decoders_cpu.md)" in error[0]

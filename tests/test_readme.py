@@ -23,7 +23,9 @@ def test_readme_starts_with_the_install_run_and_test_commands():
 
 @pytest.mark.real_weights
 def test_quick_start_runs(minilm_path, tmp_path, monkeypatch):
-    code = re.search(r"## A model in Python\n.*?```python\n(.*?)```", (DOCS / "getting-started.md").read_text(), re.S).group(1)
+    code = re.search(
+        r"## A model in Python\n.*?```python\n(.*?)```", (DOCS / "getting-started.md").read_text(), re.S
+    ).group(1)
     code = code.replace('"roberta-large"', repr(str(minilm_path)))
     monkeypatch.chdir(tmp_path)
     namespace = {}
@@ -38,7 +40,6 @@ def test_readme_parameter_table_matches_the_models():
     from transformers import RobertaConfig
 
     from dwatt import DWAttConfig, RobertaDWAttForTokenClassification, count_parameters
-
     from dwatt.defaults import ROBERTA_LARGE_SHAPE as ROBERTA_LARGE
 
     table = README.read_text().split("| fusion | what the head sees", 1)[1].split("\n\n", 1)[0]
@@ -46,7 +47,9 @@ def test_readme_parameter_table_matches_the_models():
         cells = [c.strip() for c in line.strip("|").split("|")]
         fusion, ours = cells[0].strip("`"), cells[-1].split("/")[0].strip()
         with torch.device("meta"):
-            model = RobertaDWAttForTokenClassification(DWAttConfig(encoder_config=RobertaConfig(**ROBERTA_LARGE), fusion=fusion, num_labels=9))
+            model = RobertaDWAttForTokenClassification(
+                DWAttConfig(encoder_config=RobertaConfig(**ROBERTA_LARGE), fusion=fusion, num_labels=9)
+            )
         added = count_parameters(model.dwatt.fusion)
         expected = f"{added / 1e6:.2f}M" if added >= 1e6 else str(added)
         assert ours == expected, f"README says {ours} for {fusion}; the model has {expected}"
@@ -62,7 +65,9 @@ def readme_blocks() -> dict[str, str]:
     for page in PAGES:
         found = re.findall(r"<!-- ([^:\n]+): (\S+) -->\n(.*?)<!-- end of \1 -->", page.read_text(), re.S)
         for _, source, body in found:
-            assert blocks.setdefault(source, body) == body, f"{page}: the block from {source} differs from another page's"
+            assert blocks.setdefault(source, body) == body, (
+                f"{page}: the block from {source} differs from another page's"
+            )
     return blocks
 
 
@@ -72,22 +77,36 @@ def test_committed_report_and_readme_tables_are_generated_from_the_committed_res
     from dwatt.experiment.report import write_report
 
     write_report(sorted((README.parent / "docs" / "results").glob("*/results*.jsonl")), tmp_path, title="check")
-    for table in sorted(REPORT_TABLES.glob("*.csv")):  # numbers to rounding: another scipy may differ in the last digit
-        pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "tables" / table.name), pd.read_csv(table), rtol=1e-9,
-                                      obj=f"{table} (stale? run docs/results/report.sh)")
+    for table in sorted(
+        REPORT_TABLES.glob("*.csv")
+    ):  # numbers to rounding: another scipy may differ in the last digit
+        pd.testing.assert_frame_equal(
+            pd.read_csv(tmp_path / "tables" / table.name),
+            pd.read_csv(table),
+            rtol=1e-9,
+            obj=f"{table} (stale? run docs/results/report.sh)",
+        )
     for table in sorted(REPORT_TABLES.glob("*.md")):
-        assert (tmp_path / "tables" / table.name).read_text() == table.read_text(), f"{table}: stale, run docs/results/report.sh"
+        assert (tmp_path / "tables" / table.name).read_text() == table.read_text(), (
+            f"{table}: stale, run docs/results/report.sh"
+        )
     assert {path.name for path in (tmp_path / "tables").iterdir()} == {path.name for path in REPORT_TABLES.iterdir()}
 
 
 def test_readme_blocks_quote_the_committed_report_tables():
     blocks = {source: body for source, body in readme_blocks().items() if source.startswith("docs/results/report/")}
-    assert {"docs/results/report/tables/paper_comparison.md", "docs/results/report/tables/text_classification.md",
-            "docs/results/report/tables/fusion_gains.md", "docs/results/report/tables/training_modes.md"} <= set(blocks)
+    assert {
+        "docs/results/report/tables/paper_comparison.md",
+        "docs/results/report/tables/text_classification.md",
+        "docs/results/report/tables/fusion_gains.md",
+        "docs/results/report/tables/training_modes.md",
+    } <= set(blocks)
     for source, body in blocks.items():
         assert body == (README.parent / source).read_text(), f"README.md: the block from {source} is stale"
-    assert "**Text classification, ag_news, all-MiniLM-L6-v2, FE: accuracy**" in blocks[
-        "docs/results/report/tables/text_classification.md"]
+    assert (
+        "**Text classification, ag_news, all-MiniLM-L6-v2, FE: accuracy**"
+        in blocks["docs/results/report/tables/text_classification.md"]
+    )
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(README.parent)) for p in PAGES])
@@ -130,7 +149,9 @@ def benchmark_module(name: str):
 
 def test_readme_serving_ratios_are_the_committed_cpu_benchmark_s():
     rows = json.loads((README.parent / "benchmarks" / "results" / "fusion_speed_cpu.json").read_text())["rows"]
-    assert readme_blocks()["benchmarks/results/fusion_speed_cpu.json"] == benchmark_module("fusion_speed").ratio_table(rows)
+    assert readme_blocks()["benchmarks/results/fusion_speed_cpu.json"] == benchmark_module("fusion_speed").ratio_table(
+        rows
+    )
 
 
 def test_readme_bulk_prediction_table_is_the_committed_benchmark_s():

@@ -9,23 +9,26 @@ from dwatt.run_config import RunConfig, default_learning_rate
 from dwatt.tasks import TASKS
 
 
-@pytest.mark.parametrize("settings, named", [
-    ({"fusion": "attention"}, "--fusion: unknown fusion 'attention'"),
-    ({"mode": "frozen"}, "--mode: unknown mode 'frozen'"),
-    ({"lora_rank": 0}, "--lora-rank must be >= 1"),
-    ({"lora_dropout": 1.0}, "--lora-dropout in \\[0, 1\\)"),
-    ({"epochs": 0}, "--epochs must be > 0, got 0"),
-    ({"n_shot": -4}, "--n-shot must be > 0, got -4"),
-    ({"sampling": "stratified"}, "--sampling: unknown strategy 'stratified'"),
-    ({"dev_sentences": 0}, "--dev-sentences must be > 0"),
-    ({"task": "mlm", "few_shot_dev": True}, "few_shot_dev: .* few-shot runs trained together"),
-    ({"batch_size": 0}, "--batch-size must be > 0"),
-    ({"learning_rate": math.nan}, "--lr must be a finite number > 0, got nan"),
-    ({"learning_rate": -1e-3}, "--lr must be a finite number > 0"),
-    ({"cache_dtype": "int8"}, "--cache-dtype: expected float16, bfloat16 or float32, got 'int8'"),
-    ({"backbone_dtype": "int8"}, "--backbone-dtype: expected auto, bfloat16, float16, float32, got 'int8'"),
-    ({"mode": "ft", "backbone_dtype": "float16"}, "--backbone-dtype float16 with --mode ft: .* half precision"),
-])
+@pytest.mark.parametrize(
+    "settings, named",
+    [
+        ({"fusion": "attention"}, "--fusion: unknown fusion 'attention'"),
+        ({"mode": "frozen"}, "--mode: unknown mode 'frozen'"),
+        ({"lora_rank": 0}, "--lora-rank must be >= 1"),
+        ({"lora_dropout": 1.0}, "--lora-dropout in \\[0, 1\\)"),
+        ({"epochs": 0}, "--epochs must be > 0, got 0"),
+        ({"n_shot": -4}, "--n-shot must be > 0, got -4"),
+        ({"sampling": "stratified"}, "--sampling: unknown strategy 'stratified'"),
+        ({"dev_sentences": 0}, "--dev-sentences must be > 0"),
+        ({"task": "mlm", "few_shot_dev": True}, "few_shot_dev: .* few-shot runs trained together"),
+        ({"batch_size": 0}, "--batch-size must be > 0"),
+        ({"learning_rate": math.nan}, "--lr must be a finite number > 0, got nan"),
+        ({"learning_rate": -1e-3}, "--lr must be a finite number > 0"),
+        ({"cache_dtype": "int8"}, "--cache-dtype: expected float16, bfloat16 or float32, got 'int8'"),
+        ({"backbone_dtype": "int8"}, "--backbone-dtype: expected auto, bfloat16, float16, float32, got 'int8'"),
+        ({"mode": "ft", "backbone_dtype": "float16"}, "--backbone-dtype float16 with --mode ft: .* half precision"),
+    ],
+)
 def test_a_bad_setting_is_refused_naming_its_option(settings, named):
     with pytest.raises(ValueError, match=named):
         RunConfig(**settings).validate()

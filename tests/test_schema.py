@@ -10,4 +10,6 @@ def test_the_schema_imports_without_torch_and_training_writes_with_it():
     from dwatt import schema
     from dwatt.training import probe_ensembles, together
 
-    assert probe_ensembles.ENSEMBLE_SIZES is schema.ENSEMBLE_SIZES and together.ENSEMBLES_FIELD == schema.ENSEMBLES_FIELD
+    assert (
+        probe_ensembles.ENSEMBLE_SIZES is schema.ENSEMBLE_SIZES and together.ENSEMBLES_FIELD == schema.ENSEMBLES_FIELD
+    )

@@ -40,7 +40,11 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
                 test = 0.9 if (layer, rate) == (1, 1e-4) else dev - 0.02 + 0.003 * trial * (layer == 3)
                 rows.append(fair_row("base", trial, rate, dev, test, layer))
         for rate in (1e-4, 1e-3):
-            rows.append(fair_row("dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial + 0.005 * (trial == 1)))
+            rows.append(
+                fair_row(
+                    "dwatt", trial, rate, 0.7 if rate == 1e-4 else 0.6, 0.66 + 0.01 * trial + 0.005 * (trial == 1)
+                )
+            )
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = write_report([store], tmp_path / "out", title="fair")
@@ -56,25 +60,42 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
     # selection regret: dev took layer 2 at 1e-3, test would have taken layer 1 at 1e-4 (0.9)
     assert best.regret == pytest.approx(100 * (0.63 + 0.01 - 0.9)) and table.loc["DWAtt"].regret == 0 == last.regret
     regret = (tmp_path / "out" / "tables" / "regret.md").read_text()
-    assert regret.splitlines()[:3] == ["| backbone | dataset | N | last layer | best single layer | DWAtt |",
-                                       "|---|---|---|---|---|---|", "| deep | conll2003 | 32 | +0.00 ± 0.00 | -26.00 ± 2.48 | +0.00 ± 0.00 |"]
+    assert regret.splitlines()[:3] == [
+        "| backbone | dataset | N | last layer | best single layer | DWAtt |",
+        "|---|---|---|---|---|---|",
+        "| deep | conll2003 | 32 | +0.00 ± 0.00 | -26.00 ± 2.48 | +0.00 ± 0.00 |",
+    ]
     assert regret in report.read_text() and "Dev set: a dev set of 200 sentences." in report.read_text()
     text = report.read_text()
-    assert "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n" in text
+    assert (
+        "**deep, conll2003, FE, 25 epochs: test F1 of the run chosen on dev**\n\nLearning rates tried: 0.0001, 0.001.\n"
+        in text
+    )
     verdict = (tmp_path / "out" / "tables" / "fair_verdicts.md").read_text()
-    assert verdict in text and verdict.startswith("- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2).")
-    assert ("Fusions that beat it (Holm-corrected p < 0.05): DWAtt +3.17 ± 0.72; level with it (no difference shown): "
-            "none; that trail it: none.") in verdict
-    assert verdict.rstrip().endswith("The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in every "
-                                     "trial (a larger one might score higher): last layer, best single layer.")
+    assert verdict in text and verdict.startswith(
+        "- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2)."
+    )
+    assert (
+        "Fusions that beat it (Holm-corrected p < 0.05): DWAtt +3.17 ± 0.72; level with it (no difference shown): "
+        "none; that trail it: none."
+    ) in verdict
+    assert verdict.rstrip().endswith(
+        "The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in every "
+        "trial (a larger one might score higher): last layer, best single layer."
+    )
     assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text().splitlines()
-    assert answer[:3] == ["| setting | best single layer | last layer | DWAtt |", "|---|---|---|---|",
-                          "| deep, N = 32 (3 trials) | 64.00 | -9.70 ± 0.75 ▼ | +3.17 ± 0.72 ▲ |"]
+    assert answer[:3] == [
+        "| setting | best single layer | last layer | DWAtt |",
+        "|---|---|---|---|",
+        "| deep, N = 32 (3 trials) | 64.00 | -9.70 ± 0.75 ▼ | +3.17 ± 0.72 ▲ |",
+    ]
     assert answer[3] == "| every setting: trials ahead (sign test) |  | 0 of 3 ahead | 3 of 3 ahead |"
-    assert answer[5].startswith("CoNLL-03 test F1: the best single layer's, and each method's difference from it in F1 "
-                                "(mean ± 95% CI over trials, paired), each method at its own learning rate chosen on a "
-                                "dev set of 200 sentences. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the 1 ")
+    assert answer[5].startswith(
+        "CoNLL-03 test F1: the best single layer's, and each method's difference from it in F1 "
+        "(mean ± 95% CI over trials, paired), each method at its own learning rate chosen on a "
+        "dev set of 200 sentences. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the 1 "
+    )
     assert "dev F1" not in (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()  # test scores only
     assert (tmp_path / "out" / "figures" / "probe.png").exists() and "fig2_f1_vs_n" not in text
     probe = pd.read_csv(tmp_path / "out" / "tables" / "probe.csv")
@@ -94,10 +115,20 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
 def test_the_fair_answer_has_no_table_where_no_difference_has_an_interval():
     from dwatt.experiment.report import fair_answer
 
-    table = pd.DataFrame({"backbone": ["m"] * 4, "dataset": ["conll2003"] * 4, "n_shot": [32] * 4, "epochs": [25] * 4,
-                          "method": ["best single layer", "last layer", "DWAtt", "Concat"], "metric": ["F1"] * 4,
-                          "test_score": [60.0, 48.0, 61.0, 56.0], "trials": [1] * 4,
-                          "minus_best_layer": [math.nan, -12.0, 1.0, -4.0], "minus_best_layer_ci95": [math.nan] * 4})
+    table = pd.DataFrame(
+        {
+            "backbone": ["m"] * 4,
+            "dataset": ["conll2003"] * 4,
+            "n_shot": [32] * 4,
+            "epochs": [25] * 4,
+            "method": ["best single layer", "last layer", "DWAtt", "Concat"],
+            "metric": ["F1"] * 4,
+            "test_score": [60.0, 48.0, 61.0, 56.0],
+            "trials": [1] * 4,
+            "minus_best_layer": [math.nan, -12.0, 1.0, -4.0],
+            "minus_best_layer_ci95": [math.nan] * 4,
+        }
+    )
     assert fair_answer(table) == ""  # one trial each: no answer yet
     assert fair_answer(table.assign(minus_best_layer_ci95=0.0)) == ""  # every trial the same difference: none either
     with_intervals = table.assign(minus_best_layer_ci95=[math.nan, 2.0, 3.0, 1.0], trials=3)
@@ -125,9 +156,15 @@ def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
     from dwatt.experiment.selection import fair_comparison
     from dwatt.experiment.summaries import runs_frame
 
-    rows = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.5, layer) for trial in range(2) for layer in (1, 2, 3)
-            for rate in (1e-4, 1e-3, 1e-2)]
-    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(2) for rate in (1e-4, 1e-3)]  # not yet at 1e-2
+    rows = [
+        fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.5, layer)
+        for trial in range(2)
+        for layer in (1, 2, 3)
+        for rate in (1e-4, 1e-3, 1e-2)
+    ]
+    rows += [
+        fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(2) for rate in (1e-4, 1e-3)
+    ]  # not yet at 1e-2
     text = fair_table(fair_comparison(runs_frame(rows)))
     assert "Learning rates tried" not in text and text.splitlines()[2].endswith("| learning rates tried |")
     assert "| 32 | DWAtt | 60.00 ± 0.00 | +10.00 ± 0.00 | 0.0001, 0.0001 |  | 2 | 0.0001, 0.001 |" in text
@@ -135,7 +172,12 @@ def test_the_fair_table_names_each_method_s_rates_where_the_grids_differ():
 
 
 def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(tmp_path):
-    rows = [fair_row("base", trial, rate, 0.5, 0.5, layer) for trial in range(3) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+    rows = [
+        fair_row("base", trial, rate, 0.5, 0.5, layer)
+        for trial in range(3)
+        for layer in (1, 2, 3)
+        for rate in (1e-4, 1e-3)
+    ]
     rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(3) for rate in (1e-4, 1e-3)]
     rows += [fair_row("dwatt", 0, 1e-2, 0.6, 0.6)]  # past the grid's edge, in one trial
     rows += [fair_row("base", 0, 1e-4, 0.5, 0.5, layer, n=128) for layer in (1, 2)]  # N = 128: a probe begun
@@ -143,26 +185,49 @@ def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
     write_report([store], tmp_path / "out", title="fair")
     table = (tmp_path / "out" / "tables" / "coverage.md").read_text().splitlines()
-    assert table[2:] == ["| backbone | dataset | N | Base (probe) | DWAtt |", "|---|---|---|---|---|",
-                         "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
-                         "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |"]
+    assert table[2:] == [
+        "| backbone | dataset | N | Base (probe) | DWAtt |",
+        "|---|---|---|---|---|",
+        "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
+        "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |",
+    ]
     assert "## Coverage" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_reports_test_accuracy(tmp_path):
     def cls_row(fusion, trial, rate, dev, test, layer=None):
-        return {"task": "cls", "seed": trial, "best_dev_accuracy": dev, "test_scores": {"accuracy": test, "macro_f1": test},
-                "backbone_layers": 2, "num_dev_examples": 800,
-                "config": {"backbone": "/m/enc", "fusion": fusion, "mode": "fe", "dataset": "ag_news", "n_shot": 16,
-                           "epochs": 20, "task": "cls", "learning_rate": rate,
-                           "layers": str(layer) if layer is not None else "all"}}
+        return {
+            "task": "cls",
+            "seed": trial,
+            "best_dev_accuracy": dev,
+            "test_scores": {"accuracy": test, "macro_f1": test},
+            "backbone_layers": 2,
+            "num_dev_examples": 800,
+            "config": {
+                "backbone": "/m/enc",
+                "fusion": fusion,
+                "mode": "fe",
+                "dataset": "ag_news",
+                "n_shot": 16,
+                "epochs": 20,
+                "task": "cls",
+                "learning_rate": rate,
+                "layers": str(layer) if layer is not None else "all",
+            },
+        }
 
     rows = []
     for trial in range(3):
         for rate in (1e-3, 1e-2):
             for layer in (1, 2):  # layer 1 at 1e-2 is best on dev
-                rows.append(cls_row("base", trial, rate, 0.5 + 0.2 * (layer == 1) + 0.1 * (rate == 1e-2), 0.7 + 0.01 * trial, layer))
-            rows.append(cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial + 0.005 * (trial == 1)))
+                rows.append(
+                    cls_row(
+                        "base", trial, rate, 0.5 + 0.2 * (layer == 1) + 0.1 * (rate == 1e-2), 0.7 + 0.01 * trial, layer
+                    )
+                )
+            rows.append(
+                cls_row("dwatt", trial, rate, 0.6 + 0.1 * (rate == 1e-3), 0.75 + 0.01 * trial + 0.005 * (trial == 1))
+            )
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = write_report([store], tmp_path / "out", title="fair").read_text()
@@ -173,7 +238,10 @@ def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_repo
     assert "| N | method | test accuracy |" in report and "test accuracy of the run chosen on dev" in report
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text()
     assert "| enc, N = 16 (3 trials) | 71.00 |" in answer and "+5.17 ± 0.72 ▲" in answer
-    assert "AG News test accuracy: the best single layer's, and each method's difference from it in accuracy points" in answer
+    assert (
+        "AG News test accuracy: the best single layer's, and each method's difference from it in accuracy points"
+        in answer
+    )
     assert "chosen on a dev set of 800 texts" in answer
 
 
@@ -183,9 +251,16 @@ def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_s
         for layer in (1, 2):
             for rate in (1e-4, 1e-3):
                 # On the 1000 dev sentences layer 2 at 1e-3 wins; on the small sample, layer 1 at 1e-4 (its test: 0.5)
-                row = fair_row("base", trial, rate, 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3), 0.6 + 0.01 * trial, layer)
+                row = fair_row(
+                    "base", trial, rate, 0.5 + 0.1 * (layer == 2) + 0.05 * (rate == 1e-3), 0.6 + 0.01 * trial, layer
+                )
                 small = 0.9 if (layer, rate) == (1, 1e-4) else 0.4
-                row["few_shot_dev"] = {"sentences": 128, "best_f1": small, "best_epoch": 3.0, "test_scores": {"f1": 0.5}}
+                row["few_shot_dev"] = {
+                    "sentences": 128,
+                    "best_f1": small,
+                    "best_epoch": 3.0,
+                    "test_scores": {"f1": 0.5},
+                }
                 rows.append(row)
     store = tmp_path / "fair.jsonl"
     store.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -207,7 +282,10 @@ def test_with_no_dev_set_the_report_takes_the_last_epoch_at_dwatt_train_s_rate(t
         for rate in (1e-4, 1e-3):
             for layer in (1, 3):
                 row = fair_row("base", trial, rate, 0.6, 0.6, layer)
-                row["last_epoch"] = {"epoch": 25, "test_scores": {"f1": 0.40 + 0.01 * trial + (0.3 if rate == 1e-4 else 0)}}
+                row["last_epoch"] = {
+                    "epoch": 25,
+                    "test_scores": {"f1": 0.40 + 0.01 * trial + (0.3 if rate == 1e-4 else 0)},
+                }
                 rows.append(row)
             row = fair_row("dwatt", trial, rate, 0.6, 0.6)
             row["last_epoch"] = {"epoch": 25, "test_scores": {"f1": 0.45 + 0.01 * trial}}
@@ -251,9 +329,14 @@ def test_rates_a_few_methods_reached_on_one_backbone_are_not_the_grid_s():
         for fusion in ("scalar_mix", "dwatt", "base_plus_n", "concat"):
             rates = (1e-4, 1e-3, 1e-2) if extended and fusion != "concat" else (1e-4, 1e-3)
             rows += [on(backbone, fair_row(fusion, 0, rate, 0.5, 0.5)) for rate in rates]
-        rows += [on(backbone, fair_row("base", 0, rate, 0.5, 0.5, layer)) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+        rows += [
+            on(backbone, fair_row("base", 0, rate, 0.5, 0.5, layer)) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)
+        ]
     covered = coverage(runs_frame(rows)).set_index(["backbone", "method"])
-    assert covered.loc[("deep", "Concat"), "complete_trials"] == 1 and covered.loc[("deep", "Concat"), "planned_runs"] == 2
+    assert (
+        covered.loc[("deep", "Concat"), "complete_trials"] == 1
+        and covered.loc[("deep", "Concat"), "planned_runs"] == 2
+    )
     assert covered.loc[("deep", "DWAtt"), "planned_runs"] == 3 and covered.loc[("other", "DWAtt"), "planned_runs"] == 2
 
 
@@ -263,19 +346,36 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     rates are each layer's own, and they count as one planned run per trial in the coverage."""
     rows = []
     for trial in range(3):
-        group = [fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.6, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)]
+        group = [
+            fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.6, layer)
+            for layer in (1, 2, 3)
+            for rate in (1e-4, 1e-3)
+        ]
         members = lambda layers: [{"layer": layer, "learning_rate": 1e-3, "epoch": 2.0, "f1": 0.5} for layer in layers]
-        group[0]["probe_ensembles"] = [{
-            "size": 3, "members": members([3, 2, 1]), "best_f1": 0.7, "test_scores": {"f1": 0.63 + 0.01 * trial},
-            "candidates": {"layers": [1, 2, 3], "learning_rates": [1e-4, 1e-3]},
-            "few_shot_dev": {"sentences": 128, "seed": trial, "members": members([1, 3, 2]), "best_f1": 0.8,
-                             "test_scores": {"f1": 0.55}}}]
+        group[0]["probe_ensembles"] = [
+            {
+                "size": 3,
+                "members": members([3, 2, 1]),
+                "best_f1": 0.7,
+                "test_scores": {"f1": 0.63 + 0.01 * trial},
+                "candidates": {"layers": [1, 2, 3], "learning_rates": [1e-4, 1e-3]},
+                "few_shot_dev": {
+                    "sentences": 128,
+                    "seed": trial,
+                    "members": members([1, 3, 2]),
+                    "best_f1": 0.8,
+                    "test_scores": {"f1": 0.55},
+                },
+            }
+        ]
         for row in group:
             row["few_shot_dev"] = {"sentences": 128, "best_f1": 0.4, "best_epoch": 3.0, "test_scores": {"f1": 0.6}}
         rows += group
     # the grid's store without the ensembles, and a probe trained again for them in its own store (the same runs)
     store, again = tmp_path / "fair.jsonl", tmp_path / "fair.ensembles.jsonl"
-    store.write_text("".join(json.dumps({k: v for k, v in row.items() if k != "probe_ensembles"}) + "\n" for row in rows))
+    store.write_text(
+        "".join(json.dumps({k: v for k, v in row.items() if k != "probe_ensembles"}) + "\n" for row in rows)
+    )
     again.write_text("".join(json.dumps(row) + "\n" for row in rows if "probe_ensembles" in row))
     write_report([store, again], tmp_path / "out", title="fair")
     tables = tmp_path / "out" / "tables"
@@ -286,10 +386,14 @@ def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_th
     assert ensemble.learning_rates_tried == "0.0001, 0.001" and pd.isna(ensemble.regret)
     assert "| 32 | top-3 layers averaged | 55.00 ± 0.00 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
     assert "| 1,3,2; 1,3,2; 1,3,2 |" in (tables / "fair_comparison_few_shot_dev.md").read_text()
-    assert ("Fusions or probe ensembles that beat it (Holm-corrected p < 0.05): top-3 layers averaged +4.00"
-            in (tables / "fair_verdicts.md").read_text())
+    assert (
+        "Fusions or probe ensembles that beat it (Holm-corrected p < 0.05): top-3 layers averaged +4.00"
+        in (tables / "fair_verdicts.md").read_text()
+    )
     answer = (tables / "fair_answer.md").read_text().splitlines()
-    assert answer[0] == "| setting | best single layer | last layer | top-3 |" and answer[2].endswith("| +4.00 ± 2.48 ▲ |")
+    assert answer[0] == "| setting | best single layer | last layer | top-3 |" and answer[2].endswith(
+        "| +4.00 ± 2.48 ▲ |"
+    )
     coverage = (tables / "coverage.md").read_text()
     assert "| top-3 layers averaged |" in coverage and "| 3/3 | 3/3 |" in coverage
     # a run trained again with another result is still refused, ensembles or not
@@ -318,7 +422,10 @@ def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path)
     on_dev = fair_comparison(frame).set_index("method")
     on_sample = fair_comparison(frame, few_shot_dev=True).set_index("method")
     # dev: layer 6, the window 4-8, its better rate on dev (test 0.75); the sample: layer 3, the window 1-5 (0.6)
-    assert on_dev.loc[method, "test_score"] == pytest.approx(75) and on_dev.loc[method, "learning_rates"] == "0.001, 0.001"
+    assert (
+        on_dev.loc[method, "test_score"] == pytest.approx(75)
+        and on_dev.loc[method, "learning_rates"] == "0.001, 0.001"
+    )
     assert on_sample.loc[method, "test_score"] == pytest.approx(60)
     assert on_dev.loc[method, "regret"] == pytest.approx(0) and "ScalarMix" not in on_dev.index  # no run of all layers
     assert on_dev.loc[method, "minus_best_layer"] == pytest.approx(25)
@@ -329,7 +436,10 @@ def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path)
     store.write_text("".join(json.dumps(row) + "\n" for row in window_grid_rows()))
     write_report([store], tmp_path / "out", title="fair")
     coverage = (tmp_path / "out" / "tables" / "coverage.md").read_text()
-    assert f"| Base (probe) | {method} | {alone} |" in coverage and "| deep | conll2003 | 32 | 2/2 | 2/2 | 2/2 |" in coverage
+    assert (
+        f"| Base (probe) | {method} | {alone} |" in coverage
+        and "| deep | conll2003 | 32 | 2/2 | 2/2 | 2/2 |" in coverage
+    )
     table = (tmp_path / "out" / "tables" / "fair_comparison.md").read_text()
     assert f"| 32 | {method} | 75.00 ± 0.00 | +25.00 ± 0.00 | 0.001, 0.001 | 4-8, 4-8 | 2 |" in table
 
@@ -340,18 +450,29 @@ def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
     from dwatt.experiment.summaries import runs_frame
 
     frame = runs_frame(window_grid_rows())
-    specs = grid(fusions=("scalar_mix", "dwatt"), n_shots=(32,), epochs=(25,), trials=2, backbones=("/m/deep",),
-                 learning_rates=(1e-4, 1e-3))
+    specs = grid(
+        fusions=("scalar_mix", "dwatt"),
+        n_shots=(32,),
+        epochs=(25,),
+        trials=2,
+        backbones=("/m/deep",),
+        learning_rates=(1e-4, 1e-3),
+    )
     windows = around_chosen_layers(specs, frame)
     assert {(spec.trial, spec.fusion, spec.layers) for spec in windows} == {
-        (trial, fusion, "4-8") for trial in (0, 1) for fusion in ("scalar_mix", "dwatt")}
+        (trial, fusion, "4-8") for trial in (0, 1) for fusion in ("scalar_mix", "dwatt")
+    }
     assert len(around_chosen_layers(specs, frame, few_shot_dev=True)) == 2 * len(specs)
     assert all(spec.run_id.endswith("/L4-8") for spec in windows)
     assert {spec.layers for spec in around_chosen_layers(specs, frame, alone=True)} == {"only:4-8"}
     with pytest.raises(ValueError, match=r"no probe .* for conll2003/deep/fe/scalar_mix/n32/e25/t2"):
-        around_chosen_layers(grid(fusions=("scalar_mix",), n_shots=(32,), epochs=(25,), trials=3, backbones=("/m/deep",)), frame)
+        around_chosen_layers(
+            grid(fusions=("scalar_mix",), n_shots=(32,), epochs=(25,), trials=3, backbones=("/m/deep",)), frame
+        )
     with pytest.raises(ValueError, match="fusions that mix layers .*; not base_plus_n"):
-        around_chosen_layers(grid(fusions=("base_plus_n",), n_shots=(32,), epochs=(25,), trials=1, backbones=("/m/deep",)), frame)
+        around_chosen_layers(
+            grid(fusions=("base_plus_n",), n_shots=(32,), epochs=(25,), trials=1, backbones=("/m/deep",)), frame
+        )
 
 
 def test_a_window_is_not_planned_where_it_would_be_every_layer():
@@ -360,12 +481,14 @@ def test_a_window_is_not_planned_where_it_would_be_every_layer():
     from dwatt.experiment.selection import WINDOW_METHODS, coverage
     from dwatt.experiment.summaries import runs_frame
 
-    rows = [row | {"backbone_layers": 4} for row in window_grid_rows()
-            if row["config"]["fusion"] != "base" or int(row["config"]["layers"]) <= 4]
+    rows = [
+        row | {"backbone_layers": 4}
+        for row in window_grid_rows()
+        if row["config"]["fusion"] != "base" or int(row["config"]["layers"]) <= 4
+    ]
     covered = coverage(runs_frame(rows)).set_index("method")
     assert WINDOW_METHODS["scalar_mix", False] not in covered.index
     assert covered.loc[WINDOW_METHODS["scalar_mix", True], "trials"] == 2
-
 
 
 def test_coverage_counts_windows_around_both_choices_and_only_those():

@@ -3,7 +3,6 @@ torch.compile with fullgraph=True) and exports to ONNX with onnxruntime's logits
 family, and a re-export killed at any point leaves the old export or the new one. The command: test_cli_export;
 running an export: test_onnx_runtime."""
 
-
 import pytest
 import torch
 
@@ -14,7 +13,6 @@ from .families import ALL_FAMILIES, encoder_config, installed, is_decoder, works
 from .helpers import files_of, fresh_copy, padded_batch
 from .helpers import with_random_head as trained_like
 
-
 pytest.importorskip("onnxruntime", reason="the export extra: pip install -e '.[export]'")
 pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[export]'")
 
@@ -23,11 +21,27 @@ pytest.importorskip("onnxscript", reason="the export extra: pip install -e '.[ex
 NO_ONNX = {"mixtral", "qwen2_moe", "qwen3_moe"}
 # The families whose extra layers (Base+n) take inputs of their own: relative positions, rotary embeddings, local and
 # global attention, sliding windows, another layer list.
-OWN_LAYER_INPUTS = ("mpnet", "roformer", "deberta", "deberta-v2", "modernbert", "distilbert", "albert", "gpt2", "gemma2", "qwen2")
+OWN_LAYER_INPUTS = (
+    "mpnet",
+    "roformer",
+    "deberta",
+    "deberta-v2",
+    "modernbert",
+    "distilbert",
+    "albert",
+    "gpt2",
+    "gemma2",
+    "qwen2",
+)
 # Every fusion on one encoder and one decoder; DWAtt (its layer-by-layer CPU path) on every family; Base+n where a
 # family hands its layers inputs of its own. (About 5 s an export: every cell on every family would take 20 minutes.)
-GRAPH_CELLS = [(family, fusion) for family in ALL_FAMILIES for fusion in FUSIONS if works(family, fusion) and (
-    family in ("bert", "llama") or fusion == "dwatt" or (fusion == "base_plus_n" and family in OWN_LAYER_INPUTS))]
+GRAPH_CELLS = [
+    (family, fusion)
+    for family in ALL_FAMILIES
+    for fusion in FUSIONS
+    if works(family, fusion)
+    and (family in ("bert", "llama") or fusion == "dwatt" or (fusion == "base_plus_n" and family in OWN_LAYER_INPUTS))
+]
 # A head on layer 2 of 3 runs a cut backbone (its last layer's output kept by a forward hook where the family's final
 # norm would follow): an encoder, decoders with a final norm of each kind, and an encoder with one.
 GRAPH_CELLS += [(family, "base:2") for family in ("bert", "llama", "gpt2", "modernbert")]
@@ -43,7 +57,9 @@ def family_model(family: str, fusion: str):
     task = DWAttForSequenceClassification if is_decoder(family) else DWAttForTokenClassification
     torch.manual_seed(0)
     fusion, _, layer = fusion.partition(":")
-    config = DWAttConfig(encoder_config=encoder_config(family), fusion=fusion, num_labels=5, fused_layers=layer or "all")
+    config = DWAttConfig(
+        encoder_config=encoder_config(family), fusion=fusion, num_labels=5, fused_layers=layer or "all"
+    )
     return trained_like(task(config))
 
 
@@ -55,8 +71,9 @@ def test_mixture_of_experts_families_trace_with_torch_export_and_dynamic_axes(fa
         pytest.skip(f"this transformers has no {family!r} model")
     model = family_model(family, fusion)
     axes = {0: Dim("batch", max=64), 1: Dim("sequence", max=60)}
-    exported = torch.export.export(model, (), padded_batch(2, 7, seed=1), strict=False,
-                                   dynamic_shapes={"input_ids": axes, "attention_mask": axes})
+    exported = torch.export.export(
+        model, (), padded_batch(2, 7, seed=1), strict=False, dynamic_shapes={"input_ids": axes, "attention_mask": axes}
+    )
     other = padded_batch(3, 11, seed=2)
     with torch.no_grad():
         torch.testing.assert_close(exported.module()(**other).logits, model(**other).logits, atol=1e-5, rtol=0)
@@ -109,7 +126,10 @@ def test_eager_and_traced_runs_give_the_same_logits_at_the_positions_read(tiny_b
     model = trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5))
     batch = padded_batch(2, 7, seed=3)
     batch["input_ids"] = batch["input_ids"] % 16
-    dims = {"input_ids": {0: Dim("b", max=64), 1: Dim("s", max=60)}, "attention_mask": {0: Dim("b", max=64), 1: Dim("s", max=60)}}
+    dims = {
+        "input_ids": {0: Dim("b", max=64), 1: Dim("s", max=60)},
+        "attention_mask": {0: Dim("b", max=64), 1: Dim("s", max=60)},
+    }
     dims["attention_mask"] = dims["input_ids"]
     exported = torch.export.export(model, (), batch, dynamic_shapes=dims, strict=False)
     with torch.no_grad():
@@ -134,8 +154,12 @@ def test_a_re_export_killed_at_any_point_leaves_the_old_export_or_the_new_one(ch
     outcomes = set()
     for delay in (1.0, 3.0, 6.0):
         folder = fresh_copy(exported_ner, tmp_path / f"after-{delay}")
-        process = subprocess.Popen([sys.executable, "-m", "dwatt.cli", "export", str(checkpoints["cls"]), str(folder)],
-                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "dwatt.cli", "export", str(checkpoints["cls"]), str(folder)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         time.sleep(delay)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()

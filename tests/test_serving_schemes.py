@@ -7,10 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from dwatt import DWAttConfig
 from dwatt.serving.int8_graphs import scheme_for
 from dwatt.serving.schemes import EXPORT_QUANTIZATIONS, INT8_SCHEMES
-
-from dwatt import DWAttConfig
 
 from .families import encoder_config
 
@@ -28,4 +27,7 @@ def test_every_export_quantization_names_an_int8_scheme(family):
 
 def test_the_choices_load_without_torch():
     code = "import sys\nimport dwatt.serving.schemes\nprint('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+        == "False"
+    )

@@ -106,8 +106,9 @@ def test_heads_on_different_backbones_are_refused_naming_both_and_the_first_diff
         SharedBackboneHeads.from_pretrained([str(ours), str(tmp_path / "ft")])
     # the head-only one named second, or reading fewer layers: its named backbone is still the one checked against
     cut = tmp_path / "cut"
-    DWAttForTokenClassification.from_backbone(str(backbone), num_labels=5, fusion="base", fused_layers="1").save_pretrained(
-        cut, heads_only=True)
+    DWAttForTokenClassification.from_backbone(
+        str(backbone), num_labels=5, fusion="base", fused_layers="1"
+    ).save_pretrained(cut, heads_only=True)
     for order in ([tmp_path / "ft", ours], [tmp_path / "ft", cut]):
         with pytest.raises(ValueError, match=r"carries other backbone weights .*FT"):
             SharedBackboneHeads.from_pretrained([str(path) for path in order])
@@ -147,7 +148,9 @@ def test_heads_are_named_by_the_shortest_unique_ending_of_their_paths():
     from dwatt.serving.shared_heads import head_names
 
     assert head_names(["runs/conll/model", "runs/wikiann-en/model"]) == {
-        "conll/model": "runs/conll/model", "wikiann-en/model": "runs/wikiann-en/model"}
+        "conll/model": "runs/conll/model",
+        "wikiann-en/model": "runs/wikiann-en/model",
+    }
     assert head_names(["a/x", "b/y"]) == {"x": "a/x", "y": "b/y"}
     assert list(head_names(["org/ner-head"])) == ["ner-head"]
     with pytest.raises(ValueError, match="given twice"):
@@ -159,10 +162,14 @@ def test_cli_heads_saved_as_model_folders_of_two_runs_keep_both(tiny_backbone, t
     for seed, run in enumerate(("conll", "wikiann")):
         torch.manual_seed(seed)
         folder = tmp_path / run / "model"
-        trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5)).save_pretrained(folder, heads_only=True)
+        trained_like(DWAttForTokenClassification.from_backbone(str(tiny_backbone), num_labels=5)).save_pretrained(
+            folder, heads_only=True
+        )
         AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
         paths.append(str(folder))
-    assert main(["predict", "--heads", ",".join(paths), "--jsonl", str(write_lines(tmp_path, ["peter blackburn"]))]) == 0
+    assert (
+        main(["predict", "--heads", ",".join(paths), "--jsonl", str(write_lines(tmp_path, ["peter blackburn"]))]) == 0
+    )
     assert set(json.loads(capsys.readouterr().out)["tags"]) == {"conll/model", "wikiann/model"}
 
 
@@ -173,7 +180,8 @@ def write_lines(folder, lines):
 
 
 def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_before_any_weight_is_read(
-        backbone, tmp_path, monkeypatch):
+    backbone, tmp_path, monkeypatch
+):
     """Two FE heads on backbone folders that differ only in `layer_norm_eps`: head b run on a's backbone would give
     other logits than b alone, so the pair is refused, naming both checkpoints, the field and its two values."""
     other = save_tiny_backbone(tmp_path / "other-eps", "bert", layer_norm_eps=1e-3)
@@ -181,7 +189,8 @@ def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_befo
     for name, source in (("a", backbone), ("b", other)):
         torch.manual_seed(0)
         trained_like(DWAttForTokenClassification.from_backbone(str(source), num_labels=5)).save_pretrained(
-            tmp_path / name, heads_only=True)
+            tmp_path / name, heads_only=True
+        )
         folders.append(str(tmp_path / name))
     a, b = (DWAttForTokenClassification.from_pretrained(f).eval() for f in folders)
     ids, mask = inputs()
@@ -192,9 +201,13 @@ def test_heads_whose_backbone_configs_differ_in_a_forward_field_are_refused_befo
     # Full checkpoints too (they carry their weights, but not the eps): the same refusal, before any tensor is read.
     b.dwatt.backbone = DWAttForTokenClassification.from_pretrained(folders[1]).dwatt.backbone
     b.save_pretrained(tmp_path / "b-full")
-    monkeypatch.setattr("dwatt.serving.shared_heads._checkpoint_tensors", lambda *args: pytest.fail("weights read before the check"))
+    monkeypatch.setattr(
+        "dwatt.serving.shared_heads._checkpoint_tensors", lambda *args: pytest.fail("weights read before the check")
+    )
     for pair in (folders, [folders[0], str(tmp_path / "b-full")]):
-        with pytest.raises(ValueError, match=rf"{pair[0]}' and '{pair[1]}' do not share a backbone: layer_norm_eps 1e-12 vs 0.001"):
+        with pytest.raises(
+            ValueError, match=rf"{pair[0]}' and '{pair[1]}' do not share a backbone: layer_norm_eps 1e-12 vs 0.001"
+        ):
             SharedBackboneHeads.from_pretrained(pair)
 
 
@@ -202,8 +215,13 @@ def test_heads_whose_backbone_configs_differ_only_where_the_forward_cannot_see_a
     """Dropout, the names and paths a config records, its label maps and dtype: none changes an inference forward."""
     from dwatt.serving.shared_heads import backbone_identity, changes_the_forward
 
-    relabelled = save_tiny_backbone(tmp_path / "relabelled", "bert", hidden_dropout_prob=0.3,
-                                    attention_probs_dropout_prob=0.0, id2label={0: "x", 1: "y", 2: "z"})
+    relabelled = save_tiny_backbone(
+        tmp_path / "relabelled",
+        "bert",
+        hidden_dropout_prob=0.3,
+        attention_probs_dropout_prob=0.0,
+        id2label={0: "x", 1: "y", 2: "z"},
+    )
     folders = {}
     for name, source in (("a", backbone), ("b", relabelled)):
         torch.manual_seed(len(folders))
@@ -217,23 +235,43 @@ def test_heads_whose_backbone_configs_differ_only_where_the_forward_cannot_see_a
         for name, folder in folders.items():
             alone = DWAttForTokenClassification.from_pretrained(folder).eval()(input_ids=ids, attention_mask=mask)
             assert (together[name].logits - alone.logits).abs().max() <= 1e-5, name
-    assert not any(map(changes_the_forward, ("_name_or_path", "architectures", "hidden_dropout_prob", "attn_pdrop",
-                                             "id2label", "dtype")))
-    assert all(map(changes_the_forward, ("layer_norm_eps", "hidden_act", "position_embedding_type", "rope_parameters",
-                                         "pad_token_id", "sliding_window")))
+    assert not any(
+        map(
+            changes_the_forward,
+            ("_name_or_path", "architectures", "hidden_dropout_prob", "attn_pdrop", "id2label", "dtype"),
+        )
+    )
+    assert all(
+        map(
+            changes_the_forward,
+            (
+                "layer_norm_eps",
+                "hidden_act",
+                "position_embedding_type",
+                "rope_parameters",
+                "pad_token_id",
+                "sliding_window",
+            ),
+        )
+    )
     identity = backbone_identity(shared.heads["a"].config)
     assert list(identity)[:3] == ["model_type", "hidden_size", "num_hidden_layers"] and "layer_norm_eps" in identity
 
 
 @pytest.mark.parametrize("vectorize", [False, True], ids=["one-after-another", "vmap"])
-def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_checkpoint_alone(backbone, tmp_path,
-                                                                                               vectorize):
+def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_checkpoint_alone(
+    backbone, tmp_path, vectorize
+):
     """Two DWAtt heads (other weights, other keys drawn for the layers, other label names; one head-only, one full)
     and two Concat heads run as copies of one head each (`StackedHeads`), a ScalarMix head alone; every output is
     the checkpoint's own."""
-    specs = {"dwatt-a": ("dwatt", True, ["O", "B-X", "I-X", "B-Y", "I-Y"]),
-             "dwatt-b": ("dwatt", False, ["O", "B-P", "I-P", "B-Q", "I-Q"]),
-             "concat-a": ("concat", True, None), "concat-b": ("concat", True, None), "mix": ("scalar_mix", True, None)}
+    specs = {
+        "dwatt-a": ("dwatt", True, ["O", "B-X", "I-X", "B-Y", "I-Y"]),
+        "dwatt-b": ("dwatt", False, ["O", "B-P", "I-P", "B-Q", "I-Q"]),
+        "concat-a": ("concat", True, None),
+        "concat-b": ("concat", True, None),
+        "mix": ("scalar_mix", True, None),
+    }
     folders = {}
     for seed, (name, (fusion, heads_only, labels)) in enumerate(specs.items()):
         torch.manual_seed(seed)
@@ -256,7 +294,9 @@ def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_che
             expected = alone(input_ids=ids, attention_mask=mask, output_layer_weights=True)
         torch.testing.assert_close(together[name].logits, expected.logits, atol=1e-5, rtol=0, msg=name)
         if expected.layer_weights is not None:
-            torch.testing.assert_close(together[name].layer_weights, expected.layer_weights, atol=1e-5, rtol=0, msg=name)
+            torch.testing.assert_close(
+                together[name].layer_weights, expected.layer_weights, atol=1e-5, rtol=0, msg=name
+            )
     # weights changed in place after serving began are the ones served
     with torch.no_grad():
         shared.heads["dwatt-b"].classifier.bias.add_(1.0)

@@ -36,7 +36,9 @@ def rows_of(settings: dict[int, list[float]]) -> list[dict]:
     for n, differences in settings.items():
         for trial, difference in enumerate(differences):
             for layer in (1, 2, 3):
-                rows.append(fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 2), 0.6 - 0.1 * (layer != 2), layer, n=n))
+                rows.append(
+                    fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 2), 0.6 - 0.1 * (layer != 2), layer, n=n)
+                )
             rows.append(fair_row("dwatt", trial, 1e-3, 0.55, 0.6 + difference / 100, n=n))
     return rows
 
@@ -52,7 +54,7 @@ def test_a_setting_s_beat_must_survive_holm_and_the_pooled_test_counts_every_tri
     assert first.verdict == ("beats" if 2 * first.p_value < 0.05 else "level")
     pooled = pooled_comparison(frame).set_index("method")
     assert pooled.loc["DWAtt"].ahead == 8 and pooled.loc["DWAtt"].behind == 0
-    assert pooled.loc["DWAtt"].p_value == pytest.approx(2 / 2 ** 8)
+    assert pooled.loc["DWAtt"].p_value == pytest.approx(2 / 2**8)
 
 
 def test_ties_on_dev_average_the_tied_runs_test_scores_whatever_order_the_rows_come_in():
@@ -62,7 +64,9 @@ def test_ties_on_dev_average_the_tied_runs_test_scores_whatever_order_the_rows_c
     rows = []
     for trial in range(3):
         for layer in (1, 2, 3):
-            rows.append(fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 2), 0.6 + 0.002 * trial * (layer == 2), layer))
+            rows.append(
+                fair_row("base", trial, 1e-3, 0.5 + 0.1 * (layer == 2), 0.6 + 0.002 * trial * (layer == 2), layer)
+            )
         rows.append(fair_row("dwatt", trial, 1e-2, 0.7, 0.66))
         rows.append(fair_row("dwatt", trial, 1e-3, 0.7, 0.62))
     scores = []

@@ -10,8 +10,18 @@ from dwatt.training import RunConfig, run_ner, run_together
 
 
 def config(tiny_backbone, tiny_conll, folder, **kwargs) -> RunConfig:
-    defaults = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=3, batch_size=3,
-                    learning_rate=5e-3, output_dir=str(folder), progress=False, cache_dtype="float32", save_model=False)
+    defaults = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=3,
+        batch_size=3,
+        learning_rate=5e-3,
+        output_dir=str(folder),
+        progress=False,
+        cache_dtype="float32",
+        save_model=False,
+    )
     return RunConfig(**(defaults | kwargs))
 
 
@@ -24,7 +34,9 @@ def weights(folder) -> dict[str, torch.Tensor]:
 def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_conll, tmp_path, fusion, vectorize):
     # Dropout is on (classifier, and Base+n's extra layers), several batches per epoch, three budgets.
     budgets = (1, 3, 2)
-    make = lambda e, where: config(tiny_backbone, tiny_conll, tmp_path / where / str(e), fusion=fusion, epochs=e, save_model=True)
+    make = lambda e, where: config(
+        tiny_backbone, tiny_conll, tmp_path / where / str(e), fusion=fusion, epochs=e, save_model=True
+    )
     together = run_together([make(e, "together") for e in budgets], vectorize=vectorize)
     for e, joint in zip(budgets, together):
         (alone,) = run_together([make(e, "alone")], vectorize=vectorize)
@@ -37,8 +49,11 @@ def test_budgets_trained_together_end_as_each_budget_alone(tiny_backbone, tiny_c
     assert together[0]["dev_curve"][0]["step"] == together[1]["dev_curve"][0]["step"] > 1
 
 
-ENGINES = {"linear-probes": dict(linear_probes=True), "one-after-another": dict(linear_probes=False, vectorize=False),
-           "vmap": dict(linear_probes=False, vectorize=True)}
+ENGINES = {
+    "linear-probes": dict(linear_probes=True),
+    "one-after-another": dict(linear_probes=False, vectorize=False),
+    "vmap": dict(linear_probes=False, vectorize=True),
+}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -46,26 +61,44 @@ def test_heads_on_each_layer_at_several_learning_rates_end_as_each_alone(tiny_ba
     """A probe: a Base head on each layer at each learning rate, trained together on one cache of every layer, each
     ends as that head trained alone on its own layer's cache, dev curve, weights and test scores alike."""
     runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
+
     def make(layer, rate, where):
-        return config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
-                      learning_rate=rate, epochs=2, save_model=True, evaluate_test=True)
+        return config(
+            tiny_backbone,
+            tiny_conll,
+            tmp_path / where / f"{layer}-{rate}",
+            fusion="base",
+            layers=layer,
+            learning_rate=rate,
+            epochs=2,
+            save_model=True,
+            evaluate_test=True,
+        )
+
     together = run_together([make(layer, rate, "together") for layer, rate in runs], **ENGINES[engine])
     curves = set()
     for (layer, rate), joint in zip(runs, together):
         (alone,) = run_together([make(layer, rate, "alone")], **ENGINES[engine])
         assert joint["dev_curve"] == alone["dev_curve"] and joint["trained_together_runs"] == 6
         assert joint["test_scores"] == pytest.approx(alone["test_scores"], abs=1e-12)
-        mine, theirs = weights(tmp_path / "together" / f"{layer}-{rate}"), weights(tmp_path / "alone" / f"{layer}-{rate}")
+        mine, theirs = (
+            weights(tmp_path / "together" / f"{layer}-{rate}"),
+            weights(tmp_path / "alone" / f"{layer}-{rate}"),
+        )
         assert mine.keys() == theirs.keys() and mine
         for name in theirs:
             torch.testing.assert_close(mine[name], theirs[name], rtol=0, atol=1e-6, msg=name)
         saved = json.loads((tmp_path / "together" / f"{layer}-{rate}" / "model" / "config.json").read_text())
         assert str(saved["fused_layers"]) == layer and joint["config"]["learning_rate"] == rate
-        curves.add(tuple(point["f1"] for point in joint["dev_curve"]) + tuple(mine["classifier.weight"].flatten().tolist()))
+        curves.add(
+            tuple(point["f1"] for point in joint["dev_curve"]) + tuple(mine["classifier.weight"].flatten().tolist())
+        )
     assert len(curves) == len(runs)  # every head went its own way: its own layer, its own rate
 
 
-def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_whole(tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_whole(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """`train_in_parts`: a probe's heads trained 4 at a time, stopped after the first part, run again, trains only the
     other part, and its runs (dev curves, test scores, few-shot choices, the probe's ensembles over every layer) are
     those of the group trained whole."""
@@ -73,9 +106,23 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
     from dwatt.training.probe_ensembles import ENSEMBLES_FIELD
 
     runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
+
     def group(where):
-        return [config(tiny_backbone, tiny_conll, tmp_path / where / f"{layer}-{rate}", fusion="base", layers=layer,
-                       learning_rate=rate, epochs=2, evaluate_test=True, few_shot_dev=True) for layer, rate in runs]
+        return [
+            config(
+                tiny_backbone,
+                tiny_conll,
+                tmp_path / where / f"{layer}-{rate}",
+                fusion="base",
+                layers=layer,
+                learning_rate=rate,
+                epochs=2,
+                evaluate_test=True,
+                few_shot_dev=True,
+            )
+            for layer, rate in runs
+        ]
+
     whole = run_together(group("whole"))
     parts = []
 
@@ -90,7 +137,9 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
         run_together(group("parts"), train_in_parts=4)
     assert parts == [4, 2] and len(list((tmp_path / "parts").rglob("dwatt_trained.json"))) == 4
     parts.clear()
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k))
+    monkeypatch.setattr(
+        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
+    )
     resumed = run_together(group("parts"), train_in_parts=4)
     assert parts == [2]  # the part that had ended is not trained again
     assert whole[0][ENSEMBLES_FIELD] and resumed[0][ENSEMBLES_FIELD] == whole[0][ENSEMBLES_FIELD]
@@ -104,7 +153,8 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
 
 
 def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_end_as_trained_whole(
-        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """Under `max_memory`, DWAtt at three rates, whose copies fit the budget two at a time (16 bytes a trained weight
     beside the model, the caches and the working margin), trains as parts of two and one, and its runs are those of
     the group trained whole; without a budget, or with room for all, in one part."""
@@ -118,13 +168,34 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
     per_copy = TRAINING_BYTES_PER_WEIGHT * trained_weights(model)
     FEATURE_MEMO.clear()
     room = lambda copies: model_nbytes(model) + WORKING_MARGIN + int(copies * per_copy)
-    assert [copies_within_budget(model, 3, budget) for budget in (None, room(3), room(2.5), room(1.2), room(0))] == [3, 3, 2, 1, 1]
+    assert [copies_within_budget(model, 3, budget) for budget in (None, room(3), room(2.5), room(1.2), room(0))] == [
+        3,
+        3,
+        2,
+        1,
+        1,
+    ]
 
     parts = []
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k))
+    monkeypatch.setattr(
+        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
+    )
+
     def group(where, budget):
-        return [config(tiny_backbone, tiny_conll, tmp_path / where / str(rate), fusion="dwatt", learning_rate=rate,
-                       epochs=2, evaluate_test=True, max_memory=budget) for rate in rates]
+        return [
+            config(
+                tiny_backbone,
+                tiny_conll,
+                tmp_path / where / str(rate),
+                fusion="dwatt",
+                learning_rate=rate,
+                epochs=2,
+                evaluate_test=True,
+                max_memory=budget,
+            )
+            for rate in rates
+        ]
+
     whole = run_together(group("whole", None))
     assert parts == [3]
     parts.clear()
@@ -135,8 +206,9 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
         assert mine["test_scores"] == pytest.approx(theirs["test_scores"], abs=1e-9)
 
 
-def test_a_group_holds_its_copies_states_from_their_kept_files_not_from_training(tiny_backbone, tiny_conll, tmp_path,
-                                                                                monkeypatch):
+def test_a_group_holds_its_copies_states_from_their_kept_files_not_from_training(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """Each copy's states, kept in its run folder as its part ends, are what the group holds from then on (read back
     memory-mapped), not the tensors training made: a group's states do not pile up in memory over its parts. The
     group's runs are those of a group whose states stayed in memory (the parts test above checks the same path)."""
@@ -144,14 +216,17 @@ def test_a_group_holds_its_copies_states_from_their_kept_files_not_from_training
     from dwatt.training import together
 
     trained = []
+
     def recording(*args, **kwargs):
         outcomes, timings = real_train_heads(*args, **kwargs)
         trained.extend(outcomes)
         return outcomes, timings
 
     monkeypatch.setattr("dwatt.stacked_heads.train_heads", recording)
-    configs = [config(tiny_backbone, tiny_conll, tmp_path / str(rate), fusion="dwatt", learning_rate=rate, epochs=2)
-               for rate in (5e-3, 5e-2)]
+    configs = [
+        config(tiny_backbone, tiny_conll, tmp_path / str(rate), fusion="dwatt", learning_rate=rate, epochs=2)
+        for rate in (5e-3, 5e-2)
+    ]
     plan = together.plan_together(configs)
     parts = together.procedures(plan.first.task).prepare_together(plan.first, plan.cache_layers)
     held, _ = together.train_together(plan, parts, None, None, 1)
@@ -172,13 +247,26 @@ def test_linear_probes_compute_what_the_model_computes(tiny_backbone, tiny_conll
     runs = [(layer, rate) for layer in ("1", "3") for rate in (5e-3, 5e-2)]
     results = {}
     for linear in (True, False):
-        made = [config(tiny_backbone, tiny_conll, tmp_path / str(linear) / f"{layer}-{rate}", fusion="base",
-                       layers=layer, learning_rate=rate, epochs=3, save_model=True, extra={"classifier_dropout": dropout},
-                       evaluate_test=True)
-                for layer, rate in runs]
+        made = [
+            config(
+                tiny_backbone,
+                tiny_conll,
+                tmp_path / str(linear) / f"{layer}-{rate}",
+                fusion="base",
+                layers=layer,
+                learning_rate=rate,
+                epochs=3,
+                save_model=True,
+                extra={"classifier_dropout": dropout},
+                evaluate_test=True,
+            )
+            for layer, rate in runs
+        ]
         results[linear] = run_together(made, linear_probes=linear, vectorize=False)
     for (layer, rate), fast, model_run in zip(runs, results[True], results[False]):
-        assert [p["f1"] for p in fast["dev_curve"]] == pytest.approx([p["f1"] for p in model_run["dev_curve"]], abs=1e-12)
+        assert [p["f1"] for p in fast["dev_curve"]] == pytest.approx(
+            [p["f1"] for p in model_run["dev_curve"]], abs=1e-12
+        )
         assert fast["test_scores"] == pytest.approx(model_run["test_scores"], abs=1e-12)
         mine, theirs = (weights(tmp_path / str(linear) / f"{layer}-{rate}") for linear in (True, False))
         for name in theirs:
@@ -216,8 +304,18 @@ def test_a_concat_head_is_evaluated_as_its_folded_linear_map(tiny_backbone, tiny
         return logits
 
     def run(where):
-        made = [config(tiny_backbone, tiny_conll, tmp_path / where / str(rate), fusion="concat", learning_rate=rate,
-                       save_model=True, evaluate_test=True) for rate in (5e-3, 5e-2)]
+        made = [
+            config(
+                tiny_backbone,
+                tiny_conll,
+                tmp_path / where / str(rate),
+                fusion="concat",
+                learning_rate=rate,
+                save_model=True,
+                evaluate_test=True,
+            )
+            for rate in (5e-3, 5e-2)
+        ]
         return run_together(made, vectorize=True)
 
     from dwatt import stacked_heads
@@ -244,15 +342,22 @@ def test_a_concat_head_is_evaluated_as_its_folded_linear_map(tiny_backbone, tiny
 
 
 def test_vmap_and_one_after_another_agree(tiny_backbone, tiny_conll, tmp_path):
-    runs = {v: run_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v) for v in (False, True)}
-    assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx([p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6)
+    runs = {
+        v: run_together([config(tiny_backbone, tiny_conll, tmp_path / str(v), save_model=True)], vectorize=v)
+        for v in (False, True)
+    }
+    assert [p["f1"] for p in runs[False][0]["dev_curve"]] == pytest.approx(
+        [p["f1"] for p in runs[True][0]["dev_curve"]], abs=1e-6
+    )
     mine, theirs = weights(tmp_path / "False"), weights(tmp_path / "True")
     for name in mine:
         torch.testing.assert_close(mine[name], theirs[name], rtol=1e-4, atol=1e-5, msg=name)
 
 
 @pytest.mark.parametrize("fusion", ["dwatt", "concat"])
-def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(tiny_backbone, tiny_conll, tmp_path, fusion):
+def test_budgets_agree_with_the_trainer_where_the_batch_order_cannot_matter(
+    tiny_backbone, tiny_conll, tmp_path, fusion
+):
     # One batch per epoch and no dropout: the only difference left would be the optimisation itself (AdamW, linear
     # decay, clipping), which must be the Trainer's.
     settings = dict(fusion=fusion, batch_size=64, save_model=True, extra={"classifier_dropout": 0.0})
@@ -288,7 +393,7 @@ def test_stacked_adamw_steps_each_copy_as_torch_adamw_with_its_schedule_and_clip
     for step in range(max(budgets)):
         active = [k for k, b in enumerate(budgets) if b > step]
         x = torch.randn(4, 7) * (10 if step % 2 else 0.1)  # every other step clipped
-        loss = lambda p: ((x @ p["weight"].T + p["bias"]) ** 2).mean()
+        loss = lambda p, x=x: ((x @ p["weight"].T + p["bias"]) ** 2).mean()
         sum(loss({n: t[k] for n, t in stacked.items()}) for k in active).backward()
         optimizer.step(active)
         for k in active:

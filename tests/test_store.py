@@ -39,10 +39,13 @@ def test_committed_stores_read_as_todays_runs():
             assert same_run(theirs, wanted), f"{path}: {row['run_id']}: {differences(theirs, wanted)}"
 
 
-@pytest.mark.parametrize("line, named", [
-    ('[1, 2]', r"r\.jsonl:2: expected a JSON object per line, got list"),
-    ('{"f1": 0.5}', r"r\.jsonl:2: a store row needs a 'run_id'"),
-])
+@pytest.mark.parametrize(
+    "line, named",
+    [
+        ("[1, 2]", r"r\.jsonl:2: expected a JSON object per line, got list"),
+        ('{"f1": 0.5}', r"r\.jsonl:2: a store row needs a 'run_id'"),
+    ],
+)
 def test_a_store_row_of_another_shape_is_named(tmp_path, line, named):
     store = tmp_path / "r.jsonl"
     store.write_text('{"run_id": "a"}\n' + line + "\n")

@@ -36,10 +36,17 @@ def test_a_run_trained_again_by_newer_code_counts_once_as_the_row_that_holds_mor
     last epoch, the group's ensembles): the newer row is kept; a row that disagrees on a field both hold is refused."""
     from dwatt.experiment.summaries import without_duplicates
 
-    old = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"trained_together": [25] * 5, "trained_together_runs": 30,
-                                                     "_path": "old.jsonl"}
-    new = old | {"trained_together_runs": 36, "last_epoch": {"epoch": 25, "test_scores": {"f1": 0.55}},
-                 "probe_ensembles": [], "_path": "new.jsonl"}
+    old = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {
+        "trained_together": [25] * 5,
+        "trained_together_runs": 30,
+        "_path": "old.jsonl",
+    }
+    new = old | {
+        "trained_together_runs": 36,
+        "last_epoch": {"epoch": 25, "test_scores": {"f1": 0.55}},
+        "probe_ensembles": [],
+        "_path": "new.jsonl",
+    }
     assert without_duplicates([old, new]) == [new] and without_duplicates([new, old]) == [new]
     with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\)"):
         without_duplicates([old, new | {"best_dev_f1": 0.4}])
@@ -53,11 +60,16 @@ def test_a_row_from_before_a_config_field_existed_is_the_same_run_as_one_at_its_
 
     today = fair_row("base", 0, 1e-3, 0.5, 0.6, 1) | {"_path": "new.jsonl"}
     today["config"] = today["config"] | {"few_shot_dev": False}
-    before = today | {"config": {k: v for k, v in today["config"].items() if k != "few_shot_dev"}, "_path": "old.jsonl"}
+    before = today | {
+        "config": {k: v for k, v in today["config"].items() if k != "few_shot_dev"},
+        "_path": "old.jsonl",
+    }
     assert run_identity(before) == run_identity(today)
     assert run_identity(today | {"config": today["config"] | {"few_shot_dev": True}}) != run_identity(today)
     assert without_duplicates([before, today]) == [before]
-    with pytest.raises(ValueError, match=r"appears twice with different results \(best_dev_f1\): at old\.jsonl and at new"):
+    with pytest.raises(
+        ValueError, match=r"appears twice with different results \(best_dev_f1\): at old\.jsonl and at new"
+    ):
         without_duplicates([before, today | {"best_dev_f1": 0.50001}])
 
 
@@ -89,9 +101,18 @@ def test_two_rows_of_one_run_in_one_store_are_named_by_line_and_prefer_takes_one
 
     row = fair_row("base", 0, 1e-3, 0.5, 0.6, 1)
     store = tmp_path / "dup-conflict.jsonl"
-    store.write_text(json.dumps(row) + "\n" + json.dumps(fair_row("dwatt", 0, 1e-3, 0.4, 0.5, 1)) + "\n"
-                     + json.dumps(row | {"best_dev_f1": 0.7}) + "\n")
-    with pytest.raises(ValueError, match=r"at .*dup-conflict\.jsonl:1 and at .*dup-conflict\.jsonl:3; .* --prefer .*dup-conflict\.jsonl:1"):
+    store.write_text(
+        json.dumps(row)
+        + "\n"
+        + json.dumps(fair_row("dwatt", 0, 1e-3, 0.4, 0.5, 1))
+        + "\n"
+        + json.dumps(row | {"best_dev_f1": 0.7})
+        + "\n"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"at .*dup-conflict\.jsonl:1 and at .*dup-conflict\.jsonl:3; .* --prefer .*dup-conflict\.jsonl:1",
+    ):
         load_rows([store])
     [kept] = [r for r in load_rows([store], prefer=[f"{store}:3"]) if r["config"]["fusion"] == "base"]
     assert kept["best_dev_f1"] == 0.7

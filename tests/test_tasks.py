@@ -31,8 +31,13 @@ def test_an_unknown_task_is_refused_with_the_tasks_listed():
 # tables pick their rows by dataset, or by the score the task records declare) and each role's one mapping from a task
 # to what it runs (ROLE_MAPPINGS, each checked below to cover every task).
 TASK_DISPATCH = re.compile(r"""["'](ner|mlm|cls)["']\s*:|task["')\]]*\s*[!=]=\s*["']|task\s+(not\s+)?in\s+\(["']""")
-ROLE_MAPPINGS = {"dwatt/training/together.py": 1, "dwatt/serving/lines.py": 1, "dwatt/console.py": 1,
-                 "dwatt/cli/evaluate.py": 1, "dwatt/serving/int8_graphs.py": 1}
+ROLE_MAPPINGS = {
+    "dwatt/training/together.py": 1,
+    "dwatt/serving/lines.py": 1,
+    "dwatt/console.py": 1,
+    "dwatt/cli/evaluate.py": 1,
+    "dwatt/serving/int8_graphs.py": 1,
+}
 
 
 def test_tasks_are_told_apart_by_name_only_where_listed():
@@ -47,8 +52,13 @@ def test_tasks_are_told_apart_by_name_only_where_listed():
 
 
 def test_the_task_dispatch_pattern_catches_what_it_claims_to():
-    for line in ('if task == "cls":', "table = {'ner': 1}", 'if results.get("task") == "mlm":', "task in ('ner', 'cls')",
-                 'frame[(frame.task == "ner")]'):
+    for line in (
+        'if task == "cls":',
+        "table = {'ner': 1}",
+        'if results.get("task") == "mlm":',
+        "task in ('ner', 'cls')",
+        'frame[(frame.task == "ner")]',
+    ):
         assert TASK_DISPATCH.search(line), line
     assert not TASK_DISPATCH.search("task = TASKS[name]")
 
@@ -77,8 +87,11 @@ def test_the_commands_have_a_scorer_and_a_line_predictor_for_every_task(role):
         function = scorer(task.name) if role == "scorer" else LINE_PREDICTORS[task.name]
         assert callable(function), (task.name, role)
         parameters = inspect.signature(function).parameters
-        wanted = ({"dataset", "data_dir", "split", "batch_size", "block_size", "seed"} if role == "scorer"
-                  else {"model", "tokenizer", "batch_size", "form"})
+        wanted = (
+            {"dataset", "data_dir", "split", "batch_size", "block_size", "seed"}
+            if role == "scorer"
+            else {"model", "tokenizer", "batch_size", "form"}
+        )
         takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
         assert wanted <= set(parameters) or takes_any, (task.name, role, list(parameters))
 

@@ -35,5 +35,7 @@ def test_a_tokenizer_without_padding_pads_with_end_of_sequence_and_says_so_once(
         first, second = load_tokenizer(tiny_decoder), load_tokenizer(tiny_decoder)
     assert first.pad_token == second.pad_token == "<|endoftext|>"
     said = [r.getMessage() for r in caplog.records if "no padding token" in r.getMessage()]
-    assert said == [f"the tokenizer of {tiny_decoder} has no padding token; padding with its end-of-sequence token "
-                    "'<|endoftext|>' (masked out everywhere)"]
+    assert said == [
+        f"the tokenizer of {tiny_decoder} has no padding token; padding with its end-of-sequence token "
+        "'<|endoftext|>' (masked out everywhere)"
+    ]

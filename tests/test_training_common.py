@@ -25,8 +25,14 @@ def test_a_run_records_its_cpu_time_beside_its_wall_time_so_that_waiting_for_a_c
 
 
 def test_dev_sentences_scores_a_fixed_subset(tiny_backbone, tiny_conll, tmp_path):
-    runs = [run_ner(tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path / str(seed), save_model=False, seed=seed,
-                               dev_sentences=3)) for seed in (0, 1)]
+    runs = [
+        run_ner(
+            tiny_ner_run_config(
+                tiny_backbone, tiny_conll, tmp_path / str(seed), save_model=False, seed=seed, dev_sentences=3
+            )
+        )
+        for seed in (0, 1)
+    ]
     assert [r["num_dev_sentences"] for r in runs] == [3, 3]
     supports = [{k: v for k, v in r["best_dev_scores"].items() if k.endswith("_support")} for r in runs]
     assert supports[0] == supports[1]  # every trial is scored on the same sentences
@@ -55,7 +61,9 @@ def test_remembered_initial_models_equal_a_fresh_build(tiny_backbone, fusion):
     assert again.dwatt.backbone is not first.dwatt.backbone  # a copy: an FT run may change its own
     with torch.no_grad():
         again.classifier.weight.add_(1.0)  # training one model leaves the remembered start alone
-    assert torch.equal(memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight)
+    assert torch.equal(
+        memo.build(str(tiny_backbone), fusion, 7, num_labels=5).classifier.weight, fresh.classifier.weight
+    )
     if fusion != "scalar_mix":  # ScalarMix starts from constants, whatever the seed
         assert not torch.equal(other_seed.classifier.weight, fresh.classifier.weight)
 
@@ -83,7 +91,9 @@ def test_the_remembered_backbones_stay_within_their_bytes_the_latest_always_kept
     memo = InitialModels()
     first = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
     memo.max_backbone_bytes = memo.backbone_bytes()  # room for the whole backbone, not a second, shallower one
-    cut = memo.build(str(tiny_backbone), "base", 7, num_labels=5, shares_backbone=True, fused_layers=[1], cache_layers=[1])
+    cut = memo.build(
+        str(tiny_backbone), "base", 7, num_labels=5, shares_backbone=True, fused_layers=[1], cache_layers=[1]
+    )
     assert len(memo._backbones) == 1 and cut.dwatt.backbone in memo._backbones.values()
     again = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
     assert (memo.hits, memo.misses) == (0, 3)
@@ -101,7 +111,9 @@ def test_fe_builds_share_one_copy_of_the_backbone_and_others_get_their_own(tiny_
     memo = InitialModels()
     first = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
     again = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5, shares_backbone=True)
-    other = memo.build(str(tiny_backbone), "concat", 8, num_labels=5, shares_backbone=True)  # a miss: loaded, then shared
+    other = memo.build(
+        str(tiny_backbone), "concat", 8, num_labels=5, shares_backbone=True
+    )  # a miss: loaded, then shared
     assert first.dwatt.backbone is again.dwatt.backbone is other.dwatt.backbone
     tuned = memo.build(str(tiny_backbone), "dwatt", 7, num_labels=5)
     assert tuned.dwatt.backbone is not first.dwatt.backbone
@@ -109,7 +121,8 @@ def test_fe_builds_share_one_copy_of_the_backbone_and_others_get_their_own(tiny_
 
 
 def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or_data_building_new_ones(
-        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """Caches sent to disk (a budget that keeps nothing in memory) are named by what they hold: the same backbone and
     data read the kept files again, and a backbone whose weights changed in the same folder, another tokenizer or
     other sentences each get files of their own, never the stale ones."""
@@ -142,7 +155,9 @@ def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or
     assert not {contents[name] for name in grown - files} & {contents[name] for name in files}  # other features
     tokenizer = BertTokenizerFast.from_pretrained(backbone)
     vocab = sorted(tokenizer.vocab, key=tokenizer.vocab.get)
-    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab[:5] + vocab[5:][::-1])}).save_pretrained(backbone)
+    BertTokenizerFast(vocab={token: i for i, token in enumerate(vocab[:5] + vocab[5:][::-1])}).save_pretrained(
+        backbone
+    )
     _, grown_again = run("new-tokenizer")
     assert grown < grown_again and len(grown_again) == 3 * len(files)
     blocks = [block for block in (data / "valid.txt").read_text().split("\n\n") if block.strip()]
@@ -153,7 +168,8 @@ def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or
 
 
 def test_a_backbone_spread_by_device_map_trains_from_its_cache_like_one_loaded_whole_and_saves_head_only(
-        tiny_backbone, tiny_conll, tmp_path, monkeypatch):
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """FE with a backbone larger than one device: accelerate spreads its layers (here two of three read from disk as
     it runs), it computes the cache, and the run trains, scores and chooses as with the backbone loaded whole; the
     checkpoint is head-only (it names the backbone) and loads whole again."""
@@ -162,13 +178,22 @@ def test_a_backbone_spread_by_device_map_trains_from_its_cache_like_one_loaded_w
     from dwatt import DWAttForTokenClassification
     from dwatt.training import FEATURE_MEMO, RunConfig, run
 
-    settings = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=2, cache_dtype="float32",
-                    progress=False, evaluate_test=True)
+    settings = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=2,
+        cache_dtype="float32",
+        progress=False,
+        evaluate_test=True,
+    )
     whole = run(RunConfig(**settings, output_dir=str(tmp_path / "whole"), save_model=False))
     FEATURE_MEMO.clear()
     spread_map = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "encoder.layer.2": "disk"}
-    monkeypatch.setattr("dwatt.training.ner.backbone_placement",
-                        lambda config: {"device_map": spread_map, "offload_folder": str(tmp_path / "offload")})
+    monkeypatch.setattr(
+        "dwatt.training.ner.backbone_placement",
+        lambda config: {"device_map": spread_map, "offload_folder": str(tmp_path / "offload")},
+    )
     spread = run(RunConfig(**settings, output_dir=str(tmp_path / "spread"), device_map="auto"))
     FEATURE_MEMO.clear()
     assert spread["dev_curve"] == whole["dev_curve"] and spread["test_scores"] == whole["test_scores"]
@@ -178,7 +203,8 @@ def test_a_backbone_spread_by_device_map_trains_from_its_cache_like_one_loaded_w
 
 
 def test_device_map_places_the_backbone_within_the_memory_budget_and_is_refused_where_the_backbone_runs_each_step(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     from dwatt.features import WORKING_MARGIN
     from dwatt.training import RunConfig
     from dwatt.training.common import backbone_placement
@@ -198,14 +224,23 @@ def test_device_map_places_the_backbone_within_the_memory_budget_and_is_refused_
         backbone_placement(config)
 
 
-def test_caches_kept_on_disk_however_small_are_read_by_a_later_run_without_the_backbone(tiny_backbone, tiny_conll,
-                                                                                       tmp_path, monkeypatch):
+def test_caches_kept_on_disk_however_small_are_read_by_a_later_run_without_the_backbone(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch
+):
     """--cache-on-disk: even caches that fit in memory go to the keyed files, which a later process (here: the memo
     cleared, the backbone made to fail) reads instead of running the backbone again."""
     from dwatt.training import FEATURE_MEMO, RunConfig, run
 
-    settings = dict(backbone=str(tiny_backbone), data_dir=str(tiny_conll), n_shot=2, epochs=2, cache_dtype="float32",
-                    progress=False, save_model=False, cache_on_disk=True)
+    settings = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=2,
+        cache_dtype="float32",
+        progress=False,
+        save_model=False,
+        cache_on_disk=True,
+    )
     first = run(RunConfig(**settings, output_dir=str(tmp_path / "first")))
     assert first["cache_storage"] == "disk" and len(list((tmp_path / ".feature-cache").glob("*.bin"))) == 2
     FEATURE_MEMO.clear()

@@ -18,8 +18,30 @@ def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone
     (wikitext / "valid.txt").write_text("\n".join(lines) + "\n")
     (wikitext / "test.txt").write_text("\n".join(lines[:20]) + "\n")
     out = tmp_path / "mlm"
-    assert main(["train", "--task", "mlm", "--backbone", str(tiny_backbone), "--data-dir", str(wikitext), "--epochs", "2",
-                 "--block-size", "8", "--output-dir", str(out), "--quiet", "--no-save", "--lr", "1e-3"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--task",
+                "mlm",
+                "--backbone",
+                str(tiny_backbone),
+                "--data-dir",
+                str(wikitext),
+                "--epochs",
+                "2",
+                "--block-size",
+                "8",
+                "--output-dir",
+                str(out),
+                "--quiet",
+                "--no-save",
+                "--lr",
+                "1e-3",
+            ]
+        )
+        == 0
+    )
     assert "best dev perplexity" in capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     assert results["task"] == "mlm" and results["config"]["batch_size"] == 8

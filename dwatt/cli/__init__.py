@@ -25,7 +25,9 @@ STOPPED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict")
+    parser = argparse.ArgumentParser(
+        prog="dwatt", description="Depth-Wise Attention layer fusion: train, evaluate, predict"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         import_module(f"{__name__}.{command}").register(commands)
@@ -52,7 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         # the reader of a pipe stopped (`| head`): what is left to write goes nowhere, and the exit says so
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        print(f"dwatt {args.command}: error: standard output was closed before everything was written", file=sys.stderr)
+        print(
+            f"dwatt {args.command}: error: standard output was closed before everything was written", file=sys.stderr
+        )
         return 2
     except (ValueError, OSError, HubError, SweepBusyError, FolderBusyError) as error:
         # One line, whatever failed (a bad argument, a file, the Hub): what happened and, where known, what to do.
@@ -104,8 +108,10 @@ def entry() -> None:
         code = main()
     except KeyboardInterrupt:  # Ctrl-C: one line that says what is kept and how to go on, not a traceback
         command = next((arg for arg in sys.argv[1:] if arg in COMMANDS), "")
-        print(f"\ndwatt {command}: stopped (Ctrl-C); {STOPPED.get(command, STOPPED[None])}".replace("dwatt :", "dwatt:"),
-              file=sys.stderr)
+        print(
+            f"\ndwatt {command}: stopped (Ctrl-C); {STOPPED.get(command, STOPPED[None])}".replace("dwatt :", "dwatt:"),
+            file=sys.stderr,
+        )
         sys.exit(130)
     if len(sys.argv) > 1 and sys.argv[1] in ("predict", "evaluate"):
         for stream in (sys.stdout, sys.stderr):
@@ -116,4 +122,3 @@ def entry() -> None:
                 code = code or 2
         os._exit(code)
     sys.exit(code)
-

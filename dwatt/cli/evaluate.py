@@ -8,12 +8,20 @@ import json
 
 from ..serving.prediction import BATCH_SIZE
 from ..tasks import task_named
-from .options import (add_column_arguments, add_inference_arguments, add_threads_argument, columns_of, inference_model,
-                      positive_batch_size)
+from .options import (
+    add_column_arguments,
+    add_inference_arguments,
+    add_threads_argument,
+    columns_of,
+    inference_model,
+    positive_batch_size,
+)
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("evaluate", help="score a trained checkpoint on a split (entity F1, accuracy or perplexity)")
+    parser = commands.add_parser(
+        "evaluate", help="score a trained checkpoint on a split (entity F1, accuracy or perplexity)"
+    )
     parser.add_argument("checkpoint")
     parser.add_argument("--dataset", default=None, help="default: conll2003 for NER, ag_news for text classification")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (cls: CSV/TSV/JSONL)")
@@ -40,7 +48,16 @@ def run(args: argparse.Namespace) -> int:
     positive_batch_size(args)
     model, tokenizer, task = inference_model(args)
     score = scorer(task)
-    scores = score(model, tokenizer, dataset=args.dataset, data_dir=args.data_dir, split=args.split,
-                   batch_size=args.batch_size, block_size=args.block_size, seed=args.seed, **columns_of(args))
+    scores = score(
+        model,
+        tokenizer,
+        dataset=args.dataset,
+        data_dir=args.data_dir,
+        split=args.split,
+        batch_size=args.batch_size,
+        block_size=args.block_size,
+        seed=args.seed,
+        **columns_of(args),
+    )
     print(json.dumps({"checkpoint": args.checkpoint, **scores}, indent=2))
     return 0

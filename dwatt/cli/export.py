@@ -10,21 +10,34 @@ from .options import add_threads_argument
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("export", help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer")
+    parser = commands.add_parser(
+        "export", help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer"
+    )
     parser.add_argument("checkpoint")
     parser.add_argument("output", help="the folder to write (model.onnx, the tokenizer, dwatt_export.json)")
     parser.add_argument("--format", choices=("onnx",), default="onnx")
-    parser.add_argument("--quantize", choices=EXPORT_QUANTIZATIONS, default=None,
-                        help="also write model_int8.onnx, checked against the fp32 graph on --calibration: int8 is the "
-                             "backbone family's scheme (int8-dynamic for encoders: one activation scale per tensor; "
-                             "int8-weights for decoder LLMs: weights per block, activations per token's block; "
-                             "int8-smooth: per token, SmoothQuant-calibrated, standard ONNX operators)")
-    parser.add_argument("--calibration", default=None, metavar="FILE",
-                        help="inputs to calibrate and check the int8 graph on, one a line (default: 128 dev sentences "
-                             "of CoNLL-03, or AG News texts for a classifier)")
-    parser.add_argument("--allow-lossy", action="store_true",
-                        help="keep an int8 graph that gives the fp32 graph's answer on under 98%% of the calibration "
-                             "sample's words (texts, tokens)")
+    parser.add_argument(
+        "--quantize",
+        choices=EXPORT_QUANTIZATIONS,
+        default=None,
+        help="also write model_int8.onnx, checked against the fp32 graph on --calibration: int8 is the "
+        "backbone family's scheme (int8-dynamic for encoders: one activation scale per tensor; "
+        "int8-weights for decoder LLMs: weights per block, activations per token's block; "
+        "int8-smooth: per token, SmoothQuant-calibrated, standard ONNX operators)",
+    )
+    parser.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="inputs to calibrate and check the int8 graph on, one a line (default: 128 dev sentences "
+        "of CoNLL-03, or AG News texts for a classifier)",
+    )
+    parser.add_argument(
+        "--allow-lossy",
+        action="store_true",
+        help="keep an int8 graph that gives the fp32 graph's answer on under 98%% of the calibration "
+        "sample's words (texts, tokens)",
+    )
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -32,14 +45,24 @@ def register(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..serving.export import export_onnx
 
-    config = export_onnx(args.checkpoint, args.output, quantize=args.quantize, calibration=args.calibration,
-                         allow_lossy=args.allow_lossy)
+    config = export_onnx(
+        args.checkpoint,
+        args.output,
+        quantize=args.quantize,
+        calibration=args.calibration,
+        allow_lossy=args.allow_lossy,
+    )
     graphs = ", ".join(f"{args.output}/{name}" for name in config["graphs"].values())
-    what = (f"a probe ensemble of {len(config['ensemble']['members'])} heads" if "ensemble" in config
-            else config["fusion"])
-    print(f"exported {args.checkpoint} ({config['task']}, {what}) to {graphs}; onnxruntime's logits within "
-          f"{config['check']['max_abs_logit_difference']:.1e} of PyTorch's")
+    what = (
+        f"a probe ensemble of {len(config['ensemble']['members'])} heads" if "ensemble" in config else config["fusion"]
+    )
+    print(
+        f"exported {args.checkpoint} ({config['task']}, {what}) to {graphs}; onnxruntime's logits within "
+        f"{config['check']['max_abs_logit_difference']:.1e} of PyTorch's"
+    )
     if "int8" in config:
         int8 = config["int8"]
-        print(f"int8 ({int8['scheme']}): {100 * int8['agreement']:.1f}% of {int8['unit']} as fp32 on {int8['calibration']}")
+        print(
+            f"int8 ({int8['scheme']}): {100 * int8['agreement']:.1f}% of {int8['unit']} as fp32 on {int8['calibration']}"
+        )
     return 0

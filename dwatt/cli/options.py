@@ -6,8 +6,8 @@ from __future__ import annotations
 import argparse
 import re
 
-from ..serving.schemes import QUANTIZATIONS, RUNTIMES
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
+from ..serving.schemes import QUANTIZATIONS, RUNTIMES
 
 
 def csv_of(kind):
@@ -16,21 +16,45 @@ def csv_of(kind):
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for the model's kernels (default: the cores no other process keeps busy, at "
-                             "least one; OMP_NUM_THREADS, where set)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for the model's kernels (default: the cores no other process keeps busy, at "
+        "least one; OMP_NUM_THREADS, where set)",
+    )
 
 
 def add_train_in_parts_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--train-in-parts", type=int, default=None, dest="train_in_parts", metavar="K",
-                        help="the heads of a group that trains together (a probe's layers and rates, a fusion's "
-                             "rates) train K at a time, each kept as it ends: a run stopped in a long group resumes "
-                             "after its last finished part (default: all at once, or as many as --max-memory leaves "
-                             "room for)")
+    parser.add_argument(
+        "--train-in-parts",
+        type=int,
+        default=None,
+        dest="train_in_parts",
+        metavar="K",
+        help="the heads of a group that trains together (a probe's layers and rates, a fusion's "
+        "rates) train K at a time, each kept as it ends: a run stopped in a long group resumes "
+        "after its last finished part (default: all at once, or as many as --max-memory leaves "
+        "room for)",
+    )
 
 
-SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6, "mib": 2**20,
-              "g": 10**9, "gb": 10**9, "gib": 2**30, "t": 10**12, "tb": 10**12, "tib": 2**40}
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 2**30,
+    "t": 10**12,
+    "tb": 10**12,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -43,25 +67,48 @@ def parse_size(text: str) -> int:
 
 
 def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-memory", type=parse_size, default=None, dest="max_memory", metavar="SIZE",
-                        help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
-                             "the model are memory-mapped from files (kept beside the output folder, named by their "
-                             "contents; a stopped build resumes); default: half the available memory for the caches")
-    parser.add_argument("--cache-on-disk", action="store_true", dest="cache_on_disk",
-                        help="keep every feature cache in files (memory-mapped), however small: a stopped build "
-                             "resumes and a later run reads it instead of running the backbone again")
-    parser.add_argument("--device-map", choices=DEVICE_MAPS, default=None, dest="device_map",
-                        help="FE: spread a backbone larger than one device over the devices there are, layer by layer "
-                             "(accelerate's device_map), the rest (and on the CPU, beyond --max-memory) read from disk "
-                             "as it runs; it computes the feature cache once; the checkpoint is head-only")
+    parser.add_argument(
+        "--max-memory",
+        type=parse_size,
+        default=None,
+        dest="max_memory",
+        metavar="SIZE",
+        help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
+        "the model are memory-mapped from files (kept beside the output folder, named by their "
+        "contents; a stopped build resumes); default: half the available memory for the caches",
+    )
+    parser.add_argument(
+        "--cache-on-disk",
+        action="store_true",
+        dest="cache_on_disk",
+        help="keep every feature cache in files (memory-mapped), however small: a stopped build "
+        "resumes and a later run reads it instead of running the backbone again",
+    )
+    parser.add_argument(
+        "--device-map",
+        choices=DEVICE_MAPS,
+        default=None,
+        dest="device_map",
+        help="FE: spread a backbone larger than one device over the devices there are, layer by layer "
+        "(accelerate's device_map), the rest (and on the CPU, beyond --max-memory) read from disk "
+        "as it runs; it computes the feature cache once; the checkpoint is head-only",
+    )
 
 
 def add_backbone_dtype_argument(parser: argparse.ArgumentParser, serving: bool = False) -> None:
-    what = ("runs in (PyTorch; default auto: as the checkpoint holds it); the fusion and head keep theirs" if serving
-            else "loads and runs in (default auto: as saved, bf16 for most LLM checkpoints; FT: float32); the fusion "
-                 "and head train in float32")
-    parser.add_argument("--backbone-dtype", choices=BACKBONE_DTYPES, default="auto", dest="backbone_dtype",
-                        help=f"the dtype the backbone {what}")
+    what = (
+        "runs in (PyTorch; default auto: as the checkpoint holds it); the fusion and head keep theirs"
+        if serving
+        else "loads and runs in (default auto: as saved, bf16 for most LLM checkpoints; FT: float32); the fusion "
+        "and head train in float32"
+    )
+    parser.add_argument(
+        "--backbone-dtype",
+        choices=BACKBONE_DTYPES,
+        default="auto",
+        dest="backbone_dtype",
+        help=f"the dtype the backbone {what}",
+    )
 
 
 COLUMNS = ("text_column", "pair_column", "label_column")
@@ -69,8 +116,12 @@ COLUMNS = ("text_column", "pair_column", "label_column")
 
 def add_column_arguments(parser: argparse.ArgumentParser) -> None:
     """The columns of a text-classification folder's CSV/TSV/JSONL files, read the same way in every split."""
-    parser.add_argument("--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)")
-    parser.add_argument("--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)")
+    parser.add_argument(
+        "--text-column", default=None, help="cls: the text column of CSV/TSV/JSONL files (default: detected)"
+    )
+    parser.add_argument(
+        "--pair-column", default=None, help="cls: a second text column, for sentence pairs (default: detected)"
+    )
     parser.add_argument("--label-column", default=None, help="cls: the label column (default: detected)")
 
 
@@ -92,14 +143,22 @@ def check_grid_arguments(args: argparse.Namespace) -> None:
 
 
 def add_inference_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default=None,
-                        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU; an encoder's: a "
-                             "decoder LLM's checkpoint is refused, its export keeps the tags); on an ONNX export, "
-                             "the export's int8 graph (not with --heads, which runs fp32)")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        default=None,
+        help="int8: dynamic int8 linear maps in the backbone and fusion (CPU; an encoder's: a "
+        "decoder LLM's checkpoint is refused, its export keeps the tags); on an ONNX export, "
+        "the export's int8 graph (not with --heads, which runs fp32)",
+    )
     add_backbone_dtype_argument(parser, serving=True)
-    parser.add_argument("--runtime", choices=RUNTIMES, default=None,
-                        help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
-                             "importing torch (default: the one the folder was written for)")
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default=None,
+        help="torch: a checkpoint in PyTorch; onnx: a `dwatt export` folder in onnxruntime, without "
+        "importing torch (default: the one the folder was written for)",
+    )
 
 
 def positive_batch_size(args: argparse.Namespace) -> None:
@@ -116,8 +175,10 @@ def runtime(args: argparse.Namespace) -> str:
     if args.runtime == "onnx" and written_for == "torch":
         raise ValueError(f"--runtime onnx: {args.checkpoint} is not an ONNX export; write one with `dwatt export`")
     if args.runtime == "torch" and written_for == "onnx":
-        raise ValueError(f"--runtime torch: {args.checkpoint} is an ONNX export; run its checkpoint in PyTorch, "
-                         "or this folder without --runtime")
+        raise ValueError(
+            f"--runtime torch: {args.checkpoint} is an ONNX export; run its checkpoint in PyTorch, "
+            "or this folder without --runtime"
+        )
     return written_for
 
 
@@ -135,7 +196,9 @@ def inference_model(args: argparse.Namespace):
     from ..serving.quantization import quantize, with_backbone_dtype
 
     if dtype != "auto" and args.quantize:
-        raise ValueError(f"--backbone-dtype {dtype} with --quantize {args.quantize}: int8 replaces the backbone's "
-                         "float weights; give one of them")
+        raise ValueError(
+            f"--backbone-dtype {dtype} with --quantize {args.quantize}: int8 replaces the backbone's "
+            "float weights; give one of them"
+        )
     model, tokenizer, task = load_checkpoint_or_ensemble(args.checkpoint)
     return quantize(with_backbone_dtype(model, dtype), args.quantize), tokenizer, task

@@ -18,19 +18,36 @@ PROGRESS_FROM = 300  # a bar for files of more lines than this
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint")
+    parser = commands.add_parser(
+        "predict", help="tag sentences (NER), fill [MASK]s (masked LM) or classify texts with a trained checkpoint"
+    )
     parser.add_argument("checkpoint", nargs="?", default=None, help="omit with --heads")
     parser.add_argument("sentences", nargs="*")
-    parser.add_argument("--file", help="one sentence per line; writes one output line per input line (a blank one: empty)")
-    parser.add_argument("--heads", default=None,
-                        help="checkpoints sharing one backbone, comma-separated with no space (A,B): every head's tags "
-                             "from one backbone pass (fp32: not with --quantize or --runtime)")
+    parser.add_argument(
+        "--file", help="one sentence per line; writes one output line per input line (a blank one: empty)"
+    )
+    parser.add_argument(
+        "--heads",
+        default=None,
+        help="checkpoints sharing one backbone, comma-separated with no space (A,B): every head's tags "
+        "from one backbone pass (fp32: not with --quantize or --runtime)",
+    )
     parser.add_argument("--tokenizer", default=None, help="--heads: where the tokenizer is (default: the first head)")
-    parser.add_argument("--jsonl", nargs="?", const="-", default=None, metavar="FILE",
-                        help="read one sentence per line from FILE (default: stdin) and write one JSON object per input line, "
-                             "with its line number (a blank line: a record with empty fields)")
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE,
-                        help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)")
+    parser.add_argument(
+        "--jsonl",
+        nargs="?",
+        const="-",
+        default=None,
+        metavar="FILE",
+        help="read one sentence per line from FILE (default: stdin) and write one JSON object per input line, "
+        "with its line number (a blank line: a record with empty fields)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=BATCH_SIZE,
+        help="rows (windows, texts) per batch, sorted by length (default: %(default)s, the fastest measured)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     add_inference_arguments(parser)
     add_threads_argument(parser)
@@ -45,8 +62,10 @@ def run(args: argparse.Namespace) -> int:
     if args.heads:
         folders = [text for text in sentences if (Path(text) / "config.json").is_file()]
         if folders:  # `--heads A B "..."`: B is a checkpoint, not a sentence to tag
-            raise ValueError(f"--heads takes the checkpoints comma-separated, with no space: --heads {args.heads},{','.join(folders)} "
-                             f"(here {folders[0]} would be tagged as a sentence)")
+            raise ValueError(
+                f"--heads takes the checkpoints comma-separated, with no space: --heads {args.heads},{','.join(folders)} "
+                f"(here {folders[0]} would be tagged as a sentence)"
+            )
     lines = InputLines(sentences, [source for source in (args.file, args.jsonl) if source is not None])
     if not sentences and not lines.sources:
         raise ValueError("give sentences as arguments, with --file, or with --jsonl")
@@ -92,8 +111,10 @@ def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) ->
     tokenizer = load_tokenizer(args.tokenizer or paths[0])
     embeddings = heads.backbone.get_input_embeddings().num_embeddings
     if len(tokenizer) > embeddings:  # its ids past the backbone's vocabulary would index nothing
-        raise ValueError(f"{'--tokenizer ' + args.tokenizer if args.tokenizer else paths[0]}: the tokenizer has "
-                         f"{len(tokenizer)} tokens, the shared backbone {embeddings} embeddings: not this backbone's tokenizer")
+        raise ValueError(
+            f"{'--tokenizer ' + args.tokenizer if args.tokenizer else paths[0]}: the tokenizer has "
+            f"{len(tokenizer)} tokens, the shared backbone {embeddings} embeddings: not this backbone's tokenizer"
+        )
     id2labels = {name: head.config.id2label for name, head in taggers.items()}
 
     def run_logits(batch):

@@ -7,32 +7,59 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from ..experiment.probe import PROBE_LEARNING_RATES
 from specs_dwatt import POOLINGS
+
+from ..experiment.probe import PROBE_LEARNING_RATES
 from ..run_config import CACHE_DTYPES
 from ..tasks import TASKS
-from .options import (add_column_arguments, add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument,
-                      add_train_in_parts_argument, check_grid_arguments, csv_of)
+from .options import (
+    add_backbone_dtype_argument,
+    add_column_arguments,
+    add_max_memory_argument,
+    add_threads_argument,
+    add_train_in_parts_argument,
+    check_grid_arguments,
+    csv_of,
+)
 
 
 def register(commands) -> None:
-    parser = commands.add_parser("probe", help="a head on each layer at each learning rate: which layer reads best; "
-                                               "saves the chosen head, cut at its layer")
+    parser = commands.add_parser(
+        "probe",
+        help="a head on each layer at each learning rate: which layer reads best; "
+        "saves the chosen head, cut at its layer",
+    )
     parser.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
-    parser.add_argument("--task", default="ner", choices=tuple(name for name, task in TASKS.items() if task.labelled),
-                        help="ner, or cls: text classification")
-    parser.add_argument("--dataset", default=None,
-                        help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset or a folder")
-    parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (CoNLL files; cls: CSV/TSV/JSONL)")
-    parser.add_argument("--n-shot", type=int, default=32, help="N: N x C sentences (cls: N examples per class; default 32)")
+    parser.add_argument(
+        "--task",
+        default="ner",
+        choices=tuple(name for name, task in TASKS.items() if task.labelled),
+        help="ner, or cls: text classification",
+    )
+    parser.add_argument(
+        "--dataset",
+        default=None,
+        help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset or a folder",
+    )
+    parser.add_argument(
+        "--data-dir", default=None, help="folder of the dataset's files (CoNLL files; cls: CSV/TSV/JSONL)"
+    )
+    parser.add_argument(
+        "--n-shot", type=int, default=32, help="N: N x C sentences (cls: N examples per class; default 32)"
+    )
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1: each trial's choice is printed")
     parser.add_argument("--layers", default="all", help="the layers to probe: all, every:k, a-b or a list")
     parser.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: as for dwatt train")
     add_column_arguments(parser)
     # and 5e-5 never: the probe's grid spans 3e-4..1e-2.
-    parser.add_argument("--learning-rates", type=csv_of(float), default=PROBE_LEARNING_RATES, dest="learning_rates",
-                        help="comma-separated (default: %(default)s; the fair comparison's heads chose 3e-4..1e-2)")
+    parser.add_argument(
+        "--learning-rates",
+        type=csv_of(float),
+        default=PROBE_LEARNING_RATES,
+        dest="learning_rates",
+        help="comma-separated (default: %(default)s; the fair comparison's heads chose 3e-4..1e-2)",
+    )
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
@@ -40,14 +67,26 @@ def register(commands) -> None:
     parser.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
     parser.add_argument("--results", default="runs/probe/results.jsonl")
     parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
-    parser.add_argument("--output", default=None,
-                        help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside the results)")
-    parser.add_argument("--no-save", action="store_false", dest="save_model",
-                        help="do not save the chosen head (the table and the figure only)")
-    parser.add_argument("--save-ensemble", type=int, default=None, metavar="K",
-                        help="also save the K best layers' heads (each at its best rate on dev), their probabilities "
-                             "averaged, as one model in <output>/ensemble-K that dwatt predict and evaluate run "
-                             "(PyTorch fp32)")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside the results)",
+    )
+    parser.add_argument(
+        "--no-save",
+        action="store_false",
+        dest="save_model",
+        help="do not save the chosen head (the table and the figure only)",
+    )
+    parser.add_argument(
+        "--save-ensemble",
+        type=int,
+        default=None,
+        metavar="K",
+        help="also save the K best layers' heads (each at its best rate on dev), their probabilities "
+        "averaged, as one model in <output>/ensemble-K that dwatt predict and evaluate run "
+        "(PyTorch fp32)",
+    )
     add_train_in_parts_argument(parser)
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)

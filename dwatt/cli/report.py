@@ -14,10 +14,15 @@ def register(commands) -> None:
     parser.add_argument("results", nargs="+", help="results.jsonl stores of `dwatt sweep` and/or results.json files")
     parser.add_argument("--output", required=True, help="folder for report.md, tables/ and figures/")
     parser.add_argument("--title", default="Results")
-    parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE",
-                        help="where a run is held twice with different results (a run trained again: float noise), "
-                             "take the row of these stores (among the results), or of STORE:LINE for two rows of one "
-                             "store, instead of refusing the report")
+    parser.add_argument(
+        "--prefer",
+        nargs="+",
+        default=(),
+        metavar="STORE",
+        help="where a run is held twice with different results (a run trained again: float noise), "
+        "take the row of these stores (among the results), or of STORE:LINE for two rows of one "
+        "store, instead of refusing the report",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -28,7 +33,9 @@ def report_module(command: str):
     except ModuleNotFoundError as error:
         if error.name not in REPORT_EXTRA:
             raise
-        raise ValueError(f'dwatt {command} needs {error.name} for its tables and figures: pip install "dwatt[report]"') from None
+        raise ValueError(
+            f'dwatt {command} needs {error.name} for its tables and figures: pip install "dwatt[report]"'
+        ) from None
 
 
 def run(args: argparse.Namespace) -> int:

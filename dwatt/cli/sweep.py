@@ -7,11 +7,28 @@ import argparse
 from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
 from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
-from .options import (add_backbone_dtype_argument, add_max_memory_argument, add_threads_argument,
-                      add_train_in_parts_argument, check_grid_arguments, csv_of)
+from .options import (
+    add_backbone_dtype_argument,
+    add_max_memory_argument,
+    add_threads_argument,
+    add_train_in_parts_argument,
+    check_grid_arguments,
+    csv_of,
+)
 
-GRID_OPTIONS = ("fusions", "modes", "n_shots", "epochs", "trials", "datasets", "backbones", "sampling", "dev_sentences",
-                "learning_rates", "probe_layers")  # the options that override a preset's `grid` arguments
+GRID_OPTIONS = (
+    "fusions",
+    "modes",
+    "n_shots",
+    "epochs",
+    "trials",
+    "datasets",
+    "backbones",
+    "sampling",
+    "dev_sentences",
+    "learning_rates",
+    "probe_layers",
+)  # the options that override a preset's `grid` arguments
 
 
 def register(commands) -> None:
@@ -22,41 +39,89 @@ def register(commands) -> None:
     parser.add_argument("--n-shots", type=csv_of(int), default=None, dest="n_shots", help="e.g. 8,16,32,64,128")
     parser.add_argument("--epochs", type=csv_of(int), default=None, help="epoch budgets, e.g. 25,50,75,100")
     parser.add_argument("--trials", type=int, default=None, help="seeds 0..trials-1 (default 5)")
-    parser.add_argument("--datasets", "--dataset", type=csv_of(str), default=None, help="conll2003, wikiann:<lang>, wikitext2")
-    parser.add_argument("--backbones", "--backbone", type=csv_of(str), default=None, help="Hub ids or folders, comma-separated")
+    parser.add_argument(
+        "--datasets", "--dataset", type=csv_of(str), default=None, help="conll2003, wikiann:<lang>, wikitext2"
+    )
+    parser.add_argument(
+        "--backbones", "--backbone", type=csv_of(str), default=None, help="Hub ids or folders, comma-separated"
+    )
     parser.add_argument("--sampling", choices=SAMPLINGS, default=None, help="sentences: exactly --n-shots sentences")
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
-    parser.add_argument("--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)")
+    parser.add_argument(
+        "--data-dir", default=None, help="folder of the dataset (WikiAnn: the folder of <lang>/ folders)"
+    )
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
-    parser.add_argument("--engine", choices=(*ENGINES, *ENGINE_ALIASES), default="auto",
-                        help="stacked: train the runs of one FE sample together as stacked copies of one head "
-                             "(budgets, its old name, still works); auto: where a sample has several runs")
+    parser.add_argument(
+        "--engine",
+        choices=(*ENGINES, *ENGINE_ALIASES),
+        default="auto",
+        help="stacked: train the runs of one FE sample together as stacked copies of one head "
+        "(budgets, its old name, still works); auto: where a sample has several runs",
+    )
     parser.add_argument("--results", default="runs/sweep/results.jsonl")
-    parser.add_argument("--shard", default=None, metavar="I/N",
-                        help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl")
+    parser.add_argument(
+        "--shard",
+        default=None,
+        metavar="I/N",
+        help="run shard I of N (0-based, e.g. $SLURM_ARRAY_TASK_ID/4) into its own results.shard-I-of-N.jsonl",
+    )
     parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
-    parser.add_argument("--learning-rates", type=csv_of(float), default=None, dest="learning_rates",
-                        help="every run at each of these peak learning rates, e.g. 5e-5,3e-4,1e-3,3e-3")
-    parser.add_argument("--probe-layers", default=None, dest="probe_layers", metavar="LAYERS",
-                        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe")
-    parser.add_argument("--window-around-probe", nargs="+", default=None, dest="window_around_probe", metavar="STORE",
-                        help=f"each fusion on the layers within ±{WINDOW_RADIUS} of the one each trial's probe (in these results "
-                             "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too")
-    parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE",
-                        help="where two --window-around-probe files hold one run with different results (a probe "
-                             "trained again: float noise), take the row of these (among them) instead of refusing")
-    parser.add_argument("--window-alone", action="store_true", dest="window_alone",
-                        help="the window's layers alone (--layers only:a-b): no last layer, a backbone cut below the window")
-    parser.add_argument("--done-in", nargs="+", default=(), dest="done_in", metavar="STORE",
-                        help="other results files, only read: a run one of them holds (same settings) is not trained "
-                             "again, e.g. a probe trained again into its own store")
+    parser.add_argument(
+        "--learning-rates",
+        type=csv_of(float),
+        default=None,
+        dest="learning_rates",
+        help="every run at each of these peak learning rates, e.g. 5e-5,3e-4,1e-3,3e-3",
+    )
+    parser.add_argument(
+        "--probe-layers",
+        default=None,
+        dest="probe_layers",
+        metavar="LAYERS",
+        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe",
+    )
+    parser.add_argument(
+        "--window-around-probe",
+        nargs="+",
+        default=None,
+        dest="window_around_probe",
+        metavar="STORE",
+        help=f"each fusion on the layers within ±{WINDOW_RADIUS} of the one each trial's probe (in these results "
+        "files) chose on dev, and with --few-shot-dev on its few-shot dev sample too",
+    )
+    parser.add_argument(
+        "--prefer",
+        nargs="+",
+        default=(),
+        metavar="STORE",
+        help="where two --window-around-probe files hold one run with different results (a probe "
+        "trained again: float noise), take the row of these (among them) instead of refusing",
+    )
+    parser.add_argument(
+        "--window-alone",
+        action="store_true",
+        dest="window_alone",
+        help="the window's layers alone (--layers only:a-b): no last layer, a backbone cut below the window",
+    )
+    parser.add_argument(
+        "--done-in",
+        nargs="+",
+        default=(),
+        dest="done_in",
+        metavar="STORE",
+        help="other results files, only read: a run one of them holds (same settings) is not trained "
+        "again, e.g. a probe trained again into its own store",
+    )
     add_train_in_parts_argument(parser)
     parser.add_argument("--test", action="store_true", help="score every run's best epoch on the test split too")
-    parser.add_argument("--few-shot-dev", action="store_true",
-                        help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
-                             "--engine stacked), and score that choice on test too")
+    parser.add_argument(
+        "--few-shot-dev",
+        action="store_true",
+        help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
+        "--engine stacked), and score that choice on test too",
+    )
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
@@ -83,11 +148,17 @@ def run(args: argparse.Namespace) -> int:
         from ..experiment.selection import around_chosen_layers
         from ..experiment.summaries import load_rows, runs_frame
 
-        specs = around_chosen_layers(specs, runs_frame(load_rows(args.window_around_probe, args.prefer)), args.few_shot_dev,
-                                     alone=args.window_alone)
+        specs = around_chosen_layers(
+            specs,
+            runs_frame(load_rows(args.window_around_probe, args.prefer)),
+            args.few_shot_dev,
+            alone=args.window_alone,
+        )
     elif args.window_alone or args.prefer:
-        raise ValueError(f"{'--window-alone' if args.window_alone else '--prefer'} shapes the windows of "
-                         "--window-around-probe: give that too")
+        raise ValueError(
+            f"{'--window-alone' if args.window_alone else '--prefer'} shapes the windows of "
+            "--window-around-probe: give that too"
+        )
     results = args.results
     if args.shard:
         index, count = parse_shard(args.shard)
@@ -95,14 +166,31 @@ def run(args: argparse.Namespace) -> int:
         specs = shard(specs, index, count)
         results = shard_results_path(args.results, index, count)
         print(f"shard {index}/{count}: {len(specs)} of the grid's {whole} runs, into {results}")
-    overrides = {"cache_dtype": args.cache_dtype, "backbone_dtype": args.backbone_dtype, "max_memory": args.max_memory,
-                 "device_map": args.device_map, "cache_on_disk": args.cache_on_disk, **({"evaluate_test": True} if args.test else {}),
-                 **({"few_shot_dev": True} if args.few_shot_dev else {})}
-    rows = run_sweep(specs, results, args.output_root, progress=not args.quiet, engine=args.engine,
-                     done_in=tuple(args.done_in), train_in_parts=args.train_in_parts, **overrides)
+    overrides = {
+        "cache_dtype": args.cache_dtype,
+        "backbone_dtype": args.backbone_dtype,
+        "max_memory": args.max_memory,
+        "device_map": args.device_map,
+        "cache_on_disk": args.cache_on_disk,
+        **({"evaluate_test": True} if args.test else {}),
+        **({"few_shot_dev": True} if args.few_shot_dev else {}),
+    }
+    rows = run_sweep(
+        specs,
+        results,
+        args.output_root,
+        progress=not args.quiet,
+        engine=args.engine,
+        done_in=tuple(args.done_in),
+        train_in_parts=args.train_in_parts,
+        **overrides,
+    )
     finished, elsewhere = runs_done(specs, results, tuple(args.done_in), overrides, args.engine)
     held = held_elsewhere(ResultsStore(results), [spec for spec in specs if spec.run_id not in finished | elsewhere])
-    print(f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
-          + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "")
-          + (f", {held} still training in other sweeps on this store" if held else "") + f"; {len(rows)} rows in {results}")
+    print(
+        f"{len(finished) + len(elsewhere)} of the grid's {len(specs)} runs done"
+        + (f" ({len(elsewhere)} of them in --done-in stores)" if args.done_in else "")
+        + (f", {held} still training in other sweeps on this store" if held else "")
+        + f"; {len(rows)} rows in {results}"
+    )
     return 0

@@ -13,12 +13,26 @@ imports neither `datasets` nor the tokenizers.
 from importlib import import_module
 
 _MODULE_OF = {
-    **dict.fromkeys(("BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words",
-                     "load_tokenizer"), "dwatt.tokenization"),
+    **dict.fromkeys(
+        ("BYTE_LEVEL_BPE_MODELS", "as_in_running_text", "drops_running_text_spaces", "encode_words", "load_tokenizer"),
+        "dwatt.tokenization",
+    ),
     **dict.fromkeys(("DataFormatError", "is_local_path"), "dwatt.data.files"),
     **dict.fromkeys(("group_texts_for_mlm", "load_wikitext2", "mlm_collator"), "dwatt.data.mlm"),
-    **dict.fromkeys(("CONLL_LABELS", "WIKIANN_LABELS", "entity_types", "load_conll2003", "load_ner_dataset",
-                     "load_wikiann", "ner_features", "read_conll", "tokenize_and_align"), "dwatt.data.ner"),
+    **dict.fromkeys(
+        (
+            "CONLL_LABELS",
+            "WIKIANN_LABELS",
+            "entity_types",
+            "load_conll2003",
+            "load_ner_dataset",
+            "load_wikiann",
+            "ner_features",
+            "read_conll",
+            "tokenize_and_align",
+        ),
+        "dwatt.data.ner",
+    ),
 }
 
 

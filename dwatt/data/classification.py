@@ -1,7 +1,8 @@
 """Text-classification data: CSV, TSV and JSONL files, Hub datasets, and the vendored AG News split.
 
 Every split becomes a `datasets.Dataset` with `text`, an optional `text_pair` (sentence-pair tasks), a
-`ClassLabel` `label` and, for a split read from a file, `source` (`file:line` of each row, for messages). Column names are detected from common ones (`text`/`sentence`/..., `label`/`class`/...) or
+`ClassLabel` `label` and, for a split read from a file, `source` (`file:line` of each row, for messages). Column names
+are detected from common ones (`text`/`sentence`/..., `label`/`class`/...) or
 given. A malformed file raises `DataFormatError` naming the file and the line.
 
 AG News offline: only the 7600-row test split of AG News is available (`../shared/data/ag_news/test.csv`, see its
@@ -56,7 +57,9 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
         except csv.Error:  # an open quote: the row goes on on the next line
             continue
         if len(fields) != len(header):
-            raise DataFormatError(f"{path}:{start}: {len(fields)} fields where the header has {len(header)} ({header})")
+            raise DataFormatError(
+                f"{path}:{start}: {len(fields)} fields where the header has {len(header)} ({header})"
+            )
         yield start, dict(zip(header, fields))
         pending, start = [], None
     if pending:
@@ -167,8 +170,13 @@ def load_classification_folder(folder: str | Path, label_names: Sequence[str] | 
     for split in ("validation", "test"):
         if split in files:
             rows = read_rows(files[split])
-            label = detect_columns(files[split], list(rows[0][1]), columns.get("text_column"),
-                                   columns.get("pair_column"), columns.get("label_column"))[2]
+            label = detect_columns(
+                files[split],
+                list(rows[0][1]),
+                columns.get("text_column"),
+                columns.get("pair_column"),
+                columns.get("label_column"),
+            )[2]
             values = [str(row[label]) for _, row in rows]
             names += [name for name in _label_names(values) if name not in names]
             splits[split] = read_classification_file(files[split], **columns, label_names=names)
@@ -196,15 +204,24 @@ def load_classification_dataset(name: str, data_dir: str | None = None, **column
     if "validation" not in data and "test" in data:
         data["validation"] = data.pop("test")
     first = data["train"]
-    text, pair, label = detect_columns(Path(name), first.column_names, columns.get("text_column"),
-                                       columns.get("pair_column"), columns.get("label_column"))
+    text, pair, label = detect_columns(
+        Path(name),
+        first.column_names,
+        columns.get("text_column"),
+        columns.get("pair_column"),
+        columns.get("label_column"),
+    )
     renames = {text: "text", label: "label"} | ({pair: "text_pair"} if pair else {})
     keep = set(renames)
-    return DatasetDict({
-        split: dataset.remove_columns([c for c in dataset.column_names if c not in keep]).rename_columns(
-            {k: v for k, v in renames.items() if k != v})
-        for split, dataset in data.items() if split in SPLIT_NAMES
-    })
+    return DatasetDict(
+        {
+            split: dataset.remove_columns([c for c in dataset.column_names if c not in keep]).rename_columns(
+                {k: v for k, v in renames.items() if k != v}
+            )
+            for split, dataset in data.items()
+            if split in SPLIT_NAMES
+        }
+    )
 
 
 def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 500, seed: int = 0) -> dict[str, int]:
@@ -233,8 +250,9 @@ def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 
     return counts
 
 
-def warn_about_unseen_labels(train_labels: Iterable[int], splits: dict[str, Dataset],
-                             what: str = "the training split") -> dict[str, dict]:
+def warn_about_unseen_labels(
+    train_labels: Iterable[int], splits: dict[str, Dataset], what: str = "the training split"
+) -> dict[str, dict]:
     """
     One warning per label that an evaluation split holds but the training examples (`train_labels`, after any
     sampling; `what` names them) lack: the model never sees an example of it, so it is a class in name only. The

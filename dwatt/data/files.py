@@ -15,7 +15,12 @@ class DataFormatError(ValueError):
 def is_local_path(source: str | Path | None) -> bool:
     """A folder on disk rather than a Hub id: `None` (the vendored default), a `Path`, an existing path, or a name
     written as a path (`./x`, `/x`, `~/x`). Hub ids such as `conll2003` or `org/name` are not."""
-    return source is None or isinstance(source, Path) or Path(str(source)).exists() or str(source).startswith((".", "/", "~"))
+    return (
+        source is None
+        or isinstance(source, Path)
+        or Path(str(source)).exists()
+        or str(source).startswith((".", "/", "~"))
+    )
 
 
 def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:

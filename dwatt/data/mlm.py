@@ -34,8 +34,9 @@ def load_wikitext2(source: str | Path) -> DatasetDict:
     return DatasetDict(splits)
 
 
-def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128,
-                        split: str = "the") -> Dataset | DatasetDict:
+def group_texts_for_mlm(
+    dataset: Dataset | DatasetDict, tokenizer, block_size: int = 128, split: str = "the"
+) -> Dataset | DatasetDict:
     """Tokenise lines of text, concatenate them and cut fixed-length blocks (the remainder is dropped). A split too
     short for one block is refused, naming it."""
     if isinstance(dataset, DatasetDict):
@@ -54,8 +55,10 @@ def group_texts_for_mlm(dataset: Dataset | DatasetDict, tokenizer, block_size: i
     blocks = tokenized.map(group, batched=True)
     if len(blocks) == 0:
         tokens = sum(len(ids) for ids in tokenized["input_ids"])
-        raise ValueError(f"masked LM: the {split} split has {tokens} tokens, fewer than one block of {block_size}: "
-                         "give it more text, or a smaller --block-size")
+        raise ValueError(
+            f"masked LM: the {split} split has {tokens} tokens, fewer than one block of {block_size}: "
+            "give it more text, or a smaller --block-size"
+        )
     return blocks
 
 

@@ -10,7 +10,8 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Sequence as SequenceFeature, Value
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from datasets import Sequence as SequenceFeature
 
 from ..defaults import default_conll_dir
 from ..tokenization import encode_words
@@ -59,7 +60,9 @@ def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
             continue
         if len(columns) not in (2, 4):
             what = "a token without a tag" if len(columns) == 1 else f"{len(columns)} columns"
-            raise DataFormatError(f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'")
+            raise DataFormatError(
+                f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'"
+            )
         tag = columns[-1]
         if tag not in known:
             raise DataFormatError(f"{path}:{number}: unknown tag {tag!r}; known tags: {', '.join(labels)}")
@@ -162,10 +165,15 @@ def tokenize_and_align(
     """
     if isinstance(dataset, DatasetDict):
         return DatasetDict(
-            {name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length, stride) for name, split in dataset.items()}
+            {
+                name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length, stride)
+                for name, split in dataset.items()
+            }
         )
     names = dataset.features["ner_tags"].feature.names
-    continuation = [names.index("I-" + n[2:]) if n.startswith("B-") and "I-" + n[2:] in names else i for i, n in enumerate(names)]
+    continuation = [
+        names.index("I-" + n[2:]) if n.startswith("B-") and "I-" + n[2:] in names else i for i, n in enumerate(names)
+    ]
     limit = max_length or min(tokenizer.model_max_length, 512)
     empty = [i for i, tokens in enumerate(dataset["tokens"]) if not tokens]
     if empty:
@@ -212,5 +220,14 @@ def tokenize_and_align(
     return tokenized
 
 
-__all__ = ["CONLL_LABELS", "WIKIANN_LABELS", "entity_types", "load_conll2003", "load_ner_dataset", "load_wikiann",
-           "ner_features", "read_conll", "tokenize_and_align"]
+__all__ = [
+    "CONLL_LABELS",
+    "WIKIANN_LABELS",
+    "entity_types",
+    "load_conll2003",
+    "load_ner_dataset",
+    "load_wikiann",
+    "ner_features",
+    "read_conll",
+    "tokenize_and_align",
+]

@@ -17,7 +17,6 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .summaries import (  # noqa: E402
-    scored_by,
     DEPTH_EPOCHS,
     FUSION_NAMES,
     MODE_NAMES,
@@ -27,13 +26,16 @@ from .summaries import (  # noqa: E402
     conll_fe_grid,
     depth_grid,
     headline_budget,
+    scored_by,
     summarize,
     tier_summary,
 )
 
+
 def figure_probe(frame: pd.DataFrame):
     """Test score of a Base head on each layer (each at its dev-chosen learning rate) against each fusion's at
-    its own dev-chosen learning rate (horizontal lines; dotted, dash-dotted: on a window around the best layer, with the
+    its own dev-chosen learning rate (horizontal lines; dotted, dash-dotted: on a window around the best layer, with
+    the
     last layer or alone), one panel per
     backbone and N (the fair comparison)."""
     from .selection import FUSION_METHODS, WINDOW_METHODS, fair_comparison, probe_curve
@@ -45,22 +47,32 @@ def figure_probe(frame: pd.DataFrame):
     figure, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.4), squeeze=False)
     for axis, (backbone, n_shot) in zip(axes[0], panels):
         layers = curve[(curve.backbone == backbone) & (curve.n_shot == n_shot)].sort_values("layer")
-        axis.plot(layers.layer, layers.test_score, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k")
+        axis.plot(
+            layers.layer, layers.test_score, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k"
+        )
         lines = [(fusion, method, "--") for fusion, method in FUSION_METHODS.items()]
         # a window: the fusion's colour, dotted (with the last layer) or dash-dotted (alone)
         lines += [(fusion, method, "-." if alone else ":") for (fusion, alone), method in WINDOW_METHODS.items()]
         for fusion, method, style in lines:
             chosen = fair[(fair.backbone == backbone) & (fair.n_shot == n_shot) & (fair.method == method)]
             if not chosen.empty:
-                axis.axhline(chosen.test_score.iloc[0], color=COLORS[fusion], linestyle=style, linewidth=1.2, label=method)
+                axis.axhline(
+                    chosen.test_score.iloc[0], color=COLORS[fusion], linestyle=style, linewidth=1.2, label=method
+                )
         axis.set(title=f"{backbone}, N={n_shot:g}", xlabel="layer", ylabel=f"test {layers.metric.iloc[0]}")
         axis.grid(alpha=0.3)
     axes[0][0].legend(fontsize=7)
     return figure
 
 
-COLORS = {"base": "#7f7f7f", "base_plus_n": "#1f77b4", "concat": "#ff7f0e", "dwatt": "#d62728", "scalar_mix": "#2ca02c",
-          "scalar_mix_dropout": "#9467bd"}
+COLORS = {
+    "base": "#7f7f7f",
+    "base_plus_n": "#1f77b4",
+    "concat": "#ff7f0e",
+    "dwatt": "#d62728",
+    "scalar_mix": "#2ca02c",
+    "scalar_mix_dropout": "#9467bd",
+}
 TIER_ORDER = [name for _, name in TIERS]
 
 
@@ -68,14 +80,28 @@ def _fusions(frame: pd.DataFrame) -> list[str]:
     return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
 
 
-def _lines(axis, runs: pd.DataFrame, title: str, x: str = "n_shot", value: str = "f1", label: str = "dev F1",
-           xlabel: str = "N (N x C training sentences)") -> None:
+def _lines(
+    axis,
+    runs: pd.DataFrame,
+    title: str,
+    x: str = "n_shot",
+    value: str = "f1",
+    label: str = "dev F1",
+    xlabel: str = "N (N x C training sentences)",
+) -> None:
     """Mean `value` of each fusion against `x` (N on a log scale, or the epoch budget), with 95% CI bars."""
     summary = summarize(runs, ["fusion", x], value)
     for fusion in _fusions(summary):
         points = summary[summary.fusion == fusion].sort_values(x)
-        axis.errorbar(points[x], points["mean"], yerr=points.ci95.fillna(0), label=FUSION_NAMES.get(fusion, fusion),
-                      color=COLORS.get(fusion), marker="o", capsize=3)
+        axis.errorbar(
+            points[x],
+            points["mean"],
+            yerr=points.ci95.fillna(0),
+            label=FUSION_NAMES.get(fusion, fusion),
+            color=COLORS.get(fusion),
+            marker="o",
+            capsize=3,
+        )
     ticks = sorted(summary[x].unique())
     if x == "n_shot":
         axis.set_xscale("log", base=2)
@@ -89,8 +115,15 @@ def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str, names: d
     width = 0.8 / len(fusions)
     for k, fusion in enumerate(fusions):
         rows = summary[summary.fusion == fusion].set_index(group_column).reindex(groups)
-        axis.bar(np.arange(len(groups)) + (k - (len(fusions) - 1) / 2) * width, rows["mean"], width,
-                 yerr=rows.ci95.fillna(0), capsize=2, color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
+        axis.bar(
+            np.arange(len(groups)) + (k - (len(fusions) - 1) / 2) * width,
+            rows["mean"],
+            width,
+            yerr=rows.ci95.fillna(0),
+            capsize=2,
+            color=COLORS.get(fusion),
+            label=FUSION_NAMES.get(fusion, fusion),
+        )
     axis.set_xticks(np.arange(len(groups)), [(names or {}).get(g, str(g)) for g in groups])
     axis.grid(axis="y", alpha=0.3)
 
@@ -144,7 +177,11 @@ def figure_dev_curves(frame: pd.DataFrame):
     runs = runs[runs.backbone == runs.backbone.value_counts().index[0]]
     runs = runs[runs.epochs == headline_budget(runs)]
     points = pd.DataFrame(
-        [{"fusion": r.fusion, "n_shot": r.n_shot, "step": p["step"], "f1": 100 * p["f1"]} for r in runs.itertuples() for p in r.dev_curve]
+        [
+            {"fusion": r.fusion, "n_shot": r.n_shot, "step": p["step"], "f1": 100 * p["f1"]}
+            for r in runs.itertuples()
+            for p in r.dev_curve
+        ]
     )
     if points.empty:
         return None
@@ -176,7 +213,10 @@ def figure_wikiann_english(frame: pd.DataFrame):
     summary = summarize(runs, ["fusion"], "f1")
     figure, axis = plt.subplots(figsize=(5, 3.6))
     _bars(axis, summary.assign(group="en"), ["en"], "group")
-    axis.set(title=f"WikiAnn en, {runs.backbone.iloc[0]}, {runs.epochs.max()} epochs ({summary.trials.max()} trials)", ylabel="dev F1")
+    axis.set(
+        title=f"WikiAnn en, {runs.backbone.iloc[0]}, {runs.epochs.max()} epochs ({summary.trials.max()} trials)",
+        ylabel="dev F1",
+    )
     axis.legend()
     return figure
 
@@ -215,8 +255,16 @@ def figure_base_vs_large(frame: pd.DataFrame):
         summary = summarize(runs[runs.fusion == fusion], ["backbone", "n_shot"], "f1")
         for style, backbone in zip(("-", "--", ":"), sorted(summary.backbone.unique())):
             points = summary[summary.backbone == backbone].sort_values("n_shot")
-            axis.errorbar(points.n_shot, points["mean"], yerr=points.ci95.fillna(0), linestyle=style, marker="o",
-                          color=COLORS.get(fusion), capsize=3, label=backbone)
+            axis.errorbar(
+                points.n_shot,
+                points["mean"],
+                yerr=points.ci95.fillna(0),
+                linestyle=style,
+                marker="o",
+                color=COLORS.get(fusion),
+                capsize=3,
+                label=backbone,
+            )
         axis.set_xscale("log", base=2)
         axis.set(title=FUSION_NAMES.get(fusion, fusion), xlabel="N")
         axis.legend(fontsize=7)
@@ -229,13 +277,21 @@ def figure_wikiann_languages(frame: pd.DataFrame):
     runs = _wikiann(frame)
     if runs.language.nunique() < 2:
         return None
-    order = runs.drop_duplicates("language").assign(rank=lambda t: t.tier.map(TIER_ORDER.index)).sort_values(["rank", "language"])
+    order = (
+        runs.drop_duplicates("language")
+        .assign(rank=lambda t: t.tier.map(TIER_ORDER.index))
+        .sort_values(["rank", "language"])
+    )
     languages = list(order.language)
     summary = summarize(runs, ["fusion", "language"], "f1")
     figure, axis = plt.subplots(figsize=(max(8, 0.55 * len(languages) * len(_fusions(summary)) / 2), 4))
     _bars(axis, summary, languages, "language")
-    axis.set_xticks(np.arange(len(languages)), [f"{lang}\n{t}" for lang, t in zip(order.language, order.tier)], fontsize=7)
-    axis.set(title=f"WikiAnn, {runs.backbone.iloc[0]}, 100 training sentences, {runs.epochs.max()} epochs", ylabel="dev F1")
+    axis.set_xticks(
+        np.arange(len(languages)), [f"{lang}\n{t}" for lang, t in zip(order.language, order.tier)], fontsize=7
+    )
+    axis.set(
+        title=f"WikiAnn, {runs.backbone.iloc[0]}, 100 training sentences, {runs.epochs.max()} epochs", ylabel="dev F1"
+    )
     axis.legend(ncol=len(_fusions(summary)), fontsize=8)
     return figure
 
@@ -271,8 +327,15 @@ def figure_layer_weights(frame: pd.DataFrame):
         own = own[own.epochs == headline_budget(own)]
         own = own[own.n_shot == own.n_shot.max()]
         types = sorted(own.layer_weights.iloc[0]["by_type"], key=lambda t: (t == "O", t))
-        weights = np.array([[np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
-                             for k in range(len(own.layer_weights.iloc[0]["layers"]))] for t in types])
+        weights = np.array(
+            [
+                [
+                    np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
+                    for k in range(len(own.layer_weights.iloc[0]["layers"]))
+                ]
+                for t in types
+            ]
+        )
         image = axis.imshow(weights, aspect="auto", cmap="viridis")
         axis.set_yticks(range(len(types)), types)
         layers = own.layer_weights.iloc[0]["layers"]
@@ -297,12 +360,22 @@ def figure_layer_weights_by_depth(frame: pd.DataFrame):
         own = own[own.n_shot == own.n_shot.max()]
         types = sorted(own.layer_weights.iloc[0]["by_type"], key=lambda t: (t == "O", t))
         layers = own.layer_weights.iloc[0]["layers"]
-        weights = np.array([[np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
-                             for k in range(len(layers))] for t in types])
+        weights = np.array(
+            [
+                [
+                    np.mean([w["by_type"][t][k] for w in own.layer_weights if t in w["by_type"]])
+                    for k in range(len(layers))
+                ]
+                for t in types
+            ]
+        )
         image = axis.imshow(weights, aspect="auto", cmap="viridis")
         axis.set_yticks(range(len(types)), types)
         axis.set_xticks(range(len(layers)), [str(k) for k in layers], fontsize=7)
-        axis.set(xlabel="layer", title=f"{backbone} ({len(layers)} layers), N={own.n_shot.max():g}, {len(own)} trial{'s' * (len(own) > 1)}")
+        axis.set(
+            xlabel="layer",
+            title=f"{backbone} ({len(layers)} layers), N={own.n_shot.max():g}, {len(own)} trial{'s' * (len(own) > 1)}",
+        )
         figure.colorbar(image, ax=axis, label="mean weight")
     figure.suptitle(f"DWAtt layer weights by depth (CoNLL-03 dev tokens, {DEPTH_EPOCHS} epochs)")
     return figure
@@ -319,10 +392,18 @@ def figure_classification(frame: pd.DataFrame):
     for row, ((dataset, backbone, mode), own) in zip(axes, groups):
         pooling = own.pooling.fillna("").value_counts().index[0]  # the grid's pooling (the one most runs used)
         own = own[(own.pooling.fillna("") == pooling) & (own.epochs == own.epochs.max())]
-        title = f"{dataset} {MODE_NAMES.get(mode, mode)}, {backbone}, {own.epochs.max()} epochs" + (f", {pooling} pooling" if pooling else "")
+        title = f"{dataset} {MODE_NAMES.get(mode, mode)}, {backbone}, {own.epochs.max()} epochs" + (
+            f", {pooling} pooling" if pooling else ""
+        )
         for axis, (value, label) in zip(row, (("accuracy", "accuracy"), ("macro_f1", "macro-F1"))):
-            _lines(axis, own, title, value=value,
-                   label=f"{label} (evaluation split)", xlabel="N (training examples per class)")
+            _lines(
+                axis,
+                own,
+                title,
+                value=value,
+                label=f"{label} (evaluation split)",
+                xlabel="N (training examples per class)",
+            )
     axes[0][0].legend()
     return figure
 

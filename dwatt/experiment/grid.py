@@ -39,6 +39,8 @@ def engine_named(name: str) -> str:
     if engine not in ENGINES:
         raise ValueError(f"--engine: unknown engine {name!r}; expected one of {', '.join(ENGINES)}")
     return engine
+
+
 # How far either side of the best single layer a window fusion reaches (`dwatt.experiment.selection.window_around`).
 WINDOW_RADIUS = 2
 
@@ -69,13 +71,18 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         backbone = backbone_label(self.backbone) if self.backbone else "default"
-        size = "" if not TASKS[self.task].few_shot else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
-        options = (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "") + (
-            f"/{self.pooling}" if self.pooling is not None else "") + (f"/L{self.layers}" if self.layers is not None else "")
+        size = (
+            "" if not TASKS[self.task].few_shot else ("s" if self.sampling == "sentences" else "n") + f"{self.n_shot}/"
+        )
+        options = (
+            (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "")
+            + (f"/{self.pooling}" if self.pooling is not None else "")
+            + (f"/L{self.layers}" if self.layers is not None else "")
+        )
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 
     @property
-    def budget_group(self) -> "RunSpec":
+    def budget_group(self) -> RunSpec:
         """The spec with what runs trained together may differ in blanked (`dwatt.stacked_heads.train_heads`): the epoch
         budget, the learning rate, and for heads on one layer the layer."""
         return replace(self, epochs=0, learning_rate=None, layers=None if probes_layers(self.fusion) else self.layers)
@@ -87,8 +94,14 @@ class RunSpec:
         options = {name: value for name, value in shared.items() if value is not None or name in PASSED_WHEN_NONE}
         if not TASKS[self.task].few_shot:  # masked LM trains on the whole split
             options["n_shot"] = None
-        return RunConfig(**options, seed=self.trial, output_dir=str(Path(output_root) / self.run_id), save_model=False,
-                         progress=False, **overrides)
+        return RunConfig(
+            **options,
+            seed=self.trial,
+            output_dir=str(Path(output_root) / self.run_id),
+            save_model=False,
+            progress=False,
+            **overrides,
+        )
 
 
 # RunSpec's fields that are RunConfig's under the same name: RunConfig owns what they mean and their defaults; a spec
@@ -122,9 +135,17 @@ def grid(
         n_shots = (None,)
     rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
     fusions, modes, n_shots, epochs, datasets, backbones, poolings = (
-        tuple(values) for values in (fusions, modes, n_shots, epochs, datasets, backbones, poolings))
-    for option, values in (("--fusions", fusions), ("--modes", modes), ("--n-shots", n_shots), ("--epochs", epochs),
-                           ("--datasets", datasets), ("--backbones", backbones), ("--learning-rates", rates)):
+        tuple(values) for values in (fusions, modes, n_shots, epochs, datasets, backbones, poolings)
+    )
+    for option, values in (
+        ("--fusions", fusions),
+        ("--modes", modes),
+        ("--n-shots", n_shots),
+        ("--epochs", epochs),
+        ("--datasets", datasets),
+        ("--backbones", backbones),
+        ("--learning-rates", rates),
+    ):
         if not values:
             raise ValueError(f"{option}: no value given, so the grid would hold no run")
     if trials < 1:
@@ -134,8 +155,25 @@ def grid(
         datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions, rates
     ):
         layers = probed(backbone, probe_layers) if probes_layers(fusion) and probe_layers is not None else [None]
-        specs += [RunSpec(fusion, mode, n, e, trial, dataset, backbone, data_dir, task, sampling, dev_sentences, rate,
-                          pooling, layer) for layer in layers]
+        specs += [
+            RunSpec(
+                fusion,
+                mode,
+                n,
+                e,
+                trial,
+                dataset,
+                backbone,
+                data_dir,
+                task,
+                sampling,
+                dev_sentences,
+                rate,
+                pooling,
+                layer,
+            )
+            for layer in layers
+        ]
     return specs
 
 
@@ -148,7 +186,9 @@ def probed(backbone: str | None, spec: str) -> list[str]:
     from ..defaults import default_backbone_path
     from ..portable import backbone_folder
 
-    count = AutoConfig.from_pretrained(backbone_folder(backbone) if backbone else default_backbone_path()).num_hidden_layers
+    count = AutoConfig.from_pretrained(
+        backbone_folder(backbone) if backbone else default_backbone_path()
+    ).num_hidden_layers
     return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False)]
 
 
@@ -225,7 +265,8 @@ def engines_for(spec: RunSpec, engine: str, use_cache: bool = True) -> tuple[str
 def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -> list[tuple[bool, list[RunSpec]]]:
     """
     The specs as the groups that train together, each with whether it goes through `run_together`: under the
-    "stacked" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates (and
+    "stacked" engine every FE run with the feature cache of a task that may does, its epoch budgets, learning rates
+    (and
     a Base head's layers) as one group; under "auto" only groups of more than one run do; under "trainer" none. Groups
     keep the order of their first spec.
     """
@@ -240,9 +281,7 @@ def batches_of_runs(specs: list[RunSpec], engine: str, use_cache: bool = True) -
 PAPER_FUSIONS = ("base", "base_plus_n", "concat", "dwatt")
 # The 27 languages of the WikiAnn copy in shared/data (Rahimi et al. 2019 splits); reports group them into
 # resource tiers by the size of each language's training split, recorded with every run.
-WIKIANN_LANGUAGES = (
-    "af ar az bn de en es fr gu hi id jv kk mr ms my pa qu ru sw te tl tr ur vi yo zh".split()
-)
+WIKIANN_LANGUAGES = "af ar az bn de en es fr gu hi id jv kk mr ms my pa qu ru sw te tl tr ur vi yo zh".split()
 
 # Each preset is a set of `grid` arguments; command-line options override them. Backbones are the paper's Hub
 # names (they need the network); offline, pass `--backbone` a local folder.
@@ -257,46 +296,89 @@ PRESETS = {
     "base-vs-large": dict(fusions=PAPER_FUSIONS, epochs=(100,), backbones=("roberta-base", "roberta-large")),
     # Figure 5: WikiAnn English, 100 training sentences, 25 epochs.
     "wikiann-en": dict(
-        fusions=PAPER_FUSIONS, datasets=("wikiann:en",), sampling="sentences", n_shots=(100,), epochs=(25,),
+        fusions=PAPER_FUSIONS,
+        datasets=("wikiann:en",),
+        sampling="sentences",
+        n_shots=(100,),
+        epochs=(25,),
         backbones=("xlm-roberta-large",),
     ),
     # Figures 8-9: every language, same protocol, grouped by resource tier in the report.
     "wikiann-tiers": dict(
-        fusions=PAPER_FUSIONS, datasets=tuple(f"wikiann:{lang}" for lang in WIKIANN_LANGUAGES), sampling="sentences",
-        n_shots=(100,), epochs=(25,), backbones=("xlm-roberta-large",),
+        fusions=PAPER_FUSIONS,
+        datasets=tuple(f"wikiann:{lang}" for lang in WIKIANN_LANGUAGES),
+        sampling="sentences",
+        n_shots=(100,),
+        epochs=(25,),
+        backbones=("xlm-roberta-large",),
     ),
     # Table 3: WikiText-2 masked-LM perplexity, FT, batch 8, best validation checkpoint.
     "wikitext-mlm": dict(
-        fusions=PAPER_FUSIONS, modes=("ft",), task="mlm", datasets=("wikitext2",), epochs=(3,), trials=1,
+        fusions=PAPER_FUSIONS,
+        modes=("ft",),
+        task="mlm",
+        datasets=("wikitext2",),
+        epochs=(3,),
+        trials=1,
         backbones=("roberta-large",),
     ),
     # Beyond the paper: few-shot AG News topic classification (the vendored offline split), FE, N examples per
     # class, the offline default backbone (MiniLM). A CPU budget: 20 epochs at 10x the paper's learning rate (a
     # sample of 16 examples makes one step per epoch), 800 evaluation examples.
     "agnews-fe": dict(
-        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(4, 8, 16, 32, 64),
-        epochs=(20,), trials=3, dev_sentences=800, learning_rate=5e-4,
+        fusions=(*PAPER_FUSIONS, "scalar_mix"),
+        task="cls",
+        datasets=("ag_news",),
+        n_shots=(4, 8, 16, 32, 64),
+        epochs=(20,),
+        trials=3,
+        dev_sentences=800,
+        learning_rate=5e-4,
     ),
     # Which pooling: first-token pooling for every fusion at N = 16 per class, the agnews-fe setting otherwise (whose
     # runs pool by the mean, the default), to compare the two.
     "agnews-pooling": dict(
-        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(16,), epochs=(20,),
-        trials=3, dev_sentences=800, learning_rate=5e-4, poolings=("first",),
+        fusions=(*PAPER_FUSIONS, "scalar_mix"),
+        task="cls",
+        datasets=("ag_news",),
+        n_shots=(16,),
+        epochs=(20,),
+        trials=3,
+        dev_sentences=800,
+        learning_rate=5e-4,
+        poolings=("first",),
     ),
     # Depth: the same CoNLL-03 FE grid on backbones of 6, 12 and 30 layers (MiniLM, MPNet, the SmolLM2 decoder LLM;
     # pass them with --backbones), every fusion, scored on one fixed 1000 dev sentences.
     "conll-depth": dict(
-        fusions=(*PAPER_FUSIONS, "scalar_mix"), n_shots=(8, 32, 128), epochs=(25,), trials=3, dev_sentences=1000,
+        fusions=(*PAPER_FUSIONS, "scalar_mix"),
+        n_shots=(8, 32, 128),
+        epochs=(25,),
+        trials=3,
+        dev_sentences=1000,
     ),
     # Few-shot AG News on a decoder LLM: the agnews-fe protocol at N = 4, 16, 64 per class, pooled the model's way
     # (the last token on a decoder); agnews-depth-pooling adds mean pooling at N = 16 to compare.
     "agnews-depth": dict(
-        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(4, 16, 64), epochs=(20,),
-        trials=3, dev_sentences=800, learning_rate=5e-4,
+        fusions=(*PAPER_FUSIONS, "scalar_mix"),
+        task="cls",
+        datasets=("ag_news",),
+        n_shots=(4, 16, 64),
+        epochs=(20,),
+        trials=3,
+        dev_sentences=800,
+        learning_rate=5e-4,
     ),
     "agnews-depth-pooling": dict(
-        fusions=(*PAPER_FUSIONS, "scalar_mix"), task="cls", datasets=("ag_news",), n_shots=(16,), epochs=(20,),
-        trials=3, dev_sentences=800, learning_rate=5e-4, poolings=("mean",),
+        fusions=(*PAPER_FUSIONS, "scalar_mix"),
+        task="cls",
+        datasets=("ag_news",),
+        n_shots=(16,),
+        epochs=(20,),
+        trials=3,
+        dev_sentences=800,
+        learning_rate=5e-4,
+        poolings=("mean",),
     ),
     # A minute on a CPU with the offline default backbone: two fusions, one small sample, one short budget, one
     # trial, 200 dev sentences.
@@ -304,6 +386,23 @@ PRESETS = {
 }
 
 __all__ = [
-    "ENGINES", "ENGINE_ALIASES", "PAPER_FUSIONS", "PRESETS", "WIKIANN_LANGUAGES", "WINDOW_RADIUS", "RunSpec", "batches_of_runs", "engine_named", "engines_for", "grid",
-    "parse_shard", "probed", "probes_layers", "reads_one_layer", "shard", "stackable", "widest_first", "work_unit",
+    "ENGINES",
+    "ENGINE_ALIASES",
+    "PAPER_FUSIONS",
+    "PRESETS",
+    "WIKIANN_LANGUAGES",
+    "WINDOW_RADIUS",
+    "RunSpec",
+    "batches_of_runs",
+    "engine_named",
+    "engines_for",
+    "grid",
+    "parse_shard",
+    "probed",
+    "probes_layers",
+    "reads_one_layer",
+    "shard",
+    "stackable",
+    "widest_first",
+    "work_unit",
 ]

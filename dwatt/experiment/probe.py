@@ -24,7 +24,9 @@ from ..tasks import TASKS
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 # What a probe scores on dev and test, by task: the run's own selection metric.
-METRICS = {name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled}
+METRICS = {
+    name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
+}
 
 
 @dataclass
@@ -64,7 +66,9 @@ class ProbeSettings:
         if self.task not in METRICS:
             raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
         if self.save_ensemble is not None and self.save_ensemble < 2:
-            raise ValueError(f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}")
+            raise ValueError(
+                f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}"
+            )
         if self.save_ensemble is not None and not self.save_model:
             raise ValueError("--save-ensemble saves a model: leave out --no-save")
         if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
@@ -77,9 +81,18 @@ class ProbeSettings:
 
     def overrides(self) -> dict:
         """The `RunConfig` fields every run of the probe shares beyond its spec."""
-        columns = {key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)}
-        return {"cache_dtype": self.cache_dtype, "backbone_dtype": self.backbone_dtype, "max_memory": self.max_memory,
-                "device_map": self.device_map, "cache_on_disk": self.cache_on_disk, **({"evaluate_test": True} if self.test else {}), **columns}
+        columns = {
+            key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)
+        }
+        return {
+            "cache_dtype": self.cache_dtype,
+            "backbone_dtype": self.backbone_dtype,
+            "max_memory": self.max_memory,
+            "device_map": self.device_map,
+            "cache_on_disk": self.cache_on_disk,
+            **({"evaluate_test": True} if self.test else {}),
+            **columns,
+        }
 
 
 @dataclass
@@ -117,7 +130,9 @@ class ProbeOutcome:
         return str(self.depth) if self.depth is not None else "L"
 
     def mean(self, layer: int, rate: float, split: str = "dev") -> float:
-        values = [self.scores[trial, layer, rate][split] for trial in self.trials if (trial, layer, rate) in self.scores]
+        values = [
+            self.scores[trial, layer, rate][split] for trial in self.trials if (trial, layer, rate) in self.scores
+        ]
         values = [value for value in values if value is not None]
         return statistics.fmean(values) if values else math.nan
 
@@ -125,10 +140,20 @@ class ProbeOutcome:
 def probe_specs(settings: ProbeSettings):
     from .grid import grid
 
-    return grid(fusions=("base",), task=settings.task, n_shots=(settings.n_shot,), epochs=(settings.epochs,),
-                trials=settings.trials, datasets=(TASKS[settings.task].dataset_for(settings.dataset, settings.data_dir),),
-                backbones=(settings.backbone,), data_dir=settings.data_dir, dev_sentences=settings.dev_sentences,
-                learning_rates=settings.learning_rates, probe_layers=settings.layers, poolings=(settings.pooling,))
+    return grid(
+        fusions=("base",),
+        task=settings.task,
+        n_shots=(settings.n_shot,),
+        epochs=(settings.epochs,),
+        trials=settings.trials,
+        datasets=(TASKS[settings.task].dataset_for(settings.dataset, settings.data_dir),),
+        backbones=(settings.backbone,),
+        data_dir=settings.data_dir,
+        dev_sentences=settings.dev_sentences,
+        learning_rates=settings.learning_rates,
+        probe_layers=settings.layers,
+        poolings=(settings.pooling,),
+    )
 
 
 def run_probe(settings: ProbeSettings) -> ProbeOutcome:
@@ -142,8 +167,15 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     if settings.save_ensemble and settings.save_ensemble > layers:  # said before anything trains
         raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
     overrides = settings.overrides()
-    run_sweep(specs, settings.results, settings.output_root, progress=settings.progress, engine="stacked",
-              train_in_parts=settings.train_in_parts, **overrides)
+    run_sweep(
+        specs,
+        settings.results,
+        settings.output_root,
+        progress=settings.progress,
+        engine="stacked",
+        train_in_parts=settings.train_in_parts,
+        **overrides,
+    )
     rows = ResultsStore(settings.results).finished(specs, overrides, "stacked")
     outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
@@ -165,25 +197,39 @@ def choose(task: str, rows: list[dict]) -> ProbeOutcome:
         config = row["config"]
         test = row.get("test_scores", {}).get(test_key)
         scores[row.get("seed", config.get("seed")), int(config["layers"]), config["learning_rate"]] = {
-            "dev": 100 * row[dev_key], "test": None if test is None else 100 * test}
+            "dev": 100 * row[dev_key],
+            "test": None if test is None else 100 * test,
+        }
     if not scores:
         raise ValueError("the probe has no finished run to choose from")
     sizes = {row.get("num_dev_sentences", row.get("num_dev_examples")) for row in rows}
     depths = {row.get("backbone_layers") for row in rows} - {None}
-    outcome = ProbeOutcome(task, scores, (0, 0.0), {}, sizes.pop() if len(sizes) == 1 else None,
-                           depths.pop() if len(depths) == 1 else None)
+    outcome = ProbeOutcome(
+        task,
+        scores,
+        (0, 0.0),
+        {},
+        sizes.pop() if len(sizes) == 1 else None,
+        depths.pop() if len(depths) == 1 else None,
+    )
     from ..training.probe_ensembles import ENSEMBLES_FIELD  # here: reading the command line imports no torch
 
     for row in rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
-            outcome.ensembles.setdefault(entry["size"], []).append({
-                "layers": [member["layer"] for member in entry["members"]], "dev": 100 * entry[f"best_{test_key}"],
-                "test": 100 * entry["test_scores"][test_key]})
+            outcome.ensembles.setdefault(entry["size"], []).append(
+                {
+                    "layers": [member["layer"] for member in entry["members"]],
+                    "dev": 100 * entry[f"best_{test_key}"],
+                    "test": 100 * entry["test_scores"][test_key],
+                }
+            )
     candidates = sorted({(layer, rate) for _, layer, rate in scores})
     outcome.chosen = max(candidates, key=lambda pair: (outcome.mean(*pair), -pair[0], -pair[1]))
     for trial in outcome.trials:
         own = [(layer, rate) for t, layer, rate in scores if t == trial]
-        outcome.chosen_per_trial[trial] = max(own, key=lambda pair: (scores[trial, *pair]["dev"], -pair[0], -pair[1]))
+        outcome.chosen_per_trial[trial] = max(
+            own, key=lambda pair: (scores[(trial, *pair)]["dev"], -pair[0], -pair[1])
+        )
     return outcome
 
 
@@ -191,8 +237,10 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
     """The dev score by layer (rows) and learning rate (columns), mean over the trials, as printed."""
     _, _, metric = METRICS[outcome.task]
     trials = len(outcome.trials)
-    lines = [f"dev {metric} by layer and learning rate ({trials} trial{'s' * (trials > 1)}, mean):",
-             "  layer  " + "".join(f"{rate:>9g}" for rate in outcome.rates)]
+    lines = [
+        f"dev {metric} by layer and learning rate ({trials} trial{'s' * (trials > 1)}, mean):",
+        "  layer  " + "".join(f"{rate:>9g}" for rate in outcome.rates),
+    ]
     for layer in outcome.layers:
         lines.append(f"  {layer:>5}  " + "".join(f"{outcome.mean(layer, rate):9.2f}" for rate in outcome.rates))
     return lines
@@ -212,10 +260,14 @@ def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
     if size != 3 or dataset is None:
         return ""
     if verdict == "beats":
-        return (f"; on {dataset}, dwatt's fair comparison found the top-3 average ahead of the best single layer across "
-                "settings (docs/results.md)" + ("" if saved else ": keep it with --save-ensemble 3"))
-    return (f"; on {dataset}, dwatt's fair comparison did not find the top-3 average ahead of the best single layer "
-            "across settings (docs/results.md): the single layer's head is the simpler model to serve")
+        return (
+            f"; on {dataset}, dwatt's fair comparison found the top-3 average ahead of the best single layer across "
+            "settings (docs/results.md)" + ("" if saved else ": keep it with --save-ensemble 3")
+        )
+    return (
+        f"; on {dataset}, dwatt's fair comparison did not find the top-3 average ahead of the best single layer "
+        "across settings (docs/results.md): the single layer's head is the simpler model to serve"
+    )
 
 
 def summary_lines(outcome: ProbeOutcome) -> list[str]:
@@ -223,33 +275,45 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
     _, _, metric = METRICS[outcome.task]
     layer, rate = outcome.chosen
     test = outcome.mean(layer, rate, "test")
-    lines = [f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
-             f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")]
+    lines = [
+        f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
+        f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
+    ]
     if len(outcome.trials) > 1:
-        picks = ", ".join(f"layer {pick_layer} at {pick_rate:g}" for pick_layer, pick_rate in outcome.chosen_per_trial.values())
+        picks = ", ".join(
+            f"layer {pick_layer} at {pick_rate:g}" for pick_layer, pick_rate in outcome.chosen_per_trial.values()
+        )
         agree = sum(pick[0] == layer for pick in outcome.chosen_per_trial.values())
         lines.append(f"each trial's own choice: {picks} ({agree} of {len(outcome.trials)} on layer {layer})")
     for size, ensembles in sorted(outcome.ensembles.items()):
         layers = "; ".join(", ".join(map(str, ensemble["layers"])) for ensemble in ensembles)
-        lines.append(f"the {size} best layers' heads averaged (layers {layers}; --save-ensemble {size} saves it as one model): "
-                     f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
-                     f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}"
-                     + ensemble_evidence(outcome.task, size, saved=len(outcome.ensemble_members) == size))
+        lines.append(
+            f"the {size} best layers' heads averaged (layers {layers}; --save-ensemble {size} saves it as one model): "
+            f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
+            f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}"
+            + ensemble_evidence(outcome.task, size, saved=len(outcome.ensemble_members) == size)
+        )
     last = max(outcome.layers)
     if last != layer and outcome.depth is not None and last == outcome.depth:
         best_rate = max(outcome.rates, key=lambda r: outcome.mean(last, r))
-        lines.append(f"the last layer ({last}) at its best rate {best_rate:g}: dev {metric} {outcome.mean(last, best_rate):.2f}")
+        lines.append(
+            f"the last layer ({last}) at its best rate {best_rate:g}: dev {metric} {outcome.mean(last, best_rate):.2f}"
+        )
     if outcome.figure:
         lines.append(f"figure: {outcome.figure}")
     if outcome.model:
-        lines.append(f"model: {outcome.model} (runs layers 1-{layer} of {outcome.depth_text()}; "
-                     f"dwatt predict {outcome.model} \"...\", dwatt export {outcome.model} OUT --quantize int8)")
+        lines.append(
+            f"model: {outcome.model} (runs layers 1-{layer} of {outcome.depth_text()}; "
+            f'dwatt predict {outcome.model} "...", dwatt export {outcome.model} OUT --quantize int8)'
+        )
     if outcome.ensemble:
         members = ", ".join(f"{member} at {rate:g}" for member, rate in outcome.ensemble_members)
-        lines.append(f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
-                     f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
-                     f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
-                     f"dwatt predict {outcome.ensemble} \"...\", dwatt export {outcome.ensemble} OUT --quantize int8)")
+        lines.append(
+            f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
+            f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
+            f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
+            f'dwatt predict {outcome.ensemble} "...", dwatt export {outcome.ensemble} OUT --quantize int8)'
+        )
     return lines
 
 
@@ -269,18 +333,41 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
     figure, axis = plt.subplots(figsize=(6.4, 3.8))
     layers = outcome.layers
     for rate in outcome.rates:
-        axis.plot(layers, [outcome.mean(layer, rate) for layer in layers], "o-", markersize=3, linewidth=1.2,
-                  label=f"dev, lr {rate:g}")
+        axis.plot(
+            layers,
+            [outcome.mean(layer, rate) for layer in layers],
+            "o-",
+            markersize=3,
+            linewidth=1.2,
+            label=f"dev, lr {rate:g}",
+        )
     layer, rate = outcome.chosen
-    axis.plot([layer], [outcome.mean(layer, rate)], marker="*", markersize=14, color="black", linestyle="none",
-              label=f"chosen: layer {layer}, lr {rate:g}")
+    axis.plot(
+        [layer],
+        [outcome.mean(layer, rate)],
+        marker="*",
+        markersize=14,
+        color="black",
+        linestyle="none",
+        label=f"chosen: layer {layer}, lr {rate:g}",
+    )
     if has_test:
-        axis.plot(layers, [outcome.mean(k, rate, "test") for k in layers], "s--", color="black", markersize=3,
-                  linewidth=1, label=f"test, lr {rate:g}")
+        axis.plot(
+            layers,
+            [outcome.mean(k, rate, "test") for k in layers],
+            "s--",
+            color="black",
+            markersize=3,
+            linewidth=1,
+            label=f"test, lr {rate:g}",
+        )
     trials = len(outcome.trials)
     backbone = Path(settings.backbone).name if settings.backbone else "the default backbone"
-    axis.set(xlabel="layer", ylabel=f"{metric} (x 100)",
-             title=f"{backbone}: a head on each layer ({trials} trial{'s' * (trials > 1)}, mean)")
+    axis.set(
+        xlabel="layer",
+        ylabel=f"{metric} (x 100)",
+        title=f"{backbone}: a head on each layer ({trials} trial{'s' * (trials > 1)}, mean)",
+    )
     axis.set_xticks(layers if len(layers) <= 16 else layers[:: math.ceil(len(layers) / 16)])
     axis.grid(alpha=0.3)
     axis.legend(fontsize=7)
@@ -306,13 +393,17 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
         results = run_together([config])[0]
     model, _, _ = load_checkpoint(str(model_folder))
     card = model_card(model, results, heads_only=False, has_tokenizer=True)
-    (model_folder / "README.md").write_text(card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n")
+    (model_folder / "README.md").write_text(
+        card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n"
+    )
     return model_folder, results
 
 
 def spec_at(specs, trial: int, layer: int, rate: float):
     """The probe's run of `trial` on `layer` at `rate`."""
-    return next(spec for spec in specs if spec.trial == trial and (int(spec.layers), spec.learning_rate) == (layer, rate))
+    return next(
+        spec for spec in specs if spec.trial == trial and (int(spec.layers), spec.learning_rate) == (layer, rate)
+    )
 
 
 def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
@@ -333,8 +424,12 @@ def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]
     trial = outcome.trials[0]
     runs = [(layer, rate) for t, layer, rate in outcome.scores if t == trial]
     if size > len({layer for layer, _ in runs}):
-        raise ValueError(f"--save-ensemble {size}: the probe has {len({layer for layer, _ in runs})} layers to average")
-    ranked = ranked_members([layer for layer, _ in runs], [outcome.scores[trial, layer, rate]["dev"] for layer, rate in runs])
+        raise ValueError(
+            f"--save-ensemble {size}: the probe has {len({layer for layer, _ in runs})} layers to average"
+        )
+    ranked = ranked_members(
+        [layer for layer, _ in runs], [outcome.scores[trial, layer, rate]["dev"] for layer, rate in runs]
+    )
     return [runs[index] for index in ranked[:size]]
 
 
@@ -348,8 +443,10 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
 
     trial, members = outcome.trials[0], outcome.ensemble_members
     folder = settings.folder / f"ensemble-{len(members)}"
-    configs = [saving_config(spec_at(specs, trial, layer, rate), settings, folder / f"layer-{layer}")
-               for layer, rate in members]
+    configs = [
+        saving_config(spec_at(specs, trial, layer, rate), settings, folder / f"layer-{layer}")
+        for layer, rate in members
+    ]
     pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
     if pending:
         run_together(pending)
@@ -357,19 +454,34 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     for config, (layer, _) in zip(configs, members):  # also members an earlier, stopped run saved otherwise
         store_member(Path(config.output_dir) / "model", whole=layer == deepest)
     _, _, metric = METRICS[outcome.task]
-    about = {"task": outcome.task, "chosen_on": "dev", "trial": trial, "layers": [layer for layer, _ in members],
-             "learning_rates": [rate for _, rate in members]}
+    about = {
+        "task": outcome.task,
+        "chosen_on": "dev",
+        "trial": trial,
+        "layers": [layer for layer, _ in members],
+        "learning_rates": [rate for _, rate in members],
+    }
     write_ensemble(folder, [f"layer-{layer}/model" for layer, _ in members], about)
     rows = [f"| {layer} | {rate:g} | {outcome.scores[trial, layer, rate]['dev']:.2f} |" for layer, rate in members]
-    (folder / "README.md").write_text("\n".join([
-        f"# The {len(members)} best layers' heads of a probe, averaged", "",
-        f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} at learning rates "
-        f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
-        f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
-        f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
-        f"{max(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
-        f"export` writes it as one ONNX graph.", "",
-        f"| layer | learning rate | dev {metric} of its head |", "|---|---|---|", *rows, ""]))
+    (folder / "README.md").write_text(
+        "\n".join(
+            [
+                f"# The {len(members)} best layers' heads of a probe, averaged",
+                "",
+                f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} at learning rates "
+                f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
+                f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
+                f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
+                f"{max(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
+                f"export` writes it as one ONNX graph.",
+                "",
+                f"| layer | learning rate | dev {metric} of its head |",
+                "|---|---|---|",
+                *rows,
+                "",
+            ]
+        )
+    )
     return folder
 
 
@@ -429,15 +541,29 @@ def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict
         "computed and not stored.",
     ]
     if len(outcome.trials) > 1:
-        lines.append("- Each trial's own choice: " + ", ".join(
-            f"layer {pick[0]} at {pick[1]:g}" for pick in outcome.chosen_per_trial.values()))
+        lines.append(
+            "- Each trial's own choice: "
+            + ", ".join(f"layer {pick[0]} at {pick[1]:g}" for pick in outcome.chosen_per_trial.values())
+        )
     return lines
 
 
 def _span(layers: list[int]) -> str:
-    return f"{layers[0]}-{layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2 else \
-        ", ".join(map(str, layers))
+    return (
+        f"{layers[0]}-{layers[-1]}"
+        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2
+        else ", ".join(map(str, layers))
+    )
 
 
-__all__ = ["ENSEMBLE_EVIDENCE", "PROBE_LEARNING_RATES", "ProbeOutcome", "ProbeSettings", "choose", "run_probe", "ensemble_evidence", "summary_lines",
-           "table_lines"]
+__all__ = [
+    "ENSEMBLE_EVIDENCE",
+    "PROBE_LEARNING_RATES",
+    "ProbeOutcome",
+    "ProbeSettings",
+    "choose",
+    "run_probe",
+    "ensemble_evidence",
+    "summary_lines",
+    "table_lines",
+]

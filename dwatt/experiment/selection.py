@@ -18,10 +18,11 @@ from dataclasses import replace
 import pandas as pd
 
 from specs_dwatt import FUSION_SPECS
+
 from ..portable import backbone_label
 from ..run_config import default_learning_rate
-from ..tasks import TASKS
 from ..schema import ENSEMBLE_SIZES
+from ..tasks import TASKS
 from .grid import WINDOW_RADIUS, RunSpec
 from .significance import holm, paired_p_value, sign_test, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
@@ -34,8 +35,11 @@ SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for tas
 # Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
 # simplest to the paper's.
 TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "concat", "base_plus_n", "dwatt")
-FUSION_METHODS = {name: FUSION_NAMES[name] for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
-                  if name in FUSION_NAMES and name != PROBE_FUSION}
+FUSION_METHODS = {
+    name: FUSION_NAMES[name]
+    for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
+    if name in FUSION_NAMES and name != PROBE_FUSION
+}
 # Methods built from the probe that choose no single layer: the top layers' heads, their probabilities averaged
 # (`dwatt.training.probe_ensembles`); each picks its layers, and each layer its learning rate, on dev.
 ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for size in ENSEMBLE_SIZES}
@@ -43,10 +47,12 @@ ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for siz
 # given, keyed by (fusion, alone): with z_L besides (as every fusion reads it), or alone (`"only:a-b"`: the window's
 # deepest layer is where the others read z_L, and the backbone runs no deeper). The window is centred where the
 # probe's choice on dev is, per trial.
-WINDOW_METHODS = {(name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
-                  for name, method in FUSION_METHODS.items()
-                  if FUSION_SPECS[name].mixes_layers
-                  for alone in (False, True)}
+WINDOW_METHODS = {
+    (name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
+    for name, method in FUSION_METHODS.items()
+    if FUSION_SPECS[name].mixes_layers
+    for alone in (False, True)
+}
 WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
 METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
@@ -73,18 +79,29 @@ def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFram
     a Base head) and their task's scores: `dev_score`, `test_score` and the `metric` they are (`SCORES`).
     `few_shot_dev`: the scores of each run's choice on its few-shot dev sample instead (NER runs that made one), and
     `num_dev_sentences` that sample's size."""
-    scores = ({task: (f"sample_{dev}", f"sample_test_{dev}", metric) for task, (dev, _, metric) in SCORES.items()}
-              if few_shot_dev else SCORES)
-    parts = [frame[(frame.task == task) & frame[test].notna()].assign(dev_score=lambda runs, dev=dev: runs[dev],
-                                                                      test_score=lambda runs, test=test: runs[test],
-                                                                      metric=metric)
-             for task, (dev, test, metric) in scores.items() if not frame.empty and test in frame]
+    scores = (
+        {task: (f"sample_{dev}", f"sample_test_{dev}", metric) for task, (dev, _, metric) in SCORES.items()}
+        if few_shot_dev
+        else SCORES
+    )
+    parts = [
+        frame[(frame.task == task) & frame[test].notna()].assign(
+            dev_score=lambda runs, dev=dev: runs[dev], test_score=lambda runs, test=test: runs[test], metric=metric
+        )
+        for task, (dev, test, metric) in scores.items()
+        if not frame.empty and test in frame
+    ]
     if few_shot_dev:
         parts = [part.assign(num_dev_sentences=part.sample_sentences) for part in parts]
     runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
-    return runs.assign(method=[
-        WINDOW_METHODS[fusion, layers.startswith("only:")] if fusion in WINDOW_FUSIONS and isinstance(layers, str)
-        else METHOD_OF_FUSION.get(fusion, fusion) for fusion, layers in zip(runs.fusion, runs.fused_layers)])
+    return runs.assign(
+        method=[
+            WINDOW_METHODS[fusion, layers.startswith("only:")]
+            if fusion in WINDOW_FUSIONS and isinstance(layers, str)
+            else METHOD_OF_FUSION.get(fusion, fusion)
+            for fusion, layers in zip(runs.fusion, runs.fused_layers)
+        ]
+    )
 
 
 def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS, alone: bool = False) -> str | None:
@@ -125,8 +142,9 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
             yield method, own
 
 
-def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev: bool = False,
-                         alone: bool = False) -> list[RunSpec]:
+def around_chosen_layers(
+    specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev: bool = False, alone: bool = False
+) -> list[RunSpec]:
     """The second stage of a window grid: each spec of a fusion that mixes layers, on the window (`window_around`)
     around the layer its trial's probe (`frame`, `summaries.runs_frame` of the probe's rows) chose on dev, and, with
     `few_shot_dev`, around the one chosen on that trial's few-shot dev sample as well (one spec where both agree; none
@@ -134,8 +152,10 @@ def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev
     probe in `frame` is named."""
     refused = sorted({spec.fusion for spec in specs} - set(WINDOW_FUSIONS))
     if refused:
-        raise ValueError(f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_FUSIONS)}); "
-                         f"not {', '.join(refused)}")
+        raise ValueError(
+            f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_FUSIONS)}); "
+            f"not {', '.join(refused)}"
+        )
     choices = {}
     for kind in (False, True) if few_shot_dev else (False,):
         runs = with_methods(frame, kind)
@@ -143,11 +163,19 @@ def around_chosen_layers(specs: list[RunSpec], frame: pd.DataFrame, few_shot_dev
             choices.setdefault(key, []).append(probe_windows(sample)[alone])
     windowed = []
     for spec in specs:
-        key = (backbone_label(spec.backbone) if spec.backbone else "default", spec.dataset, spec.n_shot, spec.epochs, spec.trial)
+        key = (
+            backbone_label(spec.backbone) if spec.backbone else "default",
+            spec.dataset,
+            spec.n_shot,
+            spec.epochs,
+            spec.trial,
+        )
         if key not in choices or len(choices[key]) < (2 if few_shot_dev else 1):
-            raise ValueError(f"no probe of every layer, scored on test{' with a few-shot dev sample' if few_shot_dev else ''}, "
-                             f"for {spec.run_id} in the stores given (backbone, dataset, N, epochs, trial: {key}); run "
-                             "the probe first (--fusions base --probe-layers all, with the same options)")
+            raise ValueError(
+                f"no probe of every layer, scored on test{' with a few-shot dev sample' if few_shot_dev else ''}, "
+                f"for {spec.run_id} in the stores given (backbone, dataset, N, epochs, trial: {key}); run "
+                "the probe first (--fusions base --probe-layers all, with the same options)"
+            )
         windowed += [replace(spec, layers=window) for window in dict.fromkeys(choices[key]) if window is not None]
     return windowed
 
@@ -156,9 +184,13 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per sample and method: the run each method picks on dev (ties: the first in grid order), with
     `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken;
     NaN for a probe ensemble, whose choices were made among the probe's runs when it was built)."""
-    picks = [_best(among).assign(method=method, best_test_score=math.nan if method in ENSEMBLE_METHODS.values()
-                                 else among.test_score.max())
-             for _, sample in runs.groupby(SAMPLE, dropna=False) for method, among in candidates(sample)]
+    picks = [
+        _best(among).assign(
+            method=method, best_test_score=math.nan if method in ENSEMBLE_METHODS.values() else among.test_score.max()
+        )
+        for _, sample in runs.groupby(SAMPLE, dropna=False)
+        for method, among in candidates(sample)
+    ]
     return pd.concat(picks, ignore_index=True) if picks else pd.DataFrame()
 
 
@@ -204,7 +236,10 @@ def paired_columns(name: str, differences: pd.Series, is_reference: bool) -> dic
     """`name` and `name_ci95`: the mean paired difference and its 95% CI (NaN for the reference itself)."""
     if is_reference:
         return {name: math.nan, f"{name}_ci95": math.nan}
-    return {name: differences.mean() if len(differences) else math.nan, f"{name}_ci95": confidence_interval(differences)}
+    return {
+        name: differences.mean() if len(differences) else math.nan,
+        f"{name}_ci95": confidence_interval(differences),
+    }
 
 
 def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
@@ -217,36 +252,58 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     if picks.empty:
         return pd.DataFrame()
     rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "method"]).learning_rate.agg(
-        lambda rates: sorted(rates.unique()))
+        lambda rates: sorted(rates.unique())
+    )
     members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
     records, tie_choices = [], []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         best_ties = setting[setting.method == BEST_LAYER].set_index("trial").tied_test_scores
         for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
             own_ties = mine.set_index("trial").tied_test_scores
-            tie_choices.append([[m - b for m in own_ties[trial] for b in best_ties[trial]] for trial in differences.index])
+            tie_choices.append(
+                [[m - b for m in own_ties[trial] for b in best_ties[trial]] for trial in differences.index]
+            )
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
             probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
-            tried = rates_tried.loc[(backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)]
-            records.append({
-                "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
-                "metric": mine.metric.iloc[0], "test_score": mine.test_score.mean(),
-                "test_ci95": confidence_interval(mine.test_score), "trials": len(mine),
-                "dev_score": mine.dev_score.mean(), "dev_sentences": _dev_sentences(mine),
-                "learning_rates": "each layer's own" if ensemble else _rates_text(mine.learning_rate),
-                "learning_rates_tried": _rates_text(tried),
-                "layers": ("; ".join(mine[members]) if ensemble else
-                           ", ".join(str(int(layer)) for layer in mine.layer) if method in (LAST_LAYER, BEST_LAYER) else
-                           ", ".join(mine.fused_layers) if method in WINDOW_METHODS.values() else ""),
-                # selection regret: how much test score the choice on dev left among the method's own candidates
-                "regret": (mine.test_score - mine.best_test_score).mean(),
-                "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
-                **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
-                # chosen at the largest rate tried in every trial: a larger one might have scored higher
-                "at_largest_rate": bool(not ensemble and len(tried) > 1 and (mine.learning_rate == tried[-1]).all()),
-                "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
-                "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
-            })
+            tried = rates_tried.loc[
+                (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
+            ]
+            records.append(
+                {
+                    "backbone": backbone,
+                    "dataset": dataset,
+                    "n_shot": n_shot,
+                    "epochs": epochs,
+                    "method": method,
+                    "metric": mine.metric.iloc[0],
+                    "test_score": mine.test_score.mean(),
+                    "test_ci95": confidence_interval(mine.test_score),
+                    "trials": len(mine),
+                    "dev_score": mine.dev_score.mean(),
+                    "dev_sentences": _dev_sentences(mine),
+                    "learning_rates": "each layer's own" if ensemble else _rates_text(mine.learning_rate),
+                    "learning_rates_tried": _rates_text(tried),
+                    "layers": (
+                        "; ".join(mine[members])
+                        if ensemble
+                        else ", ".join(str(int(layer)) for layer in mine.layer)
+                        if method in (LAST_LAYER, BEST_LAYER)
+                        else ", ".join(mine.fused_layers)
+                        if method in WINDOW_METHODS.values()
+                        else ""
+                    ),
+                    # selection regret: how much test score the choice on dev left among the method's own candidates
+                    "regret": (mine.test_score - mine.best_test_score).mean(),
+                    "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
+                    **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
+                    # chosen at the largest rate tried in every trial: a larger one might have scored higher
+                    "at_largest_rate": bool(
+                        not ensemble and len(tried) > 1 and (mine.learning_rate == tried[-1]).all()
+                    ),
+                    "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
+                    "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
+                }
+            )
     table = pd.DataFrame.from_records(records)
     return with_corrected_verdicts(table, tie_choices)
 
@@ -263,13 +320,16 @@ def with_corrected_verdicts(table: pd.DataFrame, tie_choices: list | None = None
         table.loc[family.index, "p_holm"] = adjusted
         table.loc[family.index, "verdict"] = [
             "" if method == BEST_LAYER else verdict_of(difference, p)
-            for method, difference, p in zip(family.method, family.minus_best_layer, adjusted)]
+            for method, difference, p in zip(family.method, family.minus_best_layer, adjusted)
+        ]
         if tie_choices is not None:
             p_values = list(family.p_value)
             table.loc[family.index, "tie_robust"] = [
-                True if math.isnan(p_values[k]) or all(len(choices) == 1 for choices in tie_choices[index])
+                True
+                if math.isnan(p_values[k]) or all(len(choices) == 1 for choices in tie_choices[index])
                 else tie_robust(tie_choices[index], p_values, k)
-                for k, index in enumerate(family.index)]
+                for k, index in enumerate(family.index)
+            ]
     return table
 
 
@@ -283,8 +343,18 @@ def trial_differences(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         for method, _, differences in paired_against(setting, BEST_LAYER, "test_score"):
             if method != BEST_LAYER:
-                records += [{"backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs,
-                             "method": method, "trial": trial, "difference": value} for trial, value in differences.items()]
+                records += [
+                    {
+                        "backbone": backbone,
+                        "dataset": dataset,
+                        "n_shot": n_shot,
+                        "epochs": epochs,
+                        "method": method,
+                        "trial": trial,
+                        "difference": value,
+                    }
+                    for trial, value in differences.items()
+                ]
     return pd.DataFrame.from_records(records)
 
 
@@ -298,9 +368,18 @@ def pooled_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
     records = []
     for (dataset, method), rows in differences.groupby(["dataset", "method"], sort=False):
         ahead, behind, p = sign_test(list(rows.difference))
-        records.append({"dataset": dataset, "method": method, "settings": len(rows.groupby(["backbone", "n_shot"])),
-                        "trials": len(rows), "ahead": ahead, "behind": behind, "mean_difference": rows.difference.mean(),
-                        "p_value": p})
+        records.append(
+            {
+                "dataset": dataset,
+                "method": method,
+                "settings": len(rows.groupby(["backbone", "n_shot"])),
+                "trials": len(rows),
+                "ahead": ahead,
+                "behind": behind,
+                "mean_difference": rows.difference.mean(),
+                "p_value": p,
+            }
+        )
     table = pd.DataFrame.from_records(records)
     if table.empty:
         return table
@@ -309,13 +388,16 @@ def pooled_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
         table.loc[family.index, "p_holm"] = holm(list(family.p_value))
     table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
     order = {method: k for k, method in enumerate(METHODS)}
-    return table.sort_values(["dataset", "method"], key=lambda c: c.map(order) if c.name == "method" else c).reset_index(drop=True)
+    return table.sort_values(
+        ["dataset", "method"], key=lambda c: c.map(order) if c.name == "method" else c
+    ).reset_index(drop=True)
 
 
 def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -> pd.DataFrame:
     """
     What a user with no dev set gets, per backbone, dataset, N and method: with nothing to choose on, the head on the
-    last layer and each fusion train at `dwatt train`'s FE learning rate for their task (or `learning_rate`) and keep their last
+    last layer and each fusion train at `dwatt train`'s FE learning rate for their task (or `learning_rate`) and keep
+    their last
     epoch's weights; their test score (mean, 95% CI, trials) and the paired difference to the last layer's. From the
     runs that scored their last epoch (`--few-shot-dev`).
     """
@@ -326,26 +408,42 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -
     rates = runs.task.map(lambda task: learning_rate or default_learning_rate("fe", task))
     runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == rates)]
     # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
-    picks = [among.assign(method=method) for _, sample in runs.groupby(SAMPLE, dropna=False)
-             for method, among in candidates(sample) if method != BEST_LAYER and method not in WINDOW_METHODS.values()]
+    picks = [
+        among.assign(method=method)
+        for _, sample in runs.groupby(SAMPLE, dropna=False)
+        for method, among in candidates(sample)
+        if method != BEST_LAYER and method not in WINDOW_METHODS.values()
+    ]
     if not picks:
         return pd.DataFrame()
     records = []
-    for (backbone, dataset, n_shot, epochs), setting in pd.concat(picks).groupby(["backbone", "dataset", "n_shot", "epochs"]):
+    for (backbone, dataset, n_shot, epochs), setting in pd.concat(picks).groupby(
+        ["backbone", "dataset", "n_shot", "epochs"]
+    ):
         for method, mine, differences in paired_against(setting, LAST_LAYER, "no_dev_score"):
-            records.append({
-                "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "epochs": epochs, "method": method,
-                "metric": mine.metric.iloc[0], "learning_rate": mine.learning_rate.iloc[0], "test_score": mine.no_dev_score.mean(),
-                "test_ci95": confidence_interval(mine.no_dev_score), "trials": len(mine),
-                **paired_columns("minus_last_layer", differences, method == LAST_LAYER),
-            })
+            records.append(
+                {
+                    "backbone": backbone,
+                    "dataset": dataset,
+                    "n_shot": n_shot,
+                    "epochs": epochs,
+                    "method": method,
+                    "metric": mine.metric.iloc[0],
+                    "learning_rate": mine.learning_rate.iloc[0],
+                    "test_score": mine.no_dev_score.mean(),
+                    "test_ci95": confidence_interval(mine.no_dev_score),
+                    "trials": len(mine),
+                    **paired_columns("minus_last_layer", differences, method == LAST_LAYER),
+                }
+            )
     return pd.DataFrame.from_records(records)
 
 
 def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     """
     Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
-    row of the backbone has, the N values any row of the dataset has, every method any row has, each method at every learning rate
+    row of the backbone has, the N values any row of the dataset has, every method any row has, each method at every
+    learning rate
     it was tried at on that backbone and at the rates most methods were tried at (each backbone's methods counted
     apart: the grid's own), and the
     single-layer heads on every layer of the backbone; a window fusion in the trials whose probe chose a layer a window
@@ -358,13 +456,18 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     sampled = with_methods(frame, few_shot_dev=True)  # the probes' choices on their few-shot dev samples, where made
     sampled_probes = sampled[sampled.fusion == PROBE_FUSION] if not sampled.empty else sampled
-    methods = [method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)]
+    methods = [
+        method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)
+    ]
     # the grid's own rates: those most methods were tried at, counted per backbone (a rate past the grid's edge is
     # a few methods' on a backbone where they chose its largest; a method whose runs have only begun lacks some of
     # the grid's rates rather than shrinking the grid)
     trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
-    tried = [set(rates) for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
-             for _, rates in on_backbone.groupby("method").learning_rate]
+    tried = [
+        set(rates)
+        for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
+        for _, rates in on_backbone.groupby("method").learning_rate
+    ]
     shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
     alone_of = {method: alone for (_, alone), method in WINDOW_METHODS.items()}
     records = []
@@ -378,8 +481,14 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
             # layer (False) and alone (True)
             probes = [setting[setting.fusion == PROBE_FUSION]]
             if not sampled_probes.empty:
-                probes.append(sampled_probes[(sampled_probes.backbone == backbone) & (sampled_probes.dataset == dataset)
-                                             & (sampled_probes.epochs == epochs) & (sampled_probes.n_shot == n_shot)])
+                probes.append(
+                    sampled_probes[
+                        (sampled_probes.backbone == backbone)
+                        & (sampled_probes.dataset == dataset)
+                        & (sampled_probes.epochs == epochs)
+                        & (sampled_probes.n_shot == n_shot)
+                    ]
+                )
             windows = {alone: {} for alone in (False, True)}
             for probe in probes:
                 for trial, heads in probe.groupby("trial"):
@@ -388,25 +497,43 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
                             windows[alone].setdefault(trial, set()).add(window)
             for method in methods:
                 rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
-                cells = (1 if method not in trained  # one ensemble per trial
-                         else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1))
+                cells = (
+                    1
+                    if method not in trained  # one ensemble per trial
+                    else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1)
+                )
                 mine = setting[setting.method == method]
                 if method in alone_of:  # planned where a window around the probe's choice is not every layer
                     planned_windows = windows[alone_of[method]]
                     if not planned_windows:
                         continue
-                    mine = mine.loc[[layers in planned_windows.get(trial, ()) for trial, layers in
-                                     zip(mine.trial, mine.fused_layers)]]
+                    mine = mine.loc[
+                        [
+                            layers in planned_windows.get(trial, ())
+                            for trial, layers in zip(mine.trial, mine.fused_layers)
+                        ]
+                    ]
                     planned = {trial: cells * len(planned) for trial, planned in planned_windows.items()}
                 else:
                     planned = dict.fromkeys(trials, cells)
-                mine = mine[mine.trial.isin(planned)].drop_duplicates(["trial", "learning_rate", "layer", "fused_layers"])
+                mine = mine[mine.trial.isin(planned)].drop_duplicates(
+                    ["trial", "learning_rate", "layer", "fused_layers"]
+                )
                 per_trial = mine.groupby("trial").size()
-                records.append({
-                    "backbone": backbone, "dataset": dataset, "n_shot": n_shot, "method": method,
-                    "complete_trials": sum(int(per_trial.get(trial, 0) >= needed) for trial, needed in planned.items()),
-                    "trials": len(planned), "runs": len(mine), "planned_runs": sum(planned.values()),
-                })
+                records.append(
+                    {
+                        "backbone": backbone,
+                        "dataset": dataset,
+                        "n_shot": n_shot,
+                        "method": method,
+                        "complete_trials": sum(
+                            int(per_trial.get(trial, 0) >= needed) for trial, needed in planned.items()
+                        ),
+                        "trials": len(planned),
+                        "runs": len(mine),
+                        "planned_runs": sum(planned.values()),
+                    }
+                )
     return pd.DataFrame.from_records(records)
 
 
@@ -414,7 +541,9 @@ def verdict(difference: float, interval: float) -> str:
     """`beats` or `trails` where the 95% CI of a paired difference excludes 0, `level` where it spans 0, `no interval`
     where there is none to judge by: one trial, or the same nonzero difference in every trial (a CI of width 0 says
     nothing about how the difference varies; two trials that happen to agree are no evidence of a gain)."""
-    if pd.isna(interval) or (math.isclose(interval, 0, abs_tol=1e-9) and not math.isclose(difference, 0, abs_tol=1e-9)):
+    if pd.isna(interval) or (
+        math.isclose(interval, 0, abs_tol=1e-9) and not math.isclose(difference, 0, abs_tol=1e-9)
+    ):
         return NO_INTERVAL
     return "beats" if difference - interval > 0 else "trails" if difference + interval < 0 else "level"
 
@@ -427,8 +556,10 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     rows = table[table.method != BEST_LAYER].copy()
     by_interval = [verdict(m, c) for m, c in zip(rows.minus_best_layer, rows.minus_best_layer_ci95)]
     if "p_holm" in rows:
-        rows["verdict"] = [NO_INTERVAL if said == NO_INTERVAL else verdict_of(m, p)
-                           for said, m, p in zip(by_interval, rows.minus_best_layer, rows.p_holm)]
+        rows["verdict"] = [
+            NO_INTERVAL if said == NO_INTERVAL else verdict_of(m, p)
+            for said, m, p in zip(by_interval, rows.minus_best_layer, rows.p_holm)
+        ]
     else:
         rows["verdict"] = by_interval
     return rows
@@ -443,11 +574,42 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     picks = [_best(group) for _, group in base.groupby([*SAMPLE, "layer"])]
     chosen = pd.concat(picks, ignore_index=True)
-    return (chosen.groupby(["backbone", "dataset", "n_shot", "epochs", "layer"])
-            .agg(metric=("metric", "first"), test_score=("test_score", "mean"), dev_score=("dev_score", "mean"),
-                 trials=("trial", "count")).reset_index())
+    return (
+        chosen.groupby(["backbone", "dataset", "n_shot", "epochs", "layer"])
+        .agg(
+            metric=("metric", "first"),
+            test_score=("test_score", "mean"),
+            dev_score=("dev_score", "mean"),
+            trials=("trial", "count"),
+        )
+        .reset_index()
+    )
 
 
-__all__ = ["BEST_LAYER", "ENSEMBLE_METHODS", "FUSION_METHODS", "LAST_LAYER", "METHODS", "NO_INTERVAL", "SCORES", "WINDOW_FUSIONS", "WINDOW_METHODS", "WINDOW_RADIUS", "around_chosen_layers", "candidates", "chosen_on_dev", "fair_comparison", "is_fair_grid",
-           "no_dev_comparison", "pooled_comparison", "probe_curve", "probe_windows", "trial_differences", "verdict", "verdicts",
-           "window_around", "with_corrected_verdicts", "with_methods"]
+__all__ = [
+    "BEST_LAYER",
+    "ENSEMBLE_METHODS",
+    "FUSION_METHODS",
+    "LAST_LAYER",
+    "METHODS",
+    "NO_INTERVAL",
+    "SCORES",
+    "WINDOW_FUSIONS",
+    "WINDOW_METHODS",
+    "WINDOW_RADIUS",
+    "around_chosen_layers",
+    "candidates",
+    "chosen_on_dev",
+    "fair_comparison",
+    "is_fair_grid",
+    "no_dev_comparison",
+    "pooled_comparison",
+    "probe_curve",
+    "probe_windows",
+    "trial_differences",
+    "verdict",
+    "verdicts",
+    "window_around",
+    "with_corrected_verdicts",
+    "with_methods",
+]

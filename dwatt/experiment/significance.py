@@ -73,8 +73,11 @@ def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float]
     ways, each trial's lowest and highest difference only."""
     options = [sorted(set(choices)) for choices in trial_choices]
     count = math.prod(len(choice) for choice in options)
-    ways = (itertools.product(*options) if count <= TIE_COMBINATIONS
-            else [tuple(choice[0] for choice in options), tuple(choice[-1] for choice in options)])
+    ways = (
+        itertools.product(*options)
+        if count <= TIE_COMBINATIONS
+        else [tuple(choice[0] for choice in options), tuple(choice[-1] for choice in options)]
+    )
     seen = set()
     for way in ways:
         family = list(others)

@@ -23,6 +23,7 @@ from ..run_config import NOT_DEFINING, RunConfig
 from ..tasks import TASKS
 from .grid import ENGINE_ALIASES, RunSpec, engines_for
 
+
 def run_settings(config: dict) -> dict:
     """What a run's numbers depend on, from its configuration (a `RunConfig` as a dict, or a results row's `config`):
     every field but `NOT_DEFINING`, the backbone and data folder by their portable names (`portable_path`), and the
@@ -54,7 +55,11 @@ def row_settings(row: dict, backbone: str | None = None) -> dict:
     if not isinstance(config, dict):
         config = asdict(RunSpec(**row["spec"]).run_config("."))
     fingerprint = row.get("backbone_sha256")
-    if backbone is not None and fingerprint is not None and fingerprint == backbone_fingerprint(backbone, verbatim=True):
+    if (
+        backbone is not None
+        and fingerprint is not None
+        and fingerprint == backbone_fingerprint(backbone, verbatim=True)
+    ):
         fingerprint = backbone_fingerprint(backbone)
     return run_settings(config) | {"backbone_sha256": fingerprint, "data_sha256": row.get("data_sha256")}
 
@@ -100,15 +105,18 @@ class ResultsStore:
         rows = []
         for number, row in json_objects(self.path, "row"):
             if not isinstance(row.get("run_id"), str):
-                raise ValueError(f"{self.path}:{number}: a store row needs a 'run_id' (is this a dwatt sweep's store?)")
+                raise ValueError(
+                    f"{self.path}:{number}: a store row needs a 'run_id' (is this a dwatt sweep's store?)"
+                )
             rows.append(row)
         return rows
 
     def done(self) -> set[str]:
         return {row["run_id"] for row in self.rows()}
 
-    def finished(self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto",
-                 strict: bool = True) -> dict[str, dict]:
+    def finished(
+        self, specs: list[RunSpec], run_overrides: dict | None = None, engine: str = "auto", strict: bool = True
+    ) -> dict[str, dict]:
         """The row of each spec that the store holds with the spec's identity: its id, its settings
         (`requested_settings` with `run_overrides`) and an engine `engine` would train it with (`engines_for`).
         A row with a spec's id and other settings raises `StoreConflictError` naming the difference, where the
@@ -128,8 +136,9 @@ class ResultsStore:
                 try:
                     theirs = row_settings(row, spec.backbone)
                 except (KeyError, TypeError):
-                    raise ValueError(f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a "
-                                     "valid 'spec'") from None
+                    raise ValueError(
+                        f"{self.path}:{row['_line']}: row {spec.run_id} has neither a 'config' nor a valid 'spec'"
+                    ) from None
                 if same_run(theirs, wanted) and row_engine(row) in engines:
                     finished[spec.run_id] = {k: v for k, v in row.items() if k != "_line"}
                     break
@@ -159,6 +168,16 @@ def shard_results_path(results: str | Path, index: int, count: int) -> Path:
 
 
 __all__ = [
-    "FINGERPRINTS", "ResultsStore", "StoreConflictError", "backbone_fingerprint", "config_digest", "differences", "requested_settings", "row_engine",
-    "row_settings", "run_settings", "same_run", "shard_results_path",
+    "FINGERPRINTS",
+    "ResultsStore",
+    "StoreConflictError",
+    "backbone_fingerprint",
+    "config_digest",
+    "differences",
+    "requested_settings",
+    "row_engine",
+    "row_settings",
+    "run_settings",
+    "same_run",
+    "shard_results_path",
 ]

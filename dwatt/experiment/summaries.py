@@ -16,13 +16,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..atomic import read_text
 from specs_dwatt import FUSION_SPECS
+
+from ..atomic import read_text
 from ..data.files import json_objects
 from ..portable import backbone_label
 from ..run_config import NOT_DEFINING, RunConfig
-from ..tasks import TASKS
 from ..schema import ENSEMBLES_FIELD
+from ..tasks import TASKS
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
 FUSION_NAMES = {name: FUSION_SPECS[name].display_name for name in sorted(FUSION_SPECS)}  # tables' column order
@@ -42,7 +43,14 @@ def tier(train_pool_size: int) -> str:
 
 
 # Fields of a results.json that vary from one execution to the next (timing) and are kept out of comparisons.
-TIMING_FIELDS = ("wall_seconds", "cpu_seconds", "cache_seconds", "train_seconds", "train_examples_per_second", "environment")
+TIMING_FIELDS = (
+    "wall_seconds",
+    "cpu_seconds",
+    "cache_seconds",
+    "train_seconds",
+    "train_examples_per_second",
+    "environment",
+)
 # What says which runs trained beside a run on the stacked engine, which changes none of its numbers.
 GROUPING_FIELDS = ("trained_together", "trained_together_runs")
 PREFERRED_OVER = "_preferred_over"  # on a row kept from a preferred store: where the row it was kept over came from
@@ -68,9 +76,12 @@ def preference(prefer: Sequence[str | Path], paths: Sequence[str | Path]):
         elif path and line.isdigit() and Path(path).resolve() in read:
             lines.add((Path(path).resolve(), int(line)))
         else:
-            raise ValueError(f"--prefer {entry}: not among the results files read (a file, or a row of one as FILE:LINE)")
-    return lambda row: (Path(row["_path"]).resolve() in files
-                        or (Path(row["_path"]).resolve(), row.get("_line")) in lines)
+            raise ValueError(
+                f"--prefer {entry}: not among the results files read (a file, or a row of one as FILE:LINE)"
+            )
+    return lambda row: (
+        Path(row["_path"]).resolve() in files or (Path(row["_path"]).resolve(), row.get("_line")) in lines
+    )
 
 
 def comparable(row: dict) -> dict:
@@ -110,8 +121,10 @@ def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> l
             kept[identity] = row
             continue
         first = kept[identity]
-        mine, theirs = ({k: v for k, v in comparable(r).items() if k not in (*STORE_FIELDS, "config", *GROUPING_FIELDS)}
-                        for r in (row, first))
+        mine, theirs = (
+            {k: v for k, v in comparable(r).items() if k not in (*STORE_FIELDS, "config", *GROUPING_FIELDS)}
+            for r in (row, first)
+        )
         if mine.keys() != theirs.keys() and (mine.keys() >= theirs.keys() or theirs.keys() >= mine.keys()):
             both = mine.keys() & theirs.keys()
             if all(mine[k] == theirs[k] for k in both):
@@ -119,12 +132,15 @@ def without_duplicates(rows: list[dict], prefer: Sequence[str | Path] = ()) -> l
                     kept[identity] = row
                 continue
         if mine != theirs and is_preferred(row) != is_preferred(first):
-            kept[identity] = (row if is_preferred(row) else first) | {PREFERRED_OVER: (first if is_preferred(row) else row)["_path"]}
+            kept[identity] = (row if is_preferred(row) else first) | {
+                PREFERRED_OVER: (first if is_preferred(row) else row)["_path"]
+            }
             continue
         if mine != theirs:
             # the fields both hold and disagree on; else what only one holds
-            differing = (sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k])
-                         or sorted(mine.keys() ^ theirs.keys()))
+            differing = sorted(k for k in mine.keys() & theirs.keys() if mine[k] != theirs[k]) or sorted(
+                mine.keys() ^ theirs.keys()
+            )
             name = row.get("run_id") or first.get("run_id") or Path(row["config"].get("output_dir", "?")).name
             raise ValueError(
                 f"run {name} appears twice with different results ({', '.join(differing[:5])}): at {row_place(first)} "
@@ -168,7 +184,6 @@ def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> lis
     return without_duplicates(rows, prefer)
 
 
-
 def read_layer(row: dict) -> float:
     """The backbone layer (1..L) a Base head reads (`--layers k`, else the last), NaN for the other fusions or where
     the row does not say how deep its backbone is."""
@@ -192,8 +207,12 @@ def few_shot_dev_columns(chosen: dict | None) -> dict:
             score = task.score
             columns[f"sample_{score}"] = 100 * chosen[f"best_{score}"] if f"best_{score}" in chosen else math.nan
             tested = chosen.get("test_scores", {})
-            columns[f"sample_test_{score}"] = 100 * tested[score] if f"best_{score}" in chosen and score in tested else math.nan
-    columns["sample_sentences"] = next((chosen[task.items] for task in TASKS.values() if task.items in chosen), math.nan)
+            columns[f"sample_test_{score}"] = (
+                100 * tested[score] if f"best_{score}" in chosen and score in tested else math.nan
+            )
+    columns["sample_sentences"] = next(
+        (chosen[task.items] for task in TASKS.values() if task.items in chosen), math.nan
+    )
     return columns
 
 
@@ -201,8 +220,11 @@ def last_epoch_columns(last: dict | None) -> dict:
     """The test score of a run's weights at the end of its budget (`no_dev_test_<score>`, for each few-shot task's
     score; NaN where the run did not keep them): what a user with no dev set to choose an epoch on gets."""
     tested = (last or {}).get("test_scores", {})
-    return {f"no_dev_test_{task.score}": 100 * tested[task.score] if task.score in tested else math.nan
-            for task in TASKS.values() if task.few_shot}
+    return {
+        f"no_dev_test_{task.score}": 100 * tested[task.score] if task.score in tested else math.nan
+        for task in TASKS.values()
+        if task.few_shot
+    }
 
 
 def ensemble_fusion(size: int) -> str:
@@ -224,12 +246,23 @@ def ensemble_records(run: dict, row: dict) -> list[dict]:
                 record[task.score] = 100 * entry[f"best_{task.score}"]
                 record[f"test_{task.score}"] = 100 * entry["test_scores"][task.score]
         sample = entry.get("few_shot_dev")
-        records.append(run | record | {
-            "fusion": ensemble_fusion(entry["size"]), "learning_rate": math.nan, "layer": math.nan, "best_epoch": None,
-            "dev_curve": [], "layer_weights": None, "wall_seconds": math.nan,
-            "members": ",".join(str(m["layer"]) for m in entry["members"]),
-            "sample_members": ",".join(str(m["layer"]) for m in sample["members"]) if sample else None,
-            **few_shot_dev_columns(sample), **last_epoch_columns(None)})
+        records.append(
+            run
+            | record
+            | {
+                "fusion": ensemble_fusion(entry["size"]),
+                "learning_rate": math.nan,
+                "layer": math.nan,
+                "best_epoch": None,
+                "dev_curve": [],
+                "layer_weights": None,
+                "wall_seconds": math.nan,
+                "members": ",".join(str(m["layer"]) for m in entry["members"]),
+                "sample_members": ",".join(str(m["layer"]) for m in sample["members"]) if sample else None,
+                **few_shot_dev_columns(sample),
+                **last_epoch_columns(None),
+            }
+        )
     return records
 
 
@@ -272,7 +305,9 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "ensemble_size": math.nan,  # a run; a probe ensemble's line says how many heads it averages
                 "backbone_layers": float(row.get("backbone_layers", math.nan)),
                 "test_f1": 100 * row["test_scores"]["f1"] if "f1" in row.get("test_scores", {}) else math.nan,
-                "test_accuracy": 100 * row["test_scores"]["accuracy"] if "accuracy" in row.get("test_scores", {}) else math.nan,
+                "test_accuracy": 100 * row["test_scores"]["accuracy"]
+                if "accuracy" in row.get("test_scores", {})
+                else math.nan,
                 # the same run's choice on a few-shot dev sample (`RunConfig.few_shot_dev`), where it made one
                 **few_shot_dev_columns(row.get("few_shot_dev")),
                 **last_epoch_columns(row.get("last_epoch")),
@@ -281,7 +316,9 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
         records += ensemble_records(records[-1], row)
     frame = pd.DataFrame.from_records(records)
     if not frame.empty:
-        frame["tier"] = [tier(size) if size is not None and not pd.isna(size) else None for size in frame["train_pool_size"]]
+        frame["tier"] = [
+            tier(size) if size is not None and not pd.isna(size) else None for size in frame["train_pool_size"]
+        ]
     return frame
 
 
@@ -348,8 +385,9 @@ def classification_summary(frame: pd.DataFrame) -> pd.DataFrame:
     runs = scored_by(frame, "accuracy")
     if runs.empty:
         return pd.DataFrame()
-    return summarize(runs, SETTING, "accuracy").merge(summarize(runs, SETTING, "macro_f1"), on=SETTING,
-                                                     suffixes=("_accuracy", "_macro_f1"))
+    return summarize(runs, SETTING, "accuracy").merge(
+        summarize(runs, SETTING, "macro_f1"), on=SETTING, suffixes=("_accuracy", "_macro_f1")
+    )
 
 
 def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
@@ -357,9 +395,15 @@ def tier_summary(frame: pd.DataFrame) -> pd.DataFrame:
     wiki = frame[frame.language.notna()]  # WikiAnn: the datasets with a language
     if wiki.empty:
         return pd.DataFrame()
-    per_language = wiki.groupby(["backbone", "mode", "fusion", "epochs", "tier", "language"], as_index=False)["f1"].mean()
-    table = summarize(per_language, ["backbone", "mode", "fusion", "epochs", "tier"], "f1").rename(columns={"trials": "languages"})
-    names = per_language.groupby(["backbone", "mode", "fusion", "epochs", "tier"])["language"].agg(lambda s: " ".join(sorted(s)))
+    per_language = wiki.groupby(["backbone", "mode", "fusion", "epochs", "tier", "language"], as_index=False)[
+        "f1"
+    ].mean()
+    table = summarize(per_language, ["backbone", "mode", "fusion", "epochs", "tier"], "f1").rename(
+        columns={"trials": "languages"}
+    )
+    names = per_language.groupby(["backbone", "mode", "fusion", "epochs", "tier"])["language"].agg(
+        lambda s: " ".join(sorted(s))
+    )
     return table.merge(names.reset_index(), on=["backbone", "mode", "fusion", "epochs", "tier"])
 
 
@@ -370,8 +414,12 @@ DEPTH_DEV_SENTENCES, DEPTH_EPOCHS = 1000, 25
 
 def depth_grid(frame: pd.DataFrame) -> pd.DataFrame:
     """The CoNLL-03 FE runs of the depth comparison: 25 epochs on the fixed 1000 dev sentences, every backbone."""
-    return frame[(frame.dataset == "conll2003") & (frame["mode"] == "fe")
-                 & (frame.epochs == DEPTH_EPOCHS) & (frame.num_dev_sentences == DEPTH_DEV_SENTENCES)]
+    return frame[
+        (frame.dataset == "conll2003")
+        & (frame["mode"] == "fe")
+        & (frame.epochs == DEPTH_EPOCHS)
+        & (frame.num_dev_sentences == DEPTH_DEV_SENTENCES)
+    ]
 
 
 def backbone_layers(frame: pd.DataFrame) -> dict[str, int]:

@@ -22,19 +22,23 @@ from ..run_config import RunConfig
 from .grid import RunSpec, batches_of_runs, widest_first
 from .store import ResultsStore, differences
 
+
 def refuse_repeated_ids(specs: list[RunSpec]) -> None:
     """Every run of a grid has its own id (and so its own row and folder); two that share one are named."""
     seen: dict[str, RunSpec] = {}
     for spec in specs:
         if spec.run_id in seen:
             other = seen[spec.run_id]
-            raise ValueError(f"the grid holds run {spec.run_id} twice ({differences(asdict(other), asdict(spec)) or 'the same settings'}): "
-                             "give backbones folders of different names, or sweep them into separate --results")
+            raise ValueError(
+                f"the grid holds run {spec.run_id} twice ({differences(asdict(other), asdict(spec)) or 'the same settings'}): "
+                "give backbones folders of different names, or sweep them into separate --results"
+            )
         seen[spec.run_id] = spec
 
 
-def done_elsewhere(specs: list[RunSpec], stores: tuple[str | Path, ...], run_overrides: dict | None = None,
-                   engine: str = "auto") -> dict[str, dict]:
+def done_elsewhere(
+    specs: list[RunSpec], stores: tuple[str | Path, ...], run_overrides: dict | None = None, engine: str = "auto"
+) -> dict[str, dict]:
     """The row of each spec that one of `stores` (read only) holds with the spec's identity (`ResultsStore.finished`);
     a row there with the spec's id and other settings is another run. A store that is not there is refused: a
     mistyped name would train again every run it holds."""
@@ -42,13 +46,21 @@ def done_elsewhere(specs: list[RunSpec], stores: tuple[str | Path, ...], run_ove
     for path in stores:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--done-in {path}: no such results file")
-        found |= {run_id: row for run_id, row in ResultsStore(path).finished(specs, run_overrides, engine, strict=False).items()
-                  if run_id not in found}
+        found |= {
+            run_id: row
+            for run_id, row in ResultsStore(path).finished(specs, run_overrides, engine, strict=False).items()
+            if run_id not in found
+        }
     return found
 
 
-def runs_done(specs: list[RunSpec], results: str | Path, done_in: tuple[str | Path, ...] = (),
-              run_overrides: dict | None = None, engine: str = "auto") -> tuple[set[str], set[str]]:
+def runs_done(
+    specs: list[RunSpec],
+    results: str | Path,
+    done_in: tuple[str | Path, ...] = (),
+    run_overrides: dict | None = None,
+    engine: str = "auto",
+) -> tuple[set[str], set[str]]:
     """The ids of the specs done: those the store at `results` holds, and those only the `done_in` stores hold."""
     here = set(ResultsStore(results).finished(specs, run_overrides, engine))
     return here, set(done_elsewhere(specs, done_in, run_overrides, engine)) - here
@@ -73,7 +85,10 @@ def store_lock(store: ResultsStore):
 
 def claim_path(store: ResultsStore, spec: RunSpec) -> Path:
     """The lock file of `spec`'s claim on `store` (`claimed`)."""
-    return store.path.with_name(f".{store.path.name}.claims") / f"{hashlib.sha256(spec.run_id.encode()).hexdigest()[:24]}.lock"
+    return (
+        store.path.with_name(f".{store.path.name}.claims")
+        / f"{hashlib.sha256(spec.run_id.encode()).hexdigest()[:24]}.lock"
+    )
 
 
 @contextmanager
@@ -142,7 +157,8 @@ def run_sweep(
 ) -> list[dict]:
     """
     Run every spec not yet in the store at `results`, appending one row per finished run (the run's
-    `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs with an ETA. Returns all rows.
+    `results.json` plus `run_id` and the spec, its paths portable: `portable_results`). Shows a progress bar over runs
+    with an ETA. Returns all rows.
     Several sweeps may run on one results file at once: each trains only the groups no other holds (`claimed`) and
     has not finished, and appends under the store's lock (`store_lock`).
     `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
@@ -181,9 +197,15 @@ def run_sweep(
                 finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
                 todo = [spec for spec in group if spec.run_id not in finished]
                 if todo:
-                    bar.set_postfix_str(todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else ""))
-                    configs = [spec.run_config(output_root, feature_cache_dir=str(sweep_feature_cache(output_root)),
-                                               **run_overrides) for spec in todo]
+                    bar.set_postfix_str(
+                        todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else "")
+                    )
+                    configs = [
+                        spec.run_config(
+                            output_root, feature_cache_dir=str(sweep_feature_cache(output_root)), **run_overrides
+                        )
+                        for spec in todo
+                    ]
                     results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
                     fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
                     with store_lock(store):
@@ -197,4 +219,15 @@ def run_sweep(
     return store.rows()
 
 
-__all__ = ["APPEND_WAIT_SECONDS", "claim_path", "claimed", "done_elsewhere", "held_elsewhere", "release_claims", "refuse_repeated_ids", "run_sweep", "runs_done", "store_lock"]
+__all__ = [
+    "APPEND_WAIT_SECONDS",
+    "claim_path",
+    "claimed",
+    "done_elsewhere",
+    "held_elsewhere",
+    "release_claims",
+    "refuse_repeated_ids",
+    "run_sweep",
+    "runs_done",
+    "store_lock",
+]

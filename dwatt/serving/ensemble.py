@@ -41,9 +41,11 @@ class AveragedHeads(nn.Module):
         first = members[0].config
         for name, head in heads.heads.items():
             if type(head) is not type(members[0]) or head.config.id2label != first.id2label:
-                raise ValueError(f"an ensemble's members must be heads of one task and label set: {name} is a "
-                                 f"{type(head).__name__} with labels {list(head.config.id2label.values())}, the first "
-                                 f"a {type(members[0]).__name__} with {list(first.id2label.values())}")
+                raise ValueError(
+                    f"an ensemble's members must be heads of one task and label set: {name} is a "
+                    f"{type(head).__name__} with labels {list(head.config.id2label.values())}, the first "
+                    f"a {type(members[0]).__name__} with {list(first.id2label.values())}"
+                )
         self.heads, self.config = heads, first
         self.manifest: dict = {}  # the folder's ensemble.json, where it was loaded from one (`load_ensemble`)
 
@@ -57,8 +59,9 @@ class AveragedHeads(nn.Module):
         return next(self.heads.parameters()).device
 
     def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, logits_mask=None) -> EnsembleOutput:
-        outputs = self.heads(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                             logits_mask=logits_mask)
+        outputs = self.heads(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, logits_mask=logits_mask
+        )
         # The log of the mean probability, computed from log-probabilities: never -inf where one member is sure
         log_probabilities = torch.stack([output.logits.float().log_softmax(-1) for output in outputs.values()])
         return EnsembleOutput(logits=log_probabilities.logsumexp(0) - math.log(len(outputs)))

@@ -4,22 +4,25 @@ it. `dwatt evaluate` maps each task to its scorer (`dwatt.cli.evaluate.scorer`);
 
 from __future__ import annotations
 
-from ..data.classification import load_classification_dataset, warn_about_unseen_labels
 from ..data import load_ner_dataset
+from ..data.classification import load_classification_dataset, warn_about_unseen_labels
 from ..metrics import classification_scores, entity_scores
 from ..tasks import TASKS
 from .prediction import BATCH_SIZE, class_probabilities, predict_tags
 
 
-def score_tagger(model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str,
-                 batch_size: int = BATCH_SIZE, **_) -> dict:
+def score_tagger(
+    model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str, batch_size: int = BATCH_SIZE, **_
+) -> dict:
     """seqeval's entity scores of an NER checkpoint on `split` of `dataset` (default: conll2003), whose labels must
     be the checkpoint's."""
     dataset = dataset or "conll2003"
     data = load_ner_dataset(dataset, data_dir)
     if split not in data:
-        raise ValueError(f"--split: {dataset}{f' ({data_dir})' if data_dir else ''} has no {split!r} split; "
-                         f"it has {', '.join(data)}")
+        raise ValueError(
+            f"--split: {dataset}{f' ({data_dir})' if data_dir else ''} has no {split!r} split; "
+            f"it has {', '.join(data)}"
+        )
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     if names != data[split].features["ner_tags"].feature.names:
         raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
@@ -28,9 +31,19 @@ def score_tagger(model, tokenizer, *, dataset: str | None, data_dir: str | None,
     return {"split": split, **entity_scores(gold, predict_tags(model, tokenizer, rows["tokens"], batch_size))}
 
 
-def score_classifier(model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str,
-                     batch_size: int = BATCH_SIZE, text_column: str | None = None, pair_column: str | None = None,
-                     label_column: str | None = None, **_) -> dict:
+def score_classifier(
+    model,
+    tokenizer,
+    *,
+    dataset: str | None,
+    data_dir: str | None,
+    split: str,
+    batch_size: int = BATCH_SIZE,
+    text_column: str | None = None,
+    pair_column: str | None = None,
+    label_column: str | None = None,
+    **_,
+) -> dict:
     """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset (default:
     ag_news; a folder of the user's files is called by its name) whose labels include the checkpoint's; rows of a label
     the checkpoint lacks are warned about and scored as errors. The `*_column`s name the files' columns, as in
@@ -43,7 +56,9 @@ def score_classifier(model, tokenizer, *, dataset: str | None, data_dir: str | N
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     dataset_names = data[split].features["label"].names
     if not set(names) <= set(dataset_names):
-        raise ValueError(f"the checkpoint's labels {names} differ from the dataset's {dataset_names}; cannot score it on {dataset}")
+        raise ValueError(
+            f"the checkpoint's labels {names} differ from the dataset's {dataset_names}; cannot score it on {dataset}"
+        )
     rows = data[split]
     model_ids = [dataset_names.index(name) for name in names]
     unseen = warn_about_unseen_labels(model_ids, {split: rows}, "the checkpoint's classes")

@@ -6,8 +6,10 @@ PyTorch's `torch.export`-based ONNX exporter with the batch and sequence axes dy
 (and `model_int8.onnx` with `--quantize int8`: onnxruntime's dynamic int8 quantization of the linear maps,
 `quantize_onnx`), the tokenizer, the model's `config.json`, and `dwatt_export.json`: the task, the labels, the graph's
 inputs, how far onnxruntime's logits were from PyTorch's on a check batch when it was written, and the sha256 of every
-other file, so that a folder whose graph or tokenizer is not the one exported with it is refused on load. `dwatt predict
-EXPORT` runs it with onnxruntime (`dwatt.serving.onnx_runtime.OnnxModel`), through the same code as the PyTorch model, so the
+other file, so that a folder whose graph or tokenizer is not the one exported with it is refused on load. `dwatt
+predict
+EXPORT` runs it with onnxruntime (`dwatt.serving.onnx_runtime.OnnxModel`), through the same code as the PyTorch model,
+so the
 outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
@@ -24,10 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .schemes import EXPORT_QUANTIZATIONS
 from ..portable import portable_path
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
-
+from .schemes import EXPORT_QUANTIZATIONS
 
 # onnxruntime against PyTorch on the check batch, fp32, relative to the largest logit (at least 1): larger means the
 # graph computes something else. (Absolute, a head on Qwen2.5-Coder-1.5B's raw layer 12, whose logits on the check
@@ -69,7 +70,9 @@ def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
     from .ensemble import AveragedHeads
 
-    takes_token_types = model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.backbone_runner.takes_token_types
+    takes_token_types = (
+        model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.backbone_runner.takes_token_types
+    )
     return ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_token_types else [])
 
 
@@ -92,8 +95,17 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
     with torch.no_grad(), _quiet_exporter():
         expected = wrapped(*batch.values())
-        torch.onnx.export(wrapped, tuple(batch.values()), str(path), dynamo=True, input_names=inputs,
-                          output_names=["logits"], dynamic_shapes=axes, optimize=True, verbose=False)
+        torch.onnx.export(
+            wrapped,
+            tuple(batch.values()),
+            str(path),
+            dynamo=True,
+            input_names=inputs,
+            output_names=["logits"],
+            dynamic_shapes=axes,
+            optimize=True,
+            verbose=False,
+        )
     session = runtime.InferenceSession(str(path), session_options(runtime), providers=["CPUExecutionProvider"])
     got = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})[0]
     return float((torch.from_numpy(got) - expected).abs().max()), float(expected.abs().max())
@@ -115,7 +127,9 @@ def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict
         return {}
 
 
-def check_int8(checkpoint, task: str, tokenizer, staging: Path, scheme: str, export: dict, calibration, allow_lossy: bool) -> dict:
+def check_int8(
+    checkpoint, task: str, tokenizer, staging: Path, scheme: str, export: dict, calibration, allow_lossy: bool
+) -> dict:
     """Write the int8 graph (`quantize_onnx`) and measure how often it gives the fp32 graph's answer on the
     calibration sample (`dwatt.serving.int8_graphs.agreement`); below `AGREEMENT_THRESHOLD`, refuse it (ValueError)
     unless `allow_lossy`. Returns the record `dwatt_export.json` keeps."""
@@ -130,19 +144,32 @@ def check_int8(checkpoint, task: str, tokenizer, staging: Path, scheme: str, exp
 
     left_fp32 = quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"], scheme, fp32, answer)
     found = agreement(task, answer(fp32), answer(OnnxModel.of_graph(staging / GRAPHS["int8"], export)))
-    record = {"scheme": scheme, "calibration": described, **found, "threshold": AGREEMENT_THRESHOLD,
-              "allow_lossy": allow_lossy, **left_fp32}
+    record = {
+        "scheme": scheme,
+        "calibration": described,
+        **found,
+        "threshold": AGREEMENT_THRESHOLD,
+        "allow_lossy": allow_lossy,
+        **left_fp32,
+    }
     if found["agreement"] < AGREEMENT_THRESHOLD and not allow_lossy:
         others = " or ".join(f"--quantize int8-{other}" for other in INT8_SCHEMES if other != scheme)
-        raise ValueError(f"{checkpoint}: its int8 graph ({scheme}) gives {100 * found['agreement']:.1f}% of "
-                         f"{found['unit']} the fp32 graph's answer on {described} (under "
-                         f"{100 * AGREEMENT_THRESHOLD:.0f}%); nothing exported: try {others}, export fp32 alone "
-                         "(no --quantize), or keep it with --allow-lossy")
+        raise ValueError(
+            f"{checkpoint}: its int8 graph ({scheme}) gives {100 * found['agreement']:.1f}% of "
+            f"{found['unit']} the fp32 graph's answer on {described} (under "
+            f"{100 * AGREEMENT_THRESHOLD:.0f}%); nothing exported: try {others}, export fp32 alone "
+            "(no --quantize), or keep it with --allow-lossy"
+        )
     return record
 
 
-def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None = None,
-                calibration: str | Path | None = None, allow_lossy: bool = False) -> dict:
+def export_onnx(
+    checkpoint: str | Path,
+    output: str | Path,
+    quantize: str | None = None,
+    calibration: str | Path | None = None,
+    allow_lossy: bool = False,
+) -> dict:
     """Write `checkpoint` (a saved DWAtt task model, full or head-only, or a probe ensemble's folder: one graph, its
     logits the ensemble's) to `output` as an ONNX graph with its tokenizer and `dwatt_export.json`; with `quantize`
     (`EXPORT_QUANTIZATIONS`: `dwatt.serving.int8_graphs`) also an int8 graph, checked against the fp32 graph on
@@ -160,24 +187,39 @@ def export_onnx(checkpoint: str | Path, output: str | Path, quantize: str | None
     if quantize is not None and quantize not in EXPORT_QUANTIZATIONS:
         raise ValueError(f"--quantize: {quantize!r} is not one of {', '.join(EXPORT_QUANTIZATIONS)}")
     if calibration is not None and not Path(calibration).is_file():
-        raise ValueError(f"--calibration {calibration}: no such file (one input a line, as dwatt predict --file reads)")
+        raise ValueError(
+            f"--calibration {calibration}: no such file (one input a line, as dwatt predict --file reads)"
+        )
     output = Path(output)
     if output.exists() and not (output.is_dir() and (is_export(output) or not any(output.iterdir()))):
-        raise ValueError(f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
-                         "give a new or empty folder")
+        raise ValueError(
+            f"{output}: not an export folder (no {EXPORT_CONFIG}), and exporting would replace it; "
+            "give a new or empty folder"
+        )
     model, tokenizer, task = load_checkpoint_or_ensemble(checkpoint)
     model.float()  # a backbone kept in bf16 or fp16 as it was saved: onnxruntime's CPU kernels want fp32 (Elu has no bf16)
     with scratch_folder(output) as staging:
         try:
-            config = _write_export(model, tokenizer, task, checkpoint, staging, quantize, runtime, calibration, allow_lossy)
+            config = _write_export(
+                model, tokenizer, task, checkpoint, staging, quantize, runtime, calibration, allow_lossy
+            )
         except OSError as error:
             raise failed_write(error, output, "the export") from None
         replace_folder(staging, output)
     return config
 
 
-def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quantize: str | None, runtime,
-                  calibration=None, allow_lossy: bool = False) -> dict:
+def _write_export(
+    model,
+    tokenizer,
+    task: str,
+    checkpoint,
+    staging: Path,
+    quantize: str | None,
+    runtime,
+    calibration=None,
+    allow_lossy: bool = False,
+) -> dict:
     """The export's files, written into `staging`; returns its config (`export_onnx`)."""
     from ..atomic import give_usual_modes, sha256_of, write_json_atomically
     from .ensemble import AveragedHeads
@@ -186,22 +228,30 @@ def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quanti
     inputs = graph_inputs(model)
     difference, largest = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
     if not (math.isfinite(difference) and math.isfinite(largest)):
-        raise ValueError(f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
-                         "as after training at too large a learning rate); nothing exported")
+        raise ValueError(
+            f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
+            "as after training at too large a learning rate); nothing exported"
+        )
     tolerance = TOLERANCE * max(1.0, largest)
     if difference > tolerance:
-        raise ValueError(f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {tolerance:.2e}: "
-                         f"{TOLERANCE} of the largest logit, {largest:.3g}); not kept")
+        raise ValueError(
+            f"the exported graph's logits differ from PyTorch's by {difference:.2e} (> {tolerance:.2e}: "
+            f"{TOLERANCE} of the largest logit, {largest:.3g}); not kept"
+        )
     graphs = {"fp32": GRAPHS[None]}
     labels = {str(i): label for i, label in model.config.id2label.items()}
     pooling = getattr(model.config, "pooling", None)
     int8 = None
     if quantize is not None:
         about = {"inputs": inputs, "id2label": labels, "pooling": pooling, "task": task}
-        int8 = check_int8(checkpoint, task, tokenizer, staging, scheme_for(quantize, model), about, calibration, allow_lossy)
+        int8 = check_int8(
+            checkpoint, task, tokenizer, staging, scheme_for(quantize, model), about, calibration, allow_lossy
+        )
         graphs["int8"] = GRAPHS["int8"]
     tokenizer.save_pretrained(staging)
-    model.config.save_pretrained(staging)  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
+    model.config.save_pretrained(
+        staging
+    )  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads
     (staging / "README.md").write_text(export_card(checkpoint, task, model.config.fusion, graphs, int8))
     config = {
         "format": "onnx",
@@ -228,16 +278,23 @@ def _write_export(model, tokenizer, task: str, checkpoint, staging: Path, quanti
 
 def export_card(checkpoint, task: str, fusion: str, graphs: dict, int8: dict | None) -> str:
     """The export's README.md: what it holds, how to run it, and how far its int8 graph is from fp32."""
-    lines = [f"# ONNX export ({task}, {fusion})", "",
-             f"Written by `dwatt export` from `{portable_path(checkpoint)}`. Graphs: "
-             + ", ".join(f"`{name}` ({kind})" for kind, name in graphs.items()) + ". Run with `dwatt predict "
-             "FOLDER ...` (onnxruntime; `--quantize int8` for the int8 graph); `dwatt_export.json` records the "
-             "sha256 of every file, checked on load."]
+    lines = [
+        f"# ONNX export ({task}, {fusion})",
+        "",
+        f"Written by `dwatt export` from `{portable_path(checkpoint)}`. Graphs: "
+        + ", ".join(f"`{name}` ({kind})" for kind, name in graphs.items())
+        + ". Run with `dwatt predict "
+        "FOLDER ...` (onnxruntime; `--quantize int8` for the int8 graph); `dwatt_export.json` records the "
+        "sha256 of every file, checked on load.",
+    ]
     if int8 is not None:
         lossy = " Kept below the threshold with `--allow-lossy`." if int8["agreement"] < int8["threshold"] else ""
-        lines += ["", f"**int8** ({int8['scheme']}): gives the fp32 graph's answer on {100 * int8['agreement']:.1f}% "
-                  f"of {int8['unit']} ({100 * int8['inputs_agreement']:.1f}% of whole inputs) of {int8['calibration']}; "
-                  f"the export refuses int8 under {100 * int8['threshold']:.0f}%.{lossy}"]
+        lines += [
+            "",
+            f"**int8** ({int8['scheme']}): gives the fp32 graph's answer on {100 * int8['agreement']:.1f}% "
+            f"of {int8['unit']} ({100 * int8['inputs_agreement']:.1f}% of whole inputs) of {int8['calibration']}; "
+            f"the export refuses int8 under {100 * int8['threshold']:.0f}%.{lossy}",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -116,7 +116,9 @@ def _tags(model, tokenizer, sample: list) -> list[list]:
 def _labels(model, tokenizer, sample: list) -> list[list]:
     from .prediction import class_probabilities, split_pairs
 
-    return [[int(label)] for label in class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)).argmax(-1)]
+    return [
+        [int(label)] for label in class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)).argmax(-1)
+    ]
 
 
 def _top_tokens(model, tokenizer, sample: list) -> list[list]:
@@ -158,8 +160,12 @@ def agreement(task: str, reference: list[list], other: list[list]) -> dict:
     units = sum(len(answer) for answer in reference)
     same = sum(a == b for mine, theirs in zip(reference, other) for a, b in zip(mine, theirs))
     whole = sum(mine == theirs for mine, theirs in zip(reference, other))
-    return {"unit": TASK_CHECKS[task].unit, "units": units, "agreement": same / max(units, 1),
-            "inputs_agreement": whole / max(len(reference), 1)}
+    return {
+        "unit": TASK_CHECKS[task].unit,
+        "units": units,
+        "agreement": same / max(units, 1),
+        "inputs_agreement": whole / max(len(reference), 1),
+    }
 
 
 # The graphs ------------------------------------------------------------------------------------------------------
@@ -179,7 +185,9 @@ def quantized_products(graph) -> list:
 def is_head(node) -> bool:
     """Whether the exporter placed `node` in no backbone or fusion module (a graph without name scopes: none is)."""
     scopes = {prop.key: prop.value for prop in node.metadata_props}.get("pkg.torch.onnx.name_scopes")
-    return scopes is not None and not any(scope.split(".")[-1] in ("dwatt", "backbone") for scope in _scope_list(scopes))
+    return scopes is not None and not any(
+        scope.split(".")[-1] in ("dwatt", "backbone") for scope in _scope_list(scopes)
+    )
 
 
 def _scope_list(text: str) -> list[str]:
@@ -195,8 +203,14 @@ def quantize_dynamic_graph(source: Path, target: Path, keep_fp32: Collection[str
     graph = onnx.load(str(source), load_external_data=False).graph
     wanted = {node.name for node in quantized_products(graph)} - set(keep_fp32)
     kept = [node.name for node in graph.node if node.op_type == "MatMul" and node.name not in wanted]
-    quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8, per_channel=True, nodes_to_exclude=kept,
-                     use_external_data_format=_large(source))
+    quantize_dynamic(
+        str(source),
+        str(target),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        nodes_to_exclude=kept,
+        use_external_data_format=_large(source),
+    )
 
 
 def quantize_weights_graph(source: Path, target: Path, bits: int = 8) -> None:
@@ -235,15 +249,17 @@ class _RecordingGraph:
         from types import SimpleNamespace
 
         zeros = np.zeros_like(batch["input_ids"])
-        outputs = self.session.run(["logits", *self.inputs],
-                                   {name: np.asarray(batch.get(name, zeros), dtype=np.int64) for name in self.feeds})
+        outputs = self.session.run(
+            ["logits", *self.inputs], {name: np.asarray(batch.get(name, zeros), dtype=np.int64) for name in self.feeds}
+        )
         for name, values in zip(self.inputs, outputs[1:]):
             self.record(name, values.reshape(-1, values.shape[-1]))
         return SimpleNamespace(logits=outputs[0])
 
 
-def run_recording(source: Path, fp32, run_sample: Callable[[object], object],
-                   record: Callable[[str, np.ndarray], None]) -> None:
+def run_recording(
+    source: Path, fp32, run_sample: Callable[[object], object], record: Callable[[str, np.ndarray], None]
+) -> None:
     """`run_sample(model)` through `source`'s graph with each quantized product's input recorded (`_RecordingGraph`;
     `model` is called as `fp32`, the graph's `OnnxModel`, is). The graph runs from a copy of its structure beside
     it, reading the same weights file, removed once loaded."""
@@ -254,7 +270,9 @@ def run_recording(source: Path, fp32, run_sample: Callable[[object], object],
 
     model = onnx.load(str(source), load_external_data=False)
     inputs = list(dict.fromkeys(node.input[0] for node in quantized_products(model.graph)))
-    model.graph.output.extend(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs)
+    model.graph.output.extend(
+        onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in inputs
+    )
     probe = source.with_name(f".calibration-{source.name}")
     onnx.save(model, str(probe))
     try:
@@ -277,7 +295,9 @@ def input_ranges(source: Path, fp32, run_sample: Callable[[object], object]) -> 
     return ranges
 
 
-def smoothing_scales(source: Path, ranges: dict[str, np.ndarray], alpha: float | None = SMOOTHING_ALPHA) -> dict[str, np.ndarray]:
+def smoothing_scales(
+    source: Path, ranges: dict[str, np.ndarray], alpha: float | None = SMOOTHING_ALPHA
+) -> dict[str, np.ndarray]:
     """Each quantized input's SmoothQuant scale per channel, max|x|^alpha / max|w|^(1 - alpha) over the weights of
     the products that read it (ones with `alpha` None: per token alone)."""
     import onnx
@@ -291,12 +311,17 @@ def smoothing_scales(source: Path, ranges: dict[str, np.ndarray], alpha: float |
     scales = {}
     for name, largest in sharing.items():
         largest_weight = np.max(largest, axis=0)
-        scales[name] = (np.ones_like(largest_weight) if alpha is None else
-                        np.maximum(ranges[name], 1e-5) ** alpha / np.maximum(largest_weight, 1e-5) ** (1 - alpha)).astype(np.float32)
+        scales[name] = (
+            np.ones_like(largest_weight)
+            if alpha is None
+            else np.maximum(ranges[name], 1e-5) ** alpha / np.maximum(largest_weight, 1e-5) ** (1 - alpha)
+        ).astype(np.float32)
     return scales
 
 
-def per_token_errors(source: Path, fp32, run_sample: Callable[[object], object], scales: dict[str, np.ndarray]) -> dict[str, float]:
+def per_token_errors(
+    source: Path, fp32, run_sample: Callable[[object], object], scales: dict[str, np.ndarray]
+) -> dict[str, float]:
     """Each quantized input, smoothed by `scales`: the largest relative error over the calibration batches of 8 bits
     with one scale per token, the error the `smooth` graph makes there (`run_recording`)."""
     errors: dict[str, float] = {}
@@ -304,7 +329,9 @@ def per_token_errors(source: Path, fp32, run_sample: Callable[[object], object],
     def record(name: str, rows: np.ndarray) -> None:
         smoothed = rows / scales[name]
         step = np.maximum(np.abs(smoothed).max(1, keepdims=True), 1e-30) / 127
-        error = np.linalg.norm(np.round(smoothed / step) * step - smoothed) / max(float(np.linalg.norm(smoothed)), 1e-30)
+        error = np.linalg.norm(np.round(smoothed / step) * step - smoothed) / max(
+            float(np.linalg.norm(smoothed)), 1e-30
+        )
         errors[name] = max(errors.get(name, 0.0), float(error))
 
     run_recording(source, fp32, run_sample, record)
@@ -322,8 +349,9 @@ def calibrated_smooth_graph(source: Path, target: Path, fp32, run_sample: Callab
     return {"fp32_products": products["fp32"], "products": products["fp32"] + products["int8"]}
 
 
-def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarray],
-                          keep_fp32: Collection[str] = ()) -> dict[str, int]:
+def quantize_smooth_graph(
+    source: Path, target: Path, scales: dict[str, np.ndarray], keep_fp32: Collection[str] = ()
+) -> dict[str, int]:
     """`source` with its backbone's and fusion's products by a weight matrix in int8 (scheme `smooth`), but those
     reading an input named in `keep_fp32`: each product's input divided by its smoothing scale (`scales`:
     `smoothing_scales`), quantized per token (symmetric, stored as uint8 around 128), multiplied
@@ -343,20 +371,26 @@ def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarr
             left += 1
         else:
             sharing[node.input[0]].append(node)
-    constants = {"dwatt_int8_axes": np.array([-1], np.int64), "dwatt_int8_step": np.array(1 / 127, np.float32),
-                 "dwatt_int8_tiny": np.array(1e-30, np.float32), "dwatt_int8_offset": np.array(128, np.float32),
-                 "dwatt_int8_zero": np.array(128, np.uint8)}
+    constants = {
+        "dwatt_int8_axes": np.array([-1], np.int64),
+        "dwatt_int8_step": np.array(1 / 127, np.float32),
+        "dwatt_int8_tiny": np.array(1e-30, np.float32),
+        "dwatt_int8_offset": np.array(128, np.float32),
+        "dwatt_int8_zero": np.array(128, np.uint8),
+    }
     added, replacing = [numpy_helper.from_array(value, name) for name, value in constants.items()], {}
     for number, (source_name, nodes) in enumerate(sharing.items()):
         prefix = f"dwatt_int8_{number}_"
         matrices = [numpy_helper.to_array(weights[node.input[1]]).astype(np.float32) for node in nodes]
         smoothing = scales[source_name]
         added.append(numpy_helper.from_array(1 / smoothing, prefix + "unsmooth"))
-        name = lambda part: prefix + part  # noqa: E731
+        name = lambda part, prefix=prefix: prefix + part
         quantizing = [
             helper.make_node("Mul", [source_name, name("unsmooth")], [name("smoothed")], name=name("smoothed")),
             helper.make_node("Abs", [name("smoothed")], [name("abs")], name=name("abs")),
-            helper.make_node("ReduceMax", [name("abs"), "dwatt_int8_axes"], [name("max")], keepdims=1, name=name("max")),
+            helper.make_node(
+                "ReduceMax", [name("abs"), "dwatt_int8_axes"], [name("max")], keepdims=1, name=name("max")
+            ),
             helper.make_node("Max", [name("max"), "dwatt_int8_tiny"], [name("nonzero")], name=name("nonzero")),
             helper.make_node("Mul", [name("nonzero"), "dwatt_int8_step"], [name("scale")], name=name("scale")),
             helper.make_node("Div", [name("smoothed"), name("scale")], [name("scaled")], name=name("scaled")),
@@ -368,10 +402,18 @@ def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarr
             smoothed = matrix * smoothing[:, None]
             channel_scale = (np.maximum(np.abs(smoothed).max(0), 1e-30) / 127).astype(np.float32)
             quantized = np.clip(np.round(smoothed / channel_scale), -127, 127).astype(np.int8)
-            part = lambda piece: f"{prefix}{index}_{piece}"  # noqa: E731
-            added += [numpy_helper.from_array(quantized, part("weight")), numpy_helper.from_array(channel_scale, part("channel_scale"))]
+            part = lambda piece, prefix=prefix, index=index: f"{prefix}{index}_{piece}"
+            added += [
+                numpy_helper.from_array(quantized, part("weight")),
+                numpy_helper.from_array(channel_scale, part("channel_scale")),
+            ]
             replacing[node.name] = quantizing + [
-                helper.make_node("MatMulInteger", [name("q"), part("weight"), "dwatt_int8_zero"], [part("product")], name=part("product")),
+                helper.make_node(
+                    "MatMulInteger",
+                    [name("q"), part("weight"), "dwatt_int8_zero"],
+                    [part("product")],
+                    name=part("product"),
+                ),
                 helper.make_node("Cast", [part("product")], [part("float")], to=TensorProto.FLOAT, name=part("float")),
                 helper.make_node("Mul", [part("float"), name("scale")], [part("rows")], name=part("rows")),
                 helper.make_node("Mul", [part("rows"), part("channel_scale")], [node.output[0]], name=part("output")),
@@ -390,8 +432,25 @@ def quantize_smooth_graph(source: Path, target: Path, scales: dict[str, np.ndarr
     return {"int8": len(replacing), "fp32": left}
 
 
-__all__ = ["AGREEMENT_THRESHOLD", "CALIBRATION_SIZE", "EXPORT_QUANTIZATIONS", "INT8_SCHEMES", "KEEP_FP32_ERROR", "TASK_CHECKS",
-           "TaskCheck", "agreement",
-           "answers", "calibrated_smooth_graph", "calibration_sample", "input_ranges", "per_token_errors", "run_recording",
-           "quantize_dynamic_graph", "quantize_smooth_graph", "quantize_weights_graph", "quantized_products", "scheme_for",
-           "smoothing_scales"]
+__all__ = [
+    "AGREEMENT_THRESHOLD",
+    "CALIBRATION_SIZE",
+    "EXPORT_QUANTIZATIONS",
+    "INT8_SCHEMES",
+    "KEEP_FP32_ERROR",
+    "TASK_CHECKS",
+    "TaskCheck",
+    "agreement",
+    "answers",
+    "calibrated_smooth_graph",
+    "calibration_sample",
+    "input_ranges",
+    "per_token_errors",
+    "run_recording",
+    "quantize_dynamic_graph",
+    "quantize_smooth_graph",
+    "quantize_weights_graph",
+    "quantized_products",
+    "scheme_for",
+    "smoothing_scales",
+]

@@ -68,14 +68,18 @@ def decoded(raw: bytes | str, source: str, number: int) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise ValueError(f"{source}:{number}: not UTF-8 ({error.reason} at byte {error.start + 1} of the line)") from None
+        raise ValueError(
+            f"{source}:{number}: not UTF-8 ({error.reason} at byte {error.start + 1} of the line)"
+        ) from None
 
 
 def is_blank(text: str) -> bool:
     return not text.strip()
 
 
-def predicted_in_order(chunk: list[tuple[int, str]], predict: Callable[[list[str]], list]) -> Iterator[tuple[int, str, object]]:
+def predicted_in_order(
+    chunk: list[tuple[int, str]], predict: Callable[[list[str]], list]
+) -> Iterator[tuple[int, str, object]]:
     """`(number, text, result)` for every line of `chunk`, in order: `predict` runs once on the non-blank texts, and
     a blank line's result is None."""
     results = iter(predict([text for _, text in chunk if not is_blank(text)]))
@@ -175,12 +179,16 @@ class MaskWriter(Writer):
     def block(self, text, result):
         if result is None:
             return ""
-        lines = [text] + [f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates)
-                          for number, candidates in enumerate(result, start=1)]
+        lines = [text] + [
+            f"  mask {number}: " + ", ".join(f"{token} ({p:.3f})" for token, p in candidates)
+            for number, candidates in enumerate(result, start=1)
+        ]
         return "\n".join(lines) + "\n"
 
 
-def write_all(lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callable[[list[str]], list], writer: Writer) -> None:
+def write_all(
+    lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callable[[list[str]], list], writer: Writer
+) -> None:
     """Every input line's result, chunk by chunk (each chunk predicted in one call, then written and flushed)."""
     from .prediction import chunks
 
@@ -192,6 +200,7 @@ def write_all(lines: Iterable[tuple[int, str]], chunk_size: int, predict: Callab
 
 # What `dwatt predict` runs on a chunk of lines and how it writes them, one per task (`LINE_PREDICTORS`). `form`:
 # "block", "line" or "json" (see the writers).
+
 
 def tagging(model, tokenizer, batch_size: int, form: str) -> tuple[Callable[[list[str]], list], Writer]:
     """NER: each line split on whitespace into words, tagged."""
@@ -218,9 +227,20 @@ def mask_filling(model, tokenizer, batch_size: int, form: str) -> tuple[Callable
     return (lambda texts: fill_masks(model, tokenizer, texts, batch_size=batch_size)), MaskWriter(form)
 
 
-
 # Serving's own mapping: what `dwatt predict` runs for each task.
 LINE_PREDICTORS = {"ner": tagging, "mlm": mask_filling, "cls": classifying}
 
-__all__ = ["LINE_PREDICTORS", "HeadsWriter", "InputLines", "LabelWriter", "MaskWriter", "TagWriter", "Writer", "classifying", "mask_filling",
-           "predicted_in_order", "tagging", "write_all"]
+__all__ = [
+    "LINE_PREDICTORS",
+    "HeadsWriter",
+    "InputLines",
+    "LabelWriter",
+    "MaskWriter",
+    "TagWriter",
+    "Writer",
+    "classifying",
+    "mask_filling",
+    "predicted_in_order",
+    "tagging",
+    "write_all",
+]

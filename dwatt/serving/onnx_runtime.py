@@ -2,7 +2,8 @@
 transformers' models are imported, so `dwatt predict EXPORT` starts in a fraction of a PyTorch checkpoint's time.
 
 An export folder holds the graphs (`model.onnx`, and `model_int8.onnx` with `--quantize int8`), the tokenizer, the
-model's `config.json` and `dwatt_export.json` (the task, the labels, the graph's inputs). `OnnxModel` is called like the
+model's `config.json` and `dwatt_export.json` (the task, the labels, the graph's inputs). `OnnxModel` is called like
+the
 PyTorch model by `dwatt.serving.prediction`, so the outputs line up the same way.
 
 Needs the `export` extra: `pip install -e ".[export]"` (onnx, onnxscript, onnxruntime).
@@ -49,8 +50,10 @@ def read_export_config(folder: Path) -> dict:
         if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
             raise ValueError(f"{path}: graphs.{kind} is {name!r}; a graph is a file of the export's own folder")
     if not isinstance(export[FILES_KEY], dict) or "config.json" not in export[FILES_KEY]:
-        raise ValueError(f"{path}: {FILES_KEY} must record every file of the export, config.json among them; "
-                         "export the checkpoint again")
+        raise ValueError(
+            f"{path}: {FILES_KEY} must record every file of the export, config.json among them; "
+            "export the checkpoint again"
+        )
     return export
 
 
@@ -61,8 +64,10 @@ def check_labels(folder: Path, export: dict) -> None:
     config = read_json(config_path)
     theirs = config.get("id2label") if isinstance(config, dict) else None
     if TASKS[export["task"]].labelled and {str(k): v for k, v in (theirs or {}).items()} != export["id2label"]:
-        raise ValueError(f"{folder / EXPORT_CONFIG}: id2label {export['id2label']} is not {config_path}'s "
-                         f"{theirs}; export the checkpoint again")
+        raise ValueError(
+            f"{folder / EXPORT_CONFIG}: id2label {export['id2label']} is not {config_path}'s "
+            f"{theirs}; export the checkpoint again"
+        )
 
 
 def check_files(folder: Path, export: dict, skip: tuple[str, ...] = ()) -> None:
@@ -76,8 +81,9 @@ def check_files(folder: Path, export: dict, skip: tuple[str, ...] = ()) -> None:
         if not path.is_file():
             raise ValueError(f"{path}: missing from the export; export the checkpoint again")
         if sha256_of(path) != digest:
-            raise ValueError(f"{path}: not the file this export was written with (its sha256 differs); "
-                             "export the checkpoint again")
+            raise ValueError(
+                f"{path}: not the file this export was written with (its sha256 differs); export the checkpoint again"
+            )
 
 
 def needs(module: str):
@@ -85,7 +91,7 @@ def needs(module: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise ValueError(f"ONNX export and runtime need {module}: pip install -e \".[export]\"") from None
+        raise ValueError(f'ONNX export and runtime need {module}: pip install -e ".[export]"') from None
 
 
 def session_options(runtime):
@@ -136,9 +142,13 @@ class OnnxModel:
 
     def _open(self, graph: Path, runtime) -> None:
         try:
-            self.session = runtime.InferenceSession(str(graph), session_options(runtime), providers=["CPUExecutionProvider"])
+            self.session = runtime.InferenceSession(
+                str(graph), session_options(runtime), providers=["CPUExecutionProvider"]
+            )
         except Exception as error:  # onnxruntime's own error types (InvalidProtobuf, NoSuchFile, Fail) share no base
-            raise ValueError(f"{graph}: onnxruntime cannot load it ({first_line(error)[:200]}); export the checkpoint again") from None
+            raise ValueError(
+                f"{graph}: onnxruntime cannot load it ({first_line(error)[:200]}); export the checkpoint again"
+            ) from None
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
         self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
         self._check_outputs(graph)
@@ -151,10 +161,14 @@ class OnnxModel:
             raise ValueError(f"{graph}: the graph has no 'logits' output")
         task, shape = self.export["task"], logits.shape
         if len(shape) != TASKS[task].logits_rank:
-            raise ValueError(f"{graph}: logits of shape {shape} are not a {task} model's; {EXPORT_CONFIG} says task {task!r}")
+            raise ValueError(
+                f"{graph}: logits of shape {shape} are not a {task} model's; {EXPORT_CONFIG} says task {task!r}"
+            )
         if TASKS[task].labelled and isinstance(shape[-1], int) and shape[-1] != self.config.num_labels:
-            raise ValueError(f"{graph}: the graph scores {shape[-1]} labels, {EXPORT_CONFIG}'s id2label has "
-                             f"{self.config.num_labels}")
+            raise ValueError(
+                f"{graph}: the graph scores {shape[-1]} labels, {EXPORT_CONFIG}'s id2label has "
+                f"{self.config.num_labels}"
+            )
 
     def eval(self):
         return self
@@ -182,5 +196,16 @@ def load_export(folder: str | Path, quantize: str | None = None):
     return model, tokenizer, model.export["task"]
 
 
-__all__ = ["EXPORT_CONFIG", "FILES_KEY", "GRAPHS", "OnnxModel", "check_files", "check_labels", "is_export", "load_export", "needs",
-           "read_export_config", "session_options"]
+__all__ = [
+    "EXPORT_CONFIG",
+    "FILES_KEY",
+    "GRAPHS",
+    "OnnxModel",
+    "check_files",
+    "check_labels",
+    "is_export",
+    "load_export",
+    "needs",
+    "read_export_config",
+    "session_options",
+]

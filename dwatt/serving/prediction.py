@@ -7,7 +7,8 @@ its own longest row, so that padding costs little; the model skips what padding 
 the real tokens only). Results come back chunk by chunk in input order, so a large file streams. A sentence's result
 is the same as when it is run alone (tests/test_prediction.py).
 
-Batches are numpy arrays: a PyTorch model gets them as tensors (`logits_of`), an exported graph (`dwatt.serving.onnx_runtime`)
+Batches are numpy arrays: a PyTorch model gets them as tensors (`logits_of`), an exported graph
+(`dwatt.serving.onnx_runtime`)
 as they are, so that running an export imports neither torch nor transformers' models.
 """
 
@@ -93,8 +94,14 @@ def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
 
-def tag(run_logits: Callable[[dict], dict[str, np.ndarray]], id2labels: dict[str, dict], tokenizer,
-        sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> dict[str, list[list[str]]]:
+def tag(
+    run_logits: Callable[[dict], dict[str, np.ndarray]],
+    id2labels: dict[str, dict],
+    tokenizer,
+    sentences: list[list[str]],
+    batch_size: int = BATCH_SIZE,
+    stride: int = 32,
+) -> dict[str, list[list[str]]]:
     """One tag per word of each pre-split sentence, for each head: `run_logits(batch)` returns `{head: logits}` for a
     batch of arrays (`padded`, with the boolean `logits_mask` of the positions read). Long sentences go through
     overlapping windows (`data.encode_words`), each word tagged by the window that scores it."""
@@ -104,7 +111,9 @@ def tag(run_logits: Callable[[dict], dict[str, np.ndarray]], id2labels: dict[str
     tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
     for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
         batch = padded(rows, indices, pad_id(tokenizer))
-        batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].astype(bool)  # words' first pieces
+        batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].astype(
+            bool
+        )  # words' first pieces
         for name, scores in run_logits(batch).items():
             predicted = scores.argmax(-1).tolist()
             for place, row in enumerate(indices):
@@ -114,10 +123,18 @@ def tag(run_logits: Callable[[dict], dict[str, np.ndarray]], id2labels: dict[str
     return tags
 
 
-def predict_tags(model, tokenizer, sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32) -> list[list[str]]:
+def predict_tags(
+    model, tokenizer, sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32
+) -> list[list[str]]:
     """One tag per word for pre-split sentences with a token-classification checkpoint."""
-    return tag(lambda batch: {"": logits_of(model, batch)}, {"": model.config.id2label}, tokenizer, sentences,
-               batch_size, stride)[""]
+    return tag(
+        lambda batch: {"": logits_of(model, batch)},
+        {"": model.config.id2label},
+        tokenizer,
+        sentences,
+        batch_size,
+        stride,
+    )[""]
 
 
 def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
@@ -129,8 +146,9 @@ def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) ->
     return dict(tokenizer(list(texts), pairs, truncation="longest_first", max_length=MAX_TOKENS))
 
 
-def class_probabilities(model, tokenizer, texts: list[str], pairs: list[str] | None = None,
-                        batch_size: int = BATCH_SIZE) -> np.ndarray:
+def class_probabilities(
+    model, tokenizer, texts: list[str], pairs: list[str] | None = None, batch_size: int = BATCH_SIZE
+) -> np.ndarray:
     """`(texts, classes)` probabilities of a classification checkpoint, in input order (float32)."""
     rows = encode_texts(tokenizer, texts, pairs)
     probabilities = np.empty((len(texts), model.config.num_labels), dtype=np.float32)
@@ -156,13 +174,16 @@ def classify(model, tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -
     return [dict(sorted(zip(names, row), key=lambda item: -item[1])) for row in probabilities.tolist()]
 
 
-def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
-               batch_size: int = BATCH_SIZE) -> list[list[list[tuple[str, float]]]]:
+def fill_masks(
+    model, tokenizer, texts: list[str], top_k: int = 5, batch_size: int = BATCH_SIZE
+) -> list[list[list[tuple[str, float]]]]:
     """For each text, for each mask token in it, the `top_k` most likely tokens with their probabilities."""
     mask = tokenizer.mask_token
     missing = [text for text in texts if mask not in text]
     if missing:
-        raise ValueError(f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})")
+        raise ValueError(
+            f"a masked-LM checkpoint fills masks: write {mask} where a word should go (not in {missing[0]!r})"
+        )
     rows = dict(tokenizer(texts, truncation=True))
     filled: list = [None] * len(texts)
     for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
@@ -172,12 +193,26 @@ def fill_masks(model, tokenizer, texts: list[str], top_k: int = 5,
         for place, row in enumerate(indices):
             probabilities = softmax(logits[place, np.flatnonzero(masks[place])])
             top = np.argsort(-probabilities, axis=-1, kind="stable")[:, :top_k]  # ties: the lower token id first
-            filled[row] = [[(tokenizer.decode([int(i)]).strip(), float(p[i])) for i in ids]
-                           for ids, p in zip(top, probabilities)]
+            filled[row] = [
+                [(tokenizer.decode([int(i)]).strip(), float(p[i])) for i in ids] for ids, p in zip(top, probabilities)
+            ]
     return filled
 
 
 __all__ = [
-    "BATCH_SIZE", "CHUNK_BATCHES", "as_array", "as_tensors", "chunks", "class_probabilities", "classify", "fill_masks",
-    "length_sorted_batches", "logits_of", "predict_tags", "run_on_arrays", "softmax", "split_pairs", "tag",
+    "BATCH_SIZE",
+    "CHUNK_BATCHES",
+    "as_array",
+    "as_tensors",
+    "chunks",
+    "class_probabilities",
+    "classify",
+    "fill_masks",
+    "length_sorted_batches",
+    "logits_of",
+    "predict_tags",
+    "run_on_arrays",
+    "softmax",
+    "split_pairs",
+    "tag",
 ]

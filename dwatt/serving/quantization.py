@@ -2,7 +2,8 @@
 channel), activations quantized per batch as they come (dynamic quantization), the task head left in fp32.
 
 Activations get all 8 bits where this CPU's int8 kernels multiply them exactly (`full_range_activations_exact`: a
-probe of the kernel itself; true with VNNI instructions, which some of the project's CPUs have and some lack). PyTorch's own dynamic
+probe of the kernel itself; true with VNNI instructions, which some of the project's CPUs have and some lack).
+PyTorch's own dynamic
 `Linear` quantizes activations to 7 bits (`reduce_range=True`), because x86 kernels without VNNI add pairs of
 products in 16 bits and would saturate on 8-bit ones. Where that is so, the feed-forward up-projections (hidden ->
 intermediate size) stay fp32: their inputs carry a few outlier channels that 7 bits and one scale per tensor cannot
@@ -34,20 +35,23 @@ from torch.ao.quantization import per_channel_dynamic_qconfig
 
 from .schemes import QUANTIZATIONS
 
-
 # PyTorch's dynamic int8 gives activations one scale per tensor, which a decoder LLM's outlier activations defeat
 # (dwatt.serving.int8_graphs); the export's per-token graph keeps the tags.
-DECODERS_REFUSED = ("int8 in PyTorch (one activation scale per tensor) loses a decoder LLM's answers: SmolLM2's "
-                    "layer-11 tagger kept 91.7% of words (benchmarks/results/int8_decoders_cpu.md); export the "
-                    "checkpoint with `dwatt export CHECKPOINT OUT --quantize int8` (per token, checked against fp32) "
-                    "and run `dwatt predict OUT --quantize int8`")
+DECODERS_REFUSED = (
+    "int8 in PyTorch (one activation scale per tensor) loses a decoder LLM's answers: SmolLM2's "
+    "layer-11 tagger kept 91.7% of words (benchmarks/results/int8_decoders_cpu.md); export the "
+    "checkpoint with `dwatt export CHECKPOINT OUT --quantize int8` (per token, checked against fp32) "
+    "and run `dwatt predict OUT --quantize int8`"
+)
 
 
 class FullRangeDynamicLinear(dynamic_quantized.Linear):
     """PyTorch's dynamic int8 `Linear` with activations quantized to all 8 bits (`reduce_range=False`)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False).to(x.dtype)
+        return torch.ops.quantized.linear_dynamic(x, self._packed_params._packed_params, reduce_range=False).to(
+            x.dtype
+        )
 
     def _get_name(self) -> str:
         return "FullRangeDynamicQuantizedLinear"
@@ -99,9 +103,14 @@ def quantize_int8(model: nn.Module, full_range: bool | None = None, allow_lossy:
     encoder = model.config.encoder_config
     mapping = {nn.Linear: FullRangeDynamicLinear if full_range else dynamic_quantized.Linear}
     for part in parts:  # a backbone shared by several parts is quantized with the first: its maps are no longer Linear
-        chosen = {name: per_channel_dynamic_qconfig for name, module in part.named_modules()
-                  if isinstance(module, nn.Linear) and (full_range or not is_up_projection(module, encoder))}
-        with warnings.catch_warnings():  # PyTorch's note that its quantized tensor type is deprecated (see the docstring)
+        chosen = {
+            name: per_channel_dynamic_qconfig
+            for name, module in part.named_modules()
+            if isinstance(module, nn.Linear) and (full_range or not is_up_projection(module, encoder))
+        }
+        with (
+            warnings.catch_warnings()
+        ):  # PyTorch's note that its quantized tensor type is deprecated (see the docstring)
             warnings.filterwarnings("ignore", message=".*quantized tensor creation functions.*deprecated.*")
             warnings.filterwarnings("ignore", category=DeprecationWarning)
             torch.ao.quantization.quantize_dynamic(part, chosen, dtype=torch.qint8, mapping=mapping, inplace=True)
@@ -111,8 +120,10 @@ def quantize_int8(model: nn.Module, full_range: bool | None = None, allow_lossy:
 def is_up_projection(layer: nn.Linear, encoder_config) -> bool:
     """A feed-forward up-projection of the backbone (hidden size -> intermediate size), which stays fp32 where
     activations get 7 bits."""
-    return (layer.in_features, layer.out_features) == (encoder_config.hidden_size,
-                                                       getattr(encoder_config, "intermediate_size", None))
+    return (layer.in_features, layer.out_features) == (
+        encoder_config.hidden_size,
+        getattr(encoder_config, "intermediate_size", None),
+    )
 
 
 def with_backbone_dtype(model: nn.Module, dtype: str) -> nn.Module:
@@ -133,5 +144,13 @@ def quantize(model: nn.Module, kind: str | None) -> nn.Module:
     return quantize_int8(model)
 
 
-__all__ = ["QUANTIZATIONS", "FullRangeDynamicLinear", "full_range_activations_exact", "is_up_projection", "quantize", "with_backbone_dtype",
-           "quantize_int8", "quantized_parts"]
+__all__ = [
+    "QUANTIZATIONS",
+    "FullRangeDynamicLinear",
+    "full_range_activations_exact",
+    "is_up_projection",
+    "quantize",
+    "with_backbone_dtype",
+    "quantize_int8",
+    "quantized_parts",
+]

@@ -18,8 +18,8 @@ from safetensors.torch import load_file
 from torch import nn
 from transformers.utils import cached_file
 
-from configuration_dwatt import DWAttConfig
 from backbones_dwatt import backbone_kwargs
+from configuration_dwatt import DWAttConfig
 from depth_dwatt import cut_config, layers_past_pattern
 from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
@@ -37,9 +37,23 @@ WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
 # backbone runs in one). Besides these, any field whose name starts with "_" (transformers' bookkeeping) and every
 # dropout probability (dropout is off at inference).
 NOT_IN_FORWARD = (
-    "architectures", "transformers_version", "dtype", "torch_dtype", "id2label", "label2id", "num_labels",
-    "problem_type", "finetuning_task", "task_specific_params", "initializer_range", "use_cache", "return_dict",
-    "output_hidden_states", "output_attentions", "tokenizer_class", "gradient_checkpointing",
+    "architectures",
+    "transformers_version",
+    "dtype",
+    "torch_dtype",
+    "id2label",
+    "label2id",
+    "num_labels",
+    "problem_type",
+    "finetuning_task",
+    "task_specific_params",
+    "initializer_range",
+    "use_cache",
+    "return_dict",
+    "output_hidden_states",
+    "output_attentions",
+    "tokenizer_class",
+    "gradient_checkpointing",
 )
 
 
@@ -57,7 +71,10 @@ def backbone_identity(config: DWAttConfig) -> dict:
     rest = {key: encoder[key] for key in sorted(encoder) if key not in first and changes_the_forward(key)}
     identity = first | rest
     if config.heads_only:  # a full checkpoint carries its backbone's weights; a head-only one names them
-        identity |= {"backbone_name_or_path": config.backbone_name_or_path, "backbone_revision": config.backbone_revision}
+        identity |= {
+            "backbone_name_or_path": config.backbone_name_or_path,
+            "backbone_revision": config.backbone_revision,
+        }
     return identity
 
 
@@ -79,8 +96,16 @@ def _checkpoint_tensors(path: str, hub_kwargs: dict) -> dict[str, torch.Tensor]:
 
 # Configuration fields two heads may differ in and still run as copies of one head: their labels' names, and where
 # they came from.
-NOT_IN_HEAD_FORWARD = ("id2label", "label2id", "_name_or_path", "architectures", "transformers_version",
-                       "backbone_name_or_path", "backbone_revision", "heads_only")
+NOT_IN_HEAD_FORWARD = (
+    "id2label",
+    "label2id",
+    "_name_or_path",
+    "architectures",
+    "transformers_version",
+    "backbone_name_or_path",
+    "backbone_revision",
+    "heads_only",
+)
 
 
 def stack_key(head: nn.Module) -> tuple:
@@ -109,13 +134,17 @@ def _backbone_part(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k.removeprefix(BACKBONE_PREFIX): v for k, v in tensors.items() if k.startswith(BACKBONE_PREFIX)}
 
 
-def _pretrained_backbone(model_class, config, backbone_name_or_path: str | None, hub_kwargs: dict, depth: int | None = None):
+def _pretrained_backbone(
+    model_class, config, backbone_name_or_path: str | None, hub_kwargs: dict, depth: int | None = None
+):
     """The pretrained model a head-only checkpoint names (or `backbone_name_or_path`), at the recorded revision, with
     its first `depth` layers (all by default)."""
     load = {k: v for k, v in hub_kwargs.items() if k != "revision"}
     if config.backbone_revision and not backbone_name_or_path:
         load["revision"] = config.backbone_revision
-    return model_class.load_pretrained_backbone(backbone_name_or_path or config.backbone_name_or_path, load, depth=depth)
+    return model_class.load_pretrained_backbone(
+        backbone_name_or_path or config.backbone_name_or_path, load, depth=depth
+    )
 
 
 class SharedBackboneHeads(nn.Module):
@@ -165,7 +194,7 @@ class SharedBackboneHeads(nn.Module):
         checkpoints: Sequence[str] | dict[str, str],
         backbone_name_or_path: str | None = None,
         **hub_kwargs,
-    ) -> "SharedBackboneHeads":
+    ) -> SharedBackboneHeads:
         """
         Load `checkpoints` (folders or Hub ids; a dict gives them names, a list names each by the shortest ending of
         its path that is unique) on one backbone: the one the first checkpoint carries (full) or names (head-only),
@@ -198,10 +227,13 @@ class SharedBackboneHeads(nn.Module):
         # checkpoint names (or `backbone_name_or_path`), else the deepest full checkpoint's; every full checkpoint's
         # stored backbone must equal them, so a head-only head never runs on another checkpoint's fine-tuned backbone.
         depth = max(config.run_depth for config in configs.values())
-        source = next((name for name, config in configs.items() if config.heads_only),
-                      max(configs, key=lambda name: configs[name].run_depth))
-        backbone = cls._shared_backbone(configs[source], tensors[source], named[source], backbone_name_or_path,
-                                        hub_kwargs, depth)
+        source = next(
+            (name for name, config in configs.items() if config.heads_only),
+            max(configs, key=lambda name: configs[name].run_depth),
+        )
+        backbone = cls._shared_backbone(
+            configs[source], tensors[source], named[source], backbone_name_or_path, hub_kwargs, depth
+        )
         if backbone_name_or_path:
             origin = repr(backbone_name_or_path)
         elif configs[source].heads_only:
@@ -212,7 +244,9 @@ class SharedBackboneHeads(nn.Module):
         heads = {}
         for name, config in configs.items():
             stored = _backbone_part(tensors[name])
-            differing = next((k for k, v in stored.items() if k in reference and not torch.equal(v, reference[k])), None)
+            differing = next(
+                (k for k, v in stored.items() if k in reference and not torch.equal(v, reference[k])), None
+            )
             if differing is not None:
                 raise ValueError(
                     f"the checkpoint {named[name]!r} carries other backbone weights than {origin} "
@@ -229,7 +263,9 @@ class SharedBackboneHeads(nn.Module):
 
         model_class = task_model_class(checkpoint_task(config))
         if config.heads_only or backbone_name_or_path:
-            return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).base_model.eval()
+            return _pretrained_backbone(
+                model_class, config, backbone_name_or_path, hub_kwargs, depth
+            ).base_model.eval()
         encoder = config.encoder_config
         backbone = AutoModel.from_config(cut_config(encoder, depth), **backbone_kwargs(encoder))
         # A checkpoint saved whole before models were cut holds the layers past the cut (none when it is not cut).
@@ -237,7 +273,9 @@ class SharedBackboneHeads(nn.Module):
         stored = {key: value for key, value in _backbone_part(tensors).items() if not past.search("backbone." + key)}
         missing, unexpected = backbone.load_state_dict(stored, strict=False)
         if missing or unexpected:
-            raise ValueError(f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"{path}: the stored backbone does not fit its config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
         return backbone.eval()
 
     @staticmethod
@@ -267,7 +305,9 @@ class SharedBackboneHeads(nn.Module):
     ) -> dict[str, object]:
         """One backbone pass, then every head on the layers it reads: `{name: model output}` (`logits_mask`: see
         the task models' `forward`)."""
-        hidden = self.runner.run_backbone(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        hidden = self.runner.run_backbone(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        )
         stacked: dict[tuple, torch.Tensor] = {}
         outputs = {}
         for names, copies in zip(self.groups, self.stacks()):
@@ -275,10 +315,18 @@ class SharedBackboneHeads(nn.Module):
             layout = head.dwatt.stack_layout
             if layout not in stacked:  # heads that read the same layers the same way share one stacked tensor
                 stacked[layout] = head.dwatt.stack_layers(hidden)
-            batch = dict(backbone_hidden_states=stacked[layout], attention_mask=attention_mask,
-                         output_layer_weights=output_layer_weights, logits_mask=logits_mask)
-            outputs |= dict(zip(names, copies.outputs(batch) if copies is not None
-                                else [self.heads[name](**batch) for name in names]))
+            batch = dict(
+                backbone_hidden_states=stacked[layout],
+                attention_mask=attention_mask,
+                output_layer_weights=output_layer_weights,
+                logits_mask=logits_mask,
+            )
+            outputs |= dict(
+                zip(
+                    names,
+                    copies.outputs(batch) if copies is not None else [self.heads[name](**batch) for name in names],
+                )
+            )
         return {name: outputs[name] for name in self.heads}
 
     def stacks(self) -> list:
@@ -288,12 +336,27 @@ class SharedBackboneHeads(nn.Module):
         vectorize = some.device.type == "cuda" if self.vectorize is None else self.vectorize
         if not vectorize:
             return [None] * len(self.groups)
-        where = (some.device, some.dtype, tuple(t._version for head in self.heads.values() for t in head_tensors(head).values()))
+        where = (
+            some.device,
+            some.dtype,
+            tuple(t._version for head in self.heads.values() for t in head_tensors(head).values()),
+        )
         if where != self._stacked_on:
-            self._stacks = [StackedHeads.of_models([self.heads[name] for name in names], vectorize=True) if len(names) > 1
-                            else None for names in self.groups]
+            self._stacks = [
+                StackedHeads.of_models([self.heads[name] for name in names], vectorize=True)
+                if len(names) > 1
+                else None
+                for names in self.groups
+            ]
             self._stacked_on = where
         return self._stacks
 
 
-__all__ = ["NOT_IN_FORWARD", "NOT_IN_HEAD_FORWARD", "SharedBackboneHeads", "backbone_identity", "changes_the_forward", "head_names"]
+__all__ = [
+    "NOT_IN_FORWARD",
+    "NOT_IN_HEAD_FORWARD",
+    "SharedBackboneHeads",
+    "backbone_identity",
+    "changes_the_forward",
+    "head_names",
+]

@@ -13,10 +13,10 @@
 
 from __future__ import annotations
 
-from ..data import CONLL_LABELS
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import write_json_atomically
+from ..data import CONLL_LABELS
 from ..run_config import MODES, SAMPLINGS
 from ..tasks import TASKS
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names

@@ -19,6 +19,7 @@ from pretrained_dwatt import BACKBONE_PREFIX
 from ..atomic import give_usual_modes, read_json, write_json_atomically
 from ..lora import is_lora_parameter
 from ..run_config import MODES
+
 # What `BestDevCallback` keeps beside each Trainer checkpoint, so that a resumed run continues its curve and best.
 BEST_STATE, BEST_WEIGHTS = "dwatt_best_dev.json", "dwatt_best_weights.safetensors"
 
@@ -64,7 +65,9 @@ class FreezeBackboneCallback(TrainerCallback):
         if self.mode == "lora":
             adapters = [name for name, _ in model.named_parameters() if is_lora_parameter(name)]
             if not adapters or sorted(in_backbone) != sorted(adapters):
-                raise RuntimeError(f"LoRA mode, yet the trainable backbone parameters are not its adapters: {in_backbone[:5]}")
+                raise RuntimeError(
+                    f"LoRA mode, yet the trainable backbone parameters are not its adapters: {in_backbone[:5]}"
+                )
 
 
 class BestDevCallback(TrainerCallback):
@@ -118,13 +121,17 @@ class BestDevCallback(TrainerCallback):
             saved = read_json(folder / BEST_STATE)
             self.curve, self.best = saved["curve"], saved["best"]
         except (ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{folder / BEST_STATE}: not a best-dev record ({type(error).__name__}: {error}); remove "
-                             f"{folder} to resume from the checkpoint before it, or start again without --resume") from None
+            raise ValueError(
+                f"{folder / BEST_STATE}: not a best-dev record ({type(error).__name__}: {error}); remove "
+                f"{folder} to resume from the checkpoint before it, or start again without --resume"
+            ) from None
         try:
             self._best_state = load_file(str(folder / BEST_WEIGHTS))
         except (OSError, SafetensorError) as error:
-            raise ValueError(f"{folder / BEST_WEIGHTS}: does not load ({error}); remove {folder} to resume from the "
-                             "checkpoint before it, or start again without --resume") from None
+            raise ValueError(
+                f"{folder / BEST_WEIGHTS}: does not load ({error}); remove {folder} to resume from the "
+                "checkpoint before it, or start again without --resume"
+            ) from None
 
 
 class DataParallelLossCallback(TrainerCallback):
@@ -153,8 +160,13 @@ class RunProgress(TrainerCallback):
     the dev score and the best dev score so far. A resumed run starts the bar at the epoch it resumes from.
     """
 
-    def __init__(self, metric: str = "eval_f1", label: str = "dev F1", show: Callable[[float], str] | None = None,
-                 greater_is_better: bool = True):
+    def __init__(
+        self,
+        metric: str = "eval_f1",
+        label: str = "dev F1",
+        show: Callable[[float], str] | None = None,
+        greater_is_better: bool = True,
+    ):
         self.metric, self.label, self.greater_is_better = metric, label, greater_is_better
         self.show = show or (lambda value: f"{100 * value:.2f}")
         self.bar: tqdm | None = None
@@ -162,8 +174,13 @@ class RunProgress(TrainerCallback):
         self.best: float | None = None
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.bar = tqdm(total=int(math.ceil(args.num_train_epochs)), initial=int(state.epoch or 0), unit="epoch",
-                        desc="training", dynamic_ncols=True)
+        self.bar = tqdm(
+            total=int(math.ceil(args.num_train_epochs)),
+            initial=int(state.epoch or 0),
+            unit="epoch",
+            desc="training",
+            dynamic_ncols=True,
+        )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:

@@ -9,21 +9,26 @@ from pathlib import Path
 
 from transformers import DataCollatorWithPadding
 
-from specs_dwatt import fusion_spec
 from modeling_dwatt import DWAttForSequenceClassification
+from specs_dwatt import fusion_spec
 
-from ..data.classification import load_classification_dataset, to_model_labels, tokenize_texts, warn_about_unseen_labels
 from ..console import first_text
+from ..data.classification import (
+    load_classification_dataset,
+    to_model_labels,
+    tokenize_texts,
+    warn_about_unseen_labels,
+)
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
 from ..sampling import sample_examples_per_class
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
-    TrainedTogether,
     INITIAL_MODELS,
     RunClock,
     RunConfig,
+    TrainedTogether,
     backbone_placement,
     by_length,
     cache_facts,
@@ -38,6 +43,7 @@ from .common import (
     set_training_mode,
     train_run,
 )
+
 
 def cache_pooling(fusion: str, pooling: str) -> str | None:
     """What the FE cache keeps per sentence (`build_feature_cache`'s `pooled`): only the first (last) position for a
@@ -105,11 +111,16 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         rest = dev_held_out(data["validation"], config)
         if rest is None:
             where = config.data_dir or config.dataset
-            why = (" (offline, AG News's own test split is where both of the vendored splits come from)"
-                   if config.dataset == "ag_news" and config.data_dir is None else "")
-            raise ValueError(f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, give "
-                             "--dev-sentences below the dev split's size (test is then the rest of it), or point "
-                             "--data-dir at a folder with a test file")
+            why = (
+                " (offline, AG News's own test split is where both of the vendored splits come from)"
+                if config.dataset == "ag_news" and config.data_dir is None
+                else ""
+            )
+            raise ValueError(
+                f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, give "
+                "--dev-sentences below the dev split's size (test is then the rest of it), or point "
+                "--data-dir at a folder with a test file"
+            )
         data["test"] = rest
     label_names = list(data["train"].features["label"].names)
     train, sampled_ids = data["train"], list(range(len(data["train"])))
@@ -118,7 +129,11 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         train = train.select(sampled_ids)
     dev = dev_subset(data["validation"], config)
     scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test else {})
-    sample = "the training split" if config.n_shot is None else f"the training sample ({config.n_shot} per class, seed {config.seed})"
+    sample = (
+        "the training split"
+        if config.n_shot is None
+        else f"the training sample ({config.n_shot} per class, seed {config.seed})"
+    )
     unseen = warn_about_unseen_labels(train["label"], scored, sample)
     model_ids = sorted(set(train["label"]))
     model_labels = [label_names[i] for i in model_ids]
@@ -131,11 +146,18 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     if config.pooling is not None:
         model_kwargs["pooling"] = config.pooling
     model = INITIAL_MODELS.build(
-        backbone, config.fusion, config.seed, model_class=DWAttForSequenceClassification,
-        id2label=dict(enumerate(model_labels)), label2id={name: i for i, name in enumerate(model_labels)},
-        problem_type="single_label_classification", **model_kwargs,
-        cache_layers=cache_layers, shares_backbone=config.mode == "fe",
-        backbone_dtype=config.backbone_weights_dtype, placement=backbone_placement(config),
+        backbone,
+        config.fusion,
+        config.seed,
+        model_class=DWAttForSequenceClassification,
+        id2label=dict(enumerate(model_labels)),
+        label2id={name: i for i, name in enumerate(model_labels)},
+        problem_type="single_label_classification",
+        **model_kwargs,
+        cache_layers=cache_layers,
+        shares_backbone=config.mode == "fe",
+        backbone_dtype=config.backbone_weights_dtype,
+        placement=backbone_placement(config),
     )
     freeze = set_training_mode(model, config)
     cached: str | bool = False
@@ -143,44 +165,69 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     if config.caches_features:
         start = time.perf_counter()
         pooled = cache_pooling(config.fusion, model.config.pooling)
-        train_set, dev_set = feature_caches(model, backbone, config, (train_tokens, {"pooled": pooled}),
-                                            (dev_tokens, {"pooled": pooled}), layers=cache_layers)
+        train_set, dev_set = feature_caches(
+            model,
+            backbone,
+            config,
+            (train_tokens, {"pooled": pooled}),
+            (dev_tokens, {"pooled": pooled}),
+            layers=cache_layers,
+        )
         collator, cached = FeatureCollator(dtype=model.dtype), pooled or "tokens"
         cache_seconds = time.perf_counter() - start
     else:
         train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
         collator = DataCollatorWithPadding(tokenizer)
-    return ClassificationSetup(config, backbone, data, label_names, model_ids, train, sampled_ids, dev, tokenizer, model, freeze,
-                               cached, train_set, dev_set, collator, cache_seconds,
-                               {label: entry["rows"] for label, entry in unseen.items()})
+    return ClassificationSetup(
+        config,
+        backbone,
+        data,
+        label_names,
+        model_ids,
+        train,
+        sampled_ids,
+        dev,
+        tokenizer,
+        model,
+        freeze,
+        cached,
+        train_set,
+        dev_set,
+        collator,
+        cache_seconds,
+        {label: entry["rows"] for label, entry in unseen.items()},
+    )
 
 
 def classification_results(setup: ClassificationSetup, config: RunConfig, best: dict, curve: list[dict]) -> dict:
     """The results of a finished run whose best weights are loaded in `setup.model`."""
     scores = scores_only(best["metrics"], "eval_")
-    return {
-        "config": asdict(config) | {"backbone": setup.backbone},
-        "task": "cls",
-        "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
-        "pooling": setup.model.config.pooling,
-        "seed": config.seed,
-        "num_train_examples": len(setup.train),
-        "train_pool_size": len(setup.data["train"]),
-        "num_dev_examples": len(setup.dev),
-        "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
-        "example_input": first_text(setup.dev, setup.tokenizer.sep_token),
-        "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
-        "best_dev_accuracy": best["accuracy"],
-        "best_dev_macro_f1": scores["macro_f1"],
-        "best_epoch": best["epoch"],
-        "best_dev_scores": scores,
-        "final_dev_accuracy": curve[-1]["accuracy"],
-        "dev_curve": curve,
-        "unseen_labels": setup.unseen_labels,
-        "cached_features": setup.cached,
-        "cache_seconds": round(setup.cache_seconds, 3),
-    } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {}) | (
-        {"num_test_examples": len(setup.data["test"])} if config.evaluate_test else {})
+    return (
+        {
+            "config": asdict(config) | {"backbone": setup.backbone},
+            "task": "cls",
+            "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
+            "pooling": setup.model.config.pooling,
+            "seed": config.seed,
+            "num_train_examples": len(setup.train),
+            "train_pool_size": len(setup.data["train"]),
+            "num_dev_examples": len(setup.dev),
+            "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
+            "example_input": first_text(setup.dev, setup.tokenizer.sep_token),
+            "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
+            "best_dev_accuracy": best["accuracy"],
+            "best_dev_macro_f1": scores["macro_f1"],
+            "best_epoch": best["epoch"],
+            "best_dev_scores": scores,
+            "final_dev_accuracy": curve[-1]["accuracy"],
+            "dev_curve": curve,
+            "unseen_labels": setup.unseen_labels,
+            "cached_features": setup.cached,
+            "cache_seconds": round(setup.cache_seconds, 3),
+        }
+        | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {})
+        | ({"num_test_examples": len(setup.data["test"])} if config.evaluate_test else {})
+    )
 
 
 def scored_test_split(setup: ClassificationSetup, cache_layers: list[int] | None = None):
@@ -188,7 +235,9 @@ def scored_test_split(setup: ClassificationSetup, cache_layers: list[int] | None
     tokens = setup.tokens(setup.data["test"])
     if setup.cached:
         pooled = cache_pooling(setup.config.fusion, setup.model.config.pooling)
-        [test] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {"pooled": pooled}), layers=cache_layers)
+        [test] = feature_caches(
+            setup.model, setup.backbone, setup.config, (tokens, {"pooled": pooled}), layers=cache_layers
+        )
     else:
         test = model_inputs(tokens)
     return test, ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))
@@ -207,7 +256,13 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
     model = setup.model
     best = BestDevCallback(metric="eval_accuracy", key="accuracy")
     trainer, train_output, last_checkpoint = train_run(
-        config, model, setup.freeze, best, setup.train_set, setup.dev_set, setup.collator,
+        config,
+        model,
+        setup.freeze,
+        best,
+        setup.train_set,
+        setup.dev_set,
+        setup.collator,
         ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
     )
     results = classification_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
@@ -224,7 +279,12 @@ def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
 
     setup = prepare_classification(config, cache_layers)
     return TrainedTogether(
-        setup.model, setup.tokenizer, setup.train_set, setup.dev_set, setup.collator, len(setup.train),
+        setup.model,
+        setup.tokenizer,
+        setup.train_set,
+        setup.dev_set,
+        setup.collator,
+        len(setup.train),
         ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
         results=lambda run, best, curve: classification_results(setup, run, best, curve),
         test=lambda: scored_test_split(setup, cache_layers) if config.evaluate_test else None,
@@ -234,5 +294,11 @@ def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
 run = run_classification  # the task's entry point (`dwatt.training.run`)
 
 
-__all__ = ["cache_pooling", "classification_results", "prepare_classification", "prepare_together", "run_classification",
-           "scored_test_split"]
+__all__ = [
+    "cache_pooling",
+    "classification_results",
+    "prepare_classification",
+    "prepare_together",
+    "run_classification",
+    "scored_test_split",
+]

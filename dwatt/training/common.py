@@ -27,17 +27,24 @@ from modeling_dwatt import DWAttForTokenClassification
 from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
-from ..distributed import as_the_main_process_says, cpu_only, device, is_main_process, launched_processes, per_device_batch_size
+from ..distributed import (
+    as_the_main_process_says,
+    cpu_only,
+    device,
+    is_main_process,
+    launched_processes,
+    per_device_batch_size,
+)
 from ..features import (
+    WORKING_MARGIN,
     FeatureMemo,
     build_feature_cache_across_processes,
     cache_nbytes,
-    cached_layers,
     cache_storage,
+    cached_layers,
     dataset_fingerprint,
-    input_device,
-    WORKING_MARGIN,
     gib,
+    input_device,
     model_nbytes,
 )
 from ..fingerprints import backbone_fingerprint
@@ -75,9 +82,18 @@ class InitialModels:
         self._heads: OrderedDict[tuple, tuple] = OrderedDict()
         self.hits = self.misses = 0
 
-    def build(self, backbone: str, fusion: str, seed: int, model_class=DWAttForTokenClassification,
-              cache_layers: list[int] | None = None, shares_backbone: bool = False, backbone_dtype: str = "auto",
-              placement: dict | None = None, **config_kwargs) -> DWAttForTokenClassification:
+    def build(
+        self,
+        backbone: str,
+        fusion: str,
+        seed: int,
+        model_class=DWAttForTokenClassification,
+        cache_layers: list[int] | None = None,
+        shares_backbone: bool = False,
+        backbone_dtype: str = "auto",
+        placement: dict | None = None,
+        **config_kwargs,
+    ) -> DWAttForTokenClassification:
         """The model of `fusion` on `backbone` initialised with `seed`; `cache_layers`: the layers of the one cache
         the heads of a probe read, whose shared backbone runs as deep as the deepest of them. `shares_backbone` (FE,
         whose backbone never changes): the model takes the remembered backbone itself, not a copy, so that a process
@@ -106,18 +122,23 @@ class InitialModels:
         else:
             self.misses += 1
             set_seed(seed)
-            model = cls.from_backbone(backbone, fusion=fusion, backbone_dtype=backbone_dtype, load_kwargs=placement,
-                                      **config_kwargs)
+            model = cls.from_backbone(
+                backbone, fusion=fusion, backbone_dtype=backbone_dtype, load_kwargs=placement, **config_kwargs
+            )
             where = (backbone, weights, backbone_dtype, model.config.run_depth)
             if shares_backbone and where in self._backbones:  # the weights just loaded again: the kept ones serve
                 model.dwatt.use_backbone(self._backbones[where])
-            self._backbones.setdefault(where, model.dwatt.backbone if shares_backbone else copy.deepcopy(model.dwatt.backbone))
+            self._backbones.setdefault(
+                where, model.dwatt.backbone if shares_backbone else copy.deepcopy(model.dwatt.backbone)
+            )
             self._backbones.move_to_end(where)
             while len(self._backbones) > 1 and self.backbone_bytes() > self.max_backbone_bytes:
                 self._backbones.popitem(last=False)
             head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
             self._heads[key] = (copy.deepcopy(model.config), head)
-            while len(self._heads) > 1 and (len(self._heads) > self.max_heads or self.head_bytes() > self.max_head_bytes):
+            while len(self._heads) > 1 and (
+                len(self._heads) > self.max_heads or self.head_bytes() > self.max_head_bytes
+            ):
                 self._heads.popitem(last=False)
         set_seed(seed)  # the random state after a build does not depend on what the memo held
         return model
@@ -203,7 +224,9 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
         trainer.remove_callback(PrinterCallback)
         if config.progress and trainer.is_world_process_zero():
             if best.key == "loss":
-                trainer.add_callback(RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False))
+                trainer.add_callback(
+                    RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False)
+                )
             else:
                 trainer.add_callback(RunProgress(best.metric, "dev F1" if best.key == "f1" else f"dev {best.key}"))
     last_checkpoint = None
@@ -224,12 +247,22 @@ def check_weights(folder: Path) -> None:
             with safe_open(str(path), "pt") as handle:
                 handle.keys()
         except (OSError, SafetensorError) as error:
-            raise ValueError(f"{path}: the weights file is corrupted or truncated ({error}); remove {folder} to resume "
-                             "from the checkpoint before it, or start again without --resume") from None
+            raise ValueError(
+                f"{path}: the weights file is corrupted or truncated ({error}); remove {folder} to resume "
+                "from the checkpoint before it, or start again without --resume"
+            ) from None
 
 
-def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dataset, eval_dataset, data_collator,
-              compute_metrics=None):
+def train_run(
+    config: RunConfig,
+    model,
+    freeze,
+    best: BestDevCallback,
+    train_dataset,
+    eval_dataset,
+    data_collator,
+    compute_metrics=None,
+):
     """
     A run's `Trainer` (the paper's optimisation; FE/FT freezing, best-dev tracking and exact data-parallel losses as
     callbacks), trained (resumed when `config.resume`), ending with the best dev weights in `model`. Returns the
@@ -252,8 +285,10 @@ def train_run(config: RunConfig, model, freeze, best: BestDevCallback, train_dat
 def refuse_few_shot_dev(config: RunConfig) -> None:
     """A run of the `Trainer` makes no second choice on a few-shot dev sample: runs trained together do."""
     if config.few_shot_dev:
-        raise ValueError("few_shot_dev: the choice on a few-shot dev sample is made by runs trained together "
-                         "(dwatt sweep --engine stacked --few-shot-dev), not by the Trainer")
+        raise ValueError(
+            "few_shot_dev: the choice on a few-shot dev sample is made by runs trained together "
+            "(dwatt sweep --engine stacked --few-shot-dev), not by the Trainer"
+        )
 
 
 def run_facts(model, train_metrics: dict, last_checkpoint) -> dict:
@@ -282,8 +317,10 @@ class RunClock:
     cpu: float = field(default_factory=time.process_time)
 
     def elapsed(self) -> dict[str, float]:
-        return {"wall_seconds": round(time.perf_counter() - self.wall, 3),
-                "cpu_seconds": round(time.process_time() - self.cpu, 3)}
+        return {
+            "wall_seconds": round(time.perf_counter() - self.wall, 3),
+            "cpu_seconds": round(time.process_time() - self.cpu, 3),
+        }
 
 
 def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunClock) -> dict:
@@ -297,7 +334,9 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunC
     write_json_atomically(output_dir / "results.json", portable_results(results))  # the scores first: they are the run
     if config.save_model:  # a LoRA run keeps its adapters beside the head: its checkpoint is small, as LoRA's are
         # (and a backbone spread by a device_map is not copied either: its checkpoint loads it from where it came)
-        save_checkpoint(model, tokenizer, output_dir / "model", heads_only=config.mode == "lora" or spread_over_devices(model))
+        save_checkpoint(
+            model, tokenizer, output_dir / "model", heads_only=config.mode == "lora" or spread_over_devices(model)
+        )
     return results
 
 
@@ -314,8 +353,10 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
             give_usual_modes(staging)
             replace_folder(staging, folder)
     except (OSError, SafetensorError) as error:
-        raise OSError(f"{folder}: the checkpoint could not be written ({error}); the scores are in "
-                      f"{folder.parent / 'results.json'}") from None
+        raise OSError(
+            f"{folder}: the checkpoint could not be written ({error}); the scores are in "
+            f"{folder.parent / 'results.json'}"
+        ) from None
     finally:
         if spread is not None:
             model.hf_device_map = spread
@@ -330,8 +371,10 @@ def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
 
         add_lora(model, **config.lora_options())
         if config.use_cache and config.progress and is_main_process():
-            print("--mode lora: the backbone's adapters train, so its features change every step: no feature cache",
-                  file=sys.stderr)
+            print(
+                "--mode lora: the backbone's adapters train, so its features change every step: no feature cache",
+                file=sys.stderr,
+            )
     freeze = FreezeBackboneCallback(config.mode)
     freeze.apply(model)
     return freeze
@@ -360,8 +403,9 @@ def dev_held_out(dev, config: RunConfig):
     return dev.select([i for i in range(len(dev)) if i not in chosen])
 
 
-def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[object, dict],
-                   layers: list[int] | None = None) -> list:
+def feature_caches(
+    model, backbone: str, config: RunConfig, *splits: tuple[object, dict], layers: list[int] | None = None
+) -> list:
     """
     FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this process's
     device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`: of the layers the
@@ -381,13 +425,22 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
     new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
     nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
     folder = feature_cache_folder(config)
-    spill = cache_storage(nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes(),
-                          config.cache_on_disk) if new else None
+    spill = (
+        cache_storage(
+            nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes(), config.cache_on_disk
+        )
+        if new
+        else None
+    )
     spill = as_the_main_process_says(spill)  # the processes of a launch build each cache the same way, together
     if new and progress:
         count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
-        where = "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
-        print(f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr)
+        where = (
+            "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
+        )
+        print(
+            f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr
+        )
     caches = []
     for (tokens, options), key in zip(splits, keys):
         if spill is None:
@@ -395,8 +448,14 @@ def feature_caches(model, backbone: str, config: RunConfig, *splits: tuple[objec
         else:  # one file named by its contents, which the processes of a launch write together
             described = described_key(key)
             on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
-        caches.append(FEATURE_MEMO.get(key, lambda: build_feature_cache_across_processes(
-            model, tokens, dtype=dtype, progress=progress, **options, **on_disk)))
+        caches.append(
+            FEATURE_MEMO.get(
+                key,
+                lambda tokens=tokens, options=options, on_disk=on_disk: build_feature_cache_across_processes(
+                    model, tokens, dtype=dtype, progress=progress, **options, **on_disk
+                ),
+            )
+        )
     return caches
 
 
@@ -406,13 +465,16 @@ BACKBONE_SHARE = 0.75  # of a memory budget beyond the working margin, what a ba
 def backbone_placement(config: RunConfig) -> dict:
     """`from_pretrained`'s arguments for where the run's backbone goes: none (the process's device), or with
     `config.device_map` its layers spread over the devices there are, on the CPU within `BACKBONE_SHARE` of what
-    `config.max_memory` leaves beside the working margin, and the rest read from disk as it runs (the weights offloaded beside the
+    `config.max_memory` leaves beside the working margin, and the rest read from disk as it runs (the weights offloaded
+    beside the
     caches, where the backbone's own files cannot serve)."""
     if config.device_map is None:
         return {}
     if launched_processes() > 1:
-        raise ValueError("--device-map spreads one backbone over every device; under torchrun/accelerate launch each "
-                         "process would take them all: run it as one process")
+        raise ValueError(
+            "--device-map spreads one backbone over every device; under torchrun/accelerate launch each "
+            "process would take them all: run it as one process"
+        )
     placement = {"device_map": config.device_map, "offload_folder": str(feature_cache_folder(config) / "offload")}
     if config.max_memory is not None:
         from accelerate.utils import get_max_memory
@@ -434,8 +496,10 @@ def place_on_device(model) -> None:
         model.to(device())
     finally:
         model.dwatt._modules["backbone"] = backbone
-    model.hf_device_map = {"dwatt." + ("backbone." + name if name else "backbone"): where
-                           for name, where in backbone.hf_device_map.items()}
+    model.hf_device_map = {
+        "dwatt." + ("backbone." + name if name else "backbone"): where
+        for name, where in backbone.hf_device_map.items()
+    }
     model.hf_device_map[""] = str(device())
 
 
@@ -455,9 +519,18 @@ def feature_cache_folder(config: RunConfig) -> Path:
 def described_key(key) -> dict:
     """A `feature_key` as named fields, as a disk cache's record states them."""
     layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data) = key
-    return {"layers": list(layers), "backbone": backbone, "backbone_fingerprint": fingerprint, "revision": revision,
-            "dtype": dtype, "scored_positions_only": scored_positions_only, "pooled": pooled, "device": where,
-            "backbone_dtype": runs_in, "data_fingerprint": data}
+    return {
+        "layers": list(layers),
+        "backbone": backbone,
+        "backbone_fingerprint": fingerprint,
+        "revision": revision,
+        "dtype": dtype,
+        "scored_positions_only": scored_positions_only,
+        "pooled": pooled,
+        "device": where,
+        "backbone_dtype": runs_in,
+        "data_fingerprint": data,
+    }
 
 
 def key_digest(described: dict) -> str:
@@ -467,8 +540,15 @@ def key_digest(described: dict) -> str:
     return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool = False, pooled: str | None = None,
-                layers: list[int] | None = None):
+def feature_key(
+    model,
+    backbone: str,
+    tokens,
+    dtype,
+    scored_positions_only: bool = False,
+    pooled: str | None = None,
+    layers: list[int] | None = None,
+):
     """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone, its
     revision and weights by content, dtype and positions kept, the kind of device (each process of a launch on its
     own GPU computes the same features) and dtype the backbone runs in, and the
@@ -476,15 +556,26 @@ def feature_key(model, backbone: str, tokens, dtype, scored_positions_only: bool
     keys are equal share one cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes
     them from it."""
     weights = next(model.dwatt.backbone.parameters())
-    rest = (backbone, backbone_fingerprint(backbone), model.config.backbone_revision, str(dtype), scored_positions_only, pooled,
-            input_device(model.dwatt.backbone).type, str(weights.dtype), dataset_fingerprint(tokens))
+    rest = (
+        backbone,
+        backbone_fingerprint(backbone),
+        model.config.backbone_revision,
+        str(dtype),
+        scored_positions_only,
+        pooled,
+        input_device(model.dwatt.backbone).type,
+        str(weights.dtype),
+        dataset_fingerprint(tokens),
+    )
     return tuple(cached_layers(model, layers)), rest
 
 
 def cache_facts(*caches) -> dict:
     """What results.json says of a run's feature caches: their size and where they lived."""
-    return {"cache_bytes": sum(cache.nbytes for cache in caches),
-            "cache_storage": "disk" if any(cache.storage == "disk" for cache in caches) else "memory"}
+    return {
+        "cache_bytes": sum(cache.nbytes for cache in caches),
+        "cache_storage": "disk" if any(cache.storage == "disk" for cache in caches) else "memory",
+    }
 
 
 @dataclass

@@ -62,8 +62,9 @@ MLM_MASK_SEEDS = {"validation": 0, "test": 1}  # offsets from the run's seed: de
 
 
 @torch.no_grad()
-def evaluate_mlm(model, tokenizer, data_dir: str | None, split: str, block_size: int = 128, seed: int = 0,
-                 batch_size: int = 32) -> dict:
+def evaluate_mlm(
+    model, tokenizer, data_dir: str | None, split: str, block_size: int = 128, seed: int = 0, batch_size: int = 32
+) -> dict:
     """Masked-token loss and perplexity of a masked-LM checkpoint on one WikiText-2 split, masked as `run_mlm`
     masks it for a run of `seed` (so a run's own dev and test perplexities come back)."""
     data, _ = load_mlm_splits(data_dir)
@@ -85,7 +86,9 @@ def score_checkpoint(model, tokenizer, *, data_dir: str | None, split: str, bloc
     """`dwatt evaluate` on a masked-LM checkpoint (the task's `scorer`): `evaluate_mlm` on the WikiText-2 files of
     `data_dir`. An ONNX export gives logits, not the loss a perplexity needs, and is refused."""
     if getattr(model, "takes_arrays", False):
-        raise ValueError("an ONNX export of a masked LM gives logits, not the loss its perplexity needs; score its checkpoint")
+        raise ValueError(
+            "an ONNX export of a masked LM gives logits, not the loss its perplexity needs; score its checkpoint"
+        )
     if data_dir is None:
         raise ValueError("--data-dir: a masked-LM checkpoint is scored on WikiText-2 files; give their folder")
     return evaluate_mlm(model, tokenizer, data_dir, split, block_size, seed)
@@ -112,13 +115,18 @@ def run_mlm(config: RunConfig) -> dict:
     blocks = group_texts_for_mlm(data, tokenizer, config.block_size)
     collator = mlm_collator(tokenizer)
     set_seed(config.seed)
-    model = DWAttForMaskedLM.from_backbone(backbone, fusion=config.fusion, backbone_dtype=config.backbone_weights_dtype,
-                                           **config.model_options())
+    model = DWAttForMaskedLM.from_backbone(
+        backbone, fusion=config.fusion, backbone_dtype=config.backbone_weights_dtype, **config.model_options()
+    )
     model.fuse_labelled_positions_only = True  # the loss reads masked positions only
     freeze = set_training_mode(model, config)
     best = BestDevCallback(metric="eval_loss", greater_is_better=False, key="loss")
     trainer, train_output, last_checkpoint = train_run(
-        config, model, freeze, best, blocks["train"],
+        config,
+        model,
+        freeze,
+        best,
+        blocks["train"],
         fixed_masks(blocks["validation"], collator, config.seed + MLM_MASK_SEEDS["validation"]),
         lambda rows: default_data_collator(rows) if "labels" in rows[0] else collator(rows),  # eval: masked once
     )

@@ -30,10 +30,10 @@ from ..portable import backbone_folder
 from ..sampling import few_shot_split
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
-    TrainedTogether,
     INITIAL_MODELS,
     RunClock,
     RunConfig,
+    TrainedTogether,
     backbone_placement,
     by_length,
     cache_facts,
@@ -100,8 +100,10 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         id2label=dict(enumerate(label_names)),
         label2id={name: i for i, name in enumerate(label_names)},
         **config.model_options(),
-        cache_layers=cache_layers, shares_backbone=config.mode == "fe",
-        backbone_dtype=config.backbone_weights_dtype, placement=backbone_placement(config),
+        cache_layers=cache_layers,
+        shares_backbone=config.mode == "fe",
+        backbone_dtype=config.backbone_weights_dtype,
+        placement=backbone_placement(config),
     )
     model.fuse_labelled_positions_only = True  # the loss and seqeval read labelled positions only
     freeze = set_training_mode(model, config)
@@ -110,8 +112,12 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
     if cached:
         cache_start = time.perf_counter()
         train_set, dev_set = feature_caches(
-            model, backbone, config, (train_tokens, {}),
-            (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}), layers=cache_layers,
+            model,
+            backbone,
+            config,
+            (train_tokens, {}),
+            (dev_tokens, {"scored_positions_only": model.dwatt.fusion_is_per_token}),
+            layers=cache_layers,
         )
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
@@ -119,8 +125,22 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
         collator = DataCollatorForTokenClassification(tokenizer)
     return NERSetup(
-        config, backbone, data, list(label_names), train, sampled_ids, dev, tokenizer, dev_tokens, model, freeze,
-        cached, train_set, dev_set, collator, cache_seconds,
+        config,
+        backbone,
+        data,
+        list(label_names),
+        train,
+        sampled_ids,
+        dev,
+        tokenizer,
+        dev_tokens,
+        model,
+        freeze,
+        cached,
+        train_set,
+        dev_set,
+        collator,
+        cache_seconds,
     )
 
 
@@ -147,7 +167,9 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
     } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {})
     if has_layer_weights(setup.model):
-        results["dev_layer_weights"] = layer_weights_by_type(setup.model, setup.dev_set, setup.collator, setup.label_names)
+        results["dev_layer_weights"] = layer_weights_by_type(
+            setup.model, setup.dev_set, setup.collator, setup.label_names
+        )
     return results
 
 
@@ -189,7 +211,13 @@ def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
 
     setup = prepare_ner(config, cache_layers=cache_layers)
     return TrainedTogether(
-        setup.model, setup.tokenizer, setup.train_set, setup.dev_set, setup.collator, len(setup.train), setup.metrics(),
+        setup.model,
+        setup.tokenizer,
+        setup.train_set,
+        setup.dev_set,
+        setup.collator,
+        len(setup.train),
+        setup.metrics(),
         results=lambda run, best, curve: ner_results(setup, run, best, curve),
         test=lambda: scored_test_split(setup, cache_layers) if config.evaluate_test and "test" in setup.data else None,
     )

@@ -17,7 +17,6 @@ from ..schema import ENSEMBLE_SIZES, ENSEMBLES_FIELD
 from ..stacked_heads import FoldedConcat, one_layer
 
 
-
 @torch.no_grad()
 def predict_features(model, dataset, collator, batch_size: int = 32, layer: int | None = None):
     """`model`'s logits on a tokenised or cached eval set, batch by batch, and the labels; a head on one layer fed
@@ -53,9 +52,21 @@ class ProbeEnsembles:
     """Scores averages of a probe's heads (copy `k` of `layers[k]` with weights `state_of(k, chosen_on)`) on the dev
     and test sets, each head's probabilities computed once."""
 
-    def __init__(self, model, collator, layers: Sequence[int], cache_positions: Sequence[int],
-                 state_of: Callable[[int, str], dict]):
-        self.model, self.collator, self.layers, self.positions, self.state_of = model, collator, layers, cache_positions, state_of
+    def __init__(
+        self,
+        model,
+        collator,
+        layers: Sequence[int],
+        cache_positions: Sequence[int],
+        state_of: Callable[[int, str], dict],
+    ):
+        self.model, self.collator, self.layers, self.positions, self.state_of = (
+            model,
+            collator,
+            layers,
+            cache_positions,
+            state_of,
+        )
         self.probabilities: dict[tuple, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
 
     def _probabilities(self, k: int, chosen_on: str, split: str, dataset):
@@ -70,13 +81,22 @@ class ProbeEnsembles:
         """The arg-max of the members' mean probabilities, batch by batch, and the labels."""
         each = [self._probabilities(k, chosen_on, split, dataset) for k in members]
         labels = each[0][1]
-        predicted = [torch.stack([probabilities[b] for probabilities, _ in each]).mean(0).argmax(-1)
-                     for b in range(len(labels))]
+        predicted = [
+            torch.stack([probabilities[b] for probabilities, _ in each]).mean(0).argmax(-1) for b in range(len(labels))
+        ]
         return predicted, labels
 
 
-def probe_ensembles(ensembles: ProbeEnsembles, learning_rates: Sequence[float], outcomes, dev_set, dev_metrics,
-                    test: tuple, metric: str, sample: dict | None) -> list[dict]:
+def probe_ensembles(
+    ensembles: ProbeEnsembles,
+    learning_rates: Sequence[float],
+    outcomes,
+    dev_set,
+    dev_metrics,
+    test: tuple,
+    metric: str,
+    sample: dict | None,
+) -> list[dict]:
     """
     For each size in `ENSEMBLE_SIZES` no larger than the number of layers probed: the ensemble chosen on dev (its
     members, its dev score `best_<metric>`, its `test_scores`) and, where `sample` says how the group scored its
@@ -87,31 +107,60 @@ def probe_ensembles(ensembles: ProbeEnsembles, learning_rates: Sequence[float], 
     test_set, test_metrics = test
 
     def member(k: int, best: dict, key: str) -> dict:
-        return {"layer": ensembles.layers[k], "learning_rate": learning_rates[k], "epoch": best["epoch"], key: best[key]}
+        return {
+            "layer": ensembles.layers[k],
+            "learning_rate": learning_rates[k],
+            "epoch": best["epoch"],
+            key: best[key],
+        }
 
     def chosen(members: list[int], chosen_on: str, best_key: str) -> dict:
         dev_ids, dev_labels = ensembles.predicted_ids(members, chosen_on, "dev", dev_set)
-        dev = (dev_metrics.score_ids(dev_ids, dev_labels) if sample is None or chosen_on == "dev"
-               else dev_metrics.score_sample(dev_ids, dev_labels, sample["size"], sample["seed"]))
+        dev = (
+            dev_metrics.score_ids(dev_ids, dev_labels)
+            if sample is None or chosen_on == "dev"
+            else dev_metrics.score_sample(dev_ids, dev_labels, sample["size"], sample["seed"])
+        )
         test_ids, test_labels = ensembles.predicted_ids(members, chosen_on, "test", test_set)
         best = lambda k: outcomes[k].best if chosen_on == "dev" else outcomes[k].sample_best
-        return {"members": [member(k, best(k), best_key) for k in members], f"best_{metric}": dev[metric],
-                "test_scores": test_metrics.score_ids(test_ids, test_labels)}
+        return {
+            "members": [member(k, best(k), best_key) for k in members],
+            f"best_{metric}": dev[metric],
+            "test_scores": test_metrics.score_ids(test_ids, test_labels),
+        }
 
     on_dev = ranked_members(ensembles.layers, [o.best[metric] if o.best else None for o in outcomes])
-    on_sample = (ranked_members(ensembles.layers, [o.sample_best[f"sample_{metric}"] if o.sample_best else None
-                                                   for o in outcomes]) if sample is not None else None)
+    on_sample = (
+        ranked_members(
+            ensembles.layers, [o.sample_best[f"sample_{metric}"] if o.sample_best else None for o in outcomes]
+        )
+        if sample is not None
+        else None
+    )
     results = []
     for size in ENSEMBLE_SIZES:
         if size > len(on_dev):
             continue
-        entry = {"size": size, **chosen(on_dev[:size], "dev", metric),
-                 "candidates": {"layers": sorted(set(ensembles.layers)), "learning_rates": sorted(set(learning_rates))}}
+        entry = {
+            "size": size,
+            **chosen(on_dev[:size], "dev", metric),
+            "candidates": {"layers": sorted(set(ensembles.layers)), "learning_rates": sorted(set(learning_rates))},
+        }
         if on_sample is not None and size <= len(on_sample):
-            entry["few_shot_dev"] = {sample["items"]: sample["size"], "seed": sample["seed"],
-                                     **chosen(on_sample[:size], "few_shot_dev", f"sample_{metric}")}
+            entry["few_shot_dev"] = {
+                sample["items"]: sample["size"],
+                "seed": sample["seed"],
+                **chosen(on_sample[:size], "few_shot_dev", f"sample_{metric}"),
+            }
         results.append(entry)
     return results
 
 
-__all__ = ["ENSEMBLES_FIELD", "ENSEMBLE_SIZES", "ProbeEnsembles", "predict_features", "probe_ensembles", "ranked_members"]
+__all__ = [
+    "ENSEMBLES_FIELD",
+    "ENSEMBLE_SIZES",
+    "ProbeEnsembles",
+    "predict_features",
+    "probe_ensembles",
+    "ranked_members",
+]

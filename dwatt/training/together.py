@@ -121,21 +121,32 @@ def plan_together(configs: list[RunConfig]) -> TogetherPlan:
             raise ValueError(f"runs trained together may differ only in {', '.join(may_differ)}, not in {differs}")
     if first.mode != "fe" or not first.use_cache or not task.trains_together:
         trainable = ", ".join(name for name, t in TASKS.items() if t.trains_together)
-        raise ValueError(f"runs train together only in the FE mode with the feature cache, for these tasks: {trainable}")
+        raise ValueError(
+            f"runs train together only in the FE mode with the feature cache, for these tasks: {trainable}"
+        )
     if first.resume or first.checkpoint_every_epoch:
         raise ValueError("--resume/--checkpoint-every-epoch are Trainer features; runs trained together restart")
     if launched_processes() > 1:
-        raise ValueError("runs trained together run in one process; under torchrun/accelerate train one run at a "
-                         "time (dwatt train), or split a sweep across workers with --shard")
+        raise ValueError(
+            "runs trained together run in one process; under torchrun/accelerate train one run at a "
+            "time (dwatt train), or split a sweep across workers with --shard"
+        )
     read = probed_layers(configs)
     cache_layers = sorted(set(read)) if read is not None and len(set(read)) > 1 else None
-    copies = [HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if cache_layers else None)
-              for c, layer in zip(configs, read or [None] * len(configs))]
+    copies = [
+        HeadCopy(c.epochs, c.learning_rate, cache_layers.index(layer) if cache_layers else None)
+        for c, layer in zip(configs, read or [None] * len(configs))
+    ]
     return TogetherPlan(configs, task, read, cache_layers, copies)
 
 
-def train_together(plan: TogetherPlan, parts: TrainedTogether, vectorize: bool | None, linear_probes: bool | None,
-                   train_in_parts: int | None) -> tuple[list, dict]:
+def train_together(
+    plan: TogetherPlan,
+    parts: TrainedTogether,
+    vectorize: bool | None,
+    linear_probes: bool | None,
+    train_in_parts: int | None,
+) -> tuple[list, dict]:
     """Each copy's training (`BudgetOutcome`), and the group's training facts for the results. Copies a stopped group
     kept are final; the others train, `train_in_parts` at a time, each kept as it ends (`save_trained`)."""
     from ..stacked_heads import train_heads
@@ -143,24 +154,42 @@ def train_together(plan: TogetherPlan, parts: TrainedTogether, vectorize: bool |
     if train_in_parts is not None and train_in_parts < 1:
         raise ValueError(f"train_in_parts: expected a positive number of copies, got {train_in_parts}")
     first, model = plan.first, parts.model
-    sample_size = parts.train_size  # a few-shot user's dev set: as large as the training sample (or the whole dev split)
-    sample_score = ((lambda predicted, labels: parts.dev_metrics.score_sample(predicted, labels, sample_size, first.seed))
-                    if first.few_shot_dev else None)
+    sample_size = (
+        parts.train_size
+    )  # a few-shot user's dev set: as large as the training sample (or the whole dev split)
+    sample_score = (
+        (lambda predicted, labels: parts.dev_metrics.score_sample(predicted, labels, sample_size, first.seed))
+        if first.few_shot_dev
+        else None
+    )
     trained = [load_trained(config) for config in plan.configs]
     outcomes = [record[0] if record is not None else None for record in trained]
-    part_timings = list({json.dumps(record[1], sort_keys=True): record[1] for record in trained if record is not None}.values())
+    part_timings = list(
+        {json.dumps(record[1], sort_keys=True): record[1] for record in trained if record is not None}.values()
+    )
     untrained = [k for k, outcome in enumerate(outcomes) if outcome is None]
     size = train_in_parts or copies_within_budget(model, len(untrained) or 1, first.max_memory)
     if size < len(untrained) and not train_in_parts and first.progress:
-        print(f"training {size} of the {len(untrained)} copies at a time: --max-memory {gib(first.max_memory)} leaves "
-              "room for no more", file=sys.stderr)
+        print(
+            f"training {size} of the {len(untrained)} copies at a time: --max-memory {gib(first.max_memory)} leaves "
+            "room for no more",
+            file=sys.stderr,
+        )
     for start in range(0, len(untrained), size):
-        part = untrained[start:start + size]
+        part = untrained[start : start + size]
         part_outcomes, timings = train_heads(
-            model, parts.train_set, parts.dev_set, parts.collator, [plan.copies[k] for k in part],
-            parts.dev_metrics.score_ids, seed=first.seed, batch_size=first.batch_size, metric=plan.task.score,
+            model,
+            parts.train_set,
+            parts.dev_set,
+            parts.collator,
+            [plan.copies[k] for k in part],
+            parts.dev_metrics.score_ids,
+            seed=first.seed,
+            batch_size=first.batch_size,
+            metric=plan.task.score,
             vectorize=model.dwatt.fusion_is_per_token if vectorize is None else vectorize,
-            linear_probes=linear_probes, sample_score=sample_score,
+            linear_probes=linear_probes,
+            sample_score=sample_score,
         )
         part_timings.append(timings)
         for k, outcome in zip(part, part_outcomes):
@@ -170,13 +199,18 @@ def train_together(plan: TogetherPlan, parts: TrainedTogether, vectorize: bool |
             kept = load_trained(plan.configs[k]) if outcome.best_state is not None else None
             outcomes[k] = outcome if kept is None else kept[0]
     timings = {key: sum(spent[key] for spent in part_timings) for key in part_timings[0]}
-    facts = {"train_runtime": timings["train_seconds"] + timings["eval_seconds"],
-             "train_samples_per_second": len(parts.train_set) * max(c.epochs for c in plan.configs)
-             / max(timings["train_seconds"], 1e-9)}
+    facts = {
+        "train_runtime": timings["train_seconds"] + timings["eval_seconds"],
+        "train_samples_per_second": len(parts.train_set)
+        * max(c.epochs for c in plan.configs)
+        / max(timings["train_seconds"], 1e-9),
+    }
     return outcomes, facts
 
 
-def score_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, linear_probes: bool | None) -> TogetherScores:
+def score_together(
+    plan: TogetherPlan, parts: TrainedTogether, outcomes: list, linear_probes: bool | None
+) -> TogetherScores:
     """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and the probe's
     ensembles; nothing where the runs do not score test."""
     from ..stacked_heads import LinearProbes
@@ -204,22 +238,39 @@ def score_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, l
         for k, (state, epoch) in enumerate(zip(states, epochs)):
             if (k, epoch) not in scored_at:
                 model.load_state_dict(state, strict=False)
-                scored_at[k, epoch] = evaluate_features(model, test[0], parts.collator, test[1], layer=plan.copies[k].layer)
+                scored_at[k, epoch] = evaluate_features(
+                    model, test[0], parts.collator, test[1], layer=plan.copies[k].layer
+                )
         return [copy.deepcopy(scored_at[k, epoch]) for k, epoch in enumerate(epochs)]
 
     ensembles = None  # the group's probe ensembles, held by its first run's results
     if plan.probes:
-        sample = {"size": parts.train_size, "seed": first.seed, "items": plan.task.items} if first.few_shot_dev else None
+        sample = (
+            {"size": parts.train_size, "seed": first.seed, "items": plan.task.items} if first.few_shot_dev else None
+        )
         state_of = lambda k, chosen_on: outcomes[k].best_state if chosen_on == "dev" else outcomes[k].sample_best_state
-        ensembles = probe_ensembles(ProbeEnsembles(model, parts.collator, plan.read, layers, state_of),
-                                    [c.learning_rate for c in plan.configs], outcomes, parts.dev_set, parts.dev_metrics,
-                                    test, plan.task.score, sample)
+        ensembles = probe_ensembles(
+            ProbeEnsembles(model, parts.collator, plan.read, layers, state_of),
+            [c.learning_rate for c in plan.configs],
+            outcomes,
+            parts.dev_set,
+            parts.dev_metrics,
+            test,
+            plan.task.score,
+            sample,
+        )
     return TogetherScores(
         test=scores([o.best_state for o in outcomes], [float(o.best["epoch"]) for o in outcomes]),
-        sample_test=(scores([o.sample_best_state for o in outcomes], [float(o.sample_best["epoch"]) for o in outcomes])
-                     if first.few_shot_dev else [None] * count),
-        last_epoch_test=(scores([o.final_state for o in outcomes], [float(o.epochs) for o in outcomes])
-                         if no_dev else [None] * count),
+        sample_test=(
+            scores([o.sample_best_state for o in outcomes], [float(o.sample_best["epoch"]) for o in outcomes])
+            if first.few_shot_dev
+            else [None] * count
+        ),
+        last_epoch_test=(
+            scores([o.final_state for o in outcomes], [float(o.epochs) for o in outcomes])
+            if no_dev
+            else [None] * count
+        ),
         ensembles=ensembles,
     )
 
@@ -235,8 +286,9 @@ def as_run_saves_it(model, plan: TogetherPlan, config: RunConfig):
     return view
 
 
-def write_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, facts: dict, scores: TogetherScores,
-                   started: RunClock) -> list[dict]:
+def write_together(
+    plan: TogetherPlan, parts: TrainedTogether, outcomes: list, facts: dict, scores: TogetherScores, started: RunClock
+) -> list[dict]:
     """Each run's `results.json` and checkpoint, as the run alone would write them; the copies' kept training goes
     once every run is written."""
     first, model, task = plan.first, parts.model, plan.task
@@ -245,15 +297,21 @@ def write_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, f
         Path(config.output_dir).mkdir(parents=True, exist_ok=True)
         model.load_state_dict(outcome.best_state, strict=False)  # what the run reports and saves
         results = parts.results(config, outcome.best, outcome.curve)
-        results |= {"engine": "stacked", "trained_together": [c.epochs for c in plan.configs],
-                    "trained_together_runs": len(plan.configs)}
+        results |= {
+            "engine": "stacked",
+            "trained_together": [c.epochs for c in plan.configs],
+            "trained_together_runs": len(plan.configs),
+        }
         results |= run_facts(model, facts, None)
         if scores.test[index] is not None:
             results["test_scores"] = scores.test[index]
         if first.few_shot_dev:
-            results["few_shot_dev"] = {task.items: parts.train_size, "seed": first.seed,
-                                       f"best_{task.score}": outcome.sample_best[f"sample_{task.score}"],
-                                       "best_epoch": outcome.sample_best["epoch"]}
+            results["few_shot_dev"] = {
+                task.items: parts.train_size,
+                "seed": first.seed,
+                f"best_{task.score}": outcome.sample_best[f"sample_{task.score}"],
+                "best_epoch": outcome.sample_best["epoch"],
+            }
             if scores.sample_test[index] is not None:
                 results["few_shot_dev"]["test_scores"] = scores.sample_test[index]
         if scores.ensembles and index == 0:
@@ -267,8 +325,12 @@ def write_together(plan: TogetherPlan, parts: TrainedTogether, outcomes: list, f
     return all_results
 
 
-def run_together(configs: list[RunConfig], vectorize: bool | None = None, linear_probes: bool | None = None,
-                 train_in_parts: int | None = None) -> list[dict]:
+def run_together(
+    configs: list[RunConfig],
+    vectorize: bool | None = None,
+    linear_probes: bool | None = None,
+    train_in_parts: int | None = None,
+) -> list[dict]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
     in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
@@ -309,13 +371,23 @@ def save_trained(config: RunConfig, outcome, timings: dict) -> None:
         return
     folder = Path(config.output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    tensors = (dict(outcome.best_state)
-               | {SAMPLE_PREFIX + key: value for key, value in (outcome.sample_best_state or {}).items()}
-               | {FINAL_PREFIX + key: value for key, value in (outcome.final_state or {}).items()})
+    tensors = (
+        dict(outcome.best_state)
+        | {SAMPLE_PREFIX + key: value for key, value in (outcome.sample_best_state or {}).items()}
+        | {FINAL_PREFIX + key: value for key, value in (outcome.final_state or {}).items()}
+    )
     save_file({key: value.contiguous() for key, value in tensors.items()}, str(folder / TRAINED_RECORD[1]))
-    write_json_atomically(folder / TRAINED_RECORD[0], {"identity": trained_identity(config), "epochs": outcome.epochs,
-                                                       "best": outcome.best, "curve": outcome.curve, "timings": timings,
-                                                       "sample_best": outcome.sample_best})
+    write_json_atomically(
+        folder / TRAINED_RECORD[0],
+        {
+            "identity": trained_identity(config),
+            "epochs": outcome.epochs,
+            "best": outcome.best,
+            "curve": outcome.curve,
+            "timings": timings,
+            "sample_best": outcome.sample_best,
+        },
+    )
 
 
 def load_trained(config: RunConfig):
@@ -334,11 +406,22 @@ def load_trained(config: RunConfig):
         state = load_file(str(folder / TRAINED_RECORD[1]))
     except (OSError, ValueError, KeyError, TypeError, SafetensorError):
         return None
-    prefixed = lambda prefix: {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
+    prefixed = lambda prefix: {
+        key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)
+    }
     best = {key: value for key, value in state.items() if not key.startswith((SAMPLE_PREFIX, FINAL_PREFIX))}
-    return (BudgetOutcome(record["epochs"], record["curve"], record["best"], best, sample_best=record.get("sample_best"),
-                          sample_best_state=prefixed(SAMPLE_PREFIX) or None, final_state=prefixed(FINAL_PREFIX) or None),
-            record["timings"])
+    return (
+        BudgetOutcome(
+            record["epochs"],
+            record["curve"],
+            record["best"],
+            best,
+            sample_best=record.get("sample_best"),
+            sample_best_state=prefixed(SAMPLE_PREFIX) or None,
+            final_state=prefixed(FINAL_PREFIX) or None,
+        ),
+        record["timings"],
+    )
 
 
 def probed_layers(configs: list[RunConfig]) -> list[int] | None:
@@ -361,5 +444,16 @@ def evaluate_features(model, dataset, collator, metrics, batch_size: int = 32, l
     return metrics.score_ids([batch.argmax(-1) for batch in logits], labels)
 
 
-__all__ = ["PROCEDURES", "TogetherPlan", "TogetherScores", "TrainedTogether", "evaluate_features", "plan_together", "procedures",
-           "run_together", "score_together", "train_together", "write_together"]
+__all__ = [
+    "PROCEDURES",
+    "TogetherPlan",
+    "TogetherScores",
+    "TrainedTogether",
+    "evaluate_features",
+    "plan_together",
+    "procedures",
+    "run_together",
+    "score_together",
+    "train_together",
+    "write_together",
+]
