@@ -39,6 +39,8 @@ ALLOWED_MODULES = {
 SIBLINGS = {Path(name).stem for name in REMOTE_CODE}
 FORBIDDEN_NAMES = {"eval", "exec", "compile", "open", "__import__", "input", "breakpoint", "globals", "getattr_static"}
 FORBIDDEN_ATTRIBUTES = {"system", "popen", "urlopen", "load_file", "save_file", "loads", "dumps", "unlink", "rmtree"}
+
+
 def tree(name: str) -> ast.Module:
     return ast.parse((ROOT / name).read_text(), filename=name)
 
