@@ -11,8 +11,13 @@ from transformers import AutoConfig, PretrainedConfig
 
 try:
     from .specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
-except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
+except ImportError:  # a top-level module of the installed project, not remote code
+    # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
+    # not of its `except`) does not take these modules for packages the remote code needs.
+    try:
+        from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
+    except ImportError as error:
+        raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
 

@@ -18,8 +18,13 @@ from torch import nn
 
 try:
     from .backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
-except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
+except ImportError:  # a top-level module of the installed project, not remote code
+    # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
+    # not of its `except`) does not take these modules for packages the remote code needs.
+    try:
+        from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
+    except ImportError as error:
+        raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
 
 def cut_config(config, depth: int | None):

@@ -21,10 +21,15 @@ try:
     from .backbones_dwatt import backbone_family, layer_norm_eps
     from .configuration_dwatt import DWAttConfig
     from .specs_dwatt import FUSION_SPECS, FusionSpec
-except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import backbone_family, layer_norm_eps
-    from configuration_dwatt import DWAttConfig
-    from specs_dwatt import FUSION_SPECS, FusionSpec
+except ImportError:  # a top-level module of the installed project, not remote code
+    # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
+    # not of its `except`) does not take these modules for packages the remote code needs.
+    try:
+        from backbones_dwatt import backbone_family, layer_norm_eps
+        from configuration_dwatt import DWAttConfig
+        from specs_dwatt import FUSION_SPECS, FusionSpec
+    except ImportError as error:
+        raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
 
 class LayerFusion(nn.Module):
@@ -40,6 +45,7 @@ class LayerFusion(nn.Module):
     (`specs_dwatt.FusionSpec`), the configuration's; what only the computation knows is declared here:
     - `stack_dim`: the memory layout it reads the stacked layers in (1: batch-major), so that stacking costs no copy;
     - `reads_layer_by_layer(device)`: whether it takes the layers as a list there;
+    - `linear_map()`: where each token's output is one affine map of its layers side by side, that map;
     - `init_weights(std)`: the initialisation of its own parameters (linear maps and norms get the model's).
     """
 
@@ -51,6 +57,11 @@ class LayerFusion(nn.Module):
 
     def reads_layer_by_layer(self, device: torch.device) -> bool:
         return False
+
+    def linear_map(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The weight `(hidden, layers x hidden)` and bias `(hidden,)` of the affine map each token's output is of its
+        layers side by side (in the order it reads them), where it is one such map in eval mode; else None."""
+        return None
 
     def init_weights(self, std: float) -> None:
         """Initialise the parameters this module holds itself (none by default)."""
@@ -208,6 +219,9 @@ class LayerConcat(LayerFusion):
         super().__init__()
         hidden = config.encoder_config.hidden_size
         self.proj = nn.Linear(config.num_fused_layers * hidden, hidden)
+
+    def linear_map(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.proj.weight, self.proj.bias
 
     def forward(self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None) -> tuple[torch.Tensor, None]:
         batch, num_layers, seq, hidden = layers.shape

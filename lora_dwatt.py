@@ -13,8 +13,13 @@ from transformers.pytorch_utils import Conv1D
 
 try:
     from .configuration_dwatt import DWAttConfig
-except ImportError:  # imported as a top-level module of the installed project rather than as remote code
-    from configuration_dwatt import DWAttConfig
+except ImportError:  # a top-level module of the installed project, not remote code
+    # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
+    # not of its `except`) does not take these modules for packages the remote code needs.
+    try:
+        from configuration_dwatt import DWAttConfig
+    except ImportError as error:
+        raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
 
 def lora_target_layers(backbone: nn.Module, targets) -> dict[str, nn.Module]:

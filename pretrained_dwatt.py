@@ -10,8 +10,10 @@ transformers.
 import copy
 import difflib
 import inspect
+from contextlib import contextmanager
 
 import torch
+import transformers
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM, PretrainedConfig, PreTrainedModel
 from transformers.utils import logging
@@ -21,11 +23,16 @@ try:
     from .configuration_dwatt import DWAttConfig
     from .depth_dwatt import cut_config
     from .lora_dwatt import _lora_key, adapted_layers, low_rank_delta
-except ImportError:  # imported as top-level modules of the installed project rather than as remote code
-    from backbones_dwatt import _quiet_loading, backbone_kwargs, per_layer_settings
-    from configuration_dwatt import DWAttConfig
-    from depth_dwatt import cut_config
-    from lora_dwatt import _lora_key, adapted_layers, low_rank_delta
+except ImportError:  # a top-level module of the installed project, not remote code
+    # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
+    # not of its `except`) does not take these modules for packages the remote code needs.
+    try:
+        from backbones_dwatt import _quiet_loading, backbone_kwargs, per_layer_settings
+        from configuration_dwatt import DWAttConfig
+        from depth_dwatt import cut_config
+        from lora_dwatt import _lora_key, adapted_layers, low_rank_delta
+    except ImportError as error:
+        raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
 logger = logging.get_logger(__name__)
 
@@ -152,6 +159,11 @@ class PretrainedBackboneMixin:
     def adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
         """Hook for heads that start from pretrained weights (the masked-LM head)."""
 
+    def adoptable_head_keys(self) -> set[str]:
+        """The `state_dict` keys of the head that `adopt_pretrained_head` fills from the pretrained backbone: what a
+        head-only checkpoint may leave out when that part did not train."""
+        return set()
+
     def _attach_pretrained_backbone(self, pretrained: PreTrainedModel, name_or_path: str, adopt_head: bool) -> None:
         """Make a loaded pretrained backbone `self.dwatt.backbone` (in the place of the one this model was built
         with, in its dtype and device), after checking it is the same architecture and
@@ -193,9 +205,7 @@ class PretrainedBackboneMixin:
         """
         lm_head_trains = any(p.requires_grad for p in getattr(self, "lm_head", nn.Module()).parameters())
         state = {
-            key: value
-            for key, value in self.state_dict().items()
-            if not key.startswith(BACKBONE_PREFIX) and (lm_head_trains or not key.startswith("lm_head."))
+            key: value for key, value in self.head_state().items() if lm_head_trains or not key.startswith("lm_head.")
         }
         adapted = adapted_layers(self.dwatt.backbone)
         if self.config.lora and not adapted and getattr(self.dwatt, "lora", None) is None:
@@ -283,7 +293,8 @@ class PretrainedBackboneMixin:
             config = DWAttConfig.from_pretrained(pretrained_model_name_or_path, **hub_kwargs)
         heads_only = bool(getattr(config, "heads_only", False))
         try:
-            with _quiet_loading(heads_only):  # the backbone's weights are missing on purpose: no load report
+            # the backbone's weights are missing on purpose: no load report
+            with _quiet_loading(heads_only), _keys_read_as_stored(cls, heads_only):
                 model, info = super().from_pretrained(
                     pretrained_model_name_or_path, *model_args, config=config, output_loading_info=True, **kwargs
                 )
@@ -298,6 +309,7 @@ class PretrainedBackboneMixin:
             missing = [key for key in missing if not key.startswith(BACKBONE_PREFIX)]
             lm_head_missing = [key for key in missing if key.startswith("lm_head.")]
             missing = [key for key in missing if not key.startswith("lm_head.")]
+        refuse_renamed_keys(missing, info["unexpected_keys"], pretrained_model_name_or_path)
         if missing:
             raise ValueError(
                 f"the checkpoint {pretrained_model_name_or_path} lacks {len(missing)} weights the model needs: "
@@ -320,9 +332,46 @@ class PretrainedBackboneMixin:
                 model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)
                 model.config.lora["merged"] = True
             model.config.heads_only = False
-            vars(model).pop("base_model_prefix", None)  # the class's again (see `post_init`)
             model.config.backbone_name_or_path, model.config.backbone_revision = str(source), revision
         return (model, info) if output_loading_info else model
+
+
+# Weight names that transformers releases before 4.49 rename as they load any checkpoint (TensorFlow's names for a
+# LayerNorm's scale and shift), so that a weight of that name never reaches its module (ScalarMix's `gamma`).
+LEGACY_RENAMES = {"gamma": "weight", "beta": "bias"}
+
+
+def refuse_renamed_keys(missing: list[str], unexpected: list[str], name_or_path) -> None:
+    """Refuse, in one line naming the release that loads it, a checkpoint whose weights the running transformers
+    renamed on the way (`LEGACY_RENAMES`): the model would miss them."""
+    for key in missing:
+        stem, _, last = key.rpartition(".")
+        if last in LEGACY_RENAMES and f"{stem}.{LEGACY_RENAMES[last]}" in unexpected:
+            raise ValueError(
+                f"{name_or_path}: transformers {transformers.__version__} renames the weight {key} to "
+                f"{LEGACY_RENAMES[last]!r} as it loads it, so the model misses it; load this checkpoint with "
+                "transformers >= 4.49"
+            )
+
+
+@contextmanager
+def _keys_read_as_stored(model_class: type, heads_only: bool):
+    """While a head-only checkpoint loads, `model_class` has no base-model prefix, so that transformers reads its keys
+    as they are stored: 4.x releases take a file without a `dwatt.` tensor (a Base head's: its classifier only) for
+    a base model's weights and refuse it (4.57), or fail on it (4.46, a `NameError` in its loader, which reads the
+    class's prefix where 4.57 reads the instance's)."""
+    if not heads_only:
+        yield
+        return
+    own = model_class.__dict__.get("base_model_prefix")
+    model_class.base_model_prefix = ""
+    try:
+        yield
+    finally:
+        if own is None:
+            del model_class.base_model_prefix
+        else:
+            model_class.base_model_prefix = own
 
 
 def uncut_config(config, encoder):

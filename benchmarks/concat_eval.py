@@ -1,4 +1,4 @@
-"""The dev pass of a Concat head trained with the stacked-heads engine: folded (`dwatt.stacked_heads.FoldedConcat`,
+"""The dev pass of a Concat head trained with the stacked-heads engine: folded (`dwatt.folding.FoldedConcat`,
 the classifier times the projection: one layers x hidden -> labels map a token) against running the model (the
 layers x hidden -> hidden projection, then the classifier), on a real backbone's feature cache, in one process.
 
@@ -27,8 +27,9 @@ import results_files
 import torch
 
 from dwatt.defaults import default_backbone_path
+from dwatt.folding import FoldedConcat
 from dwatt.portable import backbone_label, portable_path
-from dwatt.stacked_heads import FoldedConcat, HeadCopy, train_heads
+from dwatt.stacked_heads import HeadCopy, train_heads
 from dwatt.training import RunConfig
 from dwatt.training.probe_ensembles import predict_features
 from dwatt.training.together import procedures

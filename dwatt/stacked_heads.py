@@ -38,11 +38,8 @@ import torch.nn.functional as F
 from torch.func import functional_call, vmap
 from transformers import set_seed
 
-from fusions_dwatt import LayerConcat
-from modeling_dwatt import DWAttForTokenClassification
-from pretrained_dwatt import BACKBONE_PREFIX
-
 from .features import FeatureCache, FreedMemoryRelease
+from .folding import LAYERS_INPUT, FoldedConcat, linear_token_classifier
 
 ADAMW = dict(betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)  # the Trainer's adamw_torch defaults
 
@@ -92,9 +89,6 @@ def _set_rng_state(state, device: torch.device) -> None:
         torch.cuda.set_rng_state(state[1], device)
 
 
-LAYERS_INPUT = "backbone_hidden_states"
-
-
 def one_layer(batch: dict, layer: int | None) -> dict:
     """`batch` with only the cached `layer` of its stack (a head on one layer, fed the whole cache), or as it is."""
     return batch if layer is None else {**batch, LAYERS_INPUT: batch[LAYERS_INPUT][:, layer : layer + 1]}
@@ -102,60 +96,7 @@ def one_layer(batch: dict, layer: int | None) -> dict:
 
 def head_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A task model's own parameters and buffers: everything but its backbone's."""
-    tensors = dict(model.named_parameters()) | dict(model.named_buffers())
-    return {name: t for name, t in tensors.items() if not name.startswith(BACKBONE_PREFIX)}
-
-
-class FoldedConcat:
-    """
-    The eval pass of a Concat token classifier fed a feature cache, as one linear map per token: its classifier after
-    its projection, C(Px + p) + c = (CP)x + (Cp + c) (dropout is off in eval). A token then costs layers x hidden x
-    labels products instead of layers x hidden x hidden: on a 28 x 1536 LLM with CoNLL-03's 9 tags, 170 times fewer,
-    where the dev pass after each epoch was half of a copy's training time. Reads the positions the model reads and
-    leaves the others' logits zero, as the model does; equal to its logits up to float rounding
-    (tests/test_stacked_heads.py).
-    """
-
-    @staticmethod
-    def fits(model: torch.nn.Module, batch: dict) -> bool:
-        return (
-            isinstance(model, DWAttForTokenClassification)
-            and type(model).head is DWAttForTokenClassification.head
-            and type(model.dwatt.fusion) is LayerConcat
-            and LAYERS_INPUT in batch
-        )
-
-    @staticmethod
-    @torch.no_grad()
-    def fold(
-        model: torch.nn.Module, parameters: dict[str, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The map's weight `(labels, layers x hidden)` and bias `(labels,)`, from `model`'s head with `parameters` (a
-        copy's trainable tensors, by name) in place of its own where given. Made once per eval pass: on a 28 x 1536
-        LLM the product alone is 0.6 G multiply-adds, more than a batch of the map costs."""
-
-        def tensor(name: str) -> torch.Tensor:
-            return parameters[name] if parameters and name in parameters else model.get_parameter(name)
-
-        projection, projection_bias = tensor("dwatt.fusion.proj.weight"), tensor("dwatt.fusion.proj.bias")
-        classifier, classifier_bias = (
-            tensor(name).to(projection.dtype) for name in ("classifier.weight", "classifier.bias")
-        )
-        return classifier @ projection, classifier @ projection_bias + classifier_bias
-
-    @staticmethod
-    def logits(model: torch.nn.Module, batch: dict, folded: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """`(batch, seq, labels)` logits of `model` in eval mode on a cached `batch`, through its `fold`."""
-        weight, bias = folded
-        layers = model.dwatt.select_layers(batch[LAYERS_INPUT])  # (batch, layers, seq, hidden)
-        tokens = layers.transpose(1, 2)  # each token's layers side by side, as the projection reads them
-        positions = model.fused_positions(
-            batch.get("labels"), batch.get("attention_mask"), tokens.shape[:2], tokens.device, batch.get("logits_mask")
-        )
-        if positions is None:
-            return F.linear(tokens.flatten(2).to(weight.dtype), weight, bias)
-        selected = F.linear(tokens[positions].flatten(1).to(weight.dtype), weight, bias)
-        return selected.new_zeros(*positions.shape, selected.shape[-1]).index_put((positions,), selected)
+    return model.head_parameters() | model.head_buffers()
 
 
 class StackedHeads:
@@ -373,13 +314,13 @@ class LinearProbes:
     batch, and one model call per copy, which on a 30-layer probe are most of the time.
     """
 
-    PARAMETERS = ("classifier.bias", "classifier.weight")
-
     def __init__(self, model: torch.nn.Module, copies: int, layers: Sequence[int]):
         self.stacked = StackedHeads(model, copies, vectorize=False, layers=layers)
+        names = {id(parameter): name for name, parameter in model.named_parameters()}
+        self.weight_name, self.bias_name = (names[id(parameter)] for parameter in model.classifier_parameters())
         # the heads' dtype (fp32 over a backbone kept in bf16 or fp16 as it was saved), which the features are cast to
         self.parameters, self.dropout = self.stacked.parameters, model.dropout
-        self.dtype = self.parameters["classifier.weight"].dtype
+        self.dtype = self.parameters[self.weight_name].dtype
         # a copy that names no layer reads the stack as it is: a Base head's one layer, the stack's last
         layers = [-1 if layer is None else layer for layer in layers]
         self.read = sorted(set(layers))  # the cached layers some copy reads, gathered once per batch
@@ -390,13 +331,11 @@ class LinearProbes:
     def fits(cls, model: torch.nn.Module, layers: Sequence[int | None], dataset) -> bool:
         """Whether `model` is such a head, and `dataset` a cache whose rows it reads: the layer each copy names, or
         the one layer cached."""
-        trainable = sorted(name for name, p in model.named_parameters() if p.requires_grad)
         return (
-            isinstance(model, DWAttForTokenClassification)
-            and type(model).head is DWAttForTokenClassification.head
+            linear_token_classifier(model)
             and model.config.fusion_spec.passes_layer_through
             and model.fuse_labelled_positions_only
-            and tuple(trainable) == cls.PARAMETERS
+            and {id(p) for p in model.parameters() if p.requires_grad} == set(map(id, model.classifier_parameters()))
             and isinstance(dataset, FeatureCache)
             and dataset.labels is not None
             and (all(layer is not None for layer in layers) or dataset.features.shape[1] == 1)
@@ -439,8 +378,8 @@ class LinearProbes:
         device = features.device
         for slab, ks in readers.items():
             index = torch.tensor(ks, device=device)
-            weight = self.parameters["classifier.weight"].index_select(0, index).flatten(0, 1)
-            bias = self.parameters["classifier.bias"].index_select(0, index).flatten(0, 1)
+            weight = self.parameters[self.weight_name].index_select(0, index).flatten(0, 1)
+            bias = self.parameters[self.bias_name].index_select(0, index).flatten(0, 1)
             pieces.append(
                 F.linear(features[slab], weight, bias).unflatten(-1, (len(ks), -1))
             )  # (positions, copies, labels)
@@ -486,7 +425,7 @@ class LinearProbes:
         the inputs of `NERMetrics.score_ids`, for every head from one pass over the cache."""
         heads, device = cls(model, len(states), layers), next(model.parameters()).device
         with torch.no_grad():
-            for name in cls.PARAMETERS:
+            for name in (heads.weight_name, heads.bias_name):
                 heads.parameters[name].copy_(torch.stack([state[name] for state in states]))
         everyone, predicted, labels = list(range(len(states))), [], []
         for batch in heads.batches(dataset, None, range(len(dataset)), batch_size, device):
@@ -598,7 +537,6 @@ def train_heads(
 
 __all__ = [
     "BudgetOutcome",
-    "FoldedConcat",
     "HeadCopy",
     "LinearProbes",
     "StackedAdamW",

@@ -1,6 +1,6 @@
 """Checkpoints saved by today's code load with equal logits in the transformers releases users have, through
-`trust_remote_code` in a process without dwatt: the supported range's oldest (4.53; the last 4.x, 4.57), its first 5.x
-(5.0) and its newest, each installed by CI in a folder of its own (`pip install --target`) named in
+`trust_remote_code` in a process without dwatt: the supported range's oldest (4.46, 4.53; the last 4.x, 4.57), its
+first 5.x (5.0) and its newest, each installed by CI in a folder of its own (`pip install --target`) named in
 DWATT_TRANSFORMERS_RELEASES, and this environment's. Token and sequence classification and masked LM; full,
 head-only, LoRA (merged and beside the head) and cut at a layer."""
 
@@ -109,12 +109,17 @@ def load_in_a_process_without_dwatt(tmp_path: Path, release: str | None = None) 
 )
 @pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
 def test_checkpoints_saved_today_load_with_equal_logits_under_each_supported_transformers_release(tmp_path, release):
+    """Every checkpoint, but ScalarMix's before 4.49: those releases rename any weight named `gamma` as they load it
+    (ScalarMix's scale), and the load is refused in one line that names the release that reads it."""
     names, report = load_in_a_process_without_dwatt(tmp_path, release)
     assert Path(release).name.endswith(report["transformers"]), report  # the folder's release, not this environment's
     assert set(report["differences"]) == set(names)
-    assert all(
-        isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()
-    ), report
+    renames = tuple(int(part) for part in report["transformers"].split(".")[:2]) < (4, 49)
+    refused = {name: text for name, text in report["differences"].items() if isinstance(text, str)}
+    if renames:
+        assert {name for name in names if name.startswith("scalar_mix")} == set(refused), report
+        assert all("\n" not in text and "transformers >= 4.49" in text for text in refused.values()), refused
+    assert all(name in refused or difference <= 1e-4 for name, difference in report["differences"].items()), report
 
 
 def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(tmp_path):

@@ -235,6 +235,7 @@ def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_pa
         "lora_dwatt.py",
         "pretrained_dwatt.py",
         "specs_dwatt.py",
+        "base_model_dwatt.py",
     }
     assert set(files) == {"config.json", "model.safetensors", "README.md", "results.json"} | remote_code
     (tmp_path / "model.safetensors").write_bytes(files["model.safetensors"])
@@ -418,6 +419,7 @@ def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_ca
         "lora_dwatt.py",
         "pretrained_dwatt.py",
         "specs_dwatt.py",
+        "base_model_dwatt.py",
     }
     assert {name for name in files if "/" not in name} == {"ensemble.json", "README.md"} | remote_code
     assert json.loads(files["ensemble.json"])["members"] == ["layer-2/model", "layer-1/model"]

@@ -9,7 +9,7 @@ from transformers import AutoModelForTokenClassification, RobertaConfig
 
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
-from modeling_dwatt import count_parameters
+from modeling_dwatt import DWAttForTokenClassification, count_parameters
 from specs_dwatt import FUSION_SPECS
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
@@ -457,3 +457,35 @@ def test_from_backbone_refuses_an_argument_that_only_looks_like_a_config_argumen
         pad_token_id=0,
     )
     assert model.config.fused_layers == "1" and model.config.run_depth == 1
+
+
+@pytest.mark.parametrize("fusion", ["dwatt", "base_plus_n", "concat"])
+def test_the_model_says_what_its_head_is(fusion):
+    """`head_parameters` is everything but the backbone, found by the modules (no name prefix), and what the FE
+    setting trains; `head_state` is the same part of the state dict."""
+    from dwatt.training import FreezeBackboneCallback
+
+    model = DWAttForTokenClassification(tiny_config("bert", fusion))
+    backbone = {id(p) for p in model.dwatt.backbone.parameters()}
+    head = model.head_parameters()
+    assert {id(p) for p in head.values()} == {id(p) for p in model.parameters()} - backbone
+    assert head and all(name in model.state_dict() for name in head)
+    FreezeBackboneCallback("fe").apply(model)
+    assert sorted(name for name, p in model.named_parameters() if p.requires_grad) == sorted(head)
+    state = model.head_state()
+    assert set(head) | set(model.head_buffers()) == set(state)
+    assert all(torch.equal(state[name], p) for name, p in head.items())
+
+
+def test_a_linear_fusion_and_head_are_one_map_of_each_token():
+    """Concat's classifier after its projection is one affine map of each token's layers side by side: the model's
+    logits in eval; fusions that are no such map offer none."""
+    model = DWAttForTokenClassification(tiny_config("bert", "concat")).eval()
+    ids = torch.randint(1, 50, (2, 6))
+    with torch.no_grad():
+        hidden = model.dwatt.run_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+        weight, bias = model.token_linear_map()
+        layers = model.dwatt.select_layers(hidden).transpose(1, 2).flatten(2)
+    torch.testing.assert_close(layers @ weight.T + bias, logits, rtol=1e-5, atol=1e-5)
+    assert DWAttForTokenClassification(tiny_config("bert", "dwatt")).token_linear_map() is None

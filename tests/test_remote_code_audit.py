@@ -91,6 +91,61 @@ def test_the_audit_catches_what_it_claims_to():
     assert {"exec", "open"} <= names & FORBIDDEN_NAMES
 
 
+# transformers' scan of a remote-code file for the siblings it needs (`dynamic_module_utils.get_relative_imports`): a
+# regular expression over the text, blind to `if TYPE_CHECKING:`, `try:` and strings. Its loop in 4.53.x never ends on
+# a cycle of such imports, so `from_pretrained(..., trust_remote_code=True)` hangs there.
+RELATIVE_IMPORT = re.compile(r"^\s*(?:import\s+\.(\S+)\s*$|from\s+\.(\S+)\s+import)", flags=re.MULTILINE)
+
+
+def relative_import_cycle(folder: Path) -> list[str]:
+    """A cycle of relative imports among the `*.py` files of `folder` as transformers' scan reads them
+    (`["a", "b", "a"]`), or `[]`."""
+    graph = {
+        path.stem: sorted({a or b for a, b in RELATIVE_IMPORT.findall(path.read_text())})
+        for path in sorted(folder.glob("*.py"))
+    }
+    done, path = set(), []
+
+    def visit(name: str) -> list[str]:
+        if name in path:
+            return path[path.index(name) :] + [name]
+        if name in done or name not in graph:
+            return []
+        path.append(name)
+        for imported in graph[name]:
+            if cycle := visit(imported):
+                return cycle
+        path.pop()
+        done.add(name)
+        return []
+
+    return next((cycle for name in graph if (cycle := visit(name))), [])
+
+
+def test_no_remote_code_file_imports_one_that_imports_it_back():
+    """So that transformers 4.53 loads a checkpoint (its scan hung on `configuration_dwatt` <-> `fusions_dwatt`)."""
+    assert relative_import_cycle(ROOT) == []
+
+
+def test_the_models_file_imports_every_sibling_itself():
+    """transformers copies a local checkpoint's models file and the files it imports itself into its module cache, not
+    the files those import (and the config file with its own); a sibling reached only through another is missing."""
+    direct = {a or b for a, b in RELATIVE_IMPORT.findall((ROOT / "modeling_dwatt.py").read_text())}
+    assert direct == {Path(name).stem for name in REMOTE_CODE} - {"modeling_dwatt"}
+
+
+def test_the_cycle_check_reads_type_checking_blocks_as_transformers_does(tmp_path):
+    (tmp_path / "configuration_x.py").write_text("from .specs_x import A\n")
+    (tmp_path / "specs_x.py").write_text("A = 1\n")
+    (tmp_path / "fusions_x.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .modeling_x import M\n"
+    )
+    (tmp_path / "modeling_x.py").write_text("try:\n    from .fusions_x import F\nexcept ImportError:\n    pass\n")
+    assert relative_import_cycle(tmp_path) == ["fusions_x", "modeling_x", "fusions_x"]
+    (tmp_path / "fusions_x.py").write_text("from .configuration_x import B\n")
+    assert relative_import_cycle(tmp_path) == []
+
+
 def test_the_remote_code_is_the_set_of_files_a_checkpoint_carries_and_the_package_installs(tmp_path):
     import configparser
 

@@ -286,7 +286,7 @@ def test_a_concat_head_is_evaluated_as_its_folded_linear_map(tiny_backbone, tiny
     runs' dev curves and test scores are those of the model run on each batch."""
     from torch.func import functional_call
 
-    from dwatt.stacked_heads import FoldedConcat
+    from dwatt.folding import FoldedConcat
 
     real_fold, real_logits, folds, batches = FoldedConcat.fold, FoldedConcat.logits, {}, []
 

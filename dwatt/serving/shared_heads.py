@@ -283,7 +283,7 @@ class SharedBackboneHeads(nn.Module):
         """The checkpoint's model without a backbone of its own (`head_on_meta`), reading `backbone`."""
 
         def adopt_pretrained_lm_head(model, missing: list[str]) -> list[str]:
-            if not all(key.startswith("lm_head.") for key in missing):
+            if not set(missing) <= model.adoptable_head_keys():
                 return missing
             # A masked-LM head-only checkpoint whose vocabulary head did not train: the backbone's pretrained one.
             pretrained = _pretrained_backbone(type(model), config, backbone_name_or_path, hub_kwargs)

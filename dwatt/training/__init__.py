@@ -13,8 +13,6 @@
 
 from __future__ import annotations
 
-from pretrained_dwatt import BACKBONE_PREFIX
-
 from ..atomic import write_json_atomically
 from ..data import CONLL_LABELS
 from ..run_config import MODES, SAMPLINGS
@@ -42,7 +40,6 @@ def run(config: RunConfig) -> dict:
 
 
 __all__ = [
-    "BACKBONE_PREFIX",
     "CONLL_LABELS",
     "DEV_SAMPLE_SEED",
     "FEATURE_MEMO",

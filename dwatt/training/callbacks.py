@@ -14,8 +14,6 @@ from transformers import (
     TrainerCallback,
 )
 
-from pretrained_dwatt import BACKBONE_PREFIX
-
 from ..atomic import give_usual_modes, read_json, write_json_atomically
 from ..lora import is_lora_parameter
 from ..run_config import MODES
@@ -53,9 +51,10 @@ class FreezeBackboneCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         self.apply(model)
+        head = set(model.head_parameters())
         trainable = trainable_parameter_names(model)
-        in_backbone = [name for name in trainable if name.startswith(BACKBONE_PREFIX)]
-        outside = [name for name in trainable if not name.startswith(BACKBONE_PREFIX)]
+        in_backbone = [name for name in trainable if name not in head]
+        outside = [name for name in trainable if name in head]
         if not outside:
             raise RuntimeError("no fusion or head parameter is trainable")
         if self.mode == "fe" and (in_backbone or model.dwatt.backbone.training):

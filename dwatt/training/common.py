@@ -24,7 +24,6 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_dwatt import DWAttForTokenClassification
-from pretrained_dwatt import BACKBONE_PREFIX
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
 from ..distributed import (
@@ -134,7 +133,7 @@ class InitialModels:
             self._backbones.move_to_end(where)
             while len(self._backbones) > 1 and self.backbone_bytes() > self.max_backbone_bytes:
                 self._backbones.popitem(last=False)
-            head = {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(BACKBONE_PREFIX)}
+            head = {key: tensor.clone() for key, tensor in model.head_state().items()}
             self._heads[key] = (copy.deepcopy(model.config), head)
             while len(self._heads) > 1 and (
                 len(self._heads) > self.max_heads or self.head_bytes() > self.max_head_bytes

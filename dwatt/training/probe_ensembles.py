@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from ..folding import FoldedConcat
 from ..schema import ENSEMBLE_SIZES, ENSEMBLES_FIELD
-from ..stacked_heads import FoldedConcat, one_layer
+from ..stacked_heads import one_layer
 
 
 @torch.no_grad()

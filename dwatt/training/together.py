@@ -48,8 +48,7 @@ TRAINING_BYTES_PER_WEIGHT = 36
 
 def trained_weights(model) -> int:
     """How many weights a copy of `model`'s fusion and head trains: every parameter but its backbone's."""
-    backbone = {id(weight) for weight in model.dwatt.backbone.parameters()}
-    return sum(weight.numel() for weight in model.parameters() if id(weight) not in backbone)
+    return sum(weight.numel() for weight in model.head_parameters().values())
 
 
 def copies_within_budget(model, count: int, max_memory: int | None) -> int:
