@@ -7,6 +7,7 @@ standard library and `specs_dwatt` (the fusions' facts, standard library only): 
 
 from typing import Any
 
+import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 try:
@@ -96,7 +97,9 @@ def _number(text: str) -> int:
     return int(text)
 
 
-def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:
+def _as_encoder_config(encoder_config: Any, saved_with: str | None = None) -> PretrainedConfig:
+    """The backbone's config from a dict (as `config.json` holds it) or as given; `saved_with`: the transformers
+    release a checkpoint was saved with, named where the running release lacks the backbone's family."""
     if encoder_config is None:
         encoder_config = dict(_ENCODER_DEFAULTS)
     if isinstance(encoder_config, PretrainedConfig):
@@ -111,8 +114,14 @@ def _as_encoder_config(encoder_config: Any) -> PretrainedConfig:
         raise ValueError("DWAttConfig: `encoder_config` has no `model_type` (e.g. 'roberta', 'bert', 'mpnet')")
     try:
         return AutoConfig.for_model(model_type, **encoder_config)
-    except ValueError as error:
-        raise ValueError(f"DWAttConfig: unknown encoder model_type {model_type!r} in `encoder_config`") from error
+    except ValueError:
+        # One line, no chained traceback: a checkpoint of a family newer than the running transformers lands here.
+        saved = saved_with or encoder_config.get("transformers_version")
+        raise ValueError(
+            f"DWAttConfig: unknown encoder model_type {model_type!r} in `encoder_config`: transformers "
+            f"{transformers.__version__} does not have this backbone family"
+            + (f"; the checkpoint was saved with transformers {saved}, which has it" if saved else "")
+        ) from None
 
 
 class DWAttConfig(PretrainedConfig):
@@ -210,7 +219,7 @@ class DWAttConfig(PretrainedConfig):
         layer_dropout: float = 0.1,
         **kwargs,
     ):
-        self.encoder_config = _as_encoder_config(encoder_config)
+        self.encoder_config = _as_encoder_config(encoder_config, kwargs.get("transformers_version"))
         self.fusion = fusion
         self.query_bottleneck = query_bottleneck
         self.value_bottleneck = value_bottleneck

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -24,6 +23,7 @@ import torch
 from torch.utils.data import Dataset as TorchDataset
 from tqdm.auto import tqdm
 
+from .build_record import BuildRecord
 from .distributed import launched_processes, split_and_gather, state
 from .tokenization import MODEL_INPUTS
 
@@ -383,116 +383,6 @@ def _preallocated(path: Path, nbytes: int) -> None:
             ) from error
 
 
-class BuildRecord:
-    """
-    The progress of a feature cache built into a file, beside it (`<file>.json`): what the file holds (`holds`: the
-    cache's key, shape, dtype and batch size) and how many of its batches are written. A build that stops (Ctrl-C, a
-    killed process) resumes after them; a file whose record names other contents (another backbone, tokenizer, data,
-    dtype or layers) is built anew, and says so; a complete one is read as it is.
-
-    Built by several processes into the one file (`share=(rank, processes)`: each writes every `processes`-th batch),
-    the file's record says how many processes build it, and each process records its own batches beside it
-    (`<file>.rank<R>-of-<P>.json`); a stopped build resumes each process after its own, under the same number of
-    processes (under another, it is built anew).
-    """
-
-    def __init__(self, data: Path, holds: dict, share: tuple[int, int] = (0, 1)):
-        self.data, self.path, self.holds, (self.rank, self.processes) = (
-            data,
-            data.with_name(data.name + ".json"),
-            holds,
-            share,
-        )
-        self.own = (
-            self.path
-            if self.processes == 1
-            else data.with_name(f"{data.name}.rank{self.rank}-of-{self.processes}.json")
-        )
-
-    def _read(self, path: Path) -> dict | None:
-        try:
-            stored = json.loads(path.read_text())
-            int(stored["batches_done"]), stored["holds"]
-            return stored
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError):
-            print(
-                f"feature cache {self.data}: its record {path.name} does not parse; building it anew", file=sys.stderr
-            )
-            return None
-
-    def resumable(self) -> bool:
-        """The file holds these contents, complete or part-built by as many processes as this build's."""
-        stored = self._read(self.path) if self.data.exists() else None
-        if not stored or stored["holds"] != self.holds:
-            return False
-        return stored["batches_done"] == stored.get("batches") or stored.get("processes", 1) == self.processes
-
-    def is_complete(self) -> bool:
-        """The file holds every batch of these contents."""
-        stored = self._read(self.path) if self.data.exists() else None
-        return bool(stored) and stored["holds"] == self.holds and stored["batches_done"] == stored.get("batches")
-
-    def batches_done(self) -> int:
-        """How many of this process's batches the file already holds for these contents (0: build it from the
-        start): all of them where the build is complete."""
-        if not self.data.exists():
-            return 0
-        stored = self._read(self.path)
-        if stored is None:
-            return 0
-        held = stored["holds"]
-        if held != self.holds:
-            differing = sorted(k for k in {*held, *self.holds} if held.get(k) != self.holds.get(k))
-            print(
-                f"feature cache {self.data}: written for other contents (differing: {', '.join(differing)}); "
-                "building it anew",
-                file=sys.stderr,
-            )
-            return 0
-        if stored["batches_done"] == stored.get("batches"):
-            return len(range(self.rank, stored["batches"], self.processes))
-        if stored.get("processes", 1) != self.processes:  # another split of the batches: what is written is unknown
-            print(
-                f"feature cache {self.data}: its stopped build ran under {stored.get('processes', 1)} processes, "
-                f"this one under {self.processes}; building it anew",
-                file=sys.stderr,
-            )
-            return 0
-        if self.processes == 1:
-            return int(stored["batches_done"])
-        own = self._read(self.own)
-        return int(own["batches_done"]) if own and own["holds"] == self.holds else 0
-
-    def save(self, done: int, total: int) -> None:
-        """This process's progress: `done` of its `total` batches written."""
-        from .atomic import write_json_atomically
-
-        write_json_atomically(
-            self.own,
-            {"holds": self.holds, "batches_done": done, "batches": total}
-            | ({"processes": self.processes} if self.processes > 1 else {}),
-        )
-
-    def start(self, total: int) -> None:
-        """A build of `total` batches by `processes` processes begins (or resumes): said in the file's record."""
-        from .atomic import write_json_atomically
-
-        if self.processes > 1:
-            write_json_atomically(
-                self.path, {"holds": self.holds, "batches_done": 0, "batches": total, "processes": self.processes}
-            )
-
-    def finish(self, total: int) -> None:
-        """Every process's batches are written: the file's record says complete, and the processes' own go."""
-        from .atomic import write_json_atomically
-
-        write_json_atomically(self.path, {"holds": self.holds, "batches_done": total, "batches": total})
-        for part in self.data.parent.glob(f"{self.data.name}.rank*-of-*.json"):
-            part.unlink(missing_ok=True)
-
-
 def refuse_overflow(features: Sequence[torch.Tensor], dtype: torch.dtype, layers: Sequence[int]) -> None:
     """A float16 cache of features beyond its range (65504) would hold infinities: LLMs' hidden states carry a few
     huge activations, in bf16 as they run. Refused naming the layer (`features`: one tensor a layer of `layers`),
@@ -526,6 +416,7 @@ def build_feature_cache(
     device: torch.device | str | None = None,
     path: str | Path | None = None,
     progress: bool = True,
+    bar: tqdm | None = None,
     scored_positions_only: bool = False,
     pooled: str | None = None,
     layers: Sequence[int] | None = None,
@@ -543,7 +434,8 @@ def build_feature_cache(
     keys
     them), the build is recorded beside the file (`BuildRecord`): a stopped build resumes, a finished one is read
     without running the backbone, and one made for another key is built anew. Sentences are batched by length so
-    padding costs little; a progress bar says the time left.
+    padding costs little; a progress bar says the time left (or `bar`, a bar over a pass of several builds, advances by
+    the tokens of each batch in its place).
 
     `scored_positions_only=True` keeps only the positions that carry a label (first sub-tokens), for evaluation
     with a fusion that works token by token (all but Base+n): its outputs there are the same with or without the
@@ -618,10 +510,14 @@ def build_feature_cache(
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     saved_at = time.monotonic()
+    if bar is not None:  # what this build's earlier run wrote, or what other processes build, is not this pass's work
+        running = set(mine[done:])
+        bar.total -= sum(input_lengths[i] for p, batch in enumerate(batches) if p not in running for i in batch)
+        bar.refresh()
     for position in tqdm(
         range(done, len(mine)),
         desc="caching backbone features",
-        disable=not progress or done == len(mine),
+        disable=not progress or bar is not None or done == len(mine),
         leave=False,
         total=len(mine),
         initial=done,
@@ -660,6 +556,8 @@ def build_feature_cache(
             del layer
         del hidden, reduced
         release_freed_memory()
+        if bar is not None:
+            bar.update(sum(input_lengths[i] for i in batch_indices))
         if record is not None and (position + 1 == len(mine) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
             record.save(position + 1, len(mine))  # the batches written so far sit in the file's pages already
             saved_at = time.monotonic()

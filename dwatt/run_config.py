@@ -26,6 +26,7 @@ BACKBONE_DTYPES = get_args(BackboneDtype)
 NOT_DEFINING = (
     "output_dir",
     "progress",
+    "backbone_progress",
     "verbose",
     "save_model",
     "checkpoint_every_epoch",
@@ -63,7 +64,9 @@ class RunConfig:
     `few_shot_dev` (runs trained together, NER or text classification): each run also chooses its epoch on a dev
     sample as large as its training sample (that many of the dev items, drawn uniformly, seeded by the trial: what a
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
-    for its last epoch's weights (`last_epoch`: what a user with no dev set keeps)."""
+    for its last epoch's weights (`last_epoch`: what a user with no dev set keeps). `progress`: the run's bar and
+    summary; `backbone_progress`: the backbone pass's (the feature cache's build: its size and tokens first, then one
+    bar with the time left), by default as `progress` (a sweep, whose runs are quiet, shows it beside its runs' bar)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -90,6 +93,7 @@ class RunConfig:
     save_model: bool = True
     evaluate_test: bool = False
     progress: bool = True
+    backbone_progress: bool | None = None
     verbose: bool = False
     deterministic: bool = False
     checkpoint_every_epoch: bool = False

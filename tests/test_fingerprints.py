@@ -152,7 +152,7 @@ def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(
 def test_the_feature_memo_tells_a_backbone_changed_in_place_apart(tiny_backbone, tmp_path, monkeypatch):
     from safetensors.torch import load_file, save_file
 
-    from dwatt.training.common import feature_key
+    from dwatt.training.run_caches import feature_key
 
     backbone = shutil.copytree(tiny_backbone, tmp_path / "bb")
 
@@ -168,7 +168,7 @@ def test_the_feature_memo_tells_a_backbone_changed_in_place_apart(tiny_backbone,
 
     tokens = Dataset.from_dict({"input_ids": [[1, 2, 3]], "labels": [[0, 0, 0]]})
     model = Model()
-    monkeypatch.setattr("dwatt.training.common.cached_layers", lambda model, wanted: [3])
+    monkeypatch.setattr("dwatt.training.run_caches.cached_layers", lambda model, wanted: [3])
     before = feature_key(model, str(backbone), tokens, torch.float16)
     weights = load_file(str(backbone / "model.safetensors"))
     save_file({key: value * 2 for key, value in weights.items()}, str(backbone / "model.safetensors"))

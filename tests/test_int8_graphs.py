@@ -74,12 +74,15 @@ def test_per_token_smoothed_int8_keeps_the_tokens_that_one_scale_per_tensor_lose
         "fp32": 0,
     }
     exact = x @ weight @ head
+    # weights of 63 levels where this CPU's kernels would saturate 127 (`full_range_int8_exact`): twice the error
+    coarser = 1 if int8_graphs.full_range_int8_exact() else 2
 
     def error(path):  # on the tokens without the outlier
         got = run(path, x)
         return np.linalg.norm((got - exact)[:, 1:]) / np.linalg.norm(exact[:, 1:])
 
-    assert error(tmp_path / "smooth.onnx") < 0.05 and 10 * error(tmp_path / "smooth.onnx") < error(
+    # (7-bit weights add an error floor to both, which narrows the ratio between them)
+    assert error(tmp_path / "smooth.onnx") < 0.05 * coarser and 10 / coarser * error(tmp_path / "smooth.onnx") < error(
         tmp_path / "dynamic.onnx"
     )
     smooth = onnx.load(str(tmp_path / "smooth.onnx")).graph
@@ -87,7 +90,7 @@ def test_per_token_smoothed_int8_keeps_the_tokens_that_one_scale_per_tensor_lose
     assert [node.name for node in smooth.node if node.op_type == "MatMul"] == ["head"]
     assert all(node.domain in ("", "ai.onnx") for node in smooth.node)  # standard operators only
     quantize_smooth_graph(source, tmp_path / "per-token.onnx", smoothing_scales(source, ranges, alpha=None))
-    assert error(tmp_path / "per-token.onnx") < 0.02  # per token, no smoothing
+    assert error(tmp_path / "per-token.onnx") < 0.02 * coarser  # per token, no smoothing
     assert quantize_smooth_graph(
         source, tmp_path / "kept.onnx", smoothing_scales(source, ranges), keep_fp32={"x"}
     ) == {"int8": 0, "fp32": 1}
@@ -224,3 +227,22 @@ def test_an_exported_graph_s_backbone_and_fusion_are_quantized_and_its_heads_are
     labels = {dims[-1] for dims in (tuple(weights[node.input[1]].dims) for node in heads)}
     assert len(heads) == (1 if kind == "model" else 2) and labels <= {7, 3}  # each classifier: hidden -> labels
     assert len(quantized) >= 6 * 2  # the backbone's layers' products (two layers, at least six each)
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["8-bit kernels exact", "8-bit kernels saturate"])
+def test_dynamic_int8_takes_7_bit_weights_where_this_cpu_would_saturate_8(tmp_path, monkeypatch, exact):
+    """The probe reads this CPU's kernels (a VNNI one sums 8-bit products exactly; an AVX2-only one saturates at 16
+    bits); where they saturate, the dynamic graph's weights are 7-bit, and the export's record says so."""
+
+    assert isinstance(int8_graphs.full_range_int8_exact(), bool)
+    monkeypatch.setattr(int8_graphs, "full_range_int8_exact", lambda: exact)
+    rng = np.random.default_rng(0)
+    weight, head = rng.normal(size=(64, 32)).astype(np.float32), rng.normal(size=(32, 5)).astype(np.float32)
+    source = two_products(tmp_path / "model.onnx", weight, head)
+    assert quantize_dynamic_graph(source, tmp_path / "dynamic.onnx") == {"reduce_range": not exact}
+    quantized = [
+        onnx.numpy_helper.to_array(tensor)
+        for tensor in onnx.load(str(tmp_path / "dynamic.onnx")).graph.initializer
+        if tensor.data_type == onnx.TensorProto.INT8
+    ]
+    assert quantized and max(int(np.abs(q.astype(np.int32)).max()) for q in quantized) == (127 if exact else 64)

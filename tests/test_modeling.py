@@ -163,6 +163,12 @@ def test_value_mlps_match_a_per_layer_reference():
         ({"classifier_dropout": 1.0}, "`classifier_dropout` must be in \\[0, 1\\)"),
         ({"encoder_config": {"hidden_size": 8}}, "has no `model_type`"),
         ({"encoder_config": {"model_type": "no-such-model"}}, "unknown encoder model_type 'no-such-model'"),
+        # a checkpoint of a family the running transformers lacks: one line naming the release that saved it
+        (
+            {"encoder_config": {"model_type": "no-such-model"}, "transformers_version": "9.1.0"},
+            r"^DWAttConfig: .* transformers [\d.]+\S* does not have this backbone family; the checkpoint was saved with "
+            r"transformers 9.1.0, which has it$",
+        ),
     ],
 )
 def test_bad_config_values_are_refused_with_the_key_named(kwargs, message):

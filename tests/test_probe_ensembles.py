@@ -3,8 +3,8 @@
 import pytest
 
 import dwatt.training.probe_ensembles as probe_ensembles
+from dwatt.schema import ENSEMBLES_FIELD, ranked_members
 from dwatt.training import RunConfig, run_together
-from dwatt.training.probe_ensembles import ENSEMBLES_FIELD, ranked_members
 
 
 def test_members_are_each_layers_best_rate_ranked_by_that_score():

@@ -102,8 +102,8 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
     """`train_in_parts`: a probe's heads trained 4 at a time, stopped after the first part, run again, trains only the
     other part, and its runs (dev curves, test scores, few-shot choices, the probe's ensembles over every layer) are
     those of the group trained whole."""
+    from dwatt.schema import ENSEMBLES_FIELD
     from dwatt.stacked_heads import train_heads as real_train_heads
-    from dwatt.training.probe_ensembles import ENSEMBLES_FIELD
 
     runs = [(layer, rate) for layer in ("1", "2", "3") for rate in (5e-3, 5e-2)]
 
@@ -160,7 +160,8 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
     the group trained whole; without a budget, or with room for all, in one part."""
     from dwatt.features import WORKING_MARGIN, model_nbytes
     from dwatt.stacked_heads import train_heads as real_train_heads
-    from dwatt.training.common import FEATURE_MEMO, INITIAL_MODELS
+    from dwatt.training.common import INITIAL_MODELS
+    from dwatt.training.run_caches import FEATURE_MEMO
     from dwatt.training.together import TRAINING_BYTES_PER_WEIGHT, copies_within_budget, trained_weights
 
     rates = (5e-3, 2e-2, 5e-2)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..run_config import RunConfig
+from ..schema import ENSEMBLES_FIELD, ranked_members
 from ..tasks import TASKS
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
@@ -212,8 +213,6 @@ def choose(task: str, rows: list[dict]) -> ProbeOutcome:
         sizes.pop() if len(sizes) == 1 else None,
         depths.pop() if len(depths) == 1 else None,
     )
-    from ..training.probe_ensembles import ENSEMBLES_FIELD  # here: reading the command line imports no torch
-
     for row in rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append(
@@ -419,8 +418,6 @@ def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
 def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]]:
     """The (layer, rate) of the `size` best layers' heads of the probe's first trial, best first: each layer at its
     best rate on dev, the layers ranked by that score, as the probe's ensembles are (`ranked_members`)."""
-    from ..training.probe_ensembles import ranked_members
-
     trial = outcome.trials[0]
     runs = [(layer, rate) for t, layer, rate in outcome.scores if t == trial]
     if size > len({layer for layer, _ in runs}):

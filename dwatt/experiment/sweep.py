@@ -202,7 +202,10 @@ def run_sweep(
                     )
                     configs = [
                         spec.run_config(
-                            output_root, feature_cache_dir=str(sweep_feature_cache(output_root)), **run_overrides
+                            output_root,
+                            feature_cache_dir=str(sweep_feature_cache(output_root)),
+                            backbone_progress=progress,
+                            **run_overrides,
                         )
                         for spec in todo
                     ]

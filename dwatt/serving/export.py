@@ -117,13 +117,16 @@ def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict
     tensor lost 2.2 F1 on a MiniLM tagger and 7.4 on an MPNet one, benchmarks/int8_accuracy.py; activations one scale
     per batch), `weights`, onnxruntime's `MatMulNBits` (weights per block, int8 arithmetic), or `smooth`, calibrated
     on the sample that `answer(model)` runs (activations one scale per token, smoothed; the few products it would
-    lose most on stay fp32). Returns what `smooth` left fp32 (`{}` for the others)."""
+    lose most on stay fp32). Returns what the scheme chose on this machine: what `smooth` left fp32, whether `dynamic`
+    took 7-bit weights (`{}` for `weights`)."""
     from .int8_graphs import calibrated_smooth_graph, quantize_dynamic_graph, quantize_weights_graph
 
     with _quiet_exporter():
         if scheme == "smooth":
             return calibrated_smooth_graph(source, target, fp32, answer)
-        (quantize_dynamic_graph if scheme == "dynamic" else quantize_weights_graph)(source, target)
+        if scheme == "dynamic":
+            return quantize_dynamic_graph(source, target)
+        quantize_weights_graph(source, target)
         return {}
 
 

@@ -21,7 +21,6 @@ from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackbone
 from .cls import run_classification
 from .common import (
     DEV_SAMPLE_SEED,
-    FEATURE_MEMO,
     INITIAL_MODELS,
     InitialModels,
     RunConfig,
@@ -30,6 +29,7 @@ from .common import (
 )
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
 from .ner import load_ner_dataset, run_ner
+from .run_caches import FEATURE_MEMO
 from .together import evaluate_features, procedures, run_together
 
 

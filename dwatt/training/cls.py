@@ -31,11 +31,9 @@ from .common import (
     TrainedTogether,
     backbone_placement,
     by_length,
-    cache_facts,
     dev_held_out,
     dev_subset,
     ensure_writable,
-    feature_caches,
     finish_run,
     refuse_few_shot_dev,
     run_facts,
@@ -43,6 +41,7 @@ from .common import (
     set_training_mode,
     train_run,
 )
+from .run_caches import cache_facts, feature_caches
 
 
 def cache_pooling(fusion: str, pooling: str) -> str | None:

@@ -27,7 +27,6 @@ from modeling_dwatt import DWAttForTokenClassification
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
 from ..distributed import (
-    as_the_main_process_says,
     cpu_only,
     device,
     is_main_process,
@@ -36,15 +35,6 @@ from ..distributed import (
 )
 from ..features import (
     WORKING_MARGIN,
-    FeatureMemo,
-    build_feature_cache_across_processes,
-    cache_nbytes,
-    cache_storage,
-    cached_layers,
-    dataset_fingerprint,
-    gib,
-    input_device,
-    model_nbytes,
 )
 from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
@@ -53,10 +43,6 @@ from ..sampling import sample_sentences
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, RunProgress
 
 DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
-
-
-# Frozen-backbone features shared by the runs of one process (a sweep): see `FeatureMemo`.
-FEATURE_MEMO = FeatureMemo()
 
 
 class InitialModels:
@@ -402,62 +388,6 @@ def dev_held_out(dev, config: RunConfig):
     return dev.select([i for i in range(len(dev)) if i not in chosen])
 
 
-def feature_caches(
-    model, backbone: str, config: RunConfig, *splits: tuple[object, dict], layers: list[int] | None = None
-) -> list:
-    """
-    FE: the backbone's features of each `(tokenised split, build_feature_cache options)`, computed on this process's
-    device and remembered across the runs of the process (`FEATURE_MEMO`), in `config.cache_dtype`: of the layers the
-    model's fusion reads, or of `layers` (hidden-state indices; heads on one layer each read one cache of them all).
-    Before computing them it states their size (on the main process, unless `config.progress` is off): in memory when
-    they fit (`features.cache_storage`: within `config.max_memory` beside the model, and half the available memory),
-    else memory-mapped from files in `feature_cache_folder`, named by their key, resumed where a stopped build left
-    them and read again by later runs; else a one-line error saying what to change. Each cache records where it lives
-    (`storage`).
-    """
-    place_on_device(model)
-    dtype = getattr(torch, config.cache_dtype)
-    progress = config.progress and is_main_process()
-    if layers is not None:
-        splits = tuple((tokens, {**options, "layers": list(layers)}) for tokens, options in splits)
-    keys = [feature_key(model, backbone, tokens, dtype, **options) for tokens, options in splits]
-    new = [(tokens, options) for (tokens, options), key in zip(splits, keys) if key not in FEATURE_MEMO]
-    nbytes = sum(cache_nbytes(model, tokens, dtype, **options) for tokens, options in new)
-    folder = feature_cache_folder(config)
-    spill = (
-        cache_storage(
-            nbytes, folder, config.max_memory, model_nbytes(model), FEATURE_MEMO.memory_bytes(), config.cache_on_disk
-        )
-        if new
-        else None
-    )
-    spill = as_the_main_process_says(spill)  # the processes of a launch build each cache the same way, together
-    if new and progress:
-        count, width = len(cached_layers(model, layers)), model.dwatt.backbone.config.hidden_size
-        where = (
-            "in memory" if spill is None else f"memory-mapped from files under {spill} (kept, named by their contents)"
-        )
-        print(
-            f"feature cache: {gib(nbytes)} ({count} layers x {width}, {config.cache_dtype}), {where}", file=sys.stderr
-        )
-    caches = []
-    for (tokens, options), key in zip(splits, keys):
-        if spill is None:
-            on_disk = {}
-        else:  # one file named by its contents, which the processes of a launch write together
-            described = described_key(key)
-            on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
-        caches.append(
-            FEATURE_MEMO.get(
-                key,
-                lambda tokens=tokens, options=options, on_disk=on_disk: build_feature_cache_across_processes(
-                    model, tokens, dtype=dtype, progress=progress, **options, **on_disk
-                ),
-            )
-        )
-    return caches
-
-
 BACKBONE_SHARE = 0.75  # of a memory budget beyond the working margin, what a backbone spread by a device_map takes
 
 
@@ -513,68 +443,6 @@ def feature_cache_folder(config: RunConfig) -> Path:
     if config.feature_cache_dir:
         return Path(config.feature_cache_dir).resolve()
     return Path(config.output_dir).resolve().parent / ".feature-cache"
-
-
-def described_key(key) -> dict:
-    """A `feature_key` as named fields, as a disk cache's record states them."""
-    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data) = key
-    return {
-        "layers": list(layers),
-        "backbone": backbone,
-        "backbone_fingerprint": fingerprint,
-        "revision": revision,
-        "dtype": dtype,
-        "scored_positions_only": scored_positions_only,
-        "pooled": pooled,
-        "device": where,
-        "backbone_dtype": runs_in,
-        "data_fingerprint": data,
-    }
-
-
-def key_digest(described: dict) -> str:
-    import hashlib
-    import json
-
-    return hashlib.sha256(json.dumps(described, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
-def feature_key(
-    model,
-    backbone: str,
-    tokens,
-    dtype,
-    scored_positions_only: bool = False,
-    pooled: str | None = None,
-    layers: list[int] | None = None,
-):
-    """What a feature cache depends on, as `FEATURE_MEMO` keys it: the layers, and the rest (the backbone, its
-    revision and weights by content, dtype and positions kept, the kind of device (each process of a launch on its
-    own GPU computes the same features) and dtype the backbone runs in, and the
-    sentences' contents). Runs whose
-    keys are equal share one cache; a run whose layers are a subset of a remembered cache's, with the rest equal, takes
-    them from it."""
-    weights = next(model.dwatt.backbone.parameters())
-    rest = (
-        backbone,
-        backbone_fingerprint(backbone),
-        model.config.backbone_revision,
-        str(dtype),
-        scored_positions_only,
-        pooled,
-        input_device(model.dwatt.backbone).type,
-        str(weights.dtype),
-        dataset_fingerprint(tokens),
-    )
-    return tuple(cached_layers(model, layers)), rest
-
-
-def cache_facts(*caches) -> dict:
-    """What results.json says of a run's feature caches: their size and where they lived."""
-    return {
-        "cache_bytes": sum(cache.nbytes for cache in caches),
-        "cache_storage": "disk" if any(cache.storage == "disk" for cache in caches) else "memory",
-    }
 
 
 @dataclass

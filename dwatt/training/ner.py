@@ -36,10 +36,8 @@ from .common import (
     TrainedTogether,
     backbone_placement,
     by_length,
-    cache_facts,
     dev_subset,
     ensure_writable,
-    feature_caches,
     finish_run,
     refuse_few_shot_dev,
     run_facts,
@@ -47,6 +45,7 @@ from .common import (
     set_training_mode,
     train_run,
 )
+from .run_caches import cache_facts, feature_caches
 
 
 @dataclass

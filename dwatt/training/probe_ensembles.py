@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..folding import FoldedConcat
-from ..schema import ENSEMBLE_SIZES, ENSEMBLES_FIELD
+from ..schema import ENSEMBLE_SIZES, ranked_members
 from ..stacked_heads import one_layer
 
 
@@ -37,16 +37,6 @@ def predict_features(model, dataset, collator, batch_size: int = 32, layer: int 
         logits.append(output.float().cpu())
         labels.append(batch["labels"].cpu())
     return logits, labels
-
-
-def ranked_members(layers: Sequence[int], scores: Sequence[float | None]) -> list[int]:
-    """The copies a probe's layers are represented by, best layer first: for each layer the copy of the best score
-    among its learning rates (ties: the first copy), the layers ranked by that score (ties: the first layer met)."""
-    best: dict[int, int] = {}
-    for index, (layer, score) in enumerate(zip(layers, scores)):
-        if score is not None and (layer not in best or score > scores[best[layer]]):
-            best[layer] = index
-    return sorted(best.values(), key=lambda index: -scores[index])
 
 
 class ProbeEnsembles:
@@ -158,10 +148,7 @@ def probe_ensembles(
 
 
 __all__ = [
-    "ENSEMBLES_FIELD",
-    "ENSEMBLE_SIZES",
     "ProbeEnsembles",
     "predict_features",
     "probe_ensembles",
-    "ranked_members",
 ]

@@ -27,9 +27,11 @@ from ..features import WORKING_MARGIN, gib, model_nbytes
 from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
+from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS, Task, task_named
-from .common import FEATURE_MEMO, RunClock, TrainedTogether, finish_run, run_facts
-from .probe_ensembles import ENSEMBLES_FIELD, ProbeEnsembles, predict_features, probe_ensembles
+from .common import RunClock, TrainedTogether, finish_run, run_facts
+from .probe_ensembles import ProbeEnsembles, predict_features, probe_ensembles
+from .run_caches import FEATURE_MEMO
 
 # What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
 TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
