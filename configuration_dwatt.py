@@ -137,7 +137,9 @@ class DWAttConfig(PretrainedConfig):
         fusion (`str`, *optional*, defaults to `"dwatt"`):
             One of `"dwatt"` (Depth-Wise Attention), `"concat"` (one `Linear(L*d -> d)` over all layers),
             `"base_plus_n"` (n freshly initialised layers of the backbone's own layer class on top of z_L),
-            `"base"` (z_L only) and `"scalar_mix"` (softmax-normalised scalar weights times gamma, as ELMo).
+            `"base"` (z_L, or the one layer `fused_layers` names), `"scalar_mix"` (softmax-normalised scalar weights
+            times gamma, as ELMo), `"scalar_mix_dropout"` (with UDify's layer dropout) and `"scalar_mix_layer_norm"`
+            (over layers each normalised per token, as AllenNLP's `do_layer_norm`): `specs_dwatt.FUSION_SPECS`.
         query_bottleneck (`float`, *optional*, defaults to 0.5):
             Width of the DWAtt query MLP's hidden layer, as a fraction of the model width, in (0, 1].
         value_bottleneck (`float`, *optional*, defaults to 0.5):
@@ -182,8 +184,7 @@ class DWAttConfig(PretrainedConfig):
             fetches the backbone from `backbone_name_or_path`.
         layer_dropout (`float`, *optional*, defaults to 0.1):
             `scalar_mix_dropout`: the probability that a layer's scalar is dropped from the softmax in training
-            (UDify's
-            0.1).
+            (UDify's 0.1).
 
     Example:
 

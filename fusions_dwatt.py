@@ -286,6 +286,25 @@ class ScalarMixLayerDropout(ScalarMix):
         return torch.where(kept, scores, torch.full_like(scores, -1e20))
 
 
+class ScalarMixLayerNorm(ScalarMix):
+    """
+    ScalarMix over normalised layers (AllenNLP's `ScalarMix(do_layer_norm=True)`): h = gamma * sum_n softmax(s)_n
+    norm(z_n), norm(z) = (z - mean(z)) / sqrt(var(z) + eps), with no learned scale or shift, so that layers of very
+    different norms (a decoder's middle layers, Gemma's up to 4e4) are weighed on one scale. AllenNLP takes the mean
+    and variance over every unpadded element of the batch; here over each token's hidden vector, so that a token's
+    output depends neither on padding nor on its batch-mates (what per-token feature caches, serving and exports need)
+    and no mask is needed. Over one layer it is that layer's normalisation, times gamma.
+    """
+
+    spec = FUSION_SPECS["scalar_mix_layer_norm"]
+
+    def forward(
+        self, layers: torch.Tensor, last_layer: torch.Tensor, layer_inputs=None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        eps = 1e-4 if layers.dtype == torch.float16 else 1e-12  # AllenNLP's; 1e-12 is below float16's range
+        return super().forward(F.layer_norm(layers, layers.shape[-1:], eps=eps), last_layer)
+
+
 class LastLayer(LayerFusion):
     """The `base` fusion: h = z_L, or the one layer z_k that `fused_layers` names (a probe of layer k)."""
 
@@ -341,7 +360,15 @@ class ExtraLayers(LayerFusion):
 
 FUSION_CLASSES: dict[str, type[LayerFusion]] = {
     fusion.spec.name: fusion
-    for fusion in (DepthWiseAttention, LayerConcat, ExtraLayers, LastLayer, ScalarMix, ScalarMixLayerDropout)
+    for fusion in (
+        DepthWiseAttention,
+        LayerConcat,
+        ExtraLayers,
+        LastLayer,
+        ScalarMix,
+        ScalarMixLayerDropout,
+        ScalarMixLayerNorm,
+    )
 }
 """The class that computes each fusion of `specs_dwatt.FUSION_SPECS`, by its `DWAttConfig.fusion` name: the one place
 a name meets its class."""
@@ -356,4 +383,5 @@ __all__ = [
     "LayerFusion",
     "ScalarMix",
     "ScalarMixLayerDropout",
+    "ScalarMixLayerNorm",
 ]

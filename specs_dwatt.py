@@ -88,6 +88,7 @@ FUSION_SPECS: dict[str, FusionSpec] = {
         FusionSpec(
             "scalar_mix_dropout", "ScalarMix+LD", ("layer_dropout",), weighs_layers=True, linear_in_layers=True
         ),
+        FusionSpec("scalar_mix_layer_norm", "ScalarMix+LN", weighs_layers=True),
     )
 }
 """Every fusion by its `DWAttConfig.fusion` name, in the order tables and choices list them."""

@@ -13,7 +13,7 @@ import modeling_dwatt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints-da01343"
 FOLDERS = sorted(path for path in FIXTURES.iterdir() if (path / "expected.safetensors").is_file())
-ADDED_SINCE = {"scalar_mix_dropout"}
+ADDED_SINCE = {"scalar_mix_dropout", "scalar_mix_layer_norm"}
 
 
 def test_the_fixture_holds_every_fusion_and_task():

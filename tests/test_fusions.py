@@ -133,3 +133,29 @@ def test_layer_dropout_drops_layers_from_the_softmax_in_training_only():
     dropping.layer_dropout = 1.0
     weights = dropping(layers, last)[1][0, 0]
     assert torch.allclose(weights, torch.full_like(weights, 1 / config.num_fused_layers))
+
+
+def test_scalar_mix_layer_norm_over_one_layer_is_that_layer_s_normalisation():
+    """ScalarMix+LN (AllenNLP's `do_layer_norm`, per token): over one layer it is (z - mean) / sqrt(var + 1e-12)
+    times gamma; over several, layers of any scale weigh alike (scaling a layer by 1e4 changes nothing), and a token's
+    output does not depend on the other tokens of its batch (padding, batch-mates)."""
+    from fusions_dwatt import ScalarMixLayerNorm
+
+    config = tiny_config("bert", "scalar_mix_layer_norm")
+    fusion = ScalarMixLayerNorm(config)
+    fusion.init_weights(0.02)
+    layer = torch.randn(2, 1, 5, 8) * 3 + 7
+    by_hand = (layer - layer.mean(-1, keepdim=True)) / torch.sqrt(layer.var(-1, unbiased=False, keepdim=True) + 1e-12)
+    one = ScalarMixLayerNorm(tiny_config("bert", "scalar_mix_layer_norm", fused_layers="only:1"))
+    one.init_weights(0.02)
+    with torch.no_grad():
+        one.gamma.fill_(1.5)
+    assert one.scalar_parameters.shape == (1,)
+    torch.testing.assert_close(one(layer, layer[:, 0])[0], 1.5 * by_hand[:, 0])
+    layers = torch.randn(2, config.num_fused_layers, 5, 8)
+    scaled = layers.clone()
+    scaled[:, 0] *= 1e4
+    torch.testing.assert_close(fusion(scaled, scaled[:, -1])[0], fusion(layers, layers[:, -1])[0])
+    torch.testing.assert_close(
+        fusion(layers[:1, :, :3], layers[:1, -1, :3])[0], fusion(layers, layers[:, -1])[0][:1, :3]
+    )

@@ -182,6 +182,10 @@ def test_every_module_has_a_test_file_of_its_own():
 # The experiment side's tables and figures: the only modules that import pandas (and the figures matplotlib).
 TABLES = (
     "dwatt.experiment.report",
+    "dwatt.experiment.fair_report",
+    "dwatt.experiment.fair_answer",
+    "dwatt.experiment.across_settings",
+    "dwatt.experiment.table_text",
     "dwatt.experiment.summaries",
     "dwatt.experiment.selection",
     "dwatt.experiment.figures",
@@ -242,9 +246,8 @@ def test_the_tables_load_without_torch_transformers_or_datasets():
 # names them); each may only shrink until it is split, and then leaves this table.
 LINES = 500
 NOT_YET_SPLIT = {
-    "dwatt/experiment/report.py": 873,
     "dwatt/features.py": 590,
-    "dwatt/experiment/selection.py": 615,
+    "dwatt/experiment/selection.py": 579,
     "dwatt/stacked_heads.py": 547,
     "dwatt/experiment/probe.py": 569,
     "dwatt/hub.py": 509,

@@ -7,7 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from dwatt.experiment.selection import fair_comparison, pooled_comparison
+from dwatt.experiment.across_settings import pooled_comparison
+from dwatt.experiment.selection import fair_comparison
 from dwatt.experiment.significance import holm, paired_p_value, sign_test, tie_robust, verdict_of
 from dwatt.experiment.summaries import runs_frame
 
@@ -96,3 +97,23 @@ def test_the_answer_is_a_table_marked_by_the_corrected_verdicts(tmp_path):
     assert "Holm's correction" in answer and "5 of 5 ahead" in answer
     pooled = pd.read_csv(tmp_path / "out" / "tables" / "pooled.csv").set_index("method")
     assert pooled.loc["DWAtt"].ahead == 5
+
+
+def test_random_effects_agree_with_statsmodels_and_truncate_tau2_at_zero():
+    """Where DerSimonian-Laird's tau^2 is positive, statsmodels' `combine_effects` gives the same mean and HKSJ
+    interval; where settings agree more than their variances say, tau^2 is 0 (statsmodels leaves it negative), and
+    the mean is the fixed-effect one."""
+    import numpy as np
+    from statsmodels.stats.meta_analysis import combine_effects
+
+    from dwatt.experiment.significance import random_effects
+
+    effects, variances = [1.0, 2.0, 0.5, 3.0], [0.5, 0.3, 0.8, 0.4]
+    mean, ci95, p, tau2 = random_effects(effects, variances)
+    theirs = combine_effects(np.array(effects), np.array(variances), method_re="dl", use_t=True)
+    low, high = theirs.conf_int(use_t=True)[3]  # the random-effects interval with the HKSJ scale
+    assert tau2 > 0 and tau2 == pytest.approx(theirs.tau2) and mean == pytest.approx(theirs.mean_effect_re)
+    assert (mean - ci95, mean + ci95) == pytest.approx((low, high)) and 0 < p < 0.05
+    mean, ci95, p, tau2 = random_effects([1.0, 1.1, 0.9], [1.0, 2.0, 4.0])
+    assert tau2 == 0 and mean == pytest.approx((1.0 + 1.1 / 2 + 0.9 / 4) / (1 + 1 / 2 + 1 / 4))
+    assert math.isnan(random_effects([2.0], [1.0])[1]) and math.isnan(random_effects([1.0, 1.0], [1.0, 1.0])[2])

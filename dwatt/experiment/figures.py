@@ -72,6 +72,7 @@ COLORS = {
     "dwatt": "#d62728",
     "scalar_mix": "#2ca02c",
     "scalar_mix_dropout": "#9467bd",
+    "scalar_mix_layer_norm": "#8c564b",
 }
 TIER_ORDER = [name for _, name in TIERS]
 

@@ -24,7 +24,7 @@ from ..run_config import default_learning_rate
 from ..schema import ENSEMBLE_SIZES
 from ..tasks import TASKS
 from .grid import WINDOW_RADIUS, RunSpec
-from .significance import holm, paired_p_value, sign_test, tie_robust, verdict_of
+from .significance import holm, paired_p_value, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
@@ -34,7 +34,7 @@ NO_INTERVAL = "no interval"
 SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
 # Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
 # simplest to the paper's.
-TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "concat", "base_plus_n", "dwatt")
+TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "scalar_mix_layer_norm", "concat", "base_plus_n", "dwatt")
 FUSION_METHODS = {
     name: FUSION_NAMES[name]
     for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
@@ -358,41 +358,6 @@ def trial_differences(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
     return pd.DataFrame.from_records(records)
 
 
-def pooled_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
-    """Per dataset and method, across every setting (backbone, N) it ran in: the sign test of its trials' differences
-    from the best single layer (`significance.sign_test`), Holm-corrected across the dataset's methods, and the mean
-    difference; `verdict` as the per-setting ones are read (`significance.verdict_of`)."""
-    differences = trial_differences(frame, few_shot_dev)
-    if differences.empty:
-        return pd.DataFrame()
-    records = []
-    for (dataset, method), rows in differences.groupby(["dataset", "method"], sort=False):
-        ahead, behind, p = sign_test(list(rows.difference))
-        records.append(
-            {
-                "dataset": dataset,
-                "method": method,
-                "settings": len(rows.groupby(["backbone", "n_shot"])),
-                "trials": len(rows),
-                "ahead": ahead,
-                "behind": behind,
-                "mean_difference": rows.difference.mean(),
-                "p_value": p,
-            }
-        )
-    table = pd.DataFrame.from_records(records)
-    if table.empty:
-        return table
-    table["p_holm"] = math.nan
-    for _, family in table.groupby("dataset", sort=False):
-        table.loc[family.index, "p_holm"] = holm(list(family.p_value))
-    table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
-    order = {method: k for k, method in enumerate(METHODS)}
-    return table.sort_values(
-        ["dataset", "method"], key=lambda c: c.map(order) if c.name == "method" else c
-    ).reset_index(drop=True)
-
-
 def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -> pd.DataFrame:
     """
     What a user with no dev set gets, per backbone, dataset, N and method: with nothing to choose on, the head on the
@@ -603,7 +568,6 @@ __all__ = [
     "fair_comparison",
     "is_fair_grid",
     "no_dev_comparison",
-    "pooled_comparison",
     "probe_curve",
     "probe_windows",
     "trial_differences",

@@ -4,8 +4,12 @@
   tested two-sided with Student's t (`paired_p_value`, the test behind the 95% CIs the tables print). The
   p-values of one table's method-setting pairs are corrected together for multiple comparisons by Holm's step-down
   method (`holm`): a method "beats" or "trails" the best single layer only where its corrected p is below 0.05.
-- Across settings: one pooled test per method (`pooled_sign_tests`), a two-sided sign test over every trial of every
+- Across settings: one pooled test per method (`across_settings.pooled_comparison`), a two-sided sign test over every trial of every
   setting of a table (ahead against behind; exact ties left out), its p-values corrected by Holm across methods.
+- Across settings, settings weighed alike (`random_effects`): each setting's mean paired difference and its
+  variance, combined by a random-effects meta-analysis (DerSimonian-Laird between-setting variance) with the
+  Hartung-Knapp-Sidik-Jonkman interval and t-test on k - 1 degrees of freedom (careful with few settings), Holm across
+  methods. The sign test above counts trials, so settings with more trials weigh more; this one does not.
 - Ties on dev: where several runs of a method share the best dev score, the method's test score is the mean of theirs
   (`selection.chosen_on_dev`); whether a verdict holds over every way of breaking them is `tie_robust`.
 
@@ -54,6 +58,32 @@ def sign_test(differences: Sequence[float]) -> tuple[int, int, float]:
     if ahead + behind == 0:
         return 0, 0, math.nan
     return ahead, behind, float(stats.binomtest(ahead, ahead + behind, 0.5).pvalue)
+
+
+def random_effects(effects: Sequence[float], variances: Sequence[float]) -> tuple[float, float, float, float]:
+    """(mean, 95% CI half-width, two-sided p, tau^2) of a random-effects meta-analysis of per-setting `effects` with
+    the `variances` of their means: DerSimonian and Laird's between-setting variance, truncated at 0 as they define it
+    (statsmodels' `combine_effects(method_re="dl")` leaves it negative, which overweights every setting), and the
+    Hartung-Knapp-Sidik-Jonkman standard error with Student's t on k - 1 degrees of freedom. NaN interval and p for
+    fewer than 2 settings, or settings that all agree."""
+    import numpy as np
+    from scipy import stats
+
+    y, v = np.asarray(effects, float), np.asarray(variances, float)
+    if len(y) < 2:
+        return (float(y[0]) if len(y) else math.nan), math.nan, math.nan, math.nan
+    w = 1 / v
+    fixed = (w * y).sum() / w.sum()
+    q = (w * (y - fixed) ** 2).sum()
+    tau2 = max(0.0, float((q - (len(y) - 1)) / (w.sum() - (w**2).sum() / w.sum())))
+    w_re = 1 / (v + tau2)
+    mean = float((w_re * y).sum() / w_re.sum())
+    freedom = len(y) - 1
+    error = math.sqrt(float((w_re * (y - mean) ** 2).sum()) / (freedom * float(w_re.sum())))
+    if not error > 0:
+        return mean, math.nan, math.nan, tau2
+    p = float(2 * stats.t.sf(abs(mean) / error, freedom))
+    return mean, float(stats.t.ppf(1 - ALPHA / 2, freedom) * error), p, tau2
 
 
 def verdict_of(difference: float, adjusted_p: float) -> str:
