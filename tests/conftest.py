@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-if "PYTEST_XDIST_WORKER" in os.environ:  # a core a worker: two OpenMP threads each on a busy CPU run several times slower
+if (
+    "PYTEST_XDIST_WORKER" in os.environ
+):  # a core a worker: two OpenMP threads each on a busy CPU run several times slower
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

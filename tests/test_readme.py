@@ -227,3 +227,70 @@ def benchmark_module_at(folder: Path, name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# The prose a reader takes a verdict from: a comparative claim there must rest on a cell the tables mark.
+PROSE_PAGES = ("README.md", "docs/results.md", "docs/guides/which-layer.md")
+CLAIM = re.compile(
+    r"\b(ahead|behind|beats?|trails?|trailing|collapses?|collapsed|outperforms?|complete|every backbone)\b", re.I
+)
+HEDGE = re.compile(
+    r"\b(level|not shown|nothing is shown|no difference|not (?:yet )?(?:measured|tested|run|reproduced)|unmarked|"
+    r"whether|if any|hypothesis|likely|the paper finds)\b",
+    re.I,
+)
+INTERVAL = re.compile(r"[+\-−]?(\d+\.\d+) ± (\d+\.\d+)")
+
+
+def fair_table_marks() -> dict[tuple[str, str], set[str]]:
+    """Every `mean ± CI` of the fair comparisons' generated tables, with the marks (▲/▼) it carries there."""
+    marks: dict[tuple[str, str], set[str]] = {}
+    for table in (DOCS / "results").glob("fair*/**/tables/*.md"):
+        for found in re.finditer(r"[+-]?(\d+\.\d+) ± (\d+\.\d+)( [▲▼])?", table.read_text()):
+            marks.setdefault((found.group(1), found.group(2)), set()).update(
+                [found.group(3).strip()] if found.group(3) else []
+            )
+    return marks
+
+
+def prose_sentences(text: str) -> list[str]:
+    """The hand-written sentences of a page: no generated block, code, table, heading or figure, and no **term**
+    (a word in bold names a verdict, it does not claim one)."""
+    text = re.sub(r"<!-- ([^:\n]+): (\S+) -->\n.*?<!-- end of \1 -->", "", text, flags=re.S)
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"\*\*[^*]+\*\*", "", text)
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith(("|", "#", "!["))]
+    return re.split(r"(?<=[.!?])\s+", " ".join(lines))
+
+
+def unsupported_claims(text: str, marks: dict) -> list[str]:
+    """The sentences that claim a lead, a deficit, a collapse or completeness without a hedge and without citing an
+    interval the fair tables mark (▲/▼); an interval those tables hold unmarked supports nothing, one from another
+    table (the paper-protocol runs) only where it excludes 0; "complete" needs the coverage table."""
+
+    def supported(sentence: str) -> bool:
+        if HEDGE.search(sentence):
+            return True
+        for found in INTERVAL.finditer(sentence):
+            key = (found.group(1), found.group(2))
+            if marks.get(key) or (key not in marks and float(key[0]) > float(key[1])):
+                return True
+        return bool(re.search(r"\bcomplete\b", sentence, re.I)) and "coverage" in sentence.lower()
+
+    return [s for s in prose_sentences(text) if CLAIM.search(s) and not supported(s)]
+
+
+def test_the_prose_claims_no_more_than_the_tables_mark():
+    marks = fair_table_marks()
+    for page in PROSE_PAGES:
+        claims = unsupported_claims((README.parent / page).read_text(), marks)
+        assert not claims, f"{page}: claims the tables do not mark:\n" + "\n".join(c[:300] for c in claims)
+    planted = [
+        "SmolLM2's ScalarMix trails its best layer at N = 16 (-5.31 ± 2.64).",  # level after Holm
+        "The top-3 ensemble is ahead on EmbeddingGemma.",  # no interval at all
+        "The grid is complete.",
+        "Windows ran on every backbone.",
+    ]
+    assert unsupported_claims(" ".join(planted), marks) == planted
+    marked = "Its last layer trails the best one by 43.42 ± 0.93."  # ▼ in the CoNLL-03 answer
+    assert unsupported_claims(marked, marks) == []

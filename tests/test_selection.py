@@ -80,15 +80,16 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
         "none; that trail it: none."
     ) in verdict
     assert verdict.rstrip().endswith(
-        "The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in every "
-        "trial (a larger one might score higher): last layer, best single layer."
+        "The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in most "
+        "trials (the optimum may lie beyond it): last layer, best single layer. Chosen at the smallest learning rate "
+        "tried in most trials (the optimum may lie beyond it): DWAtt."
     )
-    assert list(table.at_largest_rate) == [True, True, False]  # last layer, best layer: 1e-3 of 1e-4 and 1e-3
+    assert list(table.rate_edge) == ["largest", "largest", "smallest"]  # of 1e-4 and 1e-3: 1e-3, 1e-3, 1e-4
     answer = (tmp_path / "out" / "tables" / "fair_answer.md").read_text().splitlines()
     assert answer[:3] == [
         "| setting | best single layer | last layer | DWAtt |",
         "|---|---|---|---|",
-        "| deep, N = 32 (3 trials) | 64.00 | -9.70 ± 0.75 ▼ | +3.17 ± 0.72 ▲ |",
+        "| deep, N = 32 (3 trials) | 64.00 | -9.70 ± 0.75 ▼ ⇡ | +3.17 ± 0.72 ▲ ⇣ |",
     ]
     assert answer[3] == "| every trial: trials ahead (sign test, secondary) |  | 0 of 3 ahead | 3 of 3 ahead |"
     assert answer[5].startswith(
@@ -459,3 +460,11 @@ def test_coverage_counts_windows_around_both_choices_and_only_those():
     moved = [row | {"config": row["config"] | {"layers": "2-6"}} for row in rows if row["config"]["layers"] == "1-5"]
     covered = coverage(runs_frame(around_dev_only + moved)).set_index("method")
     assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [0, 2, 4, 8]
+
+
+def test_a_choice_at_either_edge_of_its_grid_in_most_trials_is_flagged():
+    from dwatt.experiment.selection import rate_edge
+
+    tried = [5e-5, 3e-4, 1e-3]
+    assert rate_edge([1e-3, 1e-3, 3e-4], tried) == "largest" and rate_edge([5e-5, 5e-5, 1e-3], tried) == "smallest"
+    assert rate_edge([1e-3, 3e-4, 5e-5], tried) == "" and rate_edge([1e-3], [1e-3]) == ""

@@ -22,6 +22,7 @@ SHORT_NAMES = {
     **{name: name.removesuffix(" layers averaged") for name in ENSEMBLE_METHODS.values()},
 }
 MARKS = {"beats": " ▲", "trails": " ▼"}
+EDGE_MARKS = {"largest": " ⇡", "smallest": " ⇣"}  # `selection.rate_edge`
 
 
 def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled: pd.DataFrame | None = None) -> str:
@@ -37,6 +38,7 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
     metric = judged.metric.iloc[0]
     header = ["setting", "best single layer", *[SHORT_NAMES.get(method, method) for method in methods]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    empty: dict[str, list[str]] = {}  # method -> the settings it has no cell in
     for (backbone, dataset, n_shot, budget), rows in table.groupby(
         ["backbone", "dataset", "n_shot", "epochs"], sort=False
     ):
@@ -53,6 +55,7 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
         for method in methods:
             if method not in mine.index:
                 cells.append("")
+                empty.setdefault(method, []).append(f"{backbone} N = {n_shot:g}")
                 continue
             row = mine.loc[method]
             text = (
@@ -63,7 +66,10 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
             fewer = (
                 f" ({trials_text(row.trials)})" if row.trials != best.trials.iloc[0] else ""
             )  # paired on those only
-            cells.append(text + MARKS.get(row.verdict, "") + ("" if row.get("tie_robust", True) else " ‡") + fewer)
+            edge = EDGE_MARKS.get(row.get("rate_edge", ""), "")
+            cells.append(
+                text + MARKS.get(row.verdict, "") + ("" if row.get("tie_robust", True) else " ‡") + edge + fewer
+            )
         lines.append(
             f"| {backbone}, N = {n_shot:g} ({trials_text(best.trials.iloc[0])}) | {best.test_score.iloc[0]:.2f} | "
             + " | ".join(cells)
@@ -109,6 +115,19 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
         legend += (
             " Every trial: trials ahead of the best single layer over every setting, a two-sided sign test, "
             "Holm-corrected across methods (secondary: a setting of 10 trials weighs more than one of 3)."
+        )
+    edges = [edge for edge in ("largest", "smallest") if (judged.get("rate_edge", pd.Series(dtype=str)) == edge).any()]
+    if edges:
+        legend += (
+            " "
+            + " ".join(f"{EDGE_MARKS[edge].strip()}: chosen at the {edge} rate of its grid" for edge in edges)
+            + " in most trials, so the optimum may lie beyond the grid."
+        )
+    if empty:
+        legend += (
+            " Empty cells: the method was not run in that setting, by the grid's choice (its run.sh says why): "
+            + "; ".join(f"{SHORT_NAMES.get(m, m)} on {', '.join(where)}" for m, where in empty.items())
+            + "."
         )
     if "tie_robust" in judged and not judged.tie_robust.all():
         legend += " ‡: the verdict changes with how ties on dev are broken (the tie rule averages the tied runs)."

@@ -98,12 +98,13 @@ def verdict_lines(table: pd.DataFrame) -> str:
             parts.append(
                 f". The last layer: {with_interval(last.minus_best_layer.iloc[0], last.minus_best_layer_ci95.iloc[0], sign=True)}"
             )
-        edge = rows[rows.at_largest_rate.astype(bool)].method.tolist()
-        if edge:
-            parts.append(
-                f". Chosen at the largest learning rate tried in every trial (a larger one might score higher): "
-                f"{', '.join(edge)}"
-            )
+        for edge in ("largest", "smallest"):
+            at_edge = rows[rows.rate_edge == edge].method.tolist()
+            if at_edge:
+                parts.append(
+                    f". Chosen at the {edge} learning rate tried in most trials (the optimum may lie beyond it): "
+                    f"{', '.join(at_edge)}"
+                )
         lines.append("".join(parts) + ".")
     return "\n".join(lines) + "\n" if lines else ""
 

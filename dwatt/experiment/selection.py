@@ -242,10 +242,21 @@ def paired_columns(name: str, differences: pd.Series, is_reference: bool) -> dic
     }
 
 
+def rate_edge(chosen: list[float], tried: list[float]) -> str:
+    """`"largest"` or `"smallest"` where most of a method's trials chose that edge of the learning rates it tried (a
+    rate beyond it might score higher), else `""`; `""` with one rate tried (no grid to be at the edge of)."""
+    if len(tried) < 2:
+        return ""
+    for edge, rate in (("largest", max(tried)), ("smallest", min(tried))):
+        if 2 * sum(math.isclose(choice, rate) for choice in chosen) > len(chosen):
+            return edge
+    return ""
+
+
 def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
     """Per backbone, dataset, N and method: the test score of the dev-chosen runs (mean, 95% CI, trials; the task's
-    `metric`), the chosen learning rates (and layers) among the rates tried, whether every trial chose the largest
-    rate tried, and the paired difference in test score to the best single layer. `few_shot_dev`: every choice
+    `metric`), the chosen learning rates (and layers) among the rates tried, the edge of them most trials chose (`rate_edge`),
+    and the paired difference in test score to the best single layer. `few_shot_dev`: every choice
     made on each trial's few-shot dev sample instead (`with_methods`)."""
     runs = with_methods(frame, few_shot_dev)
     picks = chosen_on_dev(runs)
@@ -296,10 +307,8 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                     "regret": (mine.test_score - mine.best_test_score).mean(),
                     "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
                     **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
-                    # chosen at the largest rate tried in every trial: a larger one might have scored higher
-                    "at_largest_rate": bool(
-                        not ensemble and len(tried) > 1 and (mine.learning_rate == tried[-1]).all()
-                    ),
+                    # chosen at an edge of the rates tried in most trials: the optimum may lie beyond it
+                    "rate_edge": "" if ensemble else rate_edge(list(mine.learning_rate), tried),
                     "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
                     "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
                 }
