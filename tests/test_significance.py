@@ -112,8 +112,12 @@ def test_random_effects_agree_with_statsmodels_and_truncate_tau2_at_zero():
     mean, ci95, p, tau2 = random_effects(effects, variances)
     theirs = combine_effects(np.array(effects), np.array(variances), method_re="dl", use_t=True)
     low, high = theirs.conf_int(use_t=True)[3]  # the random-effects interval with the HKSJ scale
+    assert theirs.scale_hksj_re >= 1  # where the ad hoc rule changes nothing
     assert tau2 > 0 and tau2 == pytest.approx(theirs.tau2) and mean == pytest.approx(theirs.mean_effect_re)
     assert (mean - ci95, mean + ci95) == pytest.approx((low, high)) and 0 < p < 0.05
     mean, ci95, p, tau2 = random_effects([1.0, 1.1, 0.9], [1.0, 2.0, 4.0])
     assert tau2 == 0 and mean == pytest.approx((1.0 + 1.1 / 2 + 0.9 / 4) / (1 + 1 / 2 + 1 / 4))
-    assert math.isnan(random_effects([2.0], [1.0])[1]) and math.isnan(random_effects([1.0, 1.0], [1.0, 1.0])[2])
+    assert math.isnan(random_effects([2.0], [1.0])[1])
+    # settings that agree more than their variances say: the interval stays the plain random-effects one, not 0
+    mean, ci95, p, tau2 = random_effects([1.0, 1.0], [1.0, 1.0])
+    assert ci95 == pytest.approx(12.706 * math.sqrt(1 / 2), rel=1e-4) and p > 0.05

@@ -11,11 +11,20 @@ from .options import add_threads_argument
 
 def register(commands) -> None:
     parser = commands.add_parser(
-        "export", help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer"
+        "export",
+        help="write a checkpoint as an ONNX graph for onnxruntime, beside its tokenizer, or a head on one layer as a "
+        "stock transformers model",
     )
     parser.add_argument("checkpoint")
     parser.add_argument("output", help="the folder to write (model.onnx, the tokenizer, dwatt_export.json)")
-    parser.add_argument("--format", choices=("onnx",), default="onnx")
+    parser.add_argument(
+        "--format",
+        choices=("onnx", "transformers"),
+        default="onnx",
+        help="onnx: a graph for onnxruntime (`dwatt predict` runs it); transformers: a tagger's head on one layer as "
+        "its family's stock <Family>ForTokenClassification, cut to that layer, which loads without remote code "
+        "(other heads are refused, saying why)",
+    )
     parser.add_argument(
         "--quantize",
         choices=EXPORT_QUANTIZATIONS,
@@ -42,7 +51,23 @@ def register(commands) -> None:
     parser.set_defaults(handler=run)
 
 
+def run_stock(args: argparse.Namespace) -> int:
+    from ..serving.stock_export import export_stock
+
+    if args.quantize or args.calibration or args.allow_lossy:
+        raise ValueError("--quantize, --calibration and --allow-lossy are for --format onnx")
+    record = export_stock(args.checkpoint, args.output)
+    print(
+        f"exported {args.checkpoint} to {args.output} as a stock {record['architecture']} (layer {record['layer']} of "
+        f"{record['backbone_layers']}; no remote code); logits within {record['check']['max_abs_logit_difference']:.1e} "
+        "of the checkpoint's"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.format == "transformers":
+        return run_stock(args)
     from ..serving.export import export_onnx
 
     config = export_onnx(

@@ -1,6 +1,6 @@
 """Each method against the best single layer across every setting (backbone, N) of a fair-comparison table.
 
-Two tests, both Holm-corrected across a dataset's methods (`significance`):
+Two tests, both Holm-corrected across a dataset's methods, the last layer's apart (`with_holm`, `significance`):
 - `setting_weighted_comparison`, the one the answer and the advice follow: settings weighed alike, by a random-effects
   meta-analysis of each setting's mean paired difference (`significance.random_effects`), with a leave-one-backbone-out
   check that names the backbones a verdict rests on;
@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from .selection import METHODS, trial_differences
+from .selection import LAST_LAYER, METHODS, trial_differences
 from .significance import holm, random_effects, sign_test, verdict_of
 from .table_text import markdown, with_interval
 
@@ -64,9 +64,14 @@ def _weighted(effects: pd.DataFrame) -> pd.DataFrame:
                 "p_value": p,
             }
         )
-    table = pd.DataFrame.from_records(records, columns=columns)
+    return with_holm(pd.DataFrame.from_records(records, columns=columns))
+
+
+def with_holm(table: pd.DataFrame) -> pd.DataFrame:
+    """`table` with `p_holm` and `verdict`: Holm over each dataset's methods, the last layer's test corrected apart
+    (as its per-setting tests are: a question of its own, not one of the fusions')."""
     table["p_holm"] = math.nan
-    for _, family in table.groupby("dataset", sort=False):
+    for _, family in table.groupby([table.dataset, table.method == LAST_LAYER], sort=False):
         table.loc[family.index, "p_holm"] = holm(list(family.p_value))
     table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
     return table
@@ -117,12 +122,7 @@ def pooled_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
                 "p_value": p,
             }
         )
-    table = pd.DataFrame.from_records(records)
-    table["p_holm"] = math.nan
-    for _, family in table.groupby("dataset", sort=False):
-        table.loc[family.index, "p_holm"] = holm(list(family.p_value))
-    table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
-    return _in_table_order(table)
+    return _in_table_order(with_holm(pd.DataFrame.from_records(records)))
 
 
 def setting_weighted_table(weighted: pd.DataFrame) -> str:

@@ -162,10 +162,18 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
     fusions = judged[judged.method.isin(FUSIONS_OF_ALL_LAYERS)]
     verdict = lambda method: weighted.loc[method].verdict if method in weighted.index else ""
     resting = lambda method: (
-        f" (resting on {weighted.loc[method].rests_on}: not shown without its settings)"
+        f" (resting on {weighted.loc[method].rests_on}: not shown without "
+        + ("its settings)" if ", " not in weighted.loc[method].rests_on else "the settings of any one of them)")
         if method in weighted.index and weighted.loc[method].rests_on
         else ""
     )
+    if not trailing and verdict(LAST_LAYER) == "beats":
+        row = weighted.loc[LAST_LAYER]
+        first = first.removesuffix(", and the probe costs little.") + (
+            f"; across settings weighed alike it is ahead of that layer by "
+            f"{with_interval(row.mean_difference, row.ci95, sign=True)} {METRIC_UNITS.get(judged.metric.iloc[0], '')}"
+            f"{resting(LAST_LAYER)}: the last layer's head is a sound default, and the probe costs little to check."
+        )
     across_ahead = [m for m in FUSIONS_OF_ALL_LAYERS if verdict(m) == "beats"]
     somewhere = [
         m

@@ -245,11 +245,11 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
     return lines
 
 
-# What dwatt's fair comparison found of the top-3 probe ensemble against the best single layer, pooled over settings
-# (a sign test over trials, Holm-corrected: `verdict` in docs/results/fair-cpu and fair-agnews's tables/pooled.csv;
+# What dwatt's fair comparison found of the top-3 probe ensemble against the best single layer across settings weighed
+# alike (random effects, Holm-corrected: `verdict` in docs/results/fair-cpu and fair-agnews's tables/across_settings.csv;
 # tests/test_experiment_probe.py checks these against them), by the dataset it ran on: a probe of a task says it of
 # the task's default dataset, beside the ensemble it scored itself.
-ENSEMBLE_EVIDENCE = {"conll2003": ("CoNLL-03", "beats"), "ag_news": ("AG News", "beats")}
+ENSEMBLE_EVIDENCE = {"conll2003": ("CoNLL-03", "level"), "ag_news": ("AG News", "level")}
 
 
 def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
@@ -261,11 +261,11 @@ def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
     if verdict == "beats":
         return (
             f"; on {dataset}, dwatt's fair comparison found the top-3 average ahead of the best single layer across "
-            "settings (docs/results.md)" + ("" if saved else ": keep it with --save-ensemble 3")
+            "settings weighed alike (docs/results.md)" + ("" if saved else ": keep it with --save-ensemble 3")
         )
     return (
         f"; on {dataset}, dwatt's fair comparison did not find the top-3 average ahead of the best single layer "
-        "across settings (docs/results.md): the single layer's head is the simpler model to serve"
+        "across settings weighed alike (docs/results.md): the single layer's head is the simpler model to serve"
     )
 
 

@@ -8,8 +8,8 @@
   setting of a table (ahead against behind; exact ties left out), its p-values corrected by Holm across methods.
 - Across settings, settings weighed alike (`random_effects`): each setting's mean paired difference and its
   variance, combined by a random-effects meta-analysis (DerSimonian-Laird between-setting variance) with the
-  Hartung-Knapp-Sidik-Jonkman interval and t-test on k - 1 degrees of freedom (careful with few settings), Holm across
-  methods. The sign test above counts trials, so settings with more trials weigh more; this one does not.
+  Hartung-Knapp-Sidik-Jonkman interval and t-test on k - 1 degrees of freedom (careful with few settings; with the ad
+  hoc rule that keeps it no narrower than the plain random-effects interval), Holm across methods. The sign test above counts trials, so settings with more trials weigh more; this one does not.
 - Ties on dev: where several runs of a method share the best dev score, the method's test score is the mean of theirs
   (`selection.chosen_on_dev`); whether a verdict holds over every way of breaking them is `tie_robust`.
 
@@ -64,8 +64,8 @@ def random_effects(effects: Sequence[float], variances: Sequence[float]) -> tupl
     """(mean, 95% CI half-width, two-sided p, tau^2) of a random-effects meta-analysis of per-setting `effects` with
     the `variances` of their means: DerSimonian and Laird's between-setting variance, truncated at 0 as they define it
     (statsmodels' `combine_effects(method_re="dl")` leaves it negative, which overweights every setting), and the
-    Hartung-Knapp-Sidik-Jonkman standard error with Student's t on k - 1 degrees of freedom. NaN interval and p for
-    fewer than 2 settings, or settings that all agree."""
+    Hartung-Knapp-Sidik-Jonkman standard error, never below the plain random-effects one (Knapp and Hartung's ad hoc
+    rule), with Student's t on k - 1 degrees of freedom. NaN interval and p for fewer than 2 settings."""
     import numpy as np
     from scipy import stats
 
@@ -79,7 +79,10 @@ def random_effects(effects: Sequence[float], variances: Sequence[float]) -> tupl
     w_re = 1 / (v + tau2)
     mean = float((w_re * y).sum() / w_re.sum())
     freedom = len(y) - 1
-    error = math.sqrt(float((w_re * (y - mean) ** 2).sum()) / (freedom * float(w_re.sum())))
+    # HKSJ scales the random-effects variance by q; q < 1 (settings that agree more than their own variances say)
+    # would make the interval narrower than the plain random-effects one: Knapp and Hartung's ad hoc rule keeps q >= 1.
+    q_scale = max(1.0, float((w_re * (y - mean) ** 2).sum()) / freedom)
+    error = math.sqrt(q_scale / float(w_re.sum()))
     if not error > 0:
         return mean, math.nan, math.nan, tau2
     p = float(2 * stats.t.sf(abs(mean) / error, freedom))
