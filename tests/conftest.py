@@ -225,6 +225,7 @@ def checkpoints(tiny_backbone, tmp_path_factory) -> dict:
 
     root = tmp_path_factory.mktemp("export-checkpoints")
     folders = {}
+    torch.manual_seed(0)  # the same weights whichever test (and worker) builds them first
     mlm_backbone = save_tiny_backbone(root / "mlm-backbone", "bert", vocab_size=16)
     torch.manual_seed(0)
     for task, model in (

@@ -79,6 +79,10 @@ class AnyName:
         return True
 
 
+# One worker builds and reads every cell: the module fixture below is minutes of work that a second worker would repeat.
+pytestmark = pytest.mark.xdist_group("families")
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory) -> dict:
     """Every cell built from a saved tiny backbone of its family, trained a step, saved full and head-only, then

@@ -25,7 +25,10 @@ def test_dwatt_export_then_predict_with_onnxruntime_gives_the_pytorch_paths_outp
     task, checkpoints, tmp_path, capsys
 ):
     exported = tmp_path / "onnx"
-    assert main(["export", str(checkpoints[task]), str(exported), "--format", "onnx", "--quantize", "int8"]) == 0
+    # --allow-lossy: the tiny random masked LM's 16-way top token is one an int8 graph may flip on a CPU without VNNI
+    # (its activations at half range); the threshold is test_int8_graphs.py's to test, this test compares fp32 paths
+    arguments = ["export", str(checkpoints[task]), str(exported), "--format", "onnx", "--quantize", "int8"]
+    assert main([*arguments, "--allow-lossy"]) == 0
     assert "onnxruntime's logits within" in capsys.readouterr().out
     config = json.loads((exported / "dwatt_export.json").read_text())
     assert config["task"] == task and config["check"]["max_abs_logit_difference"] <= 1e-4
