@@ -29,7 +29,7 @@ def stock_refusal(model, task: str) -> str | None:
     """Why `model` is no stock transformers architecture (one line), or None where it is one."""
     from configuration_dwatt import is_decoder_only
 
-    if task != "ner":
+    if not hasattr(model, "token_linear_map"):  # a tagger's head is one linear map per token
         return (
             f"a {task} head has no stock transformers class that computes it (the stock classes pool and read "
             "the last layer their own way); export it to ONNX instead"
