@@ -86,6 +86,7 @@ def probe_scores(backbone: str, n_shot: int, dev_sentences: int, epochs: int, wo
             dev_sentences=dev_sentences,
             backbone_dtype=dtype,
             cache_dtype="float32",
+            widen=0,  # the grid the committed result was measured on
             save_model=False,
             progress=False,
             results=str(work / dtype / "results.jsonl"),

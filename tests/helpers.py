@@ -84,7 +84,7 @@ def an_ensemble(task, backbone, folder, layers=(2, 1)):
     (random, seeded heads; labels `ENSEMBLE_LABELS`): the deepest member whole, the others head-only."""
     from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
     from dwatt.checkpoints import write_ensemble
-    from dwatt.experiment.probe import store_member
+    from dwatt.experiment.probe_models import store_member
 
     build = DWAttForTokenClassification if task == "ner" else DWAttForSequenceClassification
     torch.manual_seed(0)

@@ -5,7 +5,6 @@ classification files, and a stopped probe resumed without training again."""
 import json
 
 import pytest
-import torch
 from safetensors import safe_open
 
 from dwatt import RobertaDWAttForSequenceClassification, RobertaDWAttForTokenClassification
@@ -30,6 +29,8 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
         "2",
         "--epochs",
         "2",
+        "--widen",
+        "0",
         "--learning-rates",
         "5e-3,5e-2",
         "--cache-dtype",
@@ -99,6 +100,8 @@ def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll
                 "1",
                 "--epochs",
                 "1",
+                "--widen",
+                "0",
                 "--learning-rates",
                 "1e-3,1e-2",
                 "--results",
@@ -136,6 +139,8 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
                 "1",
                 "--epochs",
                 "2",
+                "--widen",
+                "0",
                 "--learning-rates",
                 "1e-3,1e-2",
                 "--results",
@@ -203,7 +208,12 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
         "float32",
     ]
     results = tmp_path / "probe" / "results.jsonl"
-    assert main(["probe", *options, "--learning-rates", "5e-3,5e-2", "--results", str(results), "--quiet"]) == 0
+    assert (
+        main(
+            ["probe", *options, "--widen", "0", "--learning-rates", "5e-3,5e-2", "--results", str(results), "--quiet"]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
@@ -297,6 +307,8 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
         "2",
         "--epochs",
         "3",
+        "--widen",
+        "0",
         "--learning-rates",
         "5e-3,5e-2",
         "--cache-dtype",
@@ -337,51 +349,6 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     assert capsys.readouterr().out.split()[0] == "eu"
     assert main([*argv, "--save-ensemble", "4"]) == 2  # three layers probed
     assert "--save-ensemble 4: the probe has 3 layers to average" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("recorded", ["deeper", "not recorded"])
-@pytest.mark.parametrize("whole", [True, False], ids=["whole", "head-only"])
-def test_an_ensemble_member_is_stored_cut_at_its_layer_or_head_only_with_the_same_outputs(
-    tiny_backbone, tmp_path, recorded, whole
-):
-    """`store_member`: a head on layer 1 saved with the backbone's 3 layers, its config recording the depth (as an
-    encoder's ensemble members were saved) or not (as a decoder's were), is saved again storing layer 1 only (the
-    member that carries the ensemble's backbone) or its head only (the others); either loads alone with the outputs
-    it had, is left as it is when stored again as asked, and changes part when asked to."""
-    from transformers import AutoTokenizer
-
-    from dwatt import DWAttForTokenClassification
-    from dwatt.checkpoints import load_checkpoint, stored_keys
-    from dwatt.experiment.probe import store_member
-
-    torch.manual_seed(0)
-    model = DWAttForTokenClassification.from_backbone(
-        str(tiny_backbone), fusion="base", fused_layers="1", num_labels=3, backbone_depth=3
-    ).eval()
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
-    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
-    if recorded == "not recorded":
-        config = json.loads((folder / "config.json").read_text())
-        config.pop("backbone_depth")
-        (folder / "config.json").write_text(json.dumps(config))
-    layers = lambda: {key.split(".layer.")[1].split(".")[0] for key in stored_keys(folder) if ".encoder.layer." in key}
-    assert layers() == {"0", "1", "2"}
-    store_member(folder, whole=whole)
-    assert layers() == ({"0"} if whole else set())
-    assert any(key.startswith("dwatt.backbone.") for key in stored_keys(folder)) == whole
-    batch = {"input_ids": torch.tensor([[2, 5, 6, 7, 3]]), "attention_mask": torch.ones(1, 5, dtype=torch.long)}
-    stored, _, _ = load_checkpoint(folder)
-    with torch.no_grad():
-        torch.testing.assert_close(stored(**batch).logits, model(**batch).logits)
-    before = (folder / "model.safetensors").stat().st_mtime_ns
-    store_member(folder, whole=whole)  # already stored as asked: left as it is
-    assert (folder / "model.safetensors").stat().st_mtime_ns == before
-    store_member(folder, whole=not whole)  # the other part (a probe run again chose a deeper or shallower member)
-    assert layers() == (set() if whole else {"0"})
-    again, _, _ = load_checkpoint(folder)
-    with torch.no_grad():
-        torch.testing.assert_close(again(**batch).logits, model(**batch).logits)
 
 
 def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_comparison_found():

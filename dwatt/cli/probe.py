@@ -60,6 +60,14 @@ def register(commands) -> None:
         dest="learning_rates",
         help="comma-separated (default: %(default)s; the fair comparison's heads chose 3e-4..1e-2)",
     )
+    parser.add_argument(
+        "--widen",
+        type=int,
+        default=3,
+        metavar="K",
+        help="where a layer's best dev rate is an edge of the rates, train the next rate past it (the grid's own "
+        "steps), up to K a side (default: %(default)s; 0: the rates as given)",
+    )
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)

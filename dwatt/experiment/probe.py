@@ -4,12 +4,12 @@ trained on one feature cache per trial; the layer and rate chosen on dev; a figu
 the chosen head saved as an ordinary checkpoint that runs the backbone only through its layer.
 
 The heads of one trial train together (`run_together`, the stacked engine), each reading its layer out of one cache
-of every probed layer (for text classification, pooled sentence vectors).
-The choice is the (layer, rate) with the best dev score averaged over the trials; each trial's own choice is printed
-beside it, to show how stable it is. The saved head is trial 0's at that choice, trained again alone into its own
-folder (the same seed, sample and cache values give the same head as in the probe), cut at its layer. With
-`save_ensemble` K, trial 0's heads of the K best layers (`ensemble_members`) are trained again too and saved as one
-model that averages their probabilities (`dwatt.serving.ensemble`).
+of every probed layer (for text classification, pooled sentence vectors). Where a layer's best rate is an edge of the
+rates, the grid widens past it (`widening`). The choice is the (layer, rate) with the best dev score averaged over
+the trials; each trial's own choice is printed beside it, to show how stable it is. The saved head is trial 0's at
+that choice, trained again alone into its own folder (the same seed, sample and cache values give the same head as
+in the probe), cut at its layer; with `save_ensemble` K, trial 0's heads of the K best layers are trained again too
+and saved as one model that averages their probabilities (`probe_models`, `dwatt.serving.ensemble`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..run_config import RunConfig
-from ..schema import ENSEMBLES_FIELD, ranked_members
+from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
+from .probe_models import layer_span
+from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
 # What a probe scores on dev and test, by task: the run's own selection metric.
@@ -44,6 +45,7 @@ class ProbeSettings:
     trials: int = 1
     layers: str = "all"
     learning_rates: tuple[float, ...] = PROBE_LEARNING_RATES
+    widen: int = 3  # rates added past each edge where a layer's best rate sits there (`Widening`); 0: the grid asked
     dev_sentences: int | None = None
     pooling: str | None = None
     text_column: str | None = None
@@ -70,6 +72,8 @@ class ProbeSettings:
             raise ValueError(
                 f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}"
             )
+        if self.widen < 0:
+            raise ValueError(f"--widen: a count of rates to add past each edge (0 or more), not {self.widen}")
         if self.save_ensemble is not None and not self.save_model:
             raise ValueError("--save-ensemble saves a model: leave out --no-save")
         if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
@@ -114,6 +118,20 @@ class ProbeOutcome:
     # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each
     # {"layers": [...], "dev": ..., "test": ...} (x 100)
     ensembles: dict[int, list[dict]] = field(default_factory=dict)
+    widening: Widening | None = None  # the rates the grid gained past its edges, and the limits it stopped at
+
+    def best_rate(self, layer: int) -> float:
+        """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""
+        return max(self.rates, key=lambda rate: (_ordered(self.mean(layer, rate)), -rate))
+
+    def edges(self) -> dict[str, list[int]]:
+        """The layers whose best rate is an edge of the rates tried, by edge (`widening.edge_of`)."""
+        at = {}
+        for layer in self.layers:
+            edge = edge_of(self.best_rate(layer), self.rates)
+            if edge:
+                at.setdefault(edge, []).append(layer)
+        return at
 
     @property
     def layers(self) -> list[int]:
@@ -127,6 +145,11 @@ class ProbeOutcome:
     def trials(self) -> list[int]:
         return sorted({trial for trial, _, _ in self.scores})
 
+    @property
+    def metrics(self) -> tuple[str, str, str]:
+        """The results' key of the best dev score, the test score's key and the metric's name (`METRICS`)."""
+        return METRICS[self.task]
+
     def depth_text(self) -> str:
         return str(self.depth) if self.depth is not None else "L"
 
@@ -138,7 +161,8 @@ class ProbeOutcome:
         return statistics.fmean(values) if values else math.nan
 
 
-def probe_specs(settings: ProbeSettings):
+def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | None = None):
+    """The probe's runs: a Base head on each layer at each of `learning_rates` (default: the rates asked for)."""
     from .grid import grid
 
     return grid(
@@ -151,34 +175,48 @@ def probe_specs(settings: ProbeSettings):
         backbones=(settings.backbone,),
         data_dir=settings.data_dir,
         dev_sentences=settings.dev_sentences,
-        learning_rates=settings.learning_rates,
+        learning_rates=learning_rates or settings.learning_rates,
         probe_layers=settings.layers,
         poolings=(settings.pooling,),
     )
 
 
 def run_probe(settings: ProbeSettings) -> ProbeOutcome:
-    """Train (or resume) every head of the probe into `settings.results`, choose on dev, draw the figure and save
-    the chosen head (unless `save_model` is off)."""
+    """Train (or resume) every head of the probe into `settings.results`, widening the rates while a layer's best
+    rate sits at an edge of them (`settings.widen` rates a side at most: `Widening`; only the added rates train),
+    choose on dev, draw the figure and save the chosen head (unless `save_model` is off)."""
+    from .probe_models import ensemble_members, save_chosen, save_ensemble, spec_at
     from .store import ResultsStore
     from .sweep import run_sweep
 
-    specs = probe_specs(settings)
+    rates = tuple(sorted(settings.learning_rates))
+    specs = probe_specs(settings, rates)
+    asked = {spec.run_id for spec in specs}
     layers = len({spec.layers for spec in specs})
     if settings.save_ensemble and settings.save_ensemble > layers:  # said before anything trains
         raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
     overrides = settings.overrides()
-    run_sweep(
-        specs,
-        settings.results,
-        settings.output_root,
-        progress=settings.progress,
-        engine="stacked",
-        train_in_parts=settings.train_in_parts,
-        **overrides,
-    )
-    rows = ResultsStore(settings.results).finished(specs, overrides, "stacked")
-    outcome = choose(settings.task, [rows[spec.run_id] for spec in specs if spec.run_id in rows])
+    widening = Widening(settings.widen)
+    while True:
+        run_sweep(
+            specs,
+            settings.results,
+            settings.output_root,
+            progress=settings.progress,
+            engine="stacked",
+            train_in_parts=settings.train_in_parts,
+            **overrides,
+        )
+        rows = ResultsStore(settings.results).finished(specs, overrides, "stacked")
+        found = [spec.run_id for spec in specs if spec.run_id in rows]
+        # the probe's ensembles average heads trained together: those of the rates asked for, not of a widening's
+        outcome = choose(settings.task, [rows[i] for i in found], [rows[i] for i in found if i in asked])
+        added = widening.more(list(rates), set(outcome.edges())) if len(rates) > 1 else []
+        if not added:
+            break
+        rates = tuple(sorted(rates + tuple(added)))
+        specs = probe_specs(settings, rates)
+    outcome.widening = widening
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
         chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
@@ -189,9 +227,10 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     return outcome
 
 
-def choose(task: str, rows: list[dict]) -> ProbeOutcome:
+def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None) -> ProbeOutcome:
     """The probe's scores by (trial, layer, rate), and the (layer, rate) with the best mean dev score over the
-    trials (ties: the shallower layer, then the smaller rate), with each trial's own choice."""
+    trials (ties: the shallower layer, then the smaller rate), with each trial's own choice; the probe ensembles
+    that `ensemble_rows` (default: `rows`) hold."""
     dev_key, test_key, _ = METRICS[task]
     scores = {}
     for row in rows:
@@ -213,7 +252,7 @@ def choose(task: str, rows: list[dict]) -> ProbeOutcome:
         sizes.pop() if len(sizes) == 1 else None,
         depths.pop() if len(depths) == 1 else None,
     )
-    for row in rows:
+    for row in rows if ensemble_rows is None else ensemble_rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append(
                 {
@@ -278,6 +317,8 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
         f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
     ]
+    lines += widening_lines(outcome)
+    widened = outcome.widening is not None and any(outcome.widening.added.values())
     if len(outcome.trials) > 1:
         picks = ", ".join(
             f"layer {pick_layer} at {pick_rate:g}" for pick_layer, pick_rate in outcome.chosen_per_trial.values()
@@ -290,6 +331,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
             f"the {size} best layers' heads averaged (layers {layers}; --save-ensemble {size} saves it as one model): "
             f"dev {metric} {statistics.fmean(e['dev'] for e in ensembles):.2f}, "
             f"test {metric} {statistics.fmean(e['test'] for e in ensembles):.2f}"
+            + (" (of the heads at the rates asked for, trained together)" if widened else "")
             + ensemble_evidence(outcome.task, size, saved=len(outcome.ensemble_members) == size)
         )
     last = max(outcome.layers)
@@ -312,6 +354,29 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
             f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
             f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
             f'dwatt predict {outcome.ensemble} "...", dwatt export {outcome.ensemble} OUT --quantize int8)'
+        )
+    return lines
+
+
+def widening_lines(outcome: ProbeOutcome) -> list[str]:
+    """The rates the grid gained past its edges, and any layer whose best rate still stands at an edge, with the limit
+    that stopped the grid there."""
+    widening = outcome.widening
+    if widening is None:
+        return []
+    added = [
+        f"{', '.join(f'{rate:g}' for rate in rates)} {'above' if edge == 'largest' else 'below'}"
+        for edge, rates in widening.added.items()
+        if rates
+    ]
+    lines = [f"rates added where a layer's best dev rate sat at an edge: {'; '.join(added)}"] if added else []
+    for edge, layers in outcome.edges().items():
+        rate = max(outcome.rates) if edge == "largest" else min(outcome.rates)
+        chosen = " (the chosen layer among them)" if outcome.chosen[0] in layers else ""
+        why = widening.limits.get(edge, "not widened")
+        lines.append(
+            f"at the {edge} rate tried, {rate:g}, layer{'s' * (len(layers) > 1)} {layer_span(layers)}{chosen} still "
+            f"score{'s' * (len(layers) == 1)} best: {why}; the optimum may lie beyond it"
         )
     return lines
 
@@ -377,180 +442,9 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
     return path
 
 
-def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[Path, dict]:
-    """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
-    layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
-    from ..checkpoints import load_checkpoint
-    from ..hub import model_card
-    from ..training import run_together
-
-    folder = settings.folder / "chosen"
-    config = saving_config(spec, settings, folder)
-    model_folder = folder / "model"
-    results = _finished(config, folder)  # a probe run again keeps the head it saved for the same choice
-    if results is None:
-        results = run_together([config])[0]
-    model, _, _ = load_checkpoint(str(model_folder))
-    card = model_card(model, results, heads_only=False, has_tokenizer=True)
-    (model_folder / "README.md").write_text(
-        card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n"
-    )
-    return model_folder, results
-
-
-def spec_at(specs, trial: int, layer: int, rate: float):
-    """The probe's run of `trial` on `layer` at `rate`."""
-    return next(
-        spec for spec in specs if spec.trial == trial and (int(spec.layers), spec.learning_rate) == (layer, rate)
-    )
-
-
-def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
-    """`spec`'s run as the probe trains it again alone to keep its model: into `folder`, saved, quiet."""
-    from .sweep import sweep_feature_cache, sweep_output_root
-
-    cache = sweep_feature_cache(sweep_output_root(settings.results, settings.output_root))
-    config = spec.run_config(settings.folder, feature_cache_dir=str(cache), **settings.overrides())
-    config.output_dir, config.save_model, config.progress = str(folder), True, False
-    return config
-
-
-def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]]:
-    """The (layer, rate) of the `size` best layers' heads of the probe's first trial, best first: each layer at its
-    best rate on dev, the layers ranked by that score, as the probe's ensembles are (`ranked_members`)."""
-    trial = outcome.trials[0]
-    runs = [(layer, rate) for t, layer, rate in outcome.scores if t == trial]
-    if size > len({layer for layer, _ in runs}):
-        raise ValueError(
-            f"--save-ensemble {size}: the probe has {len({layer for layer, _ in runs})} layers to average"
-        )
-    ranked = ranked_members(
-        [layer for layer, _ in runs], [outcome.scores[trial, layer, rate]["dev"] for layer, rate in runs]
-    )
-    return [runs[index] for index in ranked[:size]]
-
-
-def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path:
-    """Train the ensemble's members (`outcome.ensemble_members`) again, together, each into
-    `<folder>/ensemble-<size>/layer-<k>` (the deepest whole, cut at its layer, the others head-only: `store_member`),
-    and write the folder `dwatt predict` runs as one model (`dwatt.serving.ensemble`): the members best first, and a
-    model card."""
-    from ..checkpoints import write_ensemble
-    from ..training import run_together
-
-    trial, members = outcome.trials[0], outcome.ensemble_members
-    folder = settings.folder / f"ensemble-{len(members)}"
-    configs = [
-        saving_config(spec_at(specs, trial, layer, rate), settings, folder / f"layer-{layer}")
-        for layer, rate in members
-    ]
-    pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
-    if pending:
-        run_together(pending)
-    deepest = max(layer for layer, _ in members)
-    for config, (layer, _) in zip(configs, members):  # also members an earlier, stopped run saved otherwise
-        store_member(Path(config.output_dir) / "model", whole=layer == deepest)
-    _, _, metric = METRICS[outcome.task]
-    about = {
-        "task": outcome.task,
-        "chosen_on": "dev",
-        "trial": trial,
-        "layers": [layer for layer, _ in members],
-        "learning_rates": [rate for _, rate in members],
-    }
-    write_ensemble(folder, [f"layer-{layer}/model" for layer, _ in members], about)
-    rows = [f"| {layer} | {rate:g} | {outcome.scores[trial, layer, rate]['dev']:.2f} |" for layer, rate in members]
-    (folder / "README.md").write_text(
-        "\n".join(
-            [
-                f"# The {len(members)} best layers' heads of a probe, averaged",
-                "",
-                f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} at learning rates "
-                f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
-                f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
-                f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
-                f"{max(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
-                f"export` writes it as one ONNX graph.",
-                "",
-                f"| layer | learning rate | dev {metric} of its head |",
-                "|---|---|---|",
-                *rows,
-                "",
-            ]
-        )
-    )
-    return folder
-
-
-def store_member(model_folder: Path, whole: bool) -> None:
-    """An ensemble member's checkpoint as its ensemble keeps it. The member that reads deepest is kept `whole`, cut at
-    its layer: it carries the backbone every member shares (`SharedBackboneHeads` runs it once, loaded from that
-    member). The others keep their heads only and name the backbone, as a LoRA run's checkpoint does: the folder
-    stores the backbone once, not K times, and each member still loads alone, with the backbone it names. A member
-    trained beside deeper ones was saved with their layers: it is cut. The folder is replaced whole; one already
-    stored as asked is left as it is."""
-    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder
-    from ..checkpoints import load_checkpoint, stored_keys
-
-    stored_whole = not read_json(model_folder / "config.json").get("heads_only")
-    model, tokenizer, _ = load_checkpoint(str(model_folder))  # loads only the layers its head reads
-    if model.config.backbone_depth is not None:  # recorded deeper: cut it
-        model.dwatt.cut_backbone()
-    elif stored_whole == whole and (not whole or stored_keys(model_folder) <= set(model.state_dict())):
-        return  # as asked, and a whole one stores no layer past its own
-    with scratch_folder(model_folder) as staging:
-        model.save_pretrained(staging, heads_only=not whole)
-        tokenizer.save_pretrained(staging)
-        give_usual_modes(staging)
-        replace_folder(staging, model_folder)
-
-
-def _finished(config: RunConfig, folder: Path) -> dict | None:
-    """The results of the run `config` asks for, where `folder` holds it finished with its model."""
-    from dataclasses import asdict
-
-    from ..atomic import read_json
-    from .store import run_settings
-
-    if not (folder / "results.json").is_file() or not (folder / "model" / "config.json").is_file():
-        return None
-    saved = read_json(folder / "results.json")
-    return saved if run_settings(saved.get("config", {})) == run_settings(asdict(config)) else None
-
-
-def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict) -> list[str]:
-    """The model card's account of how this head was chosen."""
-    dev_key, test_key, metric = METRICS[outcome.task]
-    layer, rate = outcome.chosen
-    test = results.get("test_scores", {}).get(test_key)
-    dev_size = f"{outcome.dev_size} dev {TASKS[outcome.task].items}" if outcome.dev_size else "the dev split"
-    lines = [
-        "## How this head was chosen",
-        "",
-        f"`dwatt probe` trained a head on each of layers {_span(outcome.layers)} of the frozen backbone at learning "
-        f"rates {', '.join(f'{r:g}' for r in outcome.rates)} ({len(outcome.layers) * len(outcome.rates)} candidates, "
-        f"{len(outcome.trials)} trial{'s' * (len(outcome.trials) > 1)}, N = {settings.n_shot}, {settings.epochs} epochs) "
-        f"and chose layer {layer} at {rate:g}, the best mean dev {metric} over the trials on {dev_size}.",
-        "",
-        f"- This head (trial {outcome.trials[0]}): dev {metric} {100 * results[dev_key]:.2f}"
-        + ("" if test is None else f", test {metric} {100 * test:.2f}"),
-        f"- The model runs layers 1-{layer} of the backbone's {outcome.depth_text()}: the layers past it are not "
-        "computed and not stored.",
-    ]
-    if len(outcome.trials) > 1:
-        lines.append(
-            "- Each trial's own choice: "
-            + ", ".join(f"layer {pick[0]} at {pick[1]:g}" for pick in outcome.chosen_per_trial.values())
-        )
-    return lines
-
-
-def _span(layers: list[int]) -> str:
-    return (
-        f"{layers[0]}-{layers[-1]}"
-        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2
-        else ", ".join(map(str, layers))
-    )
+def _ordered(score: float) -> float:
+    """A mean dev score as `max` ranks it: a layer never scored at a rate ranks last there."""
+    return -math.inf if math.isnan(score) else score
 
 
 __all__ = [

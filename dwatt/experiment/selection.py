@@ -26,6 +26,7 @@ from ..tasks import TASKS
 from .grid import WINDOW_RADIUS, RunSpec
 from .significance import holm, paired_p_value, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
+from .widening import EDGES, edge_of
 
 LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The verdict of a paired difference with no interval to judge it by (`verdict`).
@@ -245,12 +246,8 @@ def paired_columns(name: str, differences: pd.Series, is_reference: bool) -> dic
 def rate_edge(chosen: list[float], tried: list[float]) -> str:
     """`"largest"` or `"smallest"` where most of a method's trials chose that edge of the learning rates it tried (a
     rate beyond it might score higher), else `""`; `""` with one rate tried (no grid to be at the edge of)."""
-    if len(tried) < 2:
-        return ""
-    for edge, rate in (("largest", max(tried)), ("smallest", min(tried))):
-        if 2 * sum(math.isclose(choice, rate) for choice in chosen) > len(chosen):
-            return edge
-    return ""
+    edges = [edge_of(choice, tried) for choice in chosen]
+    return next((edge for edge in EDGES if 2 * edges.count(edge) > len(chosen)), "")
 
 
 def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
