@@ -12,6 +12,7 @@ from dwatt.experiment.probe import PROBE_LEARNING_RATES, ProbeSettings
 def test_the_probe_s_defaults_and_its_options_reach_its_settings():
     args = build_parser().parse_args(["probe"])
     assert args.learning_rates == PROBE_LEARNING_RATES and (args.task, args.n_shot, args.layers) == ("ner", 32, "all")
+    assert (args.widen, args.baselines) == (3, True)
     args = build_parser().parse_args(
         [
             "probe",
@@ -24,13 +25,18 @@ def test_the_probe_s_defaults_and_its_options_reach_its_settings():
             "last",
             "--layers",
             "every:2",
+            "--widen",
+            "0",
+            "--no-baselines",
         ]
     )
-    assert (args.learning_rates, args.save_model, args.pooling, args.layers) == (
+    assert (args.learning_rates, args.save_model, args.pooling, args.layers, args.widen, args.baselines) == (
         (1e-3, 3e-3),
         False,
         "last",
         "every:2",
+        0,
+        False,
     )
     settings = {f.name for f in fields(ProbeSettings)}
     unread = {name for name in vars(args) if name not in settings} - {"command", "handler", "quiet", "threads"}

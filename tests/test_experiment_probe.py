@@ -52,6 +52,14 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
         f"test F1 {100 * best['test_scores']['f1']:.2f}"
     ) in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
+    # the floor on the same sample: O everywhere, and a CRF on word features, then the chosen layer's margin over it
+    assert "the majority label (O everywhere): dev F1 0.00, test F1 0.00" in printed
+    (crf,) = [line for line in printed.splitlines() if line.startswith("no backbone: a CRF on word features (L2")]
+    crf_dev = float(crf.split("dev F1 ")[1].split(",")[0])
+    (margin,) = [line for line in printed.splitlines() if "the model with no backbone on dev, by" in line]
+    said = float(margin.split(", by ")[1].removesuffix(" F1"))
+    assert abs(said - (100 * best["best_dev_f1"] - crf_dev)) <= 0.006  # the CRF's dev F1 as printed, to 2 places
+    assert margin.startswith("the chosen layer beats" if said > 0 else "the chosen layer does not beat")
     # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
     (ensemble,) = rows[0]["probe_ensembles"]
     layers = ", ".join(str(member["layer"]) for member in ensemble["members"])

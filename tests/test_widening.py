@@ -73,7 +73,13 @@ def probe_settings(backbone, tmp_path, **kwargs):
     from dwatt.experiment.probe import ProbeSettings
 
     return ProbeSettings(
-        backbone=str(backbone), n_shot=2, layers="1-3", results=str(tmp_path / "r.jsonl"), save_model=False, **kwargs
+        backbone=str(backbone),
+        n_shot=2,
+        layers="1-3",
+        results=str(tmp_path / "r.jsonl"),
+        save_model=False,
+        baselines=False,
+        **kwargs,
     )
 
 

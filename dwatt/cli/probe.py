@@ -87,6 +87,12 @@ def register(commands) -> None:
         help="do not save the chosen head (the table and the figure only)",
     )
     parser.add_argument(
+        "--no-baselines",
+        action="store_false",
+        dest="baselines",
+        help="do not score the majority label and a model with no backbone (CRF / TF-IDF) on each trial's sample",
+    )
+    parser.add_argument(
         "--save-ensemble",
         type=int,
         default=None,

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
-from .probe_models import layer_span
+from .baselines import baselines, floor_lines, mean_scores
+from .probe_models import layer_span, spec_at
 from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
@@ -61,6 +62,7 @@ class ProbeSettings:
     output_root: str | None = None
     output: str | None = None
     save_model: bool = True
+    baselines: bool = True  # score the majority label and a model with no backbone on each trial's sample
     save_ensemble: int | None = None  # also save the heads of this many best layers, averaged, as one model
     train_in_parts: int | None = None  # the heads of a trial train this many at a time, each kept as it ends
     progress: bool = True
@@ -119,6 +121,10 @@ class ProbeOutcome:
     # {"layers": [...], "dev": ..., "test": ...} (x 100)
     ensembles: dict[int, list[dict]] = field(default_factory=dict)
     widening: Widening | None = None  # the rates the grid gained past its edges, and the limits it stopped at
+    floor: list = field(
+        default_factory=list
+    )  # the baselines' scores, mean over the trials (`baselines.BaselineScores`)
+    floor_missing: str = ""  # why no baseline was scored, where a package it needs is missing
 
     def best_rate(self, layer: int) -> float:
         """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""
@@ -185,7 +191,7 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     """Train (or resume) every head of the probe into `settings.results`, widening the rates while a layer's best
     rate sits at an edge of them (`settings.widen` rates a side at most: `Widening`; only the added rates train),
     choose on dev, draw the figure and save the chosen head (unless `save_model` is off)."""
-    from .probe_models import ensemble_members, save_chosen, save_ensemble, spec_at
+    from .probe_models import ensemble_members, save_chosen, save_ensemble
     from .store import ResultsStore
     from .sweep import run_sweep
 
@@ -217,6 +223,8 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
         rates = tuple(sorted(rates + tuple(added)))
         specs = probe_specs(settings, rates)
     outcome.widening = widening
+    if settings.baselines:
+        score_floor(outcome, specs, settings)
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
         chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
@@ -269,6 +277,21 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
             own, key=lambda pair: (scores[(trial, *pair)]["dev"], -pair[0], -pair[1])
         )
     return outcome
+
+
+def score_floor(outcome: ProbeOutcome, specs, settings: ProbeSettings) -> None:
+    """The majority label and the model with no backbone (`baselines`) on each trial's sample, dev and test, as the
+    chosen head's runs read them, averaged over the trials into `outcome.floor`."""
+    layer, rate = outcome.chosen
+    try:
+        scores = [
+            baselines(spec_at(specs, trial, layer, rate).run_config(settings.folder, **settings.overrides()))
+            for trial in outcome.trials
+        ]
+    except ModuleNotFoundError as error:
+        outcome.floor_missing = str(error)
+        return
+    outcome.floor = mean_scores(scores)
 
 
 def table_lines(outcome: ProbeOutcome) -> list[str]:
@@ -340,6 +363,8 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(
             f"the last layer ({last}) at its best rate {best_rate:g}: dev {metric} {outcome.mean(last, best_rate):.2f}"
         )
+    if outcome.floor_missing or outcome.floor:
+        lines += floor_lines(outcome.floor, outcome.mean(layer, rate), outcome.metrics[2], outcome.floor_missing)
     if outcome.figure:
         lines.append(f"figure: {outcome.figure}")
     if outcome.model:

@@ -93,18 +93,10 @@ class ClassificationSetup:
         return to_model_labels(by_length(tokenize_texts(dataset, self.tokenizer)), self.model_ids)
 
 
-def prepare_classification(config: RunConfig, cache_layers: list[int] | None = None) -> ClassificationSetup:
-    """Sample N examples per class with `config.seed`, tokenise, build the model (initialised with the same seed),
-    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`):
-    of the layers the model reads, or of `cache_layers` (hidden-state indices 0..k, the model then keeping the
-    backbone's layers through k): a probe's heads, one on each layer, read one cache of them all.
-    The model's classes are those of its training examples: an evaluation label they lack is warned about once
-    (`warn_about_unseen_labels`) and its rows are scored as errors, never as a class the model could guess."""
-    from ..data import load_tokenizer
-
-    config.validate()
-    ensure_writable(Path(config.output_dir))
-    backbone = backbone_folder(config.backbone)
+def classification_splits(config: RunConfig):
+    """What a run reads of its data, before any backbone: the dataset (its test split, with `--test` on data without
+    one, the dev split's rest beyond `dev_sentences`: `dev_held_out`), the N examples per class drawn with
+    `config.seed` (all of the training split without `n_shot`), their rows, and the dev split or its fixed subset."""
     data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
     if config.evaluate_test and "test" not in data:
         rest = dev_held_out(data["validation"], config)
@@ -121,12 +113,28 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
                 "--data-dir at a folder with a test file"
             )
         data["test"] = rest
-    label_names = list(data["train"].features["label"].names)
     train, sampled_ids = data["train"], list(range(len(data["train"])))
     if config.n_shot is not None:
         sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
         train = train.select(sampled_ids)
     dev = dev_subset(data["validation"], config)
+    return data, train, sampled_ids, dev
+
+
+def prepare_classification(config: RunConfig, cache_layers: list[int] | None = None) -> ClassificationSetup:
+    """Sample N examples per class with `config.seed`, tokenise, build the model (initialised with the same seed),
+    and in FE with the cache compute the backbone's features once, pooled where that is exact (`cache_pooling`):
+    of the layers the model reads, or of `cache_layers` (hidden-state indices 0..k, the model then keeping the
+    backbone's layers through k): a probe's heads, one on each layer, read one cache of them all.
+    The model's classes are those of its training examples: an evaluation label they lack is warned about once
+    (`warn_about_unseen_labels`) and its rows are scored as errors, never as a class the model could guess."""
+    from ..data import load_tokenizer
+
+    config.validate()
+    ensure_writable(Path(config.output_dir))
+    backbone = backbone_folder(config.backbone)
+    data, train, sampled_ids, dev = classification_splits(config)
+    label_names = list(data["train"].features["label"].names)
     scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test else {})
     sample = (
         "the training split"

@@ -73,6 +73,18 @@ class NERSetup:
         return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
 
 
+def ner_splits(config: RunConfig):
+    """What a run reads of its data, before any backbone: the dataset, the N x C training sample drawn with
+    `config.seed` (all of the training split without `n_shot`), its rows in the training split, and the dev split or
+    its fixed subset (`dev_subset`)."""
+    data = load_ner_dataset(config.dataset, config.data_dir)
+    train = data["train"]
+    sampled_ids = list(range(len(train)))
+    if config.n_shot is not None:
+        train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
+    return data, train, sampled_ids, dev_subset(data["validation"], config)
+
+
 def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NERSetup:
     """Sample N x C training sentences with `config.seed`, tokenise, build the model from the pretrained backbone
     (initialised with the same seed), and, for FE with the cache, compute the backbone's features once (of
@@ -81,13 +93,8 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
     config.validate()
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
-    data = load_ner_dataset(config.dataset, config.data_dir)
+    data, train, sampled_ids, dev = ner_splits(config)
     label_names = data["train"].features["ner_tags"].feature.names
-    train = data["train"]
-    sampled_ids = list(range(len(train)))
-    if config.n_shot is not None:
-        train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
-    dev = dev_subset(data["validation"], config)
     tokenizer = load_tokenizer(backbone)
     train_tokens = tokenize_and_align(train, tokenizer)
     dev_tokens = by_length(tokenize_and_align(dev, tokenizer))

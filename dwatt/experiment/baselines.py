@@ -1,0 +1,220 @@
+"""
+The floor under every head: what a task scores with no backbone at all, on the same few-shot sample, dev split and
+test split a run reads (`ner_splits`, `classification_splits`), scored by the run's own metric.
+
+- The majority label: `O` for every token (NER), the sample's most frequent class (text classification).
+- A model with no backbone, its one hyperparameter chosen on dev like a head's learning rate: a linear-chain CRF on
+  word features (the word, its lowercase, shape, prefixes and suffixes, its neighbours; sklearn-crfsuite) for NER,
+  TF-IDF over word and character n-grams with logistic regression (scikit-learn) for text classification.
+
+scikit-learn and sklearn-crfsuite are the `baselines` extra (`pip install "dwatt[baselines]"`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from ..run_config import RunConfig
+from .widening import Widening, widened_choice
+
+EXTRA = 'pip install "dwatt[baselines]"'
+# The CRF's L2 weight and the logistic regression's inverse one, each chosen on dev (ties: the smaller), the grid
+# widened where the choice sits at its edge (`widened_choice`).
+CRF_L2 = (0.01, 0.1, 1.0)
+LOGISTIC_C = (0.1, 1.0, 10.0, 100.0)
+
+
+@dataclass
+class BaselineScores:
+    """One baseline's dev score and test score (x 100; test None where the run scores none), with its choice."""
+
+    name: str
+    dev: float
+    test: float | None = None
+    chosen: str = ""
+
+
+def word_features(words: list[str], position: int) -> dict:
+    """A word as a CRF reads it: itself, lowercased, its shape, affixes, and its neighbours' lowercase and case."""
+    word = words[position]
+    shape = "".join("X" if c.isupper() else "x" if c.islower() else "d" if c.isdigit() else c for c in word)
+    features = {
+        "bias": 1.0,
+        "word": word,
+        "lower": word.lower(),
+        "shape": shape,
+        "short_shape": "".join(c for i, c in enumerate(shape) if i == 0 or c != shape[i - 1]),
+        "title": word.istitle(),
+        "upper": word.isupper(),
+        "digit": word.isdigit(),
+        **{f"prefix{n}": word[:n] for n in (1, 2, 3)},
+        **{f"suffix{n}": word[-n:] for n in (1, 2, 3)},
+    }
+    for offset in (-2, -1, 1, 2):
+        where = position + offset
+        if 0 <= where < len(words):
+            features[f"{offset}:lower"] = words[where].lower()
+            features[f"{offset}:title"] = words[where].istitle()
+        else:
+            features[f"{offset}:edge"] = True
+    return features
+
+
+def sentence_features(words: list[str]) -> list[dict]:
+    return [word_features(words, position) for position in range(len(words))]
+
+
+def ner_baselines(config: RunConfig) -> list[BaselineScores]:
+    """The majority label and the CRF on `config`'s sample, its L2 weight chosen on dev (`CRF_L2`)."""
+    from sklearn_crfsuite import CRF
+
+    from ..metrics import entity_scores
+    from ..training.ner import ner_splits
+
+    config.validate()
+    data, train, _, dev = ner_splits(config)
+    names = data["train"].features["ner_tags"].feature.names
+
+    def read(split):
+        return [sentence_features(words) for words in split["tokens"]], [
+            [names[tag] for tag in tags] for tags in split["ner_tags"]
+        ]
+
+    def f1(gold, predicted) -> float:
+        return 100 * entity_scores(gold, predicted)["f1"]
+
+    train_x, train_y = read(train)
+    dev_x, dev_y = read(dev)
+    test = read(data["test"]) if config.evaluate_test else None
+
+    def fitted(l2: float):
+        crf = CRF(algorithm="lbfgs", c1=0.0, c2=l2, max_iterations=100, all_possible_transitions=True)
+        crf.fit(train_x, train_y)
+        return f1(dev_y, crf.predict(dev_x)), crf
+
+    l2, (dev_f1, crf), widening = widened_choice(CRF_L2, fitted, Widening(floor=1e-6, ceiling=1e3))
+    return [
+        BaselineScores(
+            "the majority label (O everywhere)",
+            f1(dev_y, _all_o(dev_y)),
+            None if test is None else f1(test[1], _all_o(test[1])),
+        ),
+        BaselineScores(
+            "no backbone: a CRF on word features",
+            dev_f1,
+            None if test is None else f1(test[1], crf.predict(test[0])),
+            f"L2 weight {l2:g}, chosen on dev{widening.note()}",
+        ),
+    ]
+
+
+def _all_o(tags: list[list[str]]) -> list[list[str]]:
+    return [["O"] * len(sentence) for sentence in tags]
+
+
+def classification_baselines(config: RunConfig) -> list[BaselineScores]:
+    """The sample's most frequent class and TF-IDF with logistic regression on `config`'s sample, C chosen on dev
+    (`LOGISTIC_C`), scored by accuracy."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline, make_union
+
+    from ..training.cls import classification_splits
+
+    config.validate()
+    data, train, _, dev = classification_splits(config)
+
+    def texts(split) -> list[str]:
+        pairs = split["text_pair"] if "text_pair" in split.column_names else [None] * len(split)
+        return [text if pair is None else f"{text} [SEP] {pair}" for text, pair in zip(split["text"], pairs)]
+
+    def accuracy(labels, predicted) -> float:
+        return 100 * sum(int(a == b) for a, b in zip(labels, predicted)) / len(labels)
+
+    splits = {"dev": dev} | ({"test": data["test"]} if config.evaluate_test else {})
+
+    def fitted(c: float):
+        model = make_pipeline(
+            make_union(
+                TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
+                TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
+            ),
+            LogisticRegression(C=c, max_iter=2000),
+        )
+        model.fit(texts(train), train["label"])
+        return accuracy(dev["label"], model.predict(texts(dev))), model
+
+    c, (dev_accuracy, model), widening = widened_choice(LOGISTIC_C, fitted, Widening(floor=1e-4, ceiling=1e4))
+    counts = Counter(train["label"])
+    majority = min(counts, key=lambda label: (-counts[label], label))
+    scored = {name: (split["label"], texts(split)) for name, split in splits.items()}
+    return [
+        BaselineScores(
+            "the majority label (the sample's most frequent class)",
+            accuracy(scored["dev"][0], [majority] * len(dev)),
+            accuracy(scored["test"][0], [majority] * len(scored["test"][0])) if "test" in scored else None,
+        ),
+        BaselineScores(
+            "no backbone: TF-IDF and logistic regression",
+            dev_accuracy,
+            accuracy(scored["test"][0], model.predict(scored["test"][1])) if "test" in scored else None,
+            f"C {c:g}, chosen on dev{widening.note()}",
+        ),
+    ]
+
+
+BASELINES = {"ner": ner_baselines, "cls": classification_baselines}
+
+
+def baselines(config: RunConfig) -> list[BaselineScores]:
+    """The majority label and the no-backbone model of `config.task` on the run's own sample and splits; raises
+    `ModuleNotFoundError` naming the extra where scikit-learn or sklearn-crfsuite is missing."""
+    try:
+        return BASELINES[config.task](config)
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(f"the no-backbone baselines need {error.name}: {EXTRA}") from error
+
+
+def mean_scores(per_trial: list[list[BaselineScores]]) -> list[BaselineScores]:
+    """Each baseline's scores averaged over trials (test None unless every trial has one); its choice per trial."""
+    merged = []
+    for row in zip(*per_trial):
+        tests = [scores.test for scores in row]
+        merged.append(
+            BaselineScores(
+                row[0].name,
+                math.fsum(scores.dev for scores in row) / len(row),
+                None if None in tests else math.fsum(tests) / len(tests),
+                "; ".join(scores.chosen for scores in row if scores.chosen),
+            )
+        )
+    return merged
+
+
+def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, missing: str = "") -> list[str]:
+    """The baselines' scores as a probe prints them, and by how much a head chosen at `chosen_dev` beats the model
+    with no backbone (the last of `floor`) on dev; or why none was scored (`missing`)."""
+    if missing:
+        return [f"no baseline scored: {missing}"]
+    lines = []
+    for scores in floor:
+        choice = f" ({scores.chosen})" if scores.chosen else ""
+        test = "" if scores.test is None else f", test {metric} {scores.test:.2f}"
+        lines.append(f"{scores.name}{choice}: dev {metric} {scores.dev:.2f}{test}")
+    margin = chosen_dev - floor[-1].dev
+    verb = "beats" if margin > 0 else "does not beat"
+    lines.append(f"the chosen layer {verb} the model with no backbone on dev, by {margin:+.2f} {metric}")
+    return lines
+
+
+__all__ = [
+    "BASELINES",
+    "floor_lines",
+    "BaselineScores",
+    "baselines",
+    "mean_scores",
+    "sentence_features",
+    "word_features",
+]
