@@ -96,6 +96,7 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     ).readme_text(_json(s)),
     "benchmarks/results/int8_accuracy_cpu.md": _table_lines,
     "benchmarks/results/int8_decoders_cpu.json": lambda s: _module("benchmarks", "int8_decoders").table(_json(s)),
+    "docs/results/floor/floor.json": lambda s: _module("benchmarks", "floor").tables_text(_json(s)),
     "docs/results/rerun-noise/rerun_noise.json#readme": lambda s: _module("benchmarks", "rerun_noise").readme_text(
         _json(s)
     ),
