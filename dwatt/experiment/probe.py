@@ -121,9 +121,8 @@ class ProbeOutcome:
     # {"layers": [...], "dev": ..., "test": ...} (x 100)
     ensembles: dict[int, list[dict]] = field(default_factory=dict)
     widening: Widening | None = None  # the rates the grid gained past its edges, and the limits it stopped at
-    floor: list = field(
-        default_factory=list
-    )  # the baselines' scores, mean over the trials (`baselines.BaselineScores`)
+    # the baselines' scores on each trial's sample, mean over the trials (`baselines.BaselineScores`)
+    floor: list = field(default_factory=list)
     floor_missing: str = ""  # why no baseline was scored, where a package it needs is missing
 
     def best_rate(self, layer: int) -> float:
