@@ -94,7 +94,9 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
         crf.fit(train_x, train_y)
         return f1(dev_y, crf.predict(dev_x)), crf
 
-    l2, (dev_f1, crf), widening = widened_choice(CRF_L2, fitted, Widening(floor=1e-6, ceiling=1e3))
+    l2, (dev_f1, crf), widening = widened_choice(
+        CRF_L2, fitted, Widening(floor=1e-6, ceiling=1e3, unit="L2 weight", option="")
+    )
     return [
         BaselineScores(
             "the majority label (O everywhere)",
@@ -146,7 +148,9 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
         model.fit(texts(train), train["label"])
         return accuracy(dev["label"], model.predict(texts(dev))), model
 
-    c, (dev_accuracy, model), widening = widened_choice(LOGISTIC_C, fitted, Widening(floor=1e-4, ceiling=1e4))
+    c, (dev_accuracy, model), widening = widened_choice(
+        LOGISTIC_C, fitted, Widening(floor=1e-4, ceiling=1e4, unit="C", option="")
+    )
     counts = Counter(train["label"])
     majority = min(counts, key=lambda label: (-counts[label], label))
     scored = {name: (split["label"], texts(split)) for name, split in splits.items()}
