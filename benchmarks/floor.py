@@ -4,12 +4,12 @@ dev subsets and test splits the fair grids trained on, set against each backbone
 Every sample of the fair stores (task, dataset, N, trial: the same for every backbone, as sampling reads only the
 data and the seed) gets the majority label and the model with no backbone (`dwatt.experiment.baselines`: a CRF on
 word features, or TF-IDF with logistic regression, its regularisation chosen on the same 1000 dev sentences or 800 dev
-texts). They are kept in `floor.jsonl` (one row a sample; a rerun computes only the samples it lacks). The table
+texts). They are kept in `floor_samples.json` (one entry a sample; a rerun computes only the samples it lacks). The table
 pairs each backbone's best single layer (chosen on dev per trial, as in the fair report) with the no-backbone model
 on the same trials: the mean test difference, its 95% CI, and Student's paired t-test, Holm-corrected across the
 settings of a dataset.
 
-    python benchmarks/floor.py            # both fair grids; writes docs/results/floor/floor.{jsonl,json,md}
+    python benchmarks/floor.py            # both fair grids; writes docs/results/floor/floor{_samples.json,.json,.md}
 """
 
 from __future__ import annotations
@@ -56,10 +56,11 @@ def sample_key(config: dict) -> dict:
 
 def floor_rows(rows: list[dict], store: Path) -> list[dict]:
     """The floor of every sample `rows` trained on: read from `store`, the samples it lacks computed and appended."""
+    from dwatt.atomic import write_text_atomically
     from dwatt.experiment.baselines import baselines
     from dwatt.run_config import RunConfig
 
-    known = [json.loads(line) for line in store.read_text().splitlines()] if store.is_file() else []
+    known = json.loads(store.read_text()) if store.is_file() else []
     have = {json.dumps(row["sample"], sort_keys=True) for row in known}
     wanted = {json.dumps(sample_key(row["config"]), sort_keys=True) for row in rows if row["config"].get("n_shot")}
     missing = sorted(wanted - have)
@@ -68,11 +69,9 @@ def floor_rows(rows: list[dict], store: Path) -> list[dict]:
         config = RunConfig(
             **{k: v for k, v in sample.items() if v is not None}, evaluate_test=True, output_dir="runs/floor"
         )
-        scores = [asdict(score) for score in baselines(config)]
-        known.append({"sample": sample, "baselines": scores})
+        known.append({"sample": sample, "baselines": [asdict(score) for score in baselines(config)]})
         store.parent.mkdir(parents=True, exist_ok=True)
-        with store.open("a") as handle:
-            handle.write(json.dumps({"sample": sample, "baselines": scores}) + "\n")
+        write_text_atomically(store, json.dumps(known, indent=1) + "\n")  # a stopped run keeps what it scored
         print(
             f"[{number}/{len(missing)}] {sample['dataset']} N = {sample['n_shot']} trial {sample['seed']}",
             file=sys.stderr,
@@ -193,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         floor_table(
             grid,
             sorted(path for pattern in GRIDS[grid] for path in glob(str(REPO / pattern))),
-            output / "floor.jsonl",
+            output / "floor_samples.json",
             [str(REPO / path) for path in PREFER.get(grid, [])],
         )
         for grid in args.grids.split(",")

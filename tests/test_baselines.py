@@ -47,6 +47,17 @@ def test_the_ner_floor_on_a_toy_set_the_crf_learns_whole(tiny_conll, tmp_path):
     assert quiet[1].test is None and quiet[1].dev == 100.0
 
 
+def test_sentences_of_one_length_are_tagged_as_lists_of_strings(tmp_path):
+    """sklearn-crfsuite returns one 2-D array where every sentence has the same length; seqeval reads lists."""
+    from dwatt.experiment.baselines import baselines
+
+    line = "\n".join(f"{word} {tag}" for word, tag in [("Peter", "B-PER"), ("visited", "O"), ("Paris", "B-LOC")])
+    for name in ("train.txt", "valid.txt", "test.txt"):
+        (tmp_path / name).write_text("-DOCSTART- O\n\n" + "\n".join([line + "\n"] * 6))
+    _, crf = baselines(RunConfig(data_dir=str(tmp_path), n_shot=None, evaluate_test=True, output_dir=str(tmp_path)))
+    assert (crf.dev, crf.test) == (100.0, 100.0)
+
+
 def test_the_classification_floor_on_a_toy_set(tmp_path):
     from dwatt.experiment.baselines import baselines
 
@@ -71,7 +82,9 @@ def test_a_missing_package_is_named_with_the_extra_that_brings_it(monkeypatch, t
     def missing(config):
         raise ModuleNotFoundError("No module named 'sklearn_crfsuite'", name="sklearn_crfsuite")
 
-    monkeypatch.setitem(baselines.BASELINES, "ner", missing)
+    with pytest.raises(ValueError, match="the baselines score labels: 'mlm' has none"):
+        baselines.baselines(RunConfig(task="mlm", output_dir=str(tmp_path)))
+    monkeypatch.setattr(baselines, "ner_baselines", missing)
     with pytest.raises(ModuleNotFoundError, match=r'need sklearn_crfsuite: pip install "dwatt\[baselines\]"'):
         baselines.baselines(RunConfig(output_dir=str(tmp_path)))
     assert floor_lines([], 50.0, "F1", "the no-backbone baselines need x") == [

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..run_config import RunConfig
+from ..tasks import TASKS
 from .widening import Widening, widened_choice
 
 EXTRA = 'pip install "dwatt[baselines]"'
@@ -92,7 +93,7 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
     def fitted(l2: float):
         crf = CRF(algorithm="lbfgs", c1=0.0, c2=l2, max_iterations=100, all_possible_transitions=True)
         crf.fit(train_x, train_y)
-        return f1(dev_y, crf.predict(dev_x)), crf
+        return f1(dev_y, tags_of(crf, dev_x)), crf
 
     l2, (dev_f1, crf), widening = widened_choice(
         CRF_L2, fitted, Widening(floor=1e-6, ceiling=1e3, unit="L2 weight", option="")
@@ -106,10 +107,16 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
         BaselineScores(
             "no backbone: a CRF on word features",
             dev_f1,
-            None if test is None else f1(test[1], crf.predict(test[0])),
+            None if test is None else f1(test[1], tags_of(crf, test[0])),
             f"L2 weight {l2:g}, chosen on dev{widening.note()}",
         ),
     ]
+
+
+def tags_of(crf, sentences: list[list[dict]]) -> list[list[str]]:
+    """The CRF's tags as lists of strings: sklearn-crfsuite returns one 2-D array where every sentence has the same
+    length, which seqeval cannot read."""
+    return [[str(tag) for tag in tags] for tags in crf.predict(sentences)]
 
 
 def _all_o(tags: list[list[str]]) -> list[list[str]]:
@@ -169,14 +176,14 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
     ]
 
 
-BASELINES = {"ner": ner_baselines, "cls": classification_baselines}
-
-
 def baselines(config: RunConfig) -> list[BaselineScores]:
     """The majority label and the no-backbone model of `config.task` on the run's own sample and splits; raises
     `ModuleNotFoundError` naming the extra where scikit-learn or sklearn-crfsuite is missing."""
     try:
-        return BASELINES[config.task](config)
+        task = TASKS[config.task]
+        if not task.labelled:
+            raise ValueError(f"the baselines score labels: {config.task!r} has none")
+        return (classification_baselines if task.pools else ner_baselines)(config)
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(f"the no-backbone baselines need {error.name}: {EXTRA}") from error
 
@@ -214,7 +221,6 @@ def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, mis
 
 
 __all__ = [
-    "BASELINES",
     "floor_lines",
     "BaselineScores",
     "baselines",
