@@ -22,6 +22,8 @@ from dataclasses import asdict
 from glob import glob
 from pathlib import Path
 
+from results_files import command, write
+
 REPO = Path(__file__).resolve().parent.parent
 OUTPUT = REPO / "docs" / "results" / "floor"
 # The stores each fair report reads (docs/results/fair-cpu/run.sh and fair-agnews/run.sh, `dwatt report`).
@@ -197,12 +199,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         for grid in args.grids.split(",")
     ]
-    result = {"command": " ".join(["python benchmarks/floor.py", *(sys.argv[1:] if argv is None else argv)])}
-    result["tables"] = tables
-    (output / "floor.json").write_text(json.dumps(result, indent=2) + "\n")
-    text = markdown(result)
-    (output / "floor.md").write_text(text)
-    print(text)
+    result = {"command": command("floor.py", argv), "tables": tables}
+    write(output, "floor", result, markdown(result))
 
 
 if __name__ == "__main__":
