@@ -128,6 +128,7 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
     (`LOGISTIC_C`), scored by accuracy."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import accuracy_score
     from sklearn.pipeline import make_pipeline, make_union
 
     from ..training.cls import classification_splits
@@ -140,9 +141,10 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
         return [text if pair is None else f"{text} [SEP] {pair}" for text, pair in zip(split["text"], pairs)]
 
     def accuracy(labels, predicted) -> float:
-        return 100 * sum(int(a == b) for a, b in zip(labels, predicted)) / len(labels)
+        return 100 * float(accuracy_score(labels, predicted))
 
-    splits = {"dev": dev} | ({"test": data["test"]} if config.evaluate_test else {})
+    train_texts, dev_texts = texts(train), texts(dev)
+    test = (data["test"]["label"], texts(data["test"])) if config.evaluate_test else None
 
     def fitted(c: float):
         model = make_pipeline(
@@ -152,25 +154,24 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
             ),
             LogisticRegression(C=c, max_iter=2000),
         )
-        model.fit(texts(train), train["label"])
-        return accuracy(dev["label"], model.predict(texts(dev))), model
+        model.fit(train_texts, train["label"])
+        return accuracy(dev["label"], model.predict(dev_texts)), model
 
     c, (dev_accuracy, model), widening = widened_choice(
         LOGISTIC_C, fitted, Widening(floor=1e-4, ceiling=1e4, unit="C", option="")
     )
     counts = Counter(train["label"])
     majority = min(counts, key=lambda label: (-counts[label], label))
-    scored = {name: (split["label"], texts(split)) for name, split in splits.items()}
     return [
         BaselineScores(
             "the majority label (the sample's most frequent class)",
-            accuracy(scored["dev"][0], [majority] * len(dev)),
-            accuracy(scored["test"][0], [majority] * len(scored["test"][0])) if "test" in scored else None,
+            accuracy(dev["label"], [majority] * len(dev)),
+            None if test is None else accuracy(test[0], [majority] * len(test[0])),
         ),
         BaselineScores(
             "no backbone: TF-IDF and logistic regression",
             dev_accuracy,
-            accuracy(scored["test"][0], model.predict(scored["test"][1])) if "test" in scored else None,
+            None if test is None else accuracy(test[0], model.predict(test[1])),
             f"C {c:g}, chosen on dev{widening.note()}",
         ),
     ]
@@ -221,9 +222,9 @@ def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, mis
 
 
 __all__ = [
-    "floor_lines",
     "BaselineScores",
     "baselines",
+    "floor_lines",
     "mean_scores",
     "sentence_features",
     "word_features",
