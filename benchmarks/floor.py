@@ -110,6 +110,10 @@ def floor_table(grid: str, paths: list[str], store: Path, prefer: list[str] = ()
             for name in names
         }
         no_backbone = floors[names[-1]]
+        # the trials whose no-backbone choice stands at the widening's limit (its `chosen` says "at the ... tried")
+        at_limit = sum(
+            "tried:" in by_sample[dataset, int(n_shot), t, dev_size]["baselines"][-1]["chosen"] for t in trials
+        )
         differences = [layer[t] - value for t, value in zip(trials, no_backbone)]
         settings.append(
             {
@@ -122,6 +126,7 @@ def floor_table(grid: str, paths: list[str], store: Path, prefer: list[str] = ()
                 "best_single_layer": float(layer.mean()),
                 **{name: float(sum(values) / len(values)) for name, values in floors.items()},
                 "no_backbone_ci95": confidence_interval(no_backbone),
+                "no_backbone_at_limit": at_limit,
                 "layer_minus_no_backbone": float(sum(differences) / len(differences)),
                 "layer_minus_no_backbone_ci95": confidence_interval(differences),
                 "p": paired_p_value(differences),
@@ -144,6 +149,11 @@ def _p(value: float) -> str:
     return "—" if math.isnan(value) else f"{value:.2g}"
 
 
+def _at_limit(setting: dict) -> str:
+    count = setting.get("no_backbone_at_limit", 0)
+    return f" ({count} of {setting['trials']} chosen at a widening limit)" if count else ""
+
+
 def tables_text(result: dict) -> str:
     """Each grid's table under a heading of its own, as the floor's page and docs/results.md quote them."""
     lines = []
@@ -160,7 +170,7 @@ def tables_text(result: dict) -> str:
         for s in table["settings"]:
             lines.append(
                 f"| {s['backbone']}, N = {s['n_shot']} | {s['trials']} | {s['best_single_layer']:.2f} | "
-                f"{_number(s[no_backbone], s['no_backbone_ci95'])} | {s[majority]:.2f} | "
+                f"{_number(s[no_backbone], s['no_backbone_ci95'])}{_at_limit(s)} | {s[majority]:.2f} | "
                 f"{_number(s['layer_minus_no_backbone'], s['layer_minus_no_backbone_ci95'], sign=True)} | "
                 f"{_p(s['holm_p'])} | {s['verdict']} |"
             )
@@ -178,7 +188,8 @@ def markdown(result: dict) -> str:
             "regularisation chosen on the grid's dev examples; each backbone's best single layer chosen on dev per "
             "trial as in the fair report. 'best layer − no backbone' is the paired test difference over the same "
             "trials (mean ± 95% CI), tested by Student's paired t-test, Holm-corrected across the settings of a "
-            "grid; the verdict says `beats` where the corrected p is below 0.05.",
+            "grid; the verdict says `beats` where the corrected p is below 0.05. A no-backbone cell names the trials whose "
+            "regularisation was chosen at the limit of its widened grid (3 steps past the grid asked for).",
             "",
         ]
     ) + tables_text(result)
