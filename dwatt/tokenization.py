@@ -10,6 +10,8 @@ import logging
 import weakref
 from pathlib import Path
 
+from .atomic import read_json, write_json_atomically
+
 logger = logging.getLogger(__name__)
 
 BYTE_LEVEL_BPE_MODELS = ("roberta", "longformer", "gpt2", "bart", "deberta")
@@ -46,6 +48,35 @@ def load_saved_tokenizer(folder: str | Path, model_input_names: list[str] | None
 
     kwargs = {"model_input_names": list(model_input_names)} if model_input_names else {}
     return _padding_ready(PreTrainedTokenizerFast.from_pretrained(folder, **kwargs), folder)
+
+
+def save_tokenizer(tokenizer, folder: str | Path) -> None:
+    """
+    `tokenizer.save_pretrained(folder)`, with what the encoding did written into `tokenizer_config.json`
+    (`encoding_settings`): releases read the same files differently where a setting is left to the tokenizer class's
+    default. transformers 5 saves no `add_eos_token`, and 4.x's `GemmaTokenizerFast` then appends no `<eos>` where
+    EmbeddingGemma's training did; 4.x's `LlamaTokenizerFast` adds `<s>` unless told not to. Pinned, the text a user
+    gives a checkpoint becomes the ids it was trained on in every release.
+    """
+    tokenizer.save_pretrained(folder)
+    path = Path(folder) / "tokenizer_config.json"
+    write_json_atomically(path, read_json(path) | encoding_settings(tokenizer))
+
+
+def encoding_settings(tokenizer) -> dict:
+    """What `tokenizer` does that a release may otherwise default differently: whether it adds its beginning- and
+    end-of-sequence tokens (read off an encoding, so whatever template its files hold is what is pinned), the sides it
+    pads and truncates on, and (byte-level BPE) whether the first word gets a prefix space."""
+    ids = tokenizer("a")["input_ids"]
+    settings = {"padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side}
+    if tokenizer.bos_token_id is not None:
+        settings["add_bos_token"] = bool(ids) and ids[0] == tokenizer.bos_token_id
+    if tokenizer.eos_token_id is not None:
+        settings["add_eos_token"] = bool(ids) and ids[-1] == tokenizer.eos_token_id
+    prefix_space = getattr(tokenizer, "add_prefix_space", None)
+    if isinstance(prefix_space, bool):
+        settings["add_prefix_space"] = prefix_space
+    return settings
 
 
 def _padding_ready(tokenizer, name_or_path):
@@ -172,6 +203,8 @@ __all__ = [
     "as_in_running_text",
     "drops_running_text_spaces",
     "encode_words",
+    "encoding_settings",
     "load_saved_tokenizer",
     "load_tokenizer",
+    "save_tokenizer",
 ]

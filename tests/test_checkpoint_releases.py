@@ -129,3 +129,61 @@ def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(
     assert all(
         isinstance(difference, float) and difference <= 1e-4 for difference in report["differences"].values()
     ), report
+
+
+ENCODE = """
+import json, sys
+from pathlib import Path
+import transformers
+from transformers import AutoTokenizer
+root = Path(sys.argv[1])
+expected = json.loads((root / "expected.json").read_text())
+report = {"transformers": transformers.__version__, "differences": {}}
+for family, ids in expected["ids"].items():
+    try:
+        got = AutoTokenizer.from_pretrained(str(root / family))(expected["texts"])["input_ids"]
+    except Exception as error:
+        report["differences"][family] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+        continue
+    report["differences"][family] = [i for i, (a, b) in enumerate(zip(got, ids)) if a != b]
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_saved_tokenizers_encode_real_text_to_the_ids_training_used_under_each_supported_release(tmp_path, release):
+    """Each family's tokenizer, read by dwatt and saved as its checkpoints save it, then loaded by `AutoTokenizer` in
+    a process without dwatt under the release: 40 CoNLL-03 sentences as running text (what a pipeline gives it) become
+    the ids dwatt's tokenizer gave them. Saved plainly, Gemma's loses its <eos> in 4.x (the check's own control)."""
+    from dwatt.tokenization import load_tokenizer, save_tokenizer
+
+    from .conftest import BLOCKED_IMPORTS
+    from .tokenizer_families import FAMILIES, conll_sentences, write_family_tokenizer
+
+    texts = [" ".join(words) for words in conll_sentences(count=40)]
+    expected = {"texts": texts, "ids": {}}
+    for family in FAMILIES:
+        trained = load_tokenizer(write_family_tokenizer(family, tmp_path / "hub" / family))
+        save_tokenizer(trained, tmp_path / "saved" / family)
+        trained.save_pretrained(tmp_path / "saved" / f"{family}-saved-plainly")
+        expected["ids"][family] = expected["ids"][f"{family}-saved-plainly"] = trained(texts)["input_ids"]
+    (tmp_path / "saved" / "expected.json").write_text(json.dumps(expected))
+    script = tmp_path / "encode.py"
+    script.write_text(BLOCKED_IMPORTS + ENCODE)
+    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "saved")],
+        cwd=tmp_path,
+        env=environment | {"PYTHONNOUSERSITE": "1", "PYTHONPATH": release},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(release).name.endswith(report["transformers"]), report
+    assert {family: report["differences"][family] for family in FAMILIES} == dict.fromkeys(FAMILIES, []), report
+    plain_gemma = report["differences"]["gemma-saved-plainly"]
+    assert plain_gemma == ([] if report["transformers"].startswith("5.") else list(range(len(texts)))), report

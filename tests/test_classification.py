@@ -299,7 +299,7 @@ def test_a_classification_head_shares_a_backbone_with_a_tagger_and_its_model_car
     tiny_backbone, tmp_path
 ):
     from dwatt import DWAttForTokenClassification, SharedBackboneHeads
-    from dwatt.hub import model_card
+    from dwatt.model_cards import model_card
 
     classifier = RobertaDWAttForSequenceClassification.from_backbone(
         str(tiny_backbone), fusion="dwatt", num_labels=3
@@ -383,7 +383,7 @@ def test_named_columns_are_read_in_every_split_and_the_users_data_is_called_by_i
     results = json.loads((out / "results.json").read_text())
     assert results["labels"] == ["food", "people", "places"] and results["config"]["dataset"] == "mycsv"
     from dwatt.checkpoints import load_checkpoint
-    from dwatt.hub import model_card
+    from dwatt.model_cards import model_card
 
     card = model_card(load_checkpoint(out / "model")[0], results)
     assert "ag_news" not in card and "- Data: mycsv (the trainer’s own files) with 9 training examples" in card

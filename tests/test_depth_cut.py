@@ -12,7 +12,7 @@ from transformers import AutoTokenizer
 
 from dwatt import DWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.hub import model_card
+from dwatt.model_cards import model_card
 
 from .conftest import run_without_dwatt
 from .helpers import with_random_head as trained_like

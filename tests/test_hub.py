@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors import safe_open
 
 from dwatt import FUSIONS, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.checkpoints import load_checkpoint
-from dwatt.hub import model_card, push_run, push_to_hub
+from dwatt.hub import push_run, push_to_hub
+from dwatt.model_cards import model_card
 
 from .conftest import run_without_dwatt, save_tiny_backbone
 from .helpers import RUN_RESULTS, RecordingApi, an_ensemble, trained_like
@@ -161,43 +161,6 @@ def test_heads_only_needs_to_know_the_backbone(tmp_path):
 
     with pytest.raises(ValueError, match="needs `config.backbone_name_or_path`"):
         RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path, heads_only=True)
-
-
-def test_model_card_metadata_parses_and_carries_base_model_and_scores(backbone):
-    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
-    card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
-    metadata = yaml.safe_load(card.split("---\n")[1])
-    assert metadata["library_name"] == "transformers" and metadata["base_model"] == str(backbone)
-    assert {"dwatt", "layer-fusion", "token-classification"} <= set(metadata["tags"])
-    assert metadata["datasets"] == ["conll2003"] and set(metadata["metrics"]) == {
-        "f1",
-        "precision",
-        "recall",
-        "accuracy",
-    }
-    values = {m["type"]: m["value"] for m in metadata["model-index"][0]["results"][0]["metrics"]}
-    assert values == {"f1": 0.3008, "precision": 0.25, "recall": 0.375, "accuracy": 0.86}
-    assert "trust_remote_code=True" in card and "FE (frozen backbone" in card and "| f1 | 30.08 |" in card
-    assert f"over the encoder `{backbone}`" in card and "- Fusion: `dwatt` over all of the backbone's" in card
-
-
-@pytest.mark.parametrize(
-    "fusion, layers, reads",
-    [
-        ("concat", "2", "- Fusion: `concat` over 2 (`2`) of the backbone's 3 layers"),
-        ("scalar_mix", "all", "- Fusion: `scalar_mix` over all of the backbone's 3 layers"),
-        ("base", "all", "- Fusion: `base` (the last of the backbone's 3 layers)"),
-        ("base_plus_n", "all", "- Fusion: `base_plus_n` (1 extra layer over the last of the backbone's 3)"),
-    ],
-)
-def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_decoder(
-    fusion, layers, reads, tiny_decoder
-):
-    model = RobertaDWAttForTokenClassification.from_backbone(
-        str(tiny_decoder), num_labels=5, fusion=fusion, fused_layers=layers, num_extra_layers=1
-    )
-    card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
-    assert f"over the decoder LLM `{tiny_decoder}`" in card and reads in card, card
 
 
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from ..run_config import RunConfig
 from ..schema import ranked_members
 from ..tasks import TASKS
+from ..tokenization import save_tokenizer
 
 if TYPE_CHECKING:
     from .probe import ProbeOutcome, ProbeSettings
@@ -21,7 +22,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[P
     """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
     layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
     from ..checkpoints import load_checkpoint
-    from ..hub import model_card
+    from ..model_cards import model_card
     from ..training import run_together
 
     folder = settings.folder / "chosen"
@@ -140,7 +141,7 @@ def store_member(model_folder: Path, whole: bool) -> None:
         return  # as asked, and a whole one stores no layer past its own
     with scratch_folder(model_folder) as staging:
         model.save_pretrained(staging, heads_only=not whole)
-        tokenizer.save_pretrained(staging)
+        save_tokenizer(tokenizer, staging)
         give_usual_modes(staging)
         replace_folder(staging, model_folder)
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..portable import portable_path
+from ..tokenization import save_tokenizer
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 from .schemes import EXPORT_QUANTIZATIONS
 
@@ -251,7 +252,7 @@ def _write_export(
             checkpoint, task, tokenizer, staging, scheme_for(quantize, model), about, calibration, allow_lossy
         )
         graphs["int8"] = GRAPHS["int8"]
-    tokenizer.save_pretrained(staging)
+    save_tokenizer(tokenizer, staging)
     model.config.save_pretrained(
         staging
     )  # the model's config (labels, fusion, backbone), which the tokenizer's loading reads

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from ..portable import portable_path
+from ..tokenization import save_tokenizer
 
 STOCK_RECORD = "dwatt_stock_export.json"
 TOLERANCE = 1e-4  # of the largest logit: float noise of the same computation in another module tree
@@ -135,7 +136,7 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
     batch = check_batch(tokenizer, ["input_ids", "attention_mask"])
     with scratch_folder(output) as staging:
         stock.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
+        save_tokenizer(tokenizer, staging)
         loaded = AutoModelForTokenClassification.from_pretrained(staging, trust_remote_code=False).float().eval()
         difference, largest = _largest_difference(model, loaded, batch)
         tolerance = TOLERANCE * max(1.0, largest)

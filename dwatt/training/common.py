@@ -40,6 +40,7 @@ from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
 from ..run_config import RunConfig
 from ..sampling import sample_sentences
+from ..tokenization import save_tokenizer
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, RunProgress
 
 DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
@@ -334,7 +335,7 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
     try:
         with scratch_folder(folder) as staging:
             model.save_pretrained(staging, heads_only=heads_only)
-            tokenizer.save_pretrained(staging)
+            save_tokenizer(tokenizer, staging)
             give_usual_modes(staging)
             replace_folder(staging, folder)
     except (OSError, SafetensorError) as error:

@@ -1,0 +1,230 @@
+"""Model cards: the README.md a pushed checkpoint or probe ensemble carries (YAML metadata the Hub reads, what the
+head reads and how it was trained, how to load it), written from the model's own config and the run's results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from configuration_dwatt import is_decoder_only
+
+from .tasks import TASKS, task_of_architectures
+
+TAGS = ["dwatt", "layer-fusion"]
+DATASET_IDS = {"conll2003": "conll2003", "wikiann": "wikiann", "wikitext": "wikitext", "ag_news": "ag_news"}
+
+
+def _dataset_id(name: str | None) -> str | None:
+    if not name:
+        return None
+    return DATASET_IDS.get(name.split(":", 1)[0], name)
+
+
+def fusion_reads(config) -> str:
+    """What the fusion reads, for the model card: the last layer (and its extra layers) or the layers it mixes."""
+    depth = config.encoder_config.num_hidden_layers
+    fusion = config.fusion_spec
+    if fusion.passes_layer_through:
+        layer = config.read_layer
+        return (
+            f"(the last of the backbone's {depth} layers)"
+            if layer == depth
+            else f"(layer {layer} of the backbone's {depth})"
+        )
+    if fusion.needs_layer_inputs:
+        extra = config.num_extra_layers
+        return f"({extra} extra layer{'s' if extra != 1 else ''} over the last of the backbone's {depth})"
+    count = len(config.fused_layer_numbers)
+    chosen = "all" if count == depth else f"{count} (`{config.fused_layers}`)"
+    return f"over {chosen} of the backbone's {depth} layers" + (
+        " and its embedding output" if config.include_embeddings else ""
+    )
+
+
+def backbone_run(config) -> str:
+    """How much of the backbone the model runs, for the model card."""
+    depth, total = config.run_depth, config.encoder_config.num_hidden_layers
+    if depth == total:
+        return f"runs all {total} layers"
+    return (
+        f"runs layers 1–{depth} of {total} (the layers past the deepest one the fusion reads are dropped: "
+        f"{total - depth} of {total} not computed, not stored)"
+    )
+
+
+def fusion_settings(config) -> str:
+    """The fusion's own hyper-parameters, for the model card: " (d_pos 24, query_bottleneck 0.5, ...)"."""
+    keys = config.fusion_spec.hyperparameters
+    return f" ({', '.join(f'{key} {getattr(config, key)}' for key in keys)})" if keys else ""
+
+
+def model_card(
+    model,
+    results: dict | None = None,
+    repo_id: str | None = None,
+    heads_only: bool = True,
+    has_tokenizer: bool = False,
+    subfolder: str | None = None,
+) -> str:
+    """
+    README.md for a DWAtt checkpoint: YAML metadata (library_name, base_model, tags, datasets, metrics and the
+    run's results as model-index), the fusion and training mode, the measured scores, and a usage snippet with
+    `trust_remote_code=True` (loading from `subfolder` of the repo where the checkpoint is one of several, as an
+    ensemble's members are).
+    """
+    config = model.config
+    task = task_of_architectures([type(model).__name__]) or TASKS["ner"]
+    pipeline_tag = task.pipeline_tag
+    run = (results or {}).get("config", {})
+    # a Hub dataset's id; the user's own files (a data folder) are no Hub dataset, and are named in the text only
+    dataset = None if run.get("data_dir") else _dataset_id(run.get("dataset"))
+    metadata: dict = {
+        "library_name": "transformers",
+        "base_model": config.backbone_name_or_path,
+        "pipeline_tag": pipeline_tag,
+        "tags": TAGS + [pipeline_tag, f"fusion-{config.fusion}"] + (["lora"] if config.lora else []),
+        "license": "apache-2.0",
+    }
+    if dataset:
+        metadata["datasets"] = [dataset]
+    scores = {}
+    if results and "best_dev_accuracy" in results:  # text classification
+        scores = {"accuracy": results["best_dev_accuracy"], "f1": results["best_dev_macro_f1"]}
+    if results and "best_dev_f1" in results:
+        scores = {"f1": results["best_dev_f1"]}
+        for key in ("precision", "recall", "accuracy"):
+            if key in results.get("best_dev_scores", {}):
+                scores[key] = results["best_dev_scores"][key]
+    if scores:
+        metadata["metrics"] = sorted(scores)
+        metadata["model-index"] = [
+            {
+                "name": repo_id or "dwatt-model",
+                "results": [
+                    {
+                        "task": {"type": pipeline_tag},
+                        "dataset": {
+                            "name": run.get("dataset", "unknown"),
+                            "type": dataset or "unknown",
+                            "split": "validation",
+                        },
+                        "metrics": [
+                            {"type": name, "value": round(float(value), 4)} for name, value in sorted(scores.items())
+                        ],
+                    }
+                ],
+            }
+        ]
+    auto_class = task.auto_class
+    checkpoint = f'"{repo_id or "path/to/checkpoint"}"' + (f', subfolder="{subfolder}"' if subfolder else "")
+    tokenizer_source = checkpoint if has_tokenizer else f'"{config.backbone_name_or_path}"'
+    trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
+    mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(
+        run.get("mode"), "unknown"
+    )
+    if config.lora:
+        lora = config.lora
+        mode = (
+            f"LoRA (low-rank adapters of rank {lora['rank']}, alpha {lora['alpha']:g}, on the backbone's "
+            f"{', '.join(f'`{t}`' for t in lora['targets'])} layers; fusion and head trained)"
+        )
+    lines = [
+        "---",
+        yaml.safe_dump(metadata, sort_keys=False).rstrip(),
+        "---",
+        "",
+        f"# {repo_id or 'DWAtt checkpoint'}" + (f" ({subfolder})" if subfolder else ""),
+        "",
+        f"A `{config.fusion}` layer-fusion model ({type(model).__name__}) over the "
+        f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{config.backbone_name_or_path}`"
+        + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
+        + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
+        "",
+        f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}",
+        f"- Backbone: {backbone_run(config)}",
+        f"- Training mode: {mode}",
+        f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"
+        + (
+            (
+                "; the adapters' A and B matrices travel with it and are merged into the backbone when it loads "
+                "(W + alpha/rank BA, plain torch)"
+            )
+            if heads_only and config.lora
+            else "; the backbone's weights include the merged LoRA updates"
+            if config.lora
+            else ""
+        ),
+    ]
+    if results:
+        examples = (
+            f"{results.get('num_train_examples')} training examples"
+            if "num_train_examples" in results
+            else f"{results.get('num_train_sentences')} training sentences"
+        )
+        lines.append(
+            f"- Data: {run.get('dataset')}{' (the trainer’s own files)' if run.get('data_dir') else ''} with {examples} "
+            f"(N = {run.get('n_shot')}, seed {results.get('seed')}), {run.get('epochs')} epochs"
+        )
+        scorer = "accuracy and macro-F1" if "best_dev_accuracy" in results else "seqeval"
+        lines += ["", f"## Results (validation split, {scorer})", "", "| metric | value |", "|---|---|"]
+        lines += [f"| {name} | {100 * float(value):.2f} |" for name, value in sorted(scores.items())]
+        lines.append(f"| best epoch | {results.get('best_epoch')} |")
+    lines += [
+        "",
+        "## Usage",
+        "",
+        "```python",
+        f"from transformers import {auto_class}, AutoTokenizer",
+        "",
+        f"model = {auto_class}.from_pretrained({checkpoint}, trust_remote_code=True)",
+        f"tokenizer = AutoTokenizer.from_pretrained({tokenizer_source}{trust_tokenizer})",
+        "```",
+        "",
+        "`trust_remote_code=True` runs the `*_dwatt.py` files of this repository (`modeling_dwatt.py` and the files it",
+        "imports); they import only torch and transformers. Pin `revision=` to a commit you have read.",
+    ]
+    if has_tokenizer:
+        lines += [
+            "The tokenizer is the backbone's own; its line trusts the same files, since transformers reads this",
+            "repository's `config.json`, which names the remote configuration class, before the tokenizer files",
+            "(without the flag it asks).",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | None, first) -> str:
+    """README.md for a pushed probe ensemble: YAML metadata, the probe's own card for the folder (how the members were
+    chosen), and how to run it."""
+    task = task_of_architectures([type(first).__name__]) or TASKS["ner"]
+    metadata = {
+        "library_name": "dwatt",
+        "base_model": backbone,
+        "pipeline_tag": task.pipeline_tag,
+        "tags": TAGS + [task.pipeline_tag, "probe-ensemble"],
+        "license": "apache-2.0",
+    }
+    about = folder / "README.md"
+    body = about.read_text() if about.is_file() else f"# A probe ensemble of {len(manifest['members'])} heads\n"
+    return "\n".join(
+        [
+            "---",
+            yaml.safe_dump(metadata, sort_keys=False).rstrip(),
+            "---",
+            "",
+            body.rstrip(),
+            "",
+            "## Use",
+            "",
+            "With dwatt installed, the ensemble runs as one model (the backbone once, then every head):",
+            "",
+            "```bash",
+            f'dwatt predict {repo_id} "..."',
+            "```",
+            "",
+            f'Each member is a DWAtt checkpoint of its own: `from_pretrained("{repo_id}", subfolder="{manifest["members"][0]}", '
+            "trust_remote_code=True)` with the matching `AutoModelFor...` class.",
+            "",
+        ]
+    )
