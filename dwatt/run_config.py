@@ -66,7 +66,10 @@ class RunConfig:
     few-shot user holds out), and its test scores are taken for that choice too (`few_shot_dev` in the results), and
     for its last epoch's weights (`last_epoch`: what a user with no dev set keeps). `progress`: the run's bar and
     summary; `backbone_progress`: the backbone pass's (the feature cache's build: its size and tokens first, then one
-    bar with the time left), by default as `progress` (a sweep, whose runs are quiet, shows it beside its runs' bar)."""
+    bar with the time left), by default as `progress` (a sweep, whose runs are quiet, shows it beside its runs' bar).
+    `shuffle_labels`: the training sample's labels permuted among its words (NER) or examples
+    (`sampling.with_shuffled_labels`), dev and test left as they are: the probe's control, a head that can learn the
+    sample but not the task."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -101,6 +104,7 @@ class RunConfig:
     pooling: str | None = None
     layers: str = "all"
     few_shot_dev: bool = False
+    shuffle_labels: bool = False
     lora_rank: int = 8
     lora_alpha: float | None = None
     lora_dropout: float = 0.05

@@ -98,3 +98,21 @@ def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "unif
     else:
         raise SamplingError(f"unknown sampling strategy {strategy!r}; expected 'uniform', 'per_class' or 'sentences'")
     return train.select(indices), indices
+
+
+def with_shuffled_labels(sample: Dataset, column: str, seed: int) -> Dataset:
+    """
+    `sample` with the labels of `column` permuted among its items (a control: a head trained on them can learn the
+    sample, not the task). A label column of sequences (NER's tags) is permuted over every word of the sample, each
+    sentence keeping its length; a column of single labels over the examples. The same `seed` always permutes alike,
+    and the labels' counts are the sample's own.
+    """
+    labels = sample[column]
+    generator = np.random.default_rng(seed)
+    if labels and isinstance(labels[0], list):
+        flat = generator.permutation([label for sentence in labels for label in sentence]).tolist()
+        starts = np.cumsum([0] + [len(sentence) for sentence in labels]).tolist()
+        shuffled = [flat[start:end] for start, end in zip(starts, starts[1:])]
+    else:
+        shuffled = generator.permutation(labels).tolist()
+    return sample.remove_columns(column).add_column(column, shuffled, feature=sample.features[column])

@@ -42,7 +42,8 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     ]
     assert main(argv) == 0
     printed = capsys.readouterr().out
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    stored = [json.loads(line) for line in results.read_text().splitlines()]
+    rows = [row for row in stored if not row["config"]["shuffle_labels"]]
     assert len(rows) == 3 * 2 and {r["config"]["layers"] for r in rows} == {"1", "2", "3"}
     assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
     best = max(rows, key=lambda r: (r["best_dev_f1"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
@@ -60,6 +61,16 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     said = float(margin.split(", by ")[1].removesuffix(" F1"))
     assert abs(said - (100 * best["best_dev_f1"] - crf_dev)) <= 0.006  # the CRF's dev F1 as printed, to 2 places
     assert margin.startswith("the chosen layer beats" if said > 0 else "the chosen layer does not beat")
+    # the selectivity control: the chosen head trained again on the same sample with its tags shuffled, in the store
+    (control,) = [row for row in stored if row["config"]["shuffle_labels"]]
+    assert control["run_id"] == best["run_id"] + "/shuffled-labels"
+    assert (control["config"]["layers"], control["config"]["learning_rate"]) == (layer, rate)
+    assert control["sampled_sentence_ids"] == best["sampled_sentence_ids"]
+    assert (
+        f"control: layer {layer}'s head at {rate:g} trained on shuffled labels: dev F1 "
+        f"{100 * control['best_dev_f1']:.2f}, test F1 {100 * control['test_scores']['f1']:.2f}; the chosen head scores "
+        f"{100 * (best['best_dev_f1'] - control['best_dev_f1']):+.2f} F1 above it on dev"
+    ) in printed
     # its three layers' best heads averaged: the probe's ensemble, beside the choice (no ensemble of 5 of 3 layers)
     (ensemble,) = rows[0]["probe_ensembles"]
     layers = ", ".join(str(member["layer"]) for member in ensemble["members"])
@@ -82,7 +93,7 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     stamp = model_file.stat().st_mtime_ns
     assert main(argv) == 0  # resumed: nothing left to train, the same rows, the chosen model kept as it is
     assert model_file.stat().st_mtime_ns == stamp
-    assert [json.loads(line) for line in results.read_text().splitlines()] == rows
+    assert [json.loads(line) for line in results.read_text().splitlines()] == stored
     assert main(["sweep", "--fusions", "dwatt", "--probe-layers", "all", "--results", str(tmp_path / "x.jsonl")]) == 2
     assert "--probe-layers trains a Base head on each layer: add base to --fusions" in capsys.readouterr().err
 
@@ -118,6 +129,7 @@ def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll
                 "--no-save",
                 "--train-in-parts",
                 "4",
+                "--no-baselines",
             ]
         )
         == 0
@@ -156,6 +168,7 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
                 "--quiet",
                 "--test",
                 "--no-save",
+                "--no-baselines",
             ]
         )
 
@@ -223,8 +236,11 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
         == 0
     )
     printed = capsys.readouterr().out
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    stored = [json.loads(line) for line in results.read_text().splitlines()]
+    rows = [row for row in stored if not row["config"]["shuffle_labels"]]
     assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
+    (control,) = [row for row in stored if row["config"]["shuffle_labels"]]  # the selectivity control, on the cache
+    assert control["sampled_example_ids"] == rows[0]["sampled_example_ids"] and "trained on shuffled labels" in printed
     assert printed.splitlines()[0].startswith("dev accuracy by layer and learning rate")
     best = max(
         rows, key=lambda r: (r["best_dev_accuracy"], -int(r["config"]["layers"]), -r["config"]["learning_rate"])
@@ -291,8 +307,10 @@ def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_sa
         == 0
     )
     printed = capsys.readouterr().out
-    rows = [json.loads(line) for line in results.read_text().splitlines()]
-    assert len(rows) == 2 * 2 and {row["pooling"] for row in rows} == {"last"}
+    stored = [json.loads(line) for line in results.read_text().splitlines()]
+    rows = [row for row in stored if not row["config"]["shuffle_labels"]]
+    assert len(rows) == 2 * 2 and {row["pooling"] for row in stored} == {"last"}
+    assert len(stored) - len(rows) == 2  # a shuffled-label control per trial
     assert "each trial's own choice: layer" in printed
     model = RobertaDWAttForSequenceClassification.from_pretrained(tmp_path / "probe" / "chosen" / "model")
     assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer

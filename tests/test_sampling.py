@@ -63,3 +63,30 @@ def test_sentences_strategy_draws_exactly_that_many_and_takes_a_small_pool_whole
     assert few_shot_split(pool(100), 100, seed=5, strategy="sentences")[1] == list(range(100))
     with pytest.raises(SamplingError, match="cannot sample 101 sentences from a pool of 100"):
         few_shot_split(pool(100), 101, seed=0, strategy="sentences")
+
+
+def test_shuffled_labels_permute_a_samples_tags_over_its_words_and_its_classes_over_its_examples():
+    """NER: every word's tag permuted over the sample's words, each sentence keeping its length and the tags their
+    counts; text classification: the labels over the examples. The seed fixes the permutation; features are kept."""
+    from collections import Counter
+
+    from datasets import ClassLabel, Dataset, Features, Sequence, Value
+
+    from dwatt.sampling import with_shuffled_labels
+
+    tags = [[0, 1, 2, 0], [3, 4], [0, 0, 5, 6, 0], [1]]
+    features = Features({"tokens": Sequence(Value("string")), "ner_tags": Sequence(ClassLabel(num_classes=7))})
+    ner = Dataset.from_dict({"tokens": [["w"] * len(t) for t in tags], "ner_tags": tags}, features=features)
+    shuffled = with_shuffled_labels(ner, "ner_tags", seed=3)
+    assert [len(t) for t in shuffled["ner_tags"]] == [len(t) for t in tags]
+    flat = [tag for sentence in shuffled["ner_tags"] for tag in sentence]
+    assert Counter(flat) == Counter(tag for sentence in tags for tag in sentence) and shuffled["ner_tags"] != tags
+    assert shuffled.features == ner.features and shuffled["tokens"] == ner["tokens"]
+    assert with_shuffled_labels(ner, "ner_tags", seed=3)["ner_tags"] == shuffled["ner_tags"]
+    labels = [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    cls = Dataset.from_dict(
+        {"text": ["t"] * 12, "label": labels},
+        features=Features({"text": Value("string"), "label": ClassLabel(names=["a", "b", "c", "d"])}),
+    )
+    permuted = with_shuffled_labels(cls, "label", seed=0)["label"]
+    assert sorted(permuted) == labels and permuted != labels

@@ -90,7 +90,8 @@ def register(commands) -> None:
         "--no-baselines",
         action="store_false",
         dest="baselines",
-        help="do not score the majority label and a model with no backbone (CRF / TF-IDF) on each trial's sample",
+        help="do not score the majority label, a model with no backbone (CRF / TF-IDF) and the chosen head on "
+        "shuffled labels on each trial's sample",
     )
     parser.add_argument(
         "--save-ensemble",

@@ -51,7 +51,7 @@ class RunSpec:
     fusions of a trial see the same sentences. `n_shot` is N (N x C sentences) with `sampling="uniform"`, the
     number of sentences with `sampling="sentences"`, N per class for text classification, and unused by the
     masked-LM task. `learning_rate` (default: the run's, the paper's 5e-5) and `pooling` (text classification)
-    appear in the run id when set."""
+    appear in the run id when set, as does a control's `shuffle_labels`."""
 
     fusion: str
     mode: str
@@ -67,6 +67,7 @@ class RunSpec:
     learning_rate: float | None = None
     pooling: str | None = None
     layers: str | None = None
+    shuffle_labels: bool = False  # a control trained on the sample's labels permuted (`RunConfig.shuffle_labels`)
 
     @property
     def run_id(self) -> str:
@@ -78,6 +79,7 @@ class RunSpec:
             (f"/lr{self.learning_rate:g}" if self.learning_rate is not None else "")
             + (f"/{self.pooling}" if self.pooling is not None else "")
             + (f"/L{self.layers}" if self.layers is not None else "")
+            + ("/shuffled-labels" if self.shuffle_labels else "")
         )
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 

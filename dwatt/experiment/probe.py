@@ -21,7 +21,8 @@ from pathlib import Path
 
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
-from .baselines import baselines, floor_lines, mean_scores
+from .baselines import floor_lines
+from .probe_controls import floor_scores, shuffled_label_lines, shuffled_label_scores
 from .probe_models import layer_span, spec_at
 from .widening import Widening, edge_of
 
@@ -124,6 +125,8 @@ class ProbeOutcome:
     # the baselines' scores on each trial's sample, mean over the trials (`baselines.BaselineScores`)
     floor: list = field(default_factory=list)
     floor_missing: str = ""  # why no baseline was scored, where a package it needs is missing
+    # the chosen head trained on each trial's sample with its labels shuffled: trial -> {"dev": ..., "test": ...}
+    shuffled: dict[int, dict] = field(default_factory=dict)
 
     def best_rate(self, layer: int) -> float:
         """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""
@@ -223,7 +226,8 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
         specs = probe_specs(settings, rates)
     outcome.widening = widening
     if settings.baselines:
-        score_floor(outcome, specs, settings)
+        outcome.floor, outcome.floor_missing = floor_scores(specs, outcome.chosen, outcome.trials, settings)
+        outcome.shuffled = shuffled_label_scores(specs, outcome.chosen, outcome.trials, settings, outcome.metrics[:2])
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
         chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
@@ -276,21 +280,6 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
             own, key=lambda pair: (scores[(trial, *pair)]["dev"], -pair[0], -pair[1])
         )
     return outcome
-
-
-def score_floor(outcome: ProbeOutcome, specs, settings: ProbeSettings) -> None:
-    """The majority label and the model with no backbone (`baselines`) on each trial's sample, dev and test, as the
-    chosen head's runs read them, averaged over the trials into `outcome.floor`."""
-    layer, rate = outcome.chosen
-    try:
-        scores = [
-            baselines(spec_at(specs, trial, layer, rate).run_config(settings.folder, **settings.overrides()))
-            for trial in outcome.trials
-        ]
-    except ModuleNotFoundError as error:
-        outcome.floor_missing = str(error)
-        return
-    outcome.floor = mean_scores(scores)
 
 
 def table_lines(outcome: ProbeOutcome) -> list[str]:
@@ -364,6 +353,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         )
     if outcome.floor_missing or outcome.floor:
         lines += floor_lines(outcome.floor, outcome.mean(layer, rate), outcome.metrics[2], outcome.floor_missing)
+    lines += shuffled_label_lines(outcome.shuffled, outcome.chosen, outcome.mean(layer, rate), metric)
     if outcome.figure:
         lines.append(f"figure: {outcome.figure}")
     if outcome.model:

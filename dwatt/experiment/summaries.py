@@ -167,7 +167,8 @@ def whole_row(path: Path) -> dict:
 
 def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> list[dict]:
     """Rows of results stores (`.jsonl`, one run per line) and `results.json` files, each with its source; a run
-    held by two of them counts once (`without_duplicates`, the row of a store in `prefer` where they differ)."""
+    held by two of them counts once (`without_duplicates`, the row of a store in `prefer` where they differ). A probe's
+    controls trained on shuffled labels (`RunConfig.shuffle_labels`) are left out: they are no method's runs."""
     preference(prefer, paths)  # refused before anything is read
     rows = []
     for path in map(Path, paths):
@@ -180,7 +181,8 @@ def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> lis
             missing = [key for key in REQUIRED_CONFIG if key not in row["config"]]
             if missing:
                 raise ValueError(f"{where}: the row's config lacks {', '.join(map(repr, missing))}")
-            rows.append(row | {"_path": str(path), "_line": number})
+            if not row["config"].get("shuffle_labels"):  # a probe's control, no method's run
+                rows.append(row | {"_path": str(path), "_line": number})
     return without_duplicates(rows, prefer)
 
 

@@ -22,7 +22,7 @@ from ..data.classification import (
 from ..features import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
-from ..sampling import sample_examples_per_class
+from ..sampling import sample_examples_per_class, with_shuffled_labels
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
@@ -96,7 +96,8 @@ class ClassificationSetup:
 def classification_splits(config: RunConfig):
     """What a run reads of its data, before any backbone: the dataset (its test split, with `--test` on data without
     one, the dev split's rest beyond `dev_sentences`: `dev_held_out`), the N examples per class drawn with
-    `config.seed` (all of the training split without `n_shot`), their rows, and the dev split or its fixed subset."""
+    `config.seed` (all of the training split without `n_shot`; their labels permuted with `shuffle_labels`), their rows,
+    and the dev split or its fixed subset."""
     data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
     if config.evaluate_test and "test" not in data:
         rest = dev_held_out(data["validation"], config)
@@ -117,6 +118,8 @@ def classification_splits(config: RunConfig):
     if config.n_shot is not None:
         sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
         train = train.select(sampled_ids)
+    if config.shuffle_labels:
+        train = with_shuffled_labels(train, "label", config.seed)
     dev = dev_subset(data["validation"], config)
     return data, train, sampled_ids, dev
 

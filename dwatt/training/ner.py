@@ -27,7 +27,7 @@ from ..features import (
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
 from ..portable import backbone_folder
-from ..sampling import few_shot_split
+from ..sampling import few_shot_split, with_shuffled_labels
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
@@ -75,13 +75,15 @@ class NERSetup:
 
 def ner_splits(config: RunConfig):
     """What a run reads of its data, before any backbone: the dataset, the N x C training sample drawn with
-    `config.seed` (all of the training split without `n_shot`), its rows in the training split, and the dev split or
-    its fixed subset (`dev_subset`)."""
+    `config.seed` (all of the training split without `n_shot`; its tags permuted with `shuffle_labels`), its rows in
+    the training split, and the dev split or its fixed subset (`dev_subset`)."""
     data = load_ner_dataset(config.dataset, config.data_dir)
     train = data["train"]
     sampled_ids = list(range(len(train)))
     if config.n_shot is not None:
         train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
+    if config.shuffle_labels:
+        train = with_shuffled_labels(train, "ner_tags", config.seed)
     return data, train, sampled_ids, dev_subset(data["validation"], config)
 
 

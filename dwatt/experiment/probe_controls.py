@@ -1,0 +1,71 @@
+"""The probe's controls, scored on each trial's sample as the chosen head's runs read it: the floor (the majority label
+and a model with no backbone, `dwatt.experiment.baselines`) and the selectivity control (the chosen head trained on
+the sample's labels shuffled). What the chosen head scores above them, it owes to its layer and to the task."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+from .baselines import baselines, mean_scores
+from .probe_models import spec_at
+
+
+def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings) -> tuple[list, str]:
+    """The baselines' scores on each trial's sample, dev and test, averaged over the trials (`mean_scores`), and why
+    none was scored where a package they need is missing ("" otherwise). `settings`: the probe's `ProbeSettings`."""
+    layer, rate = chosen
+    try:
+        scores = [
+            baselines(spec_at(specs, trial, layer, rate).run_config(settings.folder, **settings.overrides()))
+            for trial in trials
+        ]
+    except ModuleNotFoundError as error:
+        return [], str(error)
+    return mean_scores(scores), ""
+
+
+def shuffled_label_scores(
+    specs, chosen: tuple[int, float], trials: list[int], settings, keys: tuple[str, str]
+) -> dict[int, dict]:
+    """The chosen layer's head at the chosen rate trained again on each trial's sample with its labels shuffled
+    (`RunSpec.shuffle_labels`), scored on the real dev and test, into the probe's store (resumed like its runs):
+    trial -> {"dev": ..., "test": ...} (x 100; test None where the probe scores no test). `keys`: the results' keys
+    of the best dev score and of the test score."""
+    from .store import ResultsStore
+    from .sweep import run_sweep
+
+    layer, rate = chosen
+    controls = [replace(spec_at(specs, trial, layer, rate), shuffle_labels=True) for trial in trials]
+    overrides = settings.overrides()
+    run_sweep(
+        controls, settings.results, settings.output_root, progress=settings.progress, engine="stacked", **overrides
+    )
+    rows = ResultsStore(settings.results).finished(controls, overrides, "stacked")
+    dev_key, test_key = keys
+    scores = {}
+    for spec in controls:
+        row = rows[spec.run_id]
+        test = row.get("test_scores", {}).get(test_key)
+        scores[spec.trial] = {"dev": 100 * row[dev_key], "test": None if test is None else 100 * test}
+    return scores
+
+
+def shuffled_label_lines(
+    shuffled: dict[int, dict], chosen: tuple[int, float], chosen_dev: float, metric: str
+) -> list[str]:
+    """The control's scores, mean over the trials, and the chosen head's margin over it on dev (its selectivity)."""
+    if not shuffled:
+        return []
+    layer, rate = chosen
+    dev = statistics.fmean(score["dev"] for score in shuffled.values())
+    tests = [score["test"] for score in shuffled.values() if score["test"] is not None]
+    test = f", test {metric} {statistics.fmean(tests):.2f}" if tests else ""
+    return [
+        f"control: layer {layer}'s head at {rate:g} trained on shuffled labels: dev {metric} {dev:.2f}{test}; the "
+        f"chosen head scores {chosen_dev - dev:+.2f} {metric} above it on dev (what it learnt of the task, not of "
+        "the sample)"
+    ]
+
+
+__all__ = ["floor_scores", "shuffled_label_lines", "shuffled_label_scores"]
