@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import warnings
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,7 +30,7 @@ from torch import nn
 from ..portable import portable_path
 from ..tokenization import save_tokenizer
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
-from .schemes import EXPORT_QUANTIZATIONS
+from .schemes import EXPORT_QUANTIZATIONS, schemes_for
 
 # onnxruntime against PyTorch on the check batch, fp32, relative to the largest logit (at least 1): larger means the
 # graph computes something else. (Absolute, a head on Qwen2.5-Coder-1.5B's raw layer 12, whose logits on the check
@@ -132,11 +133,22 @@ def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict
 
 
 def check_int8(
-    checkpoint, task: str, tokenizer, staging: Path, scheme: str, export: dict, calibration, allow_lossy: bool
+    checkpoint,
+    task: str,
+    tokenizer,
+    staging: Path,
+    schemes: tuple[str, ...],
+    export: dict,
+    calibration,
+    allow_lossy: bool,
 ) -> dict:
-    """Write the int8 graph (`quantize_onnx`) and measure how often it gives the fp32 graph's answer on the
-    calibration sample (`dwatt.serving.int8_graphs.agreement`); below `AGREEMENT_THRESHOLD`, refuse it (ValueError)
-    unless `allow_lossy`. Returns the record `dwatt_export.json` keeps."""
+    """Write the int8 graph of each of `schemes` (`quantize_onnx`), measure how often it gives the fp32 graph's answer
+    on the calibration sample (`dwatt.serving.int8_graphs.agreement`) and its time there against the fp32 graph's on
+    this machine (`time_graphs`), and keep, as `GRAPHS["int8"]`, the fastest of those at `AGREEMENT_THRESHOLD` or
+    above. None there: refused (ValueError), unless `allow_lossy`, which keeps the one that agrees most. Returns the
+    record `dwatt_export.json` keeps: the chosen scheme's figures, every candidate's, and the CPU's capabilities."""
+    import shutil
+
     from .int8_graphs import AGREEMENT_THRESHOLD, INT8_SCHEMES, agreement, answers, calibration_sample
     from .onnx_runtime import OnnxModel
 
@@ -146,25 +158,87 @@ def check_int8(
     def answer(model):
         return answers(task, model, tokenizer, sample)
 
-    left_fp32 = quantize_onnx(staging / GRAPHS[None], staging / GRAPHS["int8"], scheme, fp32, answer)
-    found = agreement(task, answer(fp32), answer(OnnxModel.of_graph(staging / GRAPHS["int8"], export)))
-    record = {
-        "scheme": scheme,
+    reference = answer(fp32)
+    candidates, graphs = [], {}
+    for scheme in schemes:
+        folder = staging / f".int8-{scheme}"  # a graph over 2 GiB keeps its weights beside it, by its file name
+        folder.mkdir()
+        left_fp32 = quantize_onnx(staging / GRAPHS[None], folder / GRAPHS["int8"], scheme, fp32, answer)
+        graphs[scheme] = OnnxModel.of_graph(folder / GRAPHS["int8"], export)
+        candidates.append({"scheme": scheme, **agreement(task, reference, answer(graphs[scheme])), **left_fp32})
+    seconds = time_graphs({"fp32": fp32, **graphs}, answer)
+    for candidate in candidates:
+        candidate["seconds"] = seconds[candidate["scheme"]]
+        candidate["time_vs_fp32"] = seconds[candidate["scheme"]] / seconds["fp32"]
+    keeping = [candidate for candidate in candidates if candidate["agreement"] >= AGREEMENT_THRESHOLD]
+    if not keeping and not allow_lossy:
+        tried = ", ".join(f"{c['scheme']} {100 * c['agreement']:.1f}%" for c in candidates)
+        others = " or ".join(f"--quantize int8-{other}" for other in INT8_SCHEMES if other not in schemes)
+        unit = candidates[0]["unit"]
+        raise ValueError(
+            f"{checkpoint}: its int8 graph{'s' * (len(schemes) > 1)} ({tried}) give{'s' * (len(schemes) == 1)} "
+            f"under {100 * AGREEMENT_THRESHOLD:.0f}% of {unit} the fp32 graph's answer on {described}; nothing "
+            f"exported: {'try ' + others + ', ' if others else ''}export fp32 alone (no --quantize), or keep it "
+            "with --allow-lossy"
+        )
+    chosen = min(keeping, key=lambda c: c["seconds"]) if keeping else max(candidates, key=lambda c: c["agreement"])
+    for path in (staging / f".int8-{chosen['scheme']}").iterdir():
+        path.rename(staging / path.name)
+    for scheme in schemes:
+        shutil.rmtree(staging / f".int8-{scheme}")
+    return chosen | {
         "calibration": described,
-        **found,
         "threshold": AGREEMENT_THRESHOLD,
         "allow_lossy": allow_lossy,
-        **left_fp32,
+        "fp32_seconds": seconds["fp32"],
+        "candidates": candidates,
+        "cpu": cpu_capabilities(),
     }
-    if found["agreement"] < AGREEMENT_THRESHOLD and not allow_lossy:
-        others = " or ".join(f"--quantize int8-{other}" for other in INT8_SCHEMES if other != scheme)
-        raise ValueError(
-            f"{checkpoint}: its int8 graph ({scheme}) gives {100 * found['agreement']:.1f}% of "
-            f"{found['unit']} the fp32 graph's answer on {described} (under "
-            f"{100 * AGREEMENT_THRESHOLD:.0f}%); nothing exported: try {others}, export fp32 alone "
-            "(no --quantize), or keep it with --allow-lossy"
-        )
-    return record
+
+
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16")
+"""The CPU features that int8 kernels' speed turns on (VNNI's int8 dot products, AMX's int8 tiles)."""
+
+
+def cpu_capabilities() -> dict:
+    """What the CPU the export ran on offers int8 kernels: PyTorch's reading of its vector width, which of `CPU_FLAGS`
+    it has (Linux's /proc/cpuinfo; none listed elsewhere) and its model name."""
+    import platform
+
+    import torch
+
+    flags: set[str] = set()
+    model = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text(errors="replace").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "flags" and not flags:
+                flags = set(value.split())
+            elif key.strip() == "model name":
+                model = value.strip()
+    return {
+        "torch_capability": torch.backends.cpu.get_cpu_capability(),
+        "flags": [flag for flag in CPU_FLAGS if flag in flags],
+        "model": model,
+    }
+
+
+TIMING_ROUNDS = 3
+
+
+def time_graphs(graphs: dict, run: Callable[[object], object], rounds: int = TIMING_ROUNDS) -> dict[str, float]:
+    """Each graph's time to run `run` over the calibration sample on this CPU: the fastest of `rounds` rounds, the
+    graphs taking turns within each round, so that a busy moment of a shared CPU falls on all of them alike."""
+    import time
+
+    best = dict.fromkeys(graphs, math.inf)
+    for _ in range(rounds):
+        for name, graph in graphs.items():
+            start = time.perf_counter()
+            run(graph)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return best
 
 
 def export_onnx(
@@ -227,7 +301,6 @@ def _write_export(
     """The export's files, written into `staging`; returns its config (`export_onnx`)."""
     from ..atomic import give_usual_modes, sha256_of, write_json_atomically
     from .ensemble import AveragedHeads
-    from .int8_graphs import scheme_for
 
     inputs = graph_inputs(model)
     difference, largest = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
@@ -249,7 +322,7 @@ def _write_export(
     if quantize is not None:
         about = {"inputs": inputs, "id2label": labels, "pooling": pooling, "task": task}
         int8 = check_int8(
-            checkpoint, task, tokenizer, staging, scheme_for(quantize, model), about, calibration, allow_lossy
+            checkpoint, task, tokenizer, staging, schemes_for(quantize, model), about, calibration, allow_lossy
         )
         graphs["int8"] = GRAPHS["int8"]
     save_tokenizer(tokenizer, staging)
@@ -297,9 +370,26 @@ def export_card(checkpoint, task: str, fusion: str, graphs: dict, int8: dict | N
             "",
             f"**int8** ({int8['scheme']}): gives the fp32 graph's answer on {100 * int8['agreement']:.1f}% "
             f"of {int8['unit']} ({100 * int8['inputs_agreement']:.1f}% of whole inputs) of {int8['calibration']}; "
-            f"the export refuses int8 under {100 * int8['threshold']:.0f}%.{lossy}",
+            f"the export refuses int8 under {100 * int8['threshold']:.0f}%.{lossy} Chosen on the exporting CPU "
+            f"({int8['cpu']['model']}; {', '.join(int8['cpu']['flags']) or 'none of AVX2, AVX-512, VNNI, AMX'}) as "
+            "the fastest of the schemes tried that keep the answers:",
+            "",
+            f"| scheme | {int8['unit']} as fp32 | time vs fp32 |",
+            "|---|---|---|",
+            *(
+                f"| {c['scheme']} | {100 * c['agreement']:.1f}% | {c['time_vs_fp32']:.2f}x |"
+                for c in int8.get("candidates", [])
+            ),
         ]
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["export_card", "export_onnx", "graph_inputs", "quantize_onnx", "write_onnx"]
+__all__ = [
+    "cpu_capabilities",
+    "export_card",
+    "export_onnx",
+    "graph_inputs",
+    "quantize_onnx",
+    "time_graphs",
+    "write_onnx",
+]

@@ -21,10 +21,13 @@ inputs against 2-4% with one scale per token, and 92% of words tagged as fp32 ta
 on Qwen2.5-Coder-1.5B's probe-chosen layer-12 head (`benchmarks/int8_decoders.py`, which also measures static QDQ,
 mixed precision, per token alone, weight-only int4 and a bf16 backbone): `weights` gave 98.7% and 99.7% of words as
 fp32, F1 -0.03 and +0.00, at 0.74x and 0.54x the fp32 graph's time; `smooth` 98.5% and 99.5%, F1 -0.18 and -0.63,
-at 0.60x and 0.48x. `weights` keeps the answers best, so it is the decoders' `int8`; `smooth` is the faster one.
+at 0.60x and 0.48x (an AMD CPU without AMX). On Intel CPUs with AMX and AVX-512 VNNI, `weights` took 0.87-0.93x and
+`smooth` 0.65x on the first head: which scheme is faster depends on the CPU.
 
-`--quantize int8` takes the backbone family's scheme (`scheme_for`): `dynamic` for encoders, `weights` for decoder-only
-LLMs. The export then runs both graphs on a calibration sample (`--calibration FILE`, one input per line; by default
+int8's speed is the CPU's (VNNI, AMX): `--quantize int8` tries the schemes that may keep the backbone family's answers
+(`dwatt.serving.schemes.schemes_for`: all three for encoders, `weights` and `smooth` for decoder-only LLMs) and keeps the fastest, measured on
+the exporting machine, of those that keep them; `--quantize int8-<scheme>` forces one. The export runs the graphs on a
+calibration sample (`--calibration FILE`, one input per line; by default
 the first `CALIBRATION_SIZE` sentences of CoNLL-03's dev split, or texts of AG News' evaluation split), records how
 often the int8 graph gives the fp32 graph's answer (`agreement`: words for a tagger, texts for a classifier, tokens
 for a masked LM) and refuses an int8 graph below `AGREEMENT_THRESHOLD` unless asked to keep it (`--allow-lossy`).
@@ -51,18 +54,6 @@ SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength: 0.5, 0.7 measured ali
 # SmolLM2's layer-11 head, the inputs of 3 of 77 products, 5.3-5.5% (the next 4.1%); that took its test words from
 # 98.09% to 98.54% as fp32 (benchmarks/results/int8_decoders_cpu.md: "smooth alone", "smooth").
 KEEP_FP32_ERROR = 0.05
-
-
-def scheme_for(quantize: str, model) -> str:
-    """The int8 scheme `--quantize` names: `int8-<scheme>` as given; `int8` the backbone family's (`weights` for a
-    decoder-only LLM, `dynamic` for an encoder)."""
-    from configuration_dwatt import is_decoder_only
-
-    if quantize not in EXPORT_QUANTIZATIONS:
-        raise ValueError(f"--quantize: {quantize!r} is not one of {', '.join(EXPORT_QUANTIZATIONS)}")
-    if quantize != "int8":
-        return quantize.removeprefix("int8-")
-    return "weights" if is_decoder_only(model.config.encoder_config) else "dynamic"
 
 
 # The sample ------------------------------------------------------------------------------------------------------
@@ -484,6 +475,5 @@ __all__ = [
     "quantize_smooth_graph",
     "quantize_weights_graph",
     "quantized_products",
-    "scheme_for",
     "smoothing_scales",
 ]
