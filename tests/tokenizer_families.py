@@ -17,6 +17,16 @@ def conll_sentences(split: str = "valid", count: int = 40) -> list[list[str]]:
     return [sentence["tokens"] for sentence in read_conll(CONLL / f"{split}.txt", CONLL_LABELS)][:count]
 
 
+# RoBERTa's special tokens, which XLM-R shares
+ROBERTA_SPECIALS = dict(
+    bos_token="<s>",
+    eos_token="</s>",
+    cls_token="<s>",
+    sep_token="</s>",
+    pad_token="<pad>",
+    unk_token="<unk>",
+    mask_token="<mask>",
+)
 # family: (model_type, tokenizer_class, the model: bpe, wordpiece or unigram; byte-level or not, the template's
 # special tokens (before, after), the special tokens' names, the flags its Hub tokenizer_config.json carries)
 FAMILIES = {
@@ -67,15 +77,7 @@ FAMILIES = {
         "bpe",
         True,
         (["<s>"], ["</s>"]),
-        dict(
-            bos_token="<s>",
-            eos_token="</s>",
-            cls_token="<s>",
-            sep_token="</s>",
-            pad_token="<pad>",
-            unk_token="<unk>",
-            mask_token="<mask>",
-        ),
+        ROBERTA_SPECIALS,
         {},
     ),
     # XLM-R (and the multilingual e5): a unigram model, <s> text </s>
@@ -85,15 +87,7 @@ FAMILIES = {
         "unigram",
         False,
         (["<s>"], ["</s>"]),
-        dict(
-            bos_token="<s>",
-            eos_token="</s>",
-            cls_token="<s>",
-            sep_token="</s>",
-            pad_token="<pad>",
-            unk_token="<unk>",
-            mask_token="<mask>",
-        ),
+        ROBERTA_SPECIALS,
         {},
     ),
     # BERT-style WordPiece with [CLS] text [SEP], no BOS/EOS
