@@ -13,6 +13,7 @@ ANSWER_METHODS = (
     LAST_LAYER,
     *ENSEMBLE_METHODS.values(),
     FUSION_METHODS["scalar_mix"],
+    FUSION_METHODS["scalar_mix_layer_norm"],
     FUSION_METHODS["concat"],
     FUSION_METHODS["base_plus_n"],
     FUSION_METHODS["dwatt"],
@@ -120,12 +121,12 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
     if edges:
         legend += (
             " "
-            + " ".join(f"{EDGE_MARKS[edge].strip()}: chosen at the {edge} rate of its grid" for edge in edges)
+            + "; ".join(f"{EDGE_MARKS[edge].strip()}: chosen at the {edge} rate of its grid" for edge in edges)
             + " in most trials, so the optimum may lie beyond the grid."
         )
     if empty:
         legend += (
-            " Empty cells: the method was not run in that setting, by the grid's choice (its run.sh says why): "
+            " Empty cells: the method was not run in that setting (its grid's run.sh says why): "
             + "; ".join(f"{SHORT_NAMES.get(m, m)} on {', '.join(where)}" for m, where in empty.items())
             + "."
         )

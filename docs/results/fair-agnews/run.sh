@@ -53,7 +53,7 @@ dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rate
 # Ten trials where they are cheap (MiniLM, added later): the probe (its ensembles, best and last layers) to trials
 # 3-9 in its store, then ScalarMix, Concat and DWAtt to 10 trials in a store of their own (trials 0-2 are the grid's);
 # Base+n and ScalarMix+LD stay at 3 trials.
-dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 --trials 10 \
+dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 --trials 3 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
 for N in 16 64; do
@@ -78,6 +78,17 @@ for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16;
    dwatt sweep --fusions concat,dwatt "${GRID[@]}") &
 done
 wait
+# ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later), its own store per backbone,
+# the five rates and two above them, 3 trials: MiniLM at N = 16 and 64, EmbeddingGemma at N = 16.
+# SmolLM2 and Qwen have no such runs yet (the CPU hours went to these two first).
+LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
+dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
+  --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
+  --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.layer-norm.jsonl --output-root runs/agnews-ln
+dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16 \
+  --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets --cache-dtype bfloat16 \
+  --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-agnews/fair.embeddinggemma-300m.layer-norm.jsonl --output-root runs/agnews
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"
