@@ -128,6 +128,7 @@ def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(
                 "--quiet",
                 "--test",
                 "--no-save",
+                "--no-baselines",
             ]
         )
 

@@ -25,6 +25,7 @@ def test_a_probe_shows_its_backbone_pass_with_the_tokens_and_the_time_left(
     monkeypatch.setattr(DWAttModel, "run_backbone", slowed)
     argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2"]
     argv += ["--epochs", "1", "--learning-rates", "5e-3", "--results", str(tmp_path / "probe.jsonl"), "--test"]
+    argv += ["--no-baselines"]  # the shuffled-label control's own pass over its sample aside
     assert main(argv) == 0
     err = capsys.readouterr().err
     FEATURE_MEMO.clear()
@@ -45,7 +46,7 @@ def test_a_quiet_probe_shows_no_backbone_pass(tiny_backbone, tiny_conll, tmp_pat
 
     FEATURE_MEMO.clear()
     argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "2", "--quiet"]
-    argv += ["--epochs", "1", "--learning-rates", "5e-3", "--results", str(tmp_path / "probe.jsonl")]
+    argv += ["--epochs", "1", "--learning-rates", "5e-3", "--results", str(tmp_path / "probe.jsonl"), "--no-baselines"]
     assert main(argv) == 0
     FEATURE_MEMO.clear()
     err = capsys.readouterr().err
