@@ -188,6 +188,8 @@ TABLES = (
     "dwatt.experiment.table_text",
     "dwatt.experiment.summaries",
     "dwatt.experiment.selection",
+    "dwatt.experiment.coverage",
+    "dwatt.experiment.no_dev",
     "dwatt.experiment.figures",
 )
 
@@ -247,7 +249,6 @@ def test_the_tables_load_without_torch_transformers_or_datasets():
 LINES = 500
 NOT_YET_SPLIT = {
     "dwatt/features.py": 590,
-    "dwatt/experiment/selection.py": 588,
     "dwatt/stacked_heads.py": 547,
 }
 

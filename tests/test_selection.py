@@ -1,5 +1,5 @@
 """Choices on dev, scored on test (dwatt.experiment.selection), as the fair report writes them: each method's rate and
-layer, the verdicts and the answer, the coverage, the few-shot dev and no-dev protocols, the probe ensembles."""
+layer, the verdicts and the answer, the few-shot dev protocol, the probe ensembles."""
 
 import json
 import math
@@ -125,29 +125,6 @@ def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
     assert list(picks.method) == ["last layer", "best single layer"] and picks.layer.iloc[0] == 3
 
 
-def test_the_coverage_table_counts_the_runs_held_against_the_grid_the_rows_span(tmp_path):
-    rows = [
-        fair_row("base", trial, rate, 0.5, 0.5, layer)
-        for trial in range(3)
-        for layer in (1, 2, 3)
-        for rate in (1e-4, 1e-3)
-    ]
-    rows += [fair_row("dwatt", trial, rate, 0.6, 0.6) for trial in range(3) for rate in (1e-4, 1e-3)]
-    rows += [fair_row("dwatt", 0, 1e-2, 0.6, 0.6)]  # past the grid's edge, in one trial
-    rows += [fair_row("base", 0, 1e-4, 0.5, 0.5, layer, n=128) for layer in (1, 2)]  # N = 128: a probe begun
-    store = tmp_path / "fair.jsonl"
-    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    write_report([store], tmp_path / "out", title="fair")
-    table = (tmp_path / "out" / "tables" / "coverage.md").read_text().splitlines()
-    assert table[2:] == [
-        "| backbone | dataset | N | Base (probe) | DWAtt |",
-        "|---|---|---|---|---|",
-        "| deep | conll2003 | 32 | 3/3 | 1/3 (7/9 runs) |",
-        "| deep | conll2003 | 128 | 0/3 (2/18 runs) | 0/3 (0/9 runs) |",
-    ]
-    assert "## Coverage" in (tmp_path / "out" / "report.md").read_text()
-
-
 def test_the_fair_report_of_text_classification_chooses_on_dev_accuracy_and_reports_test_accuracy(tmp_path):
     def cls_row(fusion, trial, rate, dev, test, layer=None):
         return {
@@ -226,72 +203,6 @@ def test_the_fair_report_makes_every_choice_again_on_each_trial_s_few_shot_dev_s
     # regret on the sample: its choice's test 0.5 against the best test among the candidates' sample choices, 0.5
     assert "+0.00 ± 0.00" in (tables / "regret_few_shot_dev.md").read_text()
     assert "## Chosen as a few-shot user chooses" in report and "a dev set of 128 sentences" in report
-
-
-def test_with_no_dev_set_the_report_takes_the_last_epoch_at_dwatt_train_s_rate(tmp_path):
-    """The no-dev table: the last layer and each fusion at the FE rate (1e-3), each at its last epoch, paired by
-    trial against the last layer; runs at other rates and runs without a scored last epoch stay out."""
-    rows = []
-    for trial in range(3):
-        for rate in (1e-4, 1e-3):
-            for layer in (1, 3):
-                row = fair_row("base", trial, rate, 0.6, 0.6, layer)
-                row["last_epoch"] = {
-                    "epoch": 25,
-                    "test_scores": {"f1": 0.40 + 0.01 * trial + (0.3 if rate == 1e-4 else 0)},
-                }
-                rows.append(row)
-            row = fair_row("dwatt", trial, rate, 0.6, 0.6)
-            row["last_epoch"] = {"epoch": 25, "test_scores": {"f1": 0.45 + 0.01 * trial}}
-            rows.append(row)
-        rows.append(fair_row("concat", trial, 1e-3, 0.7, 0.7))  # no last epoch scored: not in the table
-    store = tmp_path / "fair.jsonl"
-    store.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    report = write_report([store], tmp_path / "out", title="fair").read_text()
-    table = (tmp_path / "out" / "tables" / "no_dev.md").read_text()
-    assert "test F1 at the last epoch, learning rate 0.001" in table
-    assert "| 32 | last layer | 41.00 ± 2.48 |  | 3 |" in table  # layer 3 of 3, at 1e-3 only
-    assert "| 32 | DWAtt | 46.00 ± 2.48 | +5.00 ± 0.00 | 3 |" in table
-    assert "Concat" not in table and "## With no dev set" in report
-
-
-def test_coverage_counts_a_method_whose_runs_have_only_begun_against_the_whole_grid():
-    from dwatt.experiment.selection import coverage
-    from dwatt.experiment.summaries import runs_frame
-
-    rows = [fair_row("base", 0, rate, 0.5, 0.5, layer) for layer in (1, 2, 3) for rate in (1e-4, 1e-3, 1e-2)]
-    rows += [fair_row("concat", 0, rate, 0.5, 0.5) for rate in (1e-4, 1e-3, 1e-2)]
-    rows += [fair_row("dwatt", 0, 1e-4, 0.5, 0.5)]  # one rate of three so far
-    covered = coverage(runs_frame(rows)).set_index("method")
-    assert covered.loc["DWAtt"].planned_runs == 3 and covered.loc["DWAtt"].complete_trials == 0
-    assert covered.loc["Concat"].complete_trials == 1 and covered.loc["Base (probe)"].planned_runs == 9
-
-
-def test_rates_a_few_methods_reached_on_one_backbone_are_not_the_grid_s():
-    """Three of four methods went on to 1e-2 on one backbone (they chose the largest rate there), none on the other:
-    counted per backbone, 1e-2 is not the grid's, so Concat (never extended) is complete where it ran two rates."""
-    from dwatt.experiment.selection import coverage
-    from dwatt.experiment.summaries import runs_frame
-
-    def on(backbone, row):
-        row["config"]["backbone"] = backbone
-        return row
-
-    rows = []
-    for backbone in ("/m/deep", "/m/other"):
-        extended = backbone == "/m/deep"
-        for fusion in ("scalar_mix", "dwatt", "base_plus_n", "concat"):
-            rates = (1e-4, 1e-3, 1e-2) if extended and fusion != "concat" else (1e-4, 1e-3)
-            rows += [on(backbone, fair_row(fusion, 0, rate, 0.5, 0.5)) for rate in rates]
-        rows += [
-            on(backbone, fair_row("base", 0, rate, 0.5, 0.5, layer)) for layer in (1, 2, 3) for rate in (1e-4, 1e-3)
-        ]
-    covered = coverage(runs_frame(rows)).set_index(["backbone", "method"])
-    assert (
-        covered.loc[("deep", "Concat"), "complete_trials"] == 1
-        and covered.loc[("deep", "Concat"), "planned_runs"] == 2
-    )
-    assert covered.loc[("deep", "DWAtt"), "planned_runs"] == 3 and covered.loc[("other", "DWAtt"), "planned_runs"] == 2
 
 
 def test_probe_ensembles_are_methods_of_the_fair_report_with_their_layers_and_the_probe_s_rates(tmp_path):
@@ -427,39 +338,6 @@ def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
         around_chosen_layers(
             grid(fusions=("base_plus_n",), n_shots=(32,), epochs=(25,), trials=1, backbones=("/m/deep",)), frame
         )
-
-
-def test_a_window_is_not_planned_where_it_would_be_every_layer():
-    """A 4-layer backbone whose probe chooses layer 1: the window 1-3 and the last is every layer, so the coverage
-    plans no window run with the last layer there; the window alone (only:1-3) it plans."""
-    from dwatt.experiment.selection import WINDOW_METHODS, coverage
-    from dwatt.experiment.summaries import runs_frame
-
-    rows = [
-        row | {"backbone_layers": 4}
-        for row in window_grid_rows()
-        if row["config"]["fusion"] != "base" or int(row["config"]["layers"]) <= 4
-    ]
-    covered = coverage(runs_frame(rows)).set_index("method")
-    assert WINDOW_METHODS["scalar_mix", False] not in covered.index
-    assert covered.loc[WINDOW_METHODS["scalar_mix", True], "trials"] == 2
-
-
-def test_coverage_counts_windows_around_both_choices_and_only_those():
-    """A window grid with few-shot dev samples plans the windows around the probe's choice on dev (layer 6: 4-8) and
-    on each trial's sample (layer 3: 1-5); runs on a window that neither choice makes (a probe run again that chose
-    otherwise) do not count."""
-    from dwatt.experiment.selection import WINDOW_METHODS, coverage
-    from dwatt.experiment.summaries import runs_frame
-
-    method = WINDOW_METHODS["scalar_mix", False]
-    rows = window_grid_rows()
-    covered = coverage(runs_frame(rows)).set_index("method")
-    assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [2, 2, 8, 8]
-    around_dev_only = [row for row in rows if row["config"]["layers"] not in ("1-5", "only:1-5")]
-    moved = [row | {"config": row["config"] | {"layers": "2-6"}} for row in rows if row["config"]["layers"] == "1-5"]
-    covered = coverage(runs_frame(around_dev_only + moved)).set_index("method")
-    assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [0, 2, 4, 8]
 
 
 def test_a_choice_at_either_edge_of_its_grid_in_most_trials_is_flagged():

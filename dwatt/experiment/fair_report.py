@@ -9,17 +9,17 @@ from pathlib import Path
 import pandas as pd
 
 from .across_settings import pooled_comparison, pooled_table, setting_weighted_comparison, setting_weighted_table
+from .coverage import coverage
 from .fair_answer import fair_advice, fair_answer
 from .figures import figure_probe, save
+from .no_dev import no_dev_comparison
 from .selection import (
     BEST_LAYER,
     ENSEMBLE_METHODS,
     LAST_LAYER,
     METHODS,
     NO_INTERVAL,
-    coverage,
     fair_comparison,
-    no_dev_comparison,
     probe_curve,
     verdicts,
 )
@@ -110,7 +110,7 @@ def verdict_lines(table: pd.DataFrame) -> str:
 
 
 def coverage_table(covered: pd.DataFrame) -> str:
-    """The coverage of a fair grid (`selection.coverage`) as a pipe table, one row per backbone, dataset and N, one
+    """The coverage of a fair grid (`coverage.coverage`) as a pipe table, one row per backbone, dataset and N, one
     column per method: complete trials of planned, and runs held of planned where a trial is incomplete."""
     if covered.empty:
         return ""
@@ -196,7 +196,7 @@ def few_shot_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
 
 
 def no_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
-    """With no dev set (`selection.no_dev_comparison`): the last layer and every fusion at `dwatt train`'s FE rate,
+    """With no dev set (`no_dev.no_dev_comparison`): the last layer and every fusion at `dwatt train`'s FE rate,
     each at its last epoch, where the runs scored it; written to `no_dev.md`."""
     table = no_dev_comparison(frame)
     if table.empty:

@@ -20,7 +20,6 @@ import pandas as pd
 from specs_dwatt import FUSION_SPECS
 
 from ..portable import backbone_label
-from ..run_config import default_learning_rate
 from ..schema import ENSEMBLE_SIZES
 from ..tasks import TASKS
 from .grid import WINDOW_RADIUS, RunSpec
@@ -364,150 +363,6 @@ def trial_differences(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.Dat
     return pd.DataFrame.from_records(records)
 
 
-def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -> pd.DataFrame:
-    """
-    What a user with no dev set gets, per backbone, dataset, N and method: with nothing to choose on, the head on the
-    last layer and each fusion train at `dwatt train`'s FE learning rate for their task (or `learning_rate`) and keep
-    their last
-    epoch's weights; their test score (mean, 95% CI, trials) and the paired difference to the last layer's. From the
-    runs that scored their last epoch (`--few-shot-dev`).
-    """
-    runs = with_methods(frame)
-    if runs.empty:
-        return pd.DataFrame()
-    runs = runs.assign(no_dev_score=[row[f"no_dev_test_{SCORES[row.task][0]}"] for _, row in runs.iterrows()])
-    rates = runs.task.map(lambda task: learning_rate or default_learning_rate("fe", task))
-    runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == rates)]
-    # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
-    picks = [
-        among.assign(method=method)
-        for _, sample in runs.groupby(SAMPLE, dropna=False)
-        for method, among in candidates(sample)
-        if method != BEST_LAYER and method not in WINDOW_METHODS.values()
-    ]
-    if not picks:
-        return pd.DataFrame()
-    records = []
-    for (backbone, dataset, n_shot, epochs), setting in pd.concat(picks).groupby(
-        ["backbone", "dataset", "n_shot", "epochs"]
-    ):
-        for method, mine, differences in paired_against(setting, LAST_LAYER, "no_dev_score"):
-            records.append(
-                {
-                    "backbone": backbone,
-                    "dataset": dataset,
-                    "n_shot": n_shot,
-                    "epochs": epochs,
-                    "method": method,
-                    "metric": mine.metric.iloc[0],
-                    "learning_rate": mine.learning_rate.iloc[0],
-                    "test_score": mine.no_dev_score.mean(),
-                    "test_ci95": confidence_interval(mine.no_dev_score),
-                    "trials": len(mine),
-                    **paired_columns("minus_last_layer", differences, method == LAST_LAYER),
-                }
-            )
-    return pd.DataFrame.from_records(records)
-
-
-def coverage(frame: pd.DataFrame) -> pd.DataFrame:
-    """
-    Per backbone, dataset, N and method, the runs the stores hold against the grid their rows span: every trial any
-    row of the backbone has, the N values any row of the dataset has, every method any row has, each method at every
-    learning rate
-    it was tried at on that backbone and at the rates most methods were tried at (each backbone's methods counted
-    apart: the grid's own), and the
-    single-layer heads on every layer of the backbone; a window fusion in the trials whose probe chose a layer a window
-    around which is not every layer, around each choice its probe made (on dev, and on the few-shot dev sample where
-    it made one; only runs on those windows count), and where none did, or no probe ran, it has no cell. A setting with
-    `complete_trials` below `trials` is not yet what the grid planned; the tables speak for what is there.
-    """
-    runs = with_methods(frame)
-    if runs.empty:
-        return pd.DataFrame()
-    sampled = with_methods(frame, few_shot_dev=True)  # the probes' choices on their few-shot dev samples, where made
-    sampled_probes = sampled[sampled.fusion == PROBE_FUSION] if not sampled.empty else sampled
-    methods = [
-        method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)
-    ]
-    # the grid's own rates: those most methods were tried at, counted per backbone (a rate past the grid's edge is
-    # a few methods' on a backbone where they chose its largest; a method whose runs have only begun lacks some of
-    # the grid's rates rather than shrinking the grid)
-    trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
-    tried = [
-        set(rates)
-        for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
-        for _, rates in on_backbone.groupby("method").learning_rate
-    ]
-    shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
-    alone_of = {method: alone for (_, alone), method in WINDOW_METHODS.items()}
-    records = []
-    for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
-        depth = backbone_depth(on_backbone)
-        trials = sorted(on_backbone.trial.unique())  # each backbone's grid its own (one may have run more trials)
-        for n_shot in sorted(runs[runs.dataset == dataset].n_shot.unique()):
-            setting = on_backbone[on_backbone.n_shot == n_shot]
-            # the windows a window grid plans in each trial: around the layer its probe chose on dev and, where it
-            # made one, around its choice on the few-shot dev sample (`around_chosen_layers`), each with the last
-            # layer (False) and alone (True)
-            probes = [setting[setting.fusion == PROBE_FUSION]]
-            if not sampled_probes.empty:
-                probes.append(
-                    sampled_probes[
-                        (sampled_probes.backbone == backbone)
-                        & (sampled_probes.dataset == dataset)
-                        & (sampled_probes.epochs == epochs)
-                        & (sampled_probes.n_shot == n_shot)
-                    ]
-                )
-            windows = {alone: {} for alone in (False, True)}
-            for probe in probes:
-                for trial, heads in probe.groupby("trial"):
-                    for alone, window in probe_windows(heads).items():
-                        if window is not None:
-                            windows[alone].setdefault(trial, set()).add(window)
-            for method in methods:
-                rates = set(on_backbone[on_backbone.method == method].learning_rate) | shared_rates
-                cells = (
-                    1
-                    if method not in trained  # one ensemble per trial
-                    else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1)
-                )
-                mine = setting[setting.method == method]
-                if method in alone_of:  # planned where a window around the probe's choice is not every layer
-                    planned_windows = windows[alone_of[method]]
-                    if not planned_windows:
-                        continue
-                    mine = mine.loc[
-                        [
-                            layers in planned_windows.get(trial, ())
-                            for trial, layers in zip(mine.trial, mine.fused_layers)
-                        ]
-                    ]
-                    planned = {trial: cells * len(planned) for trial, planned in planned_windows.items()}
-                else:
-                    planned = dict.fromkeys(trials, cells)
-                mine = mine[mine.trial.isin(planned)].drop_duplicates(
-                    ["trial", "learning_rate", "layer", "fused_layers"]
-                )
-                per_trial = mine.groupby("trial").size()
-                records.append(
-                    {
-                        "backbone": backbone,
-                        "dataset": dataset,
-                        "n_shot": n_shot,
-                        "method": method,
-                        "complete_trials": sum(
-                            int(per_trial.get(trial, 0) >= needed) for trial, needed in planned.items()
-                        ),
-                        "trials": len(planned),
-                        "runs": len(mine),
-                        "planned_runs": sum(planned.values()),
-                    }
-                )
-    return pd.DataFrame.from_records(records)
-
-
 def verdict(difference: float, interval: float) -> str:
     """`beats` or `trails` where the 95% CI of a paired difference excludes 0, `level` where it spans 0, `no interval`
     where there is none to judge by: one trial, or the same nonzero difference in every trial (a CI of width 0 says
@@ -573,7 +428,6 @@ __all__ = [
     "chosen_on_dev",
     "fair_comparison",
     "is_fair_grid",
-    "no_dev_comparison",
     "probe_curve",
     "probe_windows",
     "trial_differences",
