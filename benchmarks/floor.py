@@ -4,7 +4,9 @@ dev subsets and test splits the fair grids trained on, set against each backbone
 Every sample of the fair stores (task, dataset, N, trial: the same for every backbone, as sampling reads only the
 data and the seed) gets the majority label and the model with no backbone (`dwatt.experiment.baselines`: a CRF on
 word features, or TF-IDF with logistic regression, its regularisation chosen on the same 1000 dev sentences or 800 dev
-texts). They are kept in `floor_samples.json` (one entry a sample; a rerun computes only the samples it lacks). The table
+texts). They are kept in `floor_samples.json` (`dwatt.experiment.floor.scored_floor`: one entry a sample; a rerun
+computes only the samples it lacks; `dwatt report --floor` reads the same file and puts the floor into the fair
+tables as methods). The table
 pairs each backbone's best single layer (chosen on dev per trial, as in the fair report) with the no-backbone model
 on the same trials: the mean test difference, its 95% CI, and Student's paired t-test, Holm-corrected across the
 settings of a dataset.
@@ -15,10 +17,7 @@ settings of a dataset.
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
-from dataclasses import asdict
 from glob import glob
 from pathlib import Path
 
@@ -37,58 +36,17 @@ GRIDS = {
     "AG News": ["docs/results/fair-agnews/fair.*.jsonl"],
 }
 PREFER = {"AG News": ["docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl"]}
-# What a sample is: the fields of a run's configuration that decide its training sample and its scored splits.
-SAMPLE_FIELDS = (
-    "task",
-    "dataset",
-    "data_dir",
-    "n_shot",
-    "seed",
-    "sampling",
-    "dev_sentences",
-    "text_column",
-    "pair_column",
-    "label_column",
-)
-
-
-def sample_key(config: dict) -> dict:
-    return {field: config.get(field) for field in SAMPLE_FIELDS}
-
-
-def floor_rows(rows: list[dict], store: Path) -> list[dict]:
-    """The floor of every sample `rows` trained on: read from `store`, the samples it lacks computed and appended."""
-    from dwatt.atomic import write_text_atomically
-    from dwatt.experiment.baselines import baselines
-    from dwatt.run_config import RunConfig
-
-    known = json.loads(store.read_text()) if store.is_file() else []
-    have = {json.dumps(row["sample"], sort_keys=True) for row in known}
-    wanted = {json.dumps(sample_key(row["config"]), sort_keys=True) for row in rows if row["config"].get("n_shot")}
-    missing = sorted(wanted - have)
-    for number, text in enumerate(missing, start=1):
-        sample = json.loads(text)
-        config = RunConfig(
-            **{k: v for k, v in sample.items() if v is not None}, evaluate_test=True, output_dir="runs/floor"
-        )
-        known.append({"sample": sample, "baselines": [asdict(score) for score in baselines(config)]})
-        store.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(store, json.dumps(known, indent=1) + "\n")  # a stopped run keeps what it scored
-        print(
-            f"[{number}/{len(missing)}] {sample['dataset']} N = {sample['n_shot']} trial {sample['seed']}",
-            file=sys.stderr,
-        )
-    return known
 
 
 def floor_table(grid: str, paths: list[str], store: Path, prefer: list[str] = ()) -> dict:
     """Per setting (backbone, N): the best single layer's test score, the floor's, and the paired difference."""
+    from dwatt.experiment.floor import scored_floor
     from dwatt.experiment.selection import BEST_LAYER, chosen_on_dev, with_methods
     from dwatt.experiment.significance import holm, paired_p_value, verdict_of
     from dwatt.experiment.summaries import confidence_interval, load_rows, runs_frame
 
     rows = load_rows(paths, prefer)
-    floor = floor_rows(rows, store)
+    floor = scored_floor(rows, store)
     by_sample = {
         (row["sample"]["dataset"], row["sample"]["n_shot"], row["sample"]["seed"], row["sample"]["dev_sentences"]): row
         for row in floor

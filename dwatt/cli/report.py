@@ -23,6 +23,13 @@ def register(commands) -> None:
         "take the row of these stores (among the results), or of STORE:LINE for two rows of one "
         "store, instead of refusing the report",
     )
+    parser.add_argument(
+        "--floor",
+        metavar="FILE",
+        help="add the floor to a fair grid's tables: the majority label and a model with no backbone (a CRF on word "
+        "features, or TF-IDF and logistic regression) on every sample the runs trained on, paired by trial; their "
+        "scores are kept in FILE, and the samples it lacks are scored first (minutes each; the baselines extra)",
+    )
     parser.set_defaults(handler=run)
 
 
@@ -39,5 +46,7 @@ def report_module(command: str):
 
 
 def run(args: argparse.Namespace) -> int:
-    print(f"report: {report_module('report').write_report(args.results, args.output, args.title, args.prefer)}")
+    print(
+        f"report: {report_module('report').write_report(args.results, args.output, args.title, args.prefer, args.floor)}"
+    )
     return 0

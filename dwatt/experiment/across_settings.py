@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from .selection import LAST_LAYER, METHODS, trial_differences
+from .selection import METHODS, holm_family, trial_differences
 from .significance import holm, random_effects, sign_test, verdict_of
 from .table_text import markdown, with_interval
 
@@ -68,10 +68,10 @@ def _weighted(effects: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_holm(table: pd.DataFrame) -> pd.DataFrame:
-    """`table` with `p_holm` and `verdict`: Holm over each dataset's methods, the last layer's test corrected apart
-    (as its per-setting tests are: a question of its own, not one of the fusions')."""
+    """`table` with `p_holm` and `verdict`: Holm over each dataset's methods, in the families its per-setting tests
+    are corrected in (`selection.holm_family`: the last layer's and the floor's apart from the fusions')."""
     table["p_holm"] = math.nan
-    for _, family in table.groupby([table.dataset, table.method == LAST_LAYER], sort=False):
+    for _, family in table.groupby([table.dataset, table.method.map(holm_family)], sort=False):
         table.loc[family.index, "p_holm"] = holm(list(family.p_value))
     table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
     return table

@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .selection import BEST_LAYER, ENSEMBLE_METHODS, FUSION_METHODS, LAST_LAYER, NO_INTERVAL, verdicts
+from .floor import NO_BACKBONE
+from .selection import (
+    BEST_LAYER,
+    ENSEMBLE_METHODS,
+    FLOOR_METHODS,
+    FUSION_METHODS,
+    LAST_LAYER,
+    NO_INTERVAL,
+    holm_family,
+    verdicts,
+)
 from .table_text import METRIC_UNITS, datasets_of, dev_size_words, trials_text, with_interval, words
 
 ANSWER_METHODS = (
@@ -17,6 +27,7 @@ ANSWER_METHODS = (
     FUSION_METHODS["concat"],
     FUSION_METHODS["base_plus_n"],
     FUSION_METHODS["dwatt"],
+    *FLOOR_METHODS.values(),
 )
 SHORT_NAMES = {
     LAST_LAYER: "last layer",
@@ -97,15 +108,23 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
             for m in methods
         ]
         lines.append("| every trial: trials ahead (sign test, secondary) |  | " + " | ".join(cells) + " |")
-    family = judged[(judged.method != LAST_LAYER) & (judged.verdict != NO_INTERVAL)]
+    family = judged[(judged.method.map(holm_family) == "methods") & (judged.verdict != NO_INTERVAL)]
     unit = METRIC_UNITS.get(metric, metric)
     legend = (
         f"{datasets_of(judged)} test {metric}: the best single layer's, and each method's difference from it in "
         f"{unit} (mean ± 95% CI over trials, paired), each method at its own learning rate chosen on "
         f"{dev_size_words(table)}. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the {len(family)} "
         "method-setting pairs of the fusions and ensembles (every method of the full tables), the last layer's "
-        "settings corrected apart; unmarked: no difference shown."
+        + ("settings and the floor's" if judged.method.isin(FLOOR_METHODS.values()).any() else "settings")
+        + " corrected apart; unmarked: no difference shown."
     )
+    if judged.method.isin(FLOOR_METHODS.values()).any():
+        legend += (
+            " The floor, on each trial's own sample and splits: the majority label, and a model with no backbone "
+            "(a linear-chain CRF on word features for NER, TF-IDF word and character n-grams with logistic "
+            "regression for text classification; its regularisation chosen on the same dev set); ▼ there: the "
+            "backbone's best layer is ahead of it, ▲: it is ahead of the backbone's best layer."
+        )
     if across is not None and (across.settings >= 2).any():
         legend += (
             " Every setting, weighed alike: each setting's mean difference combined by a random-effects "
@@ -226,4 +245,32 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
         )
     else:
         third = ""
-    return " ".join(part for part in (first, second, third) if part) + "\n"
+    return " ".join(part for part in (first, second, third, floor_advice(judged, weighted)) if part) + "\n"
+
+
+def floor_advice(judged: pd.DataFrame, weighted: pd.DataFrame) -> str:
+    """Whether the backbone earns its place: how the best single layer stands against the model with no backbone
+    across settings weighed alike and per setting, and where that model is ahead (▲); empty without the floor."""
+    method = FLOOR_METHODS[NO_BACKBONE]
+    mine = judged[judged.method == method]
+    if mine.empty:
+        return ""
+    unit = METRIC_UNITS.get(judged.metric.iloc[0], "")
+    shown = int((mine.verdict == "trails").sum())
+    across = weighted.loc[method] if method in weighted.index else None
+    if across is not None and across.verdict == "trails":
+        overall = (
+            f"across settings weighed alike ({with_interval(-across.mean_difference, across.ci95, sign=True)} "
+            f"{unit}) and in {shown} of {len(mine)} settings"
+        )
+    else:
+        overall = f"in {shown} of {len(mine)} settings" + (
+            ", not across settings weighed alike" if across is not None else ""
+        )
+    text = f"Against the floor: the best layer is ahead of a model with no backbone {overall}"
+    ahead = [f"{b} N = {n:g}" for b, n, v in zip(mine.backbone, mine.n_shot, mine.verdict) if v == "beats"]
+    if ahead:
+        text += (
+            f"; the model with no backbone is ahead of it on {words(ahead)}, where the backbone does not earn its cost"
+        )
+    return text + "."

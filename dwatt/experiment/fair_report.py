@@ -16,10 +16,12 @@ from .no_dev import no_dev_comparison
 from .selection import (
     BEST_LAYER,
     ENSEMBLE_METHODS,
+    FLOOR_METHODS,
     LAST_LAYER,
     METHODS,
     NO_INTERVAL,
     fair_comparison,
+    holm_family,
     probe_curve,
     verdicts,
 )
@@ -58,6 +60,10 @@ def fair_table(table: pd.DataFrame) -> str:
     return "\n".join(parts)
 
 
+# A floor's verdict against the best single layer, said from the backbone's side.
+FLOOR_WORDS = {"trails": "the best layer is ahead of it", "beats": "ahead of the best layer"}
+
+
 def verdict_lines(table: pd.DataFrame) -> str:
     """One line per backbone and N of a `fair_comparison` table: which fusions beat the best single layer, which are
     level with it, which trail it (the test score, paired by trial, 95% CI), and where the last layer stands."""
@@ -70,7 +76,7 @@ def verdict_lines(table: pd.DataFrame) -> str:
             continue
 
         def listed(kind: str, mine: pd.DataFrame = mine) -> str:
-            chosen = mine[(mine.verdict == kind) & (mine.method != LAST_LAYER)]
+            chosen = mine[(mine.verdict == kind) & (mine.method.map(holm_family) == "methods")]
             return (
                 ", ".join(
                     f"{m} {with_interval(d, c, sign=True)}"
@@ -87,7 +93,7 @@ def verdict_lines(table: pd.DataFrame) -> str:
             f"(Holm-corrected p < 0.05): {listed('beats')}; level with it (no difference shown): {listed('level')}; "
             f"that trail it: {listed('trails')}"
         ]
-        if ((mine.verdict == NO_INTERVAL) & (mine.method != LAST_LAYER)).any():
+        if ((mine.verdict == NO_INTERVAL) & (mine.method.map(holm_family) == "methods")).any():
             parts.append(
                 f"; no interval yet (one trial, or the same difference in every trial): {listed(NO_INTERVAL)}"
             )
@@ -97,6 +103,18 @@ def verdict_lines(table: pd.DataFrame) -> str:
         elif not last.empty:
             parts.append(
                 f". The last layer: {with_interval(last.minus_best_layer.iloc[0], last.minus_best_layer_ci95.iloc[0], sign=True)}"
+            )
+        floor = mine[mine.method.isin(FLOOR_METHODS.values())]
+        if not floor.empty:
+            parts.append(
+                ". The floor: "
+                + ", ".join(
+                    f"{m} {with_interval(d, c, sign=True)}"
+                    + ("" if v in ("level", NO_INTERVAL) else f" ({FLOOR_WORDS[v]})")
+                    for m, d, c, v in zip(
+                        floor.method, floor.minus_best_layer, floor.minus_best_layer_ci95, floor.verdict
+                    )
+                )
             )
         for edge in ("largest", "smallest"):
             at_edge = rows[rows.rate_edge == edge].method.tolist()
@@ -137,6 +155,7 @@ def regret_table(table: pd.DataFrame) -> str:
     """Selection regret of a `fair_comparison` table as a pipe table, one row per backbone, dataset and N, one
     column per method: the test score of the run chosen on dev minus the best test score among the runs the method
     chose from, mean ± 95% CI over trials (0 where dev chose what test would have)."""
+    table = table[~table.method.isin(FLOOR_METHODS.values())]  # chosen when the floor was scored: no regret here
     if table.empty:
         return ""
     # rounded first: a regret of -1e-15 (float noise in a difference of equal scores) is 0, not "-0.00"
@@ -230,10 +249,15 @@ def no_dev_sections(frame: pd.DataFrame, tables: Path) -> list[str]:
     ]
 
 
-def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:
+def write_fair_report(
+    frame: pd.DataFrame, output: Path, title: str, sources: str, floor: pd.DataFrame | None = None
+) -> Path:
     """The report of a fair-comparison grid (`dwatt.experiment.selection`): every method at its own learning rate, the best
-    single layer among all, chosen on dev and scored on test; the probe of every layer; the figure."""
-    table = fair_comparison(frame)
+    single layer among all, chosen on dev and scored on test; the probe of every layer; the figure. `floor`: the
+    floor's rows (`floor.floor_rows`), methods of the tables that compare (not of the coverage, the probe or the
+    few-shot dev sample's choices, which it did not make)."""
+    compared = frame if floor is None else pd.concat([frame, floor], ignore_index=True)
+    table = fair_comparison(compared)
     curve = probe_curve(frame)
     table.to_csv(output / "tables" / "fair_comparison.csv", index=False)
     curve.to_csv(output / "tables" / "probe.csv", index=False)
@@ -241,11 +265,11 @@ def write_fair_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     (output / "tables" / "fair_comparison.md").write_text(fair)
     answers = verdict_lines(table) if not table.empty else ""
     (output / "tables" / "fair_verdicts.md").write_text(answers)
-    across = setting_weighted_comparison(frame)
+    across = setting_weighted_comparison(compared)
     across.to_csv(output / "tables" / "across_settings.csv", index=False)
     across_text = setting_weighted_table(across)
     (output / "tables" / "across_settings.md").write_text(across_text)
-    pooled = pooled_comparison(frame)
+    pooled = pooled_comparison(compared)
     pooled.to_csv(output / "tables" / "pooled.csv", index=False)
     pooled_text = pooled_table(pooled)
     (output / "tables" / "pooled.md").write_text(pooled_text)

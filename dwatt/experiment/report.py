@@ -17,6 +17,7 @@ import pandas as pd
 from ..atomic import scratch_folder
 from .fair_report import write_fair_report
 from .figures import FIGURES, draw_all
+from .floor import floor_rows, scored_floor
 from .selection import is_fair_grid
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
@@ -173,17 +174,24 @@ def mode_comparison(frame: pd.DataFrame) -> str:
 
 
 def write_report(
-    paths: list[str | Path], output: str | Path, title: str = "Results", prefer: Sequence[str | Path] = ()
+    paths: list[str | Path],
+    output: str | Path,
+    title: str = "Results",
+    prefer: Sequence[str | Path] = (),
+    floor: str | Path | None = None,
 ) -> Path:
     """Tables (Markdown + CSV) and figures (PNG + SVG) for every experiment the results contain, written into a
     scratch folder beside `output` and moved into place only when all of them are written: a report that fails
     (unreadable results, no runs, a figure that cannot be drawn) leaves the earlier report as it was. `prefer`:
-    stores whose row of a run is taken where another store holds that run with other results (`load_rows`)."""
+    stores whose row of a run is taken where another store holds that run with other results (`load_rows`).
+    `floor`: a file of the floor's scores (`floor.scored_floor`: the samples it lacks are scored into it first),
+    whose majority label and no-backbone model join a fair grid's tables as methods, paired by trial."""
     output = Path(output)
     rows = load_rows(paths, prefer)
     if not rows:
         raise ValueError(f"{', '.join(map(str, paths))}: no runs to report")
     frame = runs_frame(rows)
+    baselines = runs_frame(floor_rows(rows, scored_floor(rows, Path(floor)))) if floor is not None else None
     sources = ", ".join(sorted({str(Path(r["_path"])) for r in rows}))
     preferred = [row for row in rows if PREFERRED_OVER in row]
     if preferred:
@@ -195,7 +203,9 @@ def write_report(
     with scratch_folder(output) as staging:
         (staging / "tables").mkdir()
         if is_fair_grid(frame):
-            write_fair_report(frame, staging, title, sources)
+            write_fair_report(frame, staging, title, sources, baselines)
+        elif baselines is not None:
+            raise ValueError(f"{', '.join(map(str, paths))}: the floor (--floor) is a column of a fair grid's tables")
         else:
             write_full_report(frame[frame.ensemble_size.isna()], staging, title, sources)
         publish(staging, output)

@@ -22,6 +22,7 @@ from specs_dwatt import FUSION_SPECS
 from ..portable import backbone_label
 from ..schema import ENSEMBLE_SIZES
 from ..tasks import TASKS
+from .floor import MAJORITY_LABEL, NO_BACKBONE
 from .grid import WINDOW_RADIUS, RunSpec
 from .significance import holm, paired_p_value, tie_robust, verdict_of
 from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
@@ -54,7 +55,16 @@ WINDOW_METHODS = {
     for alone in (False, True)
 }
 WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
-METHODS = (LAST_LAYER, BEST_LAYER, *ENSEMBLE_METHODS.values(), *WINDOW_METHODS.values(), *FUSION_METHODS.values())
+# The floor (`floor.floor_rows`): no way of reading the backbone at all, scored on the same samples and paired alike.
+FLOOR_METHODS = {MAJORITY_LABEL: "majority label", NO_BACKBONE: "no backbone"}
+METHODS = (
+    LAST_LAYER,
+    BEST_LAYER,
+    *ENSEMBLE_METHODS.values(),
+    *WINDOW_METHODS.values(),
+    *FUSION_METHODS.values(),
+    *FLOOR_METHODS.values(),
+)
 # What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
 METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **ENSEMBLE_METHODS, **FUSION_METHODS}
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
@@ -98,7 +108,7 @@ def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFram
         method=[
             WINDOW_METHODS[fusion, layers.startswith("only:")]
             if fusion in WINDOW_FUSIONS and isinstance(layers, str)
-            else METHOD_OF_FUSION.get(fusion, fusion)
+            else METHOD_OF_FUSION.get(fusion, FLOOR_METHODS.get(fusion, fusion))
             for fusion, layers in zip(runs.fusion, runs.fused_layers)
         ]
     )
@@ -136,7 +146,7 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
             own = sample[(sample.method == method) & (sample.fusion == fusion) & (sample.fused_layers == window)]
             if window is not None and not own.empty:
                 yield method, own
-    for fusion, method in (ENSEMBLE_METHODS | FUSION_METHODS).items():
+    for fusion, method in (ENSEMBLE_METHODS | FUSION_METHODS | FLOOR_METHODS).items():
         own = sample[(sample.fusion == fusion) & (sample.method == method)]
         if not own.empty:
             yield method, own
@@ -180,13 +190,19 @@ def around_chosen_layers(
     return windowed
 
 
+# Methods whose choices on dev were made before the report: a probe ensemble's among the probe's runs when it was
+# built, the floor's among its regularisations when it was scored.
+CHOSEN_ELSEWHERE = (*ENSEMBLE_METHODS.values(), *FLOOR_METHODS.values())
+
+
 def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per sample and method: the run each method picks on dev (ties: the first in grid order), with
     `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken;
-    NaN for a probe ensemble, whose choices were made among the probe's runs when it was built)."""
+    NaN where the choice was made before (`CHOSEN_ELSEWHERE`))."""
     picks = [
         _best(among).assign(
-            method=method, best_test_score=math.nan if method in ENSEMBLE_METHODS.values() else among.test_score.max()
+            method=method,
+            best_test_score=math.nan if method in CHOSEN_ELSEWHERE else among.test_score.max(),
         )
         for _, sample in runs.groupby(SAMPLE, dropna=False)
         for method, among in candidates(sample)
@@ -272,9 +288,14 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
             )
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
             probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
-            tried = rates_tried.loc[
-                (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
-            ]
+            floor = method in FLOOR_METHODS.values()  # no learning rate: its own regularisation, chosen on dev
+            tried = (
+                []
+                if floor
+                else rates_tried.loc[
+                    (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
+                ]
+            )
             records.append(
                 {
                     "backbone": backbone,
@@ -288,7 +309,11 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                     "trials": len(mine),
                     "dev_score": mine.dev_score.mean(),
                     "dev_sentences": _dev_sentences(mine),
-                    "learning_rates": "each layer's own" if ensemble else _rates_text(mine.learning_rate),
+                    "learning_rates": "each layer's own"
+                    if ensemble
+                    else ""
+                    if floor
+                    else _rates_text(mine.learning_rate),
                     "learning_rates_tried": _rates_text(tried),
                     "layers": (
                         "; ".join(mine[members])
@@ -304,7 +329,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                     "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
                     **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
                     # chosen at an edge of the rates tried in most trials: the optimum may lie beyond it
-                    "rate_edge": "" if ensemble else rate_edge(list(mine.learning_rate), tried),
+                    "rate_edge": "" if ensemble or floor else rate_edge(list(mine.learning_rate), tried),
                     "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
                     "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
                 }
@@ -313,14 +338,20 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     return with_corrected_verdicts(table, tie_choices)
 
 
+def holm_family(method: str) -> str:
+    """The family of tests a method's are Holm-corrected in, per dataset: the fusions and ensembles against the best
+    layer are one; the last layer's question (is the probe worth it?) is its own, and so is the floor's (does the
+    backbone beat no backbone?), so that neither makes the fusions' correction stricter or looser."""
+    return "last layer" if method == LAST_LAYER else "floor" if method in FLOOR_METHODS.values() else "methods"
+
+
 def with_corrected_verdicts(table: pd.DataFrame, tie_choices: list | None = None) -> pd.DataFrame:
     """`table` with `p_holm` (`significance.holm`: each dataset's method-setting pairs are one family, the last
     layer's settings another), the `verdict` it
     gives (`significance.verdict_of`), and `tie_robust`: whether that verdict holds over every way of breaking the ties
     on dev (`tie_choices`: per row, per trial, the differences the tied runs could give)."""
     table = table.assign(p_holm=math.nan, verdict="", tie_robust=True)
-    # the fusions and ensembles against the best layer are one family per dataset; the last layer is its own
-    for _, family in table.groupby([table.dataset, table.method == LAST_LAYER], sort=False):
+    for _, family in table.groupby([table.dataset, table.method.map(holm_family)], sort=False):
         adjusted = holm(list(family.p_value))
         table.loc[family.index, "p_holm"] = adjusted
         table.loc[family.index, "verdict"] = [
@@ -415,6 +446,7 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 __all__ = [
     "BEST_LAYER",
     "ENSEMBLE_METHODS",
+    "FLOOR_METHODS",
     "FUSION_METHODS",
     "LAST_LAYER",
     "METHODS",
@@ -427,6 +459,7 @@ __all__ = [
     "candidates",
     "chosen_on_dev",
     "fair_comparison",
+    "holm_family",
     "is_fair_grid",
     "probe_curve",
     "probe_windows",

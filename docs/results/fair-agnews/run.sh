@@ -90,5 +90,6 @@ dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates 
   --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-agnews/fair.embeddinggemma-300m.layer-norm.jsonl --output-root runs/agnews
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
+  --floor docs/results/floor/floor_samples.json \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
   --title "Fair comparison on AG News: each method at its own learning rate, chosen on dev, scored on test"

@@ -113,5 +113,5 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
 dwatt report docs/results/fair-cpu/fair.*.jsonl docs/results/fair-few-shot-dev/fair.Qwen2.5-Coder-1.5B-Instruct-q4*.jsonl \
   docs/results/fair-few-shot-dev/fair.embeddinggemma-300m*.jsonl docs/results/fair-few-shot-dev/fair.gemma3-270m-q4*.jsonl \
-  --output docs/results/fair-cpu/report \
+  --output docs/results/fair-cpu/report --floor docs/results/floor/floor_samples.json \
   --title "Fair comparison: each method at its own learning rate, chosen on dev, scored on test"

@@ -173,4 +173,5 @@ dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensemble
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
 dwatt report docs/results/fair-few-shot-dev/fair.*.jsonl --output docs/results/fair-few-shot-dev/report \
+  --floor docs/results/floor/floor_samples.json \
   --title "Fair comparison, chosen on 1000 dev sentences and on a few-shot dev sample"
