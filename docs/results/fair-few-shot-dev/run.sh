@@ -160,7 +160,6 @@ dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e
 # at the grid's top on EmbeddingGemma and MiniLM): MiniLM, and EmbeddingGemma, whose ScalarMix and Concat fall far
 # behind its best layer (its deeper layers' norms reach 4e4: the question this fusion answers).
 # SmolLM2, MPNet, Qwen and Gemma 3 have no such runs yet (the CPU hours went to these two first).
-# EmbeddingGemma's third trial (seed 2) was stopped for CPU time: its line resumes it.
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
@@ -169,6 +168,12 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-sho
   --dev-sentences 1000 --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets \
   --cache-dtype bfloat16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.layer-norm.jsonl --output-root runs/fsd
+# EmbeddingGemma's ScalarMix+LN chose 1e-1, the top of those rates, in 2 of 3 trials: one rate up (3e-1), its own store
+# (it then chose 1e-1, 3e-1, 1e-1: inside the widened grid in most trials).
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates 3e-1 --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets \
+  --cache-dtype bfloat16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.layer-norm-larger-rates.jsonl --output-root runs/fsd
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
