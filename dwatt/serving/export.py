@@ -144,7 +144,7 @@ def check_int8(
 ) -> dict:
     """Write the int8 graph of each of `schemes` (`quantize_onnx`), measure how often it gives the fp32 graph's answer
     on the calibration sample (`dwatt.serving.int8_graphs.agreement`) and its time there against the fp32 graph's on
-    this machine (`time_graphs`), and keep, as `GRAPHS["int8"]`, the fastest of those at `AGREEMENT_THRESHOLD` or
+    this machine (`time_graphs`, the two taking turns; one int8 session open at a time), and keep, as `GRAPHS["int8"]`, the fastest of those at `AGREEMENT_THRESHOLD` or
     above. None there: refused (ValueError), unless `allow_lossy`, which keeps the one that agrees most. Returns the
     record `dwatt_export.json` keeps: the chosen scheme's figures, every candidate's, and the CPU's capabilities."""
     import shutil
@@ -159,17 +159,27 @@ def check_int8(
         return answers(task, model, tokenizer, sample)
 
     reference = answer(fp32)
-    candidates, graphs = [], {}
+    candidates = []
     for scheme in schemes:
         folder = staging / f".int8-{scheme}"  # a graph over 2 GiB keeps its weights beside it, by its file name
         folder.mkdir()
         left_fp32 = quantize_onnx(staging / GRAPHS[None], folder / GRAPHS["int8"], scheme, fp32, answer)
-        graphs[scheme] = OnnxModel.of_graph(folder / GRAPHS["int8"], export)
-        candidates.append({"scheme": scheme, **agreement(task, reference, answer(graphs[scheme])), **left_fp32})
-    seconds = time_graphs({"fp32": fp32, **graphs}, answer)
-    for candidate in candidates:
-        candidate["seconds"] = seconds[candidate["scheme"]]
-        candidate["time_vs_fp32"] = seconds[candidate["scheme"]] / seconds["fp32"]
+        # one int8 session beside fp32's at a time (each is the size of the head and the layers it reads): timed
+        # against fp32 in rounds of their own, then let go before the next scheme's is opened
+        graph = OnnxModel.of_graph(folder / GRAPHS["int8"], export)
+        measured = agreement(task, reference, answer(graph))
+        seconds = time_graphs({"fp32": fp32, scheme: graph}, answer)
+        del graph
+        candidates.append(
+            {
+                "scheme": scheme,
+                **measured,
+                **left_fp32,
+                "seconds": seconds[scheme],
+                "fp32_seconds": seconds["fp32"],  # in the same rounds: the ratio is paired
+                "time_vs_fp32": seconds[scheme] / seconds["fp32"],
+            }
+        )
     keeping = [candidate for candidate in candidates if candidate["agreement"] >= AGREEMENT_THRESHOLD]
     if not keeping and not allow_lossy:
         tried = ", ".join(f"{c['scheme']} {100 * c['agreement']:.1f}%" for c in candidates)
@@ -181,7 +191,9 @@ def check_int8(
             f"exported: {'try ' + others + ', ' if others else ''}export fp32 alone (no --quantize), or keep it "
             "with --allow-lossy"
         )
-    chosen = min(keeping, key=lambda c: c["seconds"]) if keeping else max(candidates, key=lambda c: c["agreement"])
+    chosen = (
+        min(keeping, key=lambda c: c["time_vs_fp32"]) if keeping else max(candidates, key=lambda c: c["agreement"])
+    )
     for path in (staging / f".int8-{chosen['scheme']}").iterdir():
         path.rename(staging / path.name)
     for scheme in schemes:
@@ -190,7 +202,6 @@ def check_int8(
         "calibration": described,
         "threshold": AGREEMENT_THRESHOLD,
         "allow_lossy": allow_lossy,
-        "fp32_seconds": seconds["fp32"],
         "candidates": candidates,
         "cpu": cpu_capabilities(),
     }
