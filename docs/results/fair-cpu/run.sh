@@ -103,11 +103,14 @@ dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shot
   --threads 1 --output-root runs/fair --quiet
 # ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later): MiniLM over 3 trials, the
 # five rates and two above them, its own store (EmbeddingGemma's is the few-shot-dev grid's, joined below).
-# SmolLM2, MPNet and Qwen have no such runs yet: the CPU hours went to MiniLM and EmbeddingGemma first, EmbeddingGemma
-# being the backbone whose fusions fall behind its best layer.
+# SmolLM2 at N = 32 followed (added last); its N = 128, MPNet and Qwen have no such runs yet: the CPU hours went to
+# MiniLM and EmbeddingGemma first, EmbeddingGemma being the backbone whose fusions fall behind its best layer.
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets --threads 1 --quiet \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.layer-norm.jsonl --output-root runs/fair-ln
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets --threads 1 --quiet \
+  --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/fair-ln
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
 # it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
