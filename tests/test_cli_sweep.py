@@ -160,3 +160,44 @@ def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbo
         in capsys.readouterr().out
     )
     assert [row["spec"]["fusion"] for row in ResultsStore(store).rows()] == ["base"]
+
+
+def test_a_widened_sweep_trains_the_next_rate_past_the_edge_dev_chose(tiny_backbone, tiny_conll, tmp_path, capsys):
+    """Two rates: dev's choice is one of the edges, so the sweep trains the rate one step past it (1e-2 above, 1e-5
+    below), chooses again, and with --widen 1 goes no further, saying so where the choice is still at an edge; run
+    again, it trains nothing."""
+    from dwatt.cli import main
+    from dwatt.experiment.store import ResultsStore
+
+    store = tmp_path / "r.jsonl"
+    command = [
+        "sweep",
+        "--fusions",
+        "base",
+        "--learning-rates",
+        "1e-4,1e-3",
+        "--n-shots",
+        "1",
+        "--epochs",
+        "1",
+        "--trials",
+        "1",
+        "--backbone",
+        str(tiny_backbone),
+        "--data-dir",
+        str(tiny_conll),
+        "--results",
+        str(store),
+        "--widen",
+        "1",
+        "--quiet",
+    ]
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    rates = sorted(row["spec"]["learning_rate"] for row in ResultsStore(store).rows())
+    assert len(rates) == 3 and rates[1:] == [1e-3, 1e-2] or rates[:2] == [1e-5, 1e-4]
+    assert "widening: 1 runs at " in out and "3 of the grid's 3 runs done" in out
+    assert main(command) == 0
+    assert len(ResultsStore(store).rows()) == 3 and "widening:" not in capsys.readouterr().out
+    assert main([*command[:-3], "--widen", "1", "--shard", "0/2"]) == 2
+    assert "--widen with --shard" in capsys.readouterr().err

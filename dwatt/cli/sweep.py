@@ -122,9 +122,48 @@ def register(commands) -> None:
         help="also choose each run's epoch on a dev sample as large as its training sample (NER, "
         "--engine stacked), and score that choice on test too",
     )
+    parser.add_argument(
+        "--widen",
+        type=int,
+        default=0,
+        metavar="K",
+        help="where dev chooses a method's learning rate (per setting, trial and probe layer) at an edge of the "
+        "rates it tried, train the next rate past that edge and choose again, at most K rates past each edge of "
+        "--learning-rates (default 0: the grid as asked); after the grid has run, and not with --shard (widen "
+        "in one sweep that reads the shards' stores with --done-in)",
+    )
     parser.add_argument("--quiet", action="store_true")
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
+
+
+def widen(specs: list, args: argparse.Namespace, results, overrides: dict, sweep) -> tuple[list, list[dict]]:
+    """The grid widened (`sweep_widening.widened_specs`) and the added runs trained by `sweep`, round after round
+    until no choice stands at an edge; says what was added and where a limit stopped it."""
+    from ..experiment.store import ResultsStore
+    from ..experiment.sweep import done_elsewhere
+    from ..experiment.sweep_widening import widened_specs
+
+    asked, rows = {spec.learning_rate for spec in specs}, []
+
+    def held(specs: list) -> dict[str, dict]:
+        found = done_elsewhere(specs, tuple(args.done_in), overrides, args.engine)
+        return found | ResultsStore(results).finished(specs, overrides, args.engine)
+
+    while True:
+        added, limits = widened_specs(specs, asked, held(specs), args.widen)
+        if not added:
+            break
+        done = held(added)  # a widened sweep run again holds them already
+        to_train = [spec for spec in added if spec.run_id not in done]
+        if to_train:
+            rates = sorted({spec.learning_rate for spec in to_train})
+            print(f"widening: {len(to_train)} runs at {', '.join(f'{r:g}' for r in rates)}, past an edge dev chose")
+        specs = specs + added
+        rows = sweep(added)
+    for group, why in limits.items():
+        print(f"{group}: {why}; the optimum may lie beyond it")
+    return specs, rows
 
 
 def run(args: argparse.Namespace) -> int:
@@ -160,6 +199,13 @@ def run(args: argparse.Namespace) -> int:
             "--window-around-probe: give that too"
         )
     results = args.results
+    if args.widen < 0:
+        raise ValueError(f"--widen {args.widen}: give the most rates to add past each edge (0: none)")
+    if args.widen and args.shard:
+        raise ValueError(
+            "--widen with --shard: a shard holds part of a method's rates; widen once the shards are done, in one "
+            "sweep that reads their stores (--done-in)"
+        )
     if args.shard:
         index, count = parse_shard(args.shard)
         whole = len(specs)
@@ -175,16 +221,23 @@ def run(args: argparse.Namespace) -> int:
         **({"evaluate_test": True} if args.test else {}),
         **({"few_shot_dev": True} if args.few_shot_dev else {}),
     }
-    rows = run_sweep(
-        specs,
-        results,
-        args.output_root,
-        progress=not args.quiet,
-        engine=args.engine,
-        done_in=tuple(args.done_in),
-        train_in_parts=args.train_in_parts,
-        **overrides,
-    )
+
+    def sweep(specs: list) -> list[dict]:
+        return run_sweep(
+            specs,
+            results,
+            args.output_root,
+            progress=not args.quiet,
+            engine=args.engine,
+            done_in=tuple(args.done_in),
+            train_in_parts=args.train_in_parts,
+            **overrides,
+        )
+
+    rows = sweep(specs)
+    if args.widen:
+        specs, widened = widen(specs, args, results, overrides, sweep)
+        rows = widened or rows
     finished, elsewhere = runs_done(specs, results, tuple(args.done_in), overrides, args.engine)
     held = held_elsewhere(ResultsStore(results), [spec for spec in specs if spec.run_id not in finished | elsewhere])
     print(
