@@ -79,8 +79,8 @@ for STEP in Qwen2.5-Coder-1.5B-Instruct-q4:float16 embeddinggemma-300m:bfloat16;
 done
 wait
 # ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later), its own store per backbone,
-# the five rates and two above them, 3 trials: MiniLM at N = 16 and 64, EmbeddingGemma at N = 16.
-# SmolLM2 and Qwen have no such runs yet (the CPU hours went to these two first).
+# the five rates and two above them, 3 trials: MiniLM at N = 16 and 64, EmbeddingGemma at N = 16, SmolLM2 at N = 16
+# and 64 (added last). Qwen has no such runs yet (its backbone pass over the texts takes hours on one core).
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
@@ -89,6 +89,9 @@ dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates 
   --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets --cache-dtype bfloat16 \
   --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-agnews/fair.embeddinggemma-300m.layer-norm.jsonl --output-root runs/agnews
+dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
+  --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets --threads 1 --quiet \
+  --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/agnews-ln
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --floor docs/results/floor/floor_samples.json \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \
