@@ -115,6 +115,16 @@ def test_a_window_sweep_takes_the_preferred_probe_row_of_a_run_held_twice(tmp_pa
     assert not (tmp_path / "r.jsonl").exists()
 
 
+def tiny_sweep(backbone, data, store, *options: str) -> list[str]:
+    """`dwatt sweep` of one trial, N = 1 and one epoch on a tiny backbone and data folder, into `store`."""
+    return [
+        "sweep",
+        *("--n-shots", "1", "--epochs", "1", "--trials", "1"),
+        *("--backbone", str(backbone), "--data-dir", str(data), "--results", str(store)),
+        *options,
+    ]
+
+
 def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbone, tiny_conll, tmp_path, capsys):
     """A run another sweep on the store holds is left to it, and the summary line says so."""
     from dwatt.cli import main
@@ -132,29 +142,7 @@ def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbo
     )
     with claimed(ResultsStore(store), [spec for spec in specs if spec.fusion == "dwatt"]) as mine:
         assert mine
-        assert (
-            main(
-                [
-                    "sweep",
-                    "--fusions",
-                    "base,dwatt",
-                    "--n-shots",
-                    "1",
-                    "--epochs",
-                    "1",
-                    "--trials",
-                    "1",
-                    "--backbone",
-                    str(tiny_backbone),
-                    "--data-dir",
-                    str(tiny_conll),
-                    "--results",
-                    str(store),
-                    "--quiet",
-                ]
-            )
-            == 0
-        )
+        assert main(tiny_sweep(tiny_backbone, tiny_conll, store, "--fusions", "base,dwatt", "--quiet")) == 0
     assert (
         "1 of the grid's 2 runs done, 1 still training in other sweeps on this store; 1 rows"
         in capsys.readouterr().out
@@ -170,28 +158,18 @@ def test_a_widened_sweep_trains_the_next_rate_past_the_edge_dev_chose(tiny_backb
     from dwatt.experiment.store import ResultsStore
 
     store = tmp_path / "r.jsonl"
-    command = [
-        "sweep",
+    command = tiny_sweep(
+        tiny_backbone,
+        tiny_conll,
+        store,
         "--fusions",
         "base",
         "--learning-rates",
         "1e-4,1e-3",
-        "--n-shots",
-        "1",
-        "--epochs",
-        "1",
-        "--trials",
-        "1",
-        "--backbone",
-        str(tiny_backbone),
-        "--data-dir",
-        str(tiny_conll),
-        "--results",
-        str(store),
         "--widen",
         "1",
         "--quiet",
-    ]
+    )
     assert main(command) == 0
     out = capsys.readouterr().out
     rates = sorted(row["spec"]["learning_rate"] for row in ResultsStore(store).rows())

@@ -46,11 +46,11 @@ def _text(sample: dict) -> str:
     return json.dumps(sample, sort_keys=True)
 
 
-def _sample_of(row: dict) -> str:
-    """The sample a results row trained on, as text (its seed the row's own where it carries one, as `runs_frame`
-    reads its trial)."""
+def _sample_of(row: dict) -> dict:
+    """The sample a results row trained on (its seed the row's own where it carries one, as `runs_frame` reads its
+    trial)."""
     config = row["config"]
-    return _text(sample_key(config) | {"seed": row.get("seed", config.get("seed"))})
+    return sample_key(config) | {"seed": row.get("seed", config.get("seed"))}
 
 
 def read_floor(store: Path) -> list[dict]:
@@ -86,7 +86,7 @@ def scored_floor(rows: list[dict], store: Path) -> list[dict]:
     known = read_floor(store)
     have = {_text(entry["sample"]) for entry in known}
     wanted = {
-        _sample_of(row)
+        _text(_sample_of(row))
         for row in rows
         if row["config"].get("n_shot") and TASKS[row["config"].get("task", RunConfig.task)].labelled
     }
@@ -119,7 +119,8 @@ def floor_rows(rows: list[dict], floor: list[dict]) -> list[dict]:
         task = TASKS[row.get("task", config.get("task", RunConfig.task))]
         if not (config.get("n_shot") and task.labelled and row.get("test_scores")):
             continue
-        key = _sample_of(row)
+        sample = _sample_of(row)
+        key = _text(sample)
         setting = (key, config["backbone"], config["epochs"])
         if setting in seen:
             continue
@@ -133,7 +134,7 @@ def floor_rows(rows: list[dict], floor: list[dict]) -> list[dict]:
             made.append(
                 {
                     "task": task.name,
-                    "seed": json.loads(key)["seed"],
+                    "seed": sample["seed"],
                     f"best_dev_{task.score}": baseline["dev"] / 100,
                     "test_scores": {task.score: baseline["test"] / 100},
                     "num_dev_sentences": row.get("num_dev_sentences", row.get("num_dev_examples")),
@@ -143,7 +144,7 @@ def floor_rows(rows: list[dict], floor: list[dict]) -> list[dict]:
                         "task": task.name,
                         "n_shot": config["n_shot"],
                         "epochs": config["epochs"],
-                        "seed": json.loads(key)["seed"],
+                        "seed": sample["seed"],
                         "fusion": fusion,
                         "learning_rate": None,
                         "layers": "all",
