@@ -23,17 +23,18 @@ except ImportError:  # a top-level module of the installed project, not remote c
 _ENCODER_DEFAULTS = {"model_type": "roberta"}
 
 
-def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> list[int]:
+def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True, lowest: int = 1) -> list[int]:
     """
     The backbone layers (1..L) a `fused_layers` spec names, ascending: `"all"`; `"every:k"` (layers k, 2k, ...);
     a range `"a-b"` (inclusive); a list, as `[3, 7, 12]` or `"3,7,12"`. The last layer L is among them: the
     DWAtt query and residual read the deepest layer fused, and the other fusions end in it. `"only:"` before a spec
     (`"only:9-13"`), or `add_last=False`: exactly the layers named (a window of layers whose deepest one the query
-    reads, and a backbone that runs no deeper; a probe's choice of layers, each read alone).
+    reads, and a backbone that runs no deeper; a probe's choice of layers, each read alone). `lowest=0` lets a range
+    or a list name the embedding output as layer 0 (a head on one layer, a probe); `"all"` is 1..L still.
     """
     key = "`fused_layers`"
     if isinstance(spec, str) and spec.startswith("only:"):
-        return parse_fused_layers(spec.removeprefix("only:"), num_layers, add_last=False)
+        return parse_fused_layers(spec.removeprefix("only:"), num_layers, add_last=False, lowest=lowest)
     if spec is None or spec == "all":
         return list(range(1, num_layers + 1))
     if isinstance(spec, str) and spec.startswith("every:"):
@@ -56,10 +57,11 @@ def parse_fused_layers(spec: Any, num_layers: int, add_last: bool = True) -> lis
             raise ValueError(
                 f"DWAttConfig: {key} {spec!r}: expected 'all', 'every:k', a range 'a-b' or a list of layer numbers"
             ) from None
-    outside = [layer for layer in chosen if not 1 <= layer <= num_layers]
+    outside = [layer for layer in chosen if not lowest <= layer <= num_layers]
     if outside or not chosen:
         raise ValueError(
-            f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are 1..{num_layers}"
+            f"DWAttConfig: {key} {spec!r} names layers {outside or 'none'}; the backbone's are {lowest}..{num_layers}"
+            + (" (0: the embedding output)" if lowest == 0 else "")
         )
     return sorted(set(chosen) | ({num_layers} if add_last else set()))
 
@@ -163,7 +165,8 @@ class DWAttConfig(PretrainedConfig):
             layer numbers (1..L); the last layer is included, unless the spec starts with `"only:"` (`"only:9-13"`:
             those layers alone, the deepest of them where the others read z_L, and the backbone runs no deeper).
             Fewer layers make a smaller fusion and a smaller feature cache on a deep backbone. For `"base"`, one
-            layer number k: the head reads layer k alone (a probe of that layer; default: the last).
+            layer number k: the head reads layer k alone (a probe of that layer; default: the last; 0: the embedding
+            output, the probe's floor).
         backbone_name_or_path (`str`, *optional*):
             Where the backbone's pretrained weights came from (a Hub id or a local folder); recorded by
             `from_backbone` so that a checkpoint says what it was trained on.
@@ -263,7 +266,9 @@ class DWAttConfig(PretrainedConfig):
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
-            parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)  # raises on a bad spec
+            parse_fused_layers(  # raises on a bad spec
+                self.fused_layers, self.encoder_config.num_hidden_layers, lowest=spec.lowest_layer
+            )
             spec.check_config(self)
             self.validate_backbone_depth()
         for key in ("hidden_size", "num_hidden_layers"):
@@ -308,9 +313,11 @@ class DWAttConfig(PretrainedConfig):
 
     @property
     def fused_layer_numbers(self) -> list[int]:
-        """The backbone layers (1..L) the layer-mixing fusions read (`fused_layers`), ascending (L last but for
-        `"only:..."`)."""
-        return parse_fused_layers(self.fused_layers, self.encoder_config.num_hidden_layers)
+        """The backbone layers (1..L; 0, the embedding output, for a head on one layer) `fused_layers` names,
+        ascending (L last but for `"only:..."`)."""
+        return parse_fused_layers(
+            self.fused_layers, self.encoder_config.num_hidden_layers, lowest=self.fusion_spec.lowest_layer
+        )
 
     @property
     def single_fused_layer(self) -> int | None:
@@ -319,12 +326,15 @@ class DWAttConfig(PretrainedConfig):
 
     @property
     def read_layer(self) -> int:
-        """The backbone layer (1..L) the 'base' head reads: the one `fused_layers` names, or the last, L."""
-        return single_layer(self.fused_layers) or self.encoder_config.num_hidden_layers
+        """The hidden state the 'base' head reads: the one layer `fused_layers` names (0: the embedding output), or
+        the last, L."""
+        layer = single_layer(self.fused_layers)
+        return self.encoder_config.num_hidden_layers if layer is None else layer
 
     @property
     def deepest_read_layer(self) -> int:
-        """The deepest backbone layer (1..L) the fusion reads."""
+        """The deepest backbone layer (1..L) the fusion reads; 1 for a head on the embedding output, whose backbone
+        keeps its first layer (a family's layer hooks need one)."""
         return max(1, *self.fusion_spec.read_layers(self))
 
     @property

@@ -45,6 +45,13 @@ class FusionSpec:
     reads: Literal["fused", "one", "last"] = "fused"
 
     @property
+    def lowest_layer(self) -> int:
+        """The shallowest hidden state `fused_layers` may name: 0 (the embedding output) for a head on one layer, whose
+        probe of it is the floor the backbone's layers are measured against; 1 for the others, which fuse the
+        embedding output with `include_embeddings` instead."""
+        return 0 if self.reads == "one" else 1
+
+    @property
     def mixes_layers(self) -> bool:
         """Whether it mixes several layers token by token (what a window of layers around a probe's choice takes)."""
         return self.per_token and not self.passes_layer_through
@@ -64,7 +71,8 @@ class FusionSpec:
         if self.reads == "one" and config.single_fused_layer is None and not names_all:
             raise ValueError(
                 f"DWAttConfig: `fused_layers` {config.fused_layers!r} names several layers, but the {self.name!r} "
-                f"head reads one: give one layer number (1..{depth}), or mix layers with {mixing_fusions()}"
+                f"head reads one: give one layer number (0..{depth}, 0: the embedding output), or mix layers with "
+                f"{mixing_fusions()}"
             )
         if self.reads == "last" and not names_all:
             reader = next(spec.name for spec in FUSION_SPECS.values() if spec.reads == "one")

@@ -27,6 +27,8 @@ def fusion_reads(config) -> str:
     fusion = config.fusion_spec
     if fusion.passes_layer_through:
         layer = config.read_layer
+        if layer == 0:
+            return f"(the embedding output, below the backbone's {depth} layers)"
         return (
             f"(the last of the backbone's {depth} layers)"
             if layer == depth

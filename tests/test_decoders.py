@@ -129,6 +129,9 @@ def test_fused_layers_specs():
     assert parse_fused_layers("every:4", 30) == [4, 8, 12, 16, 20, 24, 28, 30]  # the last layer always
     assert parse_fused_layers("12-23", 30) == [*range(12, 24), 30]
     assert parse_fused_layers("3,7,12", 12) == parse_fused_layers([3, 7, 12], 12) == [3, 7, 12]
+    # a probe's layers may name the embedding output, 0; "all" is the backbone's layers still
+    assert parse_fused_layers("0-2", 6, add_last=False, lowest=0) == [0, 1, 2]
+    assert parse_fused_layers("all", 6, lowest=0) == [1, 2, 3, 4, 5, 6]
     for bad, message in (
         ("every:0", "needs an integer k >= 1"),
         ("5-2", "a range is 'a-b'"),

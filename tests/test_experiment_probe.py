@@ -44,8 +44,9 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     printed = capsys.readouterr().out
     stored = [json.loads(line) for line in results.read_text().splitlines()]
     rows = [row for row in stored if not row["config"]["shuffle_labels"]]
-    assert len(rows) == 3 * 2 and {r["config"]["layers"] for r in rows} == {"1", "2", "3"}
-    assert all(r["trained_together_runs"] == 6 and "f1" in r["test_scores"] for r in rows)
+    # every layer and the embedding output (layer 0), the floor among the layers, each at both rates
+    assert len(rows) == 4 * 2 and {r["config"]["layers"] for r in rows} == {"0", "1", "2", "3"}
+    assert all(r["trained_together_runs"] == 8 and "f1" in r["test_scores"] for r in rows)
     best = max(rows, key=lambda r: (r["best_dev_f1"], -int(r["config"]["layers"]), -r["config"]["learning_rate"]))
     layer, rate = best["config"]["layers"], best["config"]["learning_rate"]
     assert (
@@ -53,6 +54,14 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
         f"test F1 {100 * best['test_scores']['f1']:.2f}"
     ) in printed
     assert printed.splitlines()[1].split() == ["layer", "0.005", "0.05"]
+    assert "(layer 0: the embedding output, before the backbone's first layer)" in printed
+    embedding = max((r for r in rows if r["config"]["layers"] == "0"), key=lambda r: r["best_dev_f1"])
+    if layer != "0":
+        assert (
+            f"the embedding output (layer 0) at its best rate {embedding['config']['learning_rate']:g}: dev F1 "
+            f"{100 * embedding['best_dev_f1']:.2f}, test F1 {100 * embedding['test_scores']['f1']:.2f}; layer {layer} "
+            f"scores {100 * (best['best_dev_f1'] - embedding['best_dev_f1']):+.2f} F1 above it on dev"
+        ) in printed
     # the floor on the same sample: O everywhere, and a CRF on word features, then the chosen layer's margin over it
     assert "the majority label (O everywhere): dev F1 0.00, test F1 0.00" in printed
     (crf,) = [line for line in printed.splitlines() if line.startswith("no backbone: a CRF on word features (L2")]
@@ -80,14 +89,15 @@ def test_dwatt_probe_trains_a_head_per_layer_and_rate_and_names_the_layer_chosen
     ) in printed
     # The probe ends in a model: the chosen head, trained again alone, is the probe's own and runs layers 1..k only.
     folder = tmp_path / "chosen" / "model"
-    assert f"model: {folder} (runs layers 1-{layer} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0
+    depth = max(int(layer), 1)  # a head on the embedding output keeps the backbone's first layer
+    assert f"model: {folder} (runs layers 1-{depth} of 3" in printed and (tmp_path / "probe.png").stat().st_size > 0
     saved = json.loads((tmp_path / "chosen" / "results.json").read_text())
     assert saved["best_dev_f1"] == best["best_dev_f1"] and saved["test_scores"]["f1"] == best["test_scores"]["f1"]
     model = RobertaDWAttForTokenClassification.from_pretrained(folder)
-    assert model.config.read_layer == int(layer) and model.dwatt.backbone.config.num_hidden_layers == int(layer)
+    assert model.config.read_layer == int(layer) and model.dwatt.backbone.config.num_hidden_layers == depth
     card = (folder / "README.md").read_text()
     assert "## How this head was chosen" in card and f"chose layer {layer} at {rate:g}" in card
-    assert f"runs layers 1–{layer} of 3" in card or int(layer) == 3
+    assert f"runs layers 1–{depth} of 3" in card or depth == 3
     assert PROBE_LEARNING_RATES == (3e-4, 1e-3, 3e-3, 1e-2)
     model_file = folder / "model.safetensors"
     stamp = model_file.stat().st_mtime_ns
@@ -238,7 +248,7 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
     printed = capsys.readouterr().out
     stored = [json.loads(line) for line in results.read_text().splitlines()]
     rows = [row for row in stored if not row["config"]["shuffle_labels"]]
-    assert len(rows) == 3 * 2 and {row["config"]["layers"] for row in rows} == {"1", "2", "3"}
+    assert len(rows) == 4 * 2 and {row["config"]["layers"] for row in rows} == {"0", "1", "2", "3"}
     (control,) = [row for row in stored if row["config"]["shuffle_labels"]]  # the selectivity control, on the cache
     assert control["sampled_example_ids"] == rows[0]["sampled_example_ids"] and "trained on shuffled labels" in printed
     assert printed.splitlines()[0].startswith("dev accuracy by layer and learning rate")
@@ -250,22 +260,23 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
         f"chosen on dev: layer {layer} of 3 at learning rate {rate:g}: dev accuracy {100 * best['best_dev_accuracy']:.2f}"
         in printed
     )
-    probed = next(row for row in rows if row["config"]["layers"] == "1" and row["config"]["learning_rate"] == 5e-2)
     from dwatt.training import RunConfig, run_together
 
-    alone = RunConfig(
-        **(
-            probed["config"]
-            | {
-                "output_dir": str(tmp_path / "alone"),
-                "save_model": False,
-                "backbone": str(tiny_backbone),
-                "data_dir": str(data),
-            }
+    for layer in ("0", "1"):  # the embedding output's head too, whose model runs the backbone's first layer only
+        probed = next(r for r in rows if r["config"]["layers"] == layer and r["config"]["learning_rate"] == 5e-2)
+        alone = RunConfig(
+            **(
+                probed["config"]
+                | {
+                    "output_dir": str(tmp_path / f"alone-{layer}"),
+                    "save_model": False,
+                    "backbone": str(tiny_backbone),
+                    "data_dir": str(data),
+                }
+            )
         )
-    )
-    (trained,) = run_together([alone])
-    assert probed["engine"] == "stacked" and trained["dev_curve"] == probed["dev_curve"]
+        (trained,) = run_together([alone])
+        assert probed["engine"] == "stacked" and trained["dev_curve"] == probed["dev_curve"]
     model = tmp_path / "probe" / "chosen" / "model"
     assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
     capsys.readouterr()
@@ -309,11 +320,12 @@ def test_dwatt_probe_for_classification_on_a_decoder_pools_the_last_token_and_sa
     printed = capsys.readouterr().out
     stored = [json.loads(line) for line in results.read_text().splitlines()]
     rows = [row for row in stored if not row["config"]["shuffle_labels"]]
-    assert len(rows) == 2 * 2 and {row["pooling"] for row in stored} == {"last"}
+    assert len(rows) == 3 * 2 and {row["pooling"] for row in stored} == {"last"}  # layers 1, 2 and 0
+    assert {row["config"]["layers"] for row in rows} == {"0", "1", "2"}
     assert len(stored) - len(rows) == 2  # a shuffled-label control per trial
     assert "each trial's own choice: layer" in printed
     model = RobertaDWAttForSequenceClassification.from_pretrained(tmp_path / "probe" / "chosen" / "model")
-    assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == model.config.read_layer
+    assert model.dwatt.is_cut and model.dwatt.backbone.config.num_hidden_layers == max(model.config.read_layer, 1)
 
 
 def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ensemble_did(
@@ -373,8 +385,8 @@ def test_a_probe_saves_its_best_layers_heads_as_one_model_that_scores_as_its_ens
     assert [line.split()[0] for line in capsys.readouterr().out.split("\n")[:3]] == ["peter", "blackburn", "rejects"]
     assert main(["predict", str(folder), "--quantize", "int8", "eu"]) == 0  # int8 and export: test_ensemble
     assert capsys.readouterr().out.split()[0] == "eu"
-    assert main([*argv, "--save-ensemble", "4"]) == 2  # three layers probed
-    assert "--save-ensemble 4: the probe has 3 layers to average" in capsys.readouterr().err
+    assert main([*argv, "--save-ensemble", "5"]) == 2  # three layers probed, and the embedding output
+    assert "--save-ensemble 5: the probe has 4 layers to average" in capsys.readouterr().err
 
 
 def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_comparison_found():

@@ -435,7 +435,7 @@ def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
     assert isinstance(DWAttModel(config).fusion, type(model.dwatt.fusion))
     for spec, message in (
         ("1,3", "names several layers, but the 'base' head reads one"),
-        ("7", r"names layers \[7\]; the backbone's are 1..3"),
+        ("7", r"names layers \[7\]; the backbone's are 0..3 \(0: the embedding output\)"),
     ):
         with pytest.raises(ValueError, match=message):
             tiny_config(encoder, "base", fused_layers=spec)
@@ -444,6 +444,37 @@ def test_the_base_head_reads_the_one_layer_it_is_given(encoder):
         match="'base_plus_n' fusion builds on the last layer only; leave it 'all', read one layer with base",
     ):
         tiny_config(encoder, "base_plus_n", fused_layers="2")
+
+
+@pytest.mark.parametrize("encoder", ["bert", "llama"])
+def test_a_base_head_on_layer_0_reads_the_embedding_output(encoder):
+    """The probe's floor among its layers: hidden state 0, from the backbone run live or from a cache of every
+    hidden state, the backbone cut to its first layer (it runs no deeper); the fusions that mix layers take the
+    embedding output with `include_embeddings`, not as layer 0."""
+    from transformers import LlamaConfig
+
+    def configured(fusion: str, **kwargs) -> DWAttConfig:
+        if encoder != "llama":
+            return tiny_config(encoder, fusion, **kwargs)
+        llama = LlamaConfig(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37)
+        return DWAttConfig(encoder_config=llama.to_dict() | {"vocab_size": 99}, fusion=fusion, num_labels=5, **kwargs)
+
+    config = configured("base", fused_layers="0")
+    assert (config.read_layer, config.run_depth) == (0, 1)
+    model = RobertaDWAttForTokenClassification(config).eval()
+    assert model.dwatt.fused_layer_indices == [0] and model.dwatt.is_cut
+    ids = torch.randint(3, 99, (2, 6))
+    whole = RobertaDWAttForTokenClassification(configured("base")).eval()
+    whole.dwatt.backbone.load_state_dict(model.dwatt.backbone.state_dict(), strict=False)
+    with torch.no_grad():
+        hidden = whole.dwatt.run_backbone(input_ids=ids)
+        logits = model(input_ids=ids).logits
+        from_cache = model(backbone_hidden_states=torch.stack(hidden, dim=1)).logits
+    torch.testing.assert_close(logits, model.classifier(hidden[0]), atol=1e-6, rtol=0)
+    torch.testing.assert_close(from_cache, logits, atol=1e-6, rtol=0)
+    for fusion in ("scalar_mix", "dwatt"):
+        with pytest.raises(ValueError, match=r"names layers \[0\]; the backbone's are 1..3$"):
+            configured(fusion, fused_layers="0-2")
 
 
 def test_from_backbone_refuses_an_argument_that_only_looks_like_a_config_argument(tiny_backbone):

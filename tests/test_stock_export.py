@@ -59,6 +59,17 @@ def test_a_head_on_layer_k_exports_as_the_stock_tagger_cut_to_k(tiny_backbone, t
     )
 
 
+def test_a_head_on_the_embedding_output_exports_as_the_stock_tagger_with_no_layer(tiny_backbone, tmp_path, capsys):
+    """Layer 0 (a probe's floor, which it may choose): the checkpoint keeps the backbone's first layer unread; the
+    stock tagger holds none, its classifier reading the embedding output, with the checkpoint's logits."""
+    checkpoint = saved_tagger(tiny_backbone, tmp_path / "model", fusion="base", fused_layers="0")
+    assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    assert "as a stock BertForTokenClassification (layer 0 of 3; no remote code)" in capsys.readouterr().out
+    assert json.loads((tmp_path / "stock" / "config.json").read_text())["num_hidden_layers"] == 0
+    record = json.loads((tmp_path / "stock" / "dwatt_stock_export.json").read_text())
+    assert record["check"]["max_abs_logit_difference"] <= record["check"]["tolerance"]
+
+
 @pytest.mark.parametrize(
     "make, why",
     [

@@ -139,7 +139,8 @@ def test_a_widened_probe_trains_only_the_added_rates_and_resumes_without_trainin
     rows = [row for row in stored if not row["config"]["shuffle_labels"]]  # the probe's control aside
     rates = sorted({row["config"]["learning_rate"] for row in rows})
     assert {5e-3, 5e-2} <= set(rates) <= {5e-4, 5e-3, 5e-2, 5e-1}
-    assert len(rows) == 3 * len(rates) and printed.splitlines()[1].split() == ["layer", *(f"{r:g}" for r in rates)]
+    assert len(rows) == 4 * len(rates)  # layers 1-3 and the embedding output
+    assert printed.splitlines()[1].split() == ["layer", *(f"{r:g}" for r in rates)]
     for rate, side in ((5e-1, "above"), (5e-4, "below")):
         assert (rate in rates) == (f"{rate:g} {side}" in printed)
     for edge in probe.choose("ner", rows).edges():  # still at an edge after one step: the limit is said

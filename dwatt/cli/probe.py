@@ -49,7 +49,12 @@ def register(commands) -> None:
     )
     parser.add_argument("--epochs", type=int, default=25)
     parser.add_argument("--trials", type=int, default=1, help="seeds 0..trials-1: each trial's choice is printed")
-    parser.add_argument("--layers", default="all", help="the layers to probe: all, every:k, a-b or a list")
+    parser.add_argument(
+        "--layers",
+        default="all",
+        help="the layers to probe: all (1..L), every:k, a-b or a list; the embedding output (layer 0) is probed too "
+        "unless --no-baselines",
+    )
     parser.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: as for dwatt train")
     add_column_arguments(parser)
     # and 5e-5 never: the probe's grid spans 3e-4..1e-2.
@@ -90,8 +95,8 @@ def register(commands) -> None:
         "--no-baselines",
         action="store_false",
         dest="baselines",
-        help="do not score the majority label, a model with no backbone (CRF / TF-IDF) and the chosen head on "
-        "shuffled labels on each trial's sample",
+        help="do not score the majority label, a model with no backbone (CRF / TF-IDF), the embedding output "
+        "(layer 0) and the chosen head on shuffled labels on each trial's sample",
     )
     parser.add_argument(
         "--save-ensemble",

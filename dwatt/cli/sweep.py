@@ -80,7 +80,8 @@ def register(commands) -> None:
         default=None,
         dest="probe_layers",
         metavar="LAYERS",
-        help="the Base head once on each of these layers (all, every:k, a-b, a list): a probe",
+        help="the Base head once on each of these layers (all: 1..L, every:k, a-b, a list; 0: the embedding "
+        "output): a probe",
     )
     parser.add_argument(
         "--window-around-probe",

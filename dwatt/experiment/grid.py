@@ -180,7 +180,8 @@ def grid(
 
 
 def probed(backbone: str | None, spec: str) -> list[str]:
-    """The layers (1..L, as strings) of `backbone` that `spec` names, for probes; `all` is every layer."""
+    """The layers (0..L, as strings; 0: the embedding output) of `backbone` that `spec` names, for probes; `all` is
+    every layer, 1..L."""
     from transformers import AutoConfig
 
     from configuration_dwatt import parse_fused_layers
@@ -191,7 +192,7 @@ def probed(backbone: str | None, spec: str) -> list[str]:
     count = AutoConfig.from_pretrained(
         backbone_folder(backbone) if backbone else default_backbone_path()
     ).num_hidden_layers
-    return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False)]
+    return [str(layer) for layer in parse_fused_layers(spec, count, add_last=False, lowest=0)]
 
 
 def parse_shard(text: str) -> tuple[int, int]:

@@ -27,6 +27,7 @@ from .probe_models import layer_span, spec_at
 from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+EMBEDDING_LAYER = 0  # the hidden state a probe reads as its floor among the layers: the embedding output
 # What a probe scores on dev and test, by task: the run's own selection metric.
 METRICS = {
     name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
@@ -63,7 +64,9 @@ class ProbeSettings:
     output_root: str | None = None
     output: str | None = None
     save_model: bool = True
-    baselines: bool = True  # score the majority label and a model with no backbone on each trial's sample
+    # the floor and controls: the majority label and a model with no backbone scored on each trial's sample, the
+    # embedding output (layer 0) probed as a layer, the chosen head trained on shuffled labels
+    baselines: bool = True
     save_ensemble: int | None = None  # also save the heads of this many best layers, averaged, as one model
     train_in_parts: int | None = None  # the heads of a trial train this many at a time, each kept as it ends
     progress: bool = True
@@ -170,9 +173,13 @@ class ProbeOutcome:
 
 
 def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | None = None):
-    """The probe's runs: a Base head on each layer at each of `learning_rates` (default: the rates asked for)."""
-    from .grid import grid
+    """The probe's runs: a Base head on each layer at each of `learning_rates` (default: the rates asked for), the
+    embedding output (layer 0) among the layers with the baselines (`ProbeSettings.baselines`)."""
+    from .grid import grid, probed
 
+    layers = probed(settings.backbone, settings.layers)
+    if settings.baselines and str(EMBEDDING_LAYER) not in layers:
+        layers = [str(EMBEDDING_LAYER), *layers]
     return grid(
         fusions=("base",),
         task=settings.task,
@@ -184,7 +191,7 @@ def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | Non
         data_dir=settings.data_dir,
         dev_sentences=settings.dev_sentences,
         learning_rates=learning_rates or settings.learning_rates,
-        probe_layers=settings.layers,
+        probe_layers=",".join(layers),
         poolings=(settings.pooling,),
     )
 
@@ -292,7 +299,29 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
     ]
     for layer in outcome.layers:
         lines.append(f"  {layer:>5}  " + "".join(f"{outcome.mean(layer, rate):9.2f}" for rate in outcome.rates))
+    if EMBEDDING_LAYER in outcome.layers:
+        lines.append(f"  (layer {EMBEDDING_LAYER}: the embedding output, before the backbone's first layer)")
     return lines
+
+
+def embedding_layer_lines(outcome: ProbeOutcome) -> list[str]:
+    """What the chosen layer adds on dev to the embedding output's head (layer 0, at its own best rate), where the
+    probe trained one: the backbone's layers measured against the words' embeddings alone."""
+    if EMBEDDING_LAYER not in outcome.layers:
+        return []
+    _, _, metric = METRICS[outcome.task]
+    layer, rate = outcome.chosen
+    if layer == EMBEDDING_LAYER:
+        return ["the chosen layer is the embedding output: no layer of the backbone scores above it on dev"]
+    best = outcome.best_rate(EMBEDDING_LAYER)
+    floor = outcome.mean(EMBEDDING_LAYER, best)
+    test = outcome.mean(EMBEDDING_LAYER, best, "test")
+    return [
+        f"the embedding output (layer 0) at its best rate {best:g}: dev {metric} {floor:.2f}"
+        + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
+        + f"; layer {layer} scores {outcome.mean(layer, rate) - floor:+.2f} {metric} above it on dev (what the "
+        "backbone's layers add to its embeddings)"
+    ]
 
 
 # What dwatt's fair comparison found of the top-3 probe ensemble against the best single layer across settings weighed
@@ -351,6 +380,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(
             f"the last layer ({last}) at its best rate {best_rate:g}: dev {metric} {outcome.mean(last, best_rate):.2f}"
         )
+    lines += embedding_layer_lines(outcome)
     if outcome.floor_missing or outcome.floor:
         lines += floor_lines(outcome.floor, outcome.mean(layer, rate), outcome.metrics[2], outcome.floor_missing)
     lines += shuffled_label_lines(outcome.shuffled, outcome.chosen, outcome.mean(layer, rate), metric)
@@ -358,7 +388,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(f"figure: {outcome.figure}")
     if outcome.model:
         lines.append(
-            f"model: {outcome.model} (runs layers 1-{layer} of {outcome.depth_text()}; "
+            f"model: {outcome.model} (runs layers 1-{max(layer, 1)} of {outcome.depth_text()}; "
             f'dwatt predict {outcome.model} "...", dwatt export {outcome.model} OUT --quantize int8)'
         )
     if outcome.ensemble:
@@ -366,7 +396,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(
             f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
             f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
-            f"{max(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
+            f"{max(1, *(member for member, _ in outcome.ensemble_members))} of {outcome.depth_text()} once for all; "
             f'dwatt predict {outcome.ensemble} "...", dwatt export {outcome.ensemble} OUT --quantize int8)'
         )
     return lines
@@ -462,12 +492,14 @@ def _ordered(score: float) -> float:
 
 
 __all__ = [
+    "EMBEDDING_LAYER",
     "ENSEMBLE_EVIDENCE",
     "PROBE_LEARNING_RATES",
     "ProbeOutcome",
     "ProbeSettings",
     "choose",
     "run_probe",
+    "embedding_layer_lines",
     "ensemble_evidence",
     "summary_lines",
     "table_lines",

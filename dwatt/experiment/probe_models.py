@@ -110,7 +110,7 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
                 f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
                 f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
                 f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
-                f"{max(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
+                f"{max(1, *(layer for layer, _ in members))}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
                 f"export` writes it as one ONNX graph.",
                 "",
                 f"| layer | learning rate | dev {metric} of its head |",
@@ -175,7 +175,7 @@ def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict
         "",
         f"- This head (trial {outcome.trials[0]}): dev {metric} {100 * results[dev_key]:.2f}"
         + ("" if test is None else f", test {metric} {100 * test:.2f}"),
-        f"- The model runs layers 1-{layer} of the backbone's {outcome.depth_text()}: the layers past it are not "
+        f"- The model runs layers 1-{max(layer, 1)} of the backbone's {outcome.depth_text()}: the layers past it are not "
         "computed and not stored.",
     ]
     if len(outcome.trials) > 1:

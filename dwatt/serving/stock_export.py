@@ -14,6 +14,7 @@ stock model, loaded back from the folder, gives the checkpoint's logits.
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import torch
@@ -73,7 +74,7 @@ def stock_model(model) -> nn.Module:
     backbone's weights and the head as its classifier (in eval mode, fp32)."""
     from transformers import AutoModelForTokenClassification
 
-    from depth_dwatt import cut_config
+    from depth_dwatt import cut_config, layers_past_pattern
 
     config = cut_config(model.config.encoder_config, model.config.read_layer)
     config.num_labels = model.config.num_labels
@@ -83,7 +84,13 @@ def stock_model(model) -> nn.Module:
         if hasattr(config, key):
             setattr(config, key, None)
     stock = AutoModelForTokenClassification.from_config(copy.deepcopy(config)).float().eval()
-    missing, unexpected = stock.base_model.load_state_dict(model.dwatt.backbone.state_dict(), strict=False)
+    weights = model.dwatt.backbone.state_dict()
+    if model.config.read_layer < model.config.run_depth:  # a head on the embedding output: the layer kept is unread
+        past = re.compile(
+            layers_past_pattern(model.dwatt.backbone, model.config.encoder_config, model.config.read_layer)
+        )
+        weights = {key: value for key, value in weights.items() if not past.search(f"backbone.{key}")}
+    missing, unexpected = stock.base_model.load_state_dict(weights, strict=False)
     unexpected = [key for key in unexpected if not key.startswith("pooler.")]  # a pooler the tagger never reads
     if missing or unexpected:
         raise ValueError(

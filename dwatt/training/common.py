@@ -86,8 +86,8 @@ class InitialModels:
         holds one copy of a 1.5B model's weights however many runs it makes. `backbone_dtype`: the dtype the backbone
         loads in (`RunConfig.backbone_weights_dtype`); `placement`: where it goes (`backbone_placement`)."""
         cls = model_class
-        if cache_layers:
-            config_kwargs["backbone_depth"] = max(cache_layers)
+        if cache_layers:  # a backbone keeps one layer at least, for heads on the embedding output (0) alone too
+            config_kwargs["backbone_depth"] = max(*cache_layers, 1)
         weights = backbone_fingerprint(backbone)  # a folder whose files changed is another backbone
         placement = dict(placement or {})
         if placement:  # a backbone spread over devices is another one to keep
