@@ -22,12 +22,17 @@ from pathlib import Path
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
 from .baselines import floor_lines
-from .probe_controls import floor_scores, shuffled_label_lines, shuffled_label_scores
+from .probe_controls import (
+    EMBEDDING_LAYER,
+    embedding_layer_lines,
+    floor_scores,
+    shuffled_label_lines,
+    shuffled_label_scores,
+)
 from .probe_models import layer_span, spec_at
 from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
-EMBEDDING_LAYER = 0  # the hidden state a probe reads as its floor among the layers: the embedding output
 # What a probe scores on dev and test, by task: the run's own selection metric.
 METRICS = {
     name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
@@ -304,26 +309,6 @@ def table_lines(outcome: ProbeOutcome) -> list[str]:
     return lines
 
 
-def embedding_layer_lines(outcome: ProbeOutcome) -> list[str]:
-    """What the chosen layer adds on dev to the embedding output's head (layer 0, at its own best rate), where the
-    probe trained one: the backbone's layers measured against the words' embeddings alone."""
-    if EMBEDDING_LAYER not in outcome.layers:
-        return []
-    _, _, metric = METRICS[outcome.task]
-    layer, rate = outcome.chosen
-    if layer == EMBEDDING_LAYER:
-        return ["the chosen layer is the embedding output: no layer of the backbone scores above it on dev"]
-    best = outcome.best_rate(EMBEDDING_LAYER)
-    floor = outcome.mean(EMBEDDING_LAYER, best)
-    test = outcome.mean(EMBEDDING_LAYER, best, "test")
-    return [
-        f"the embedding output (layer 0) at its best rate {best:g}: dev {metric} {floor:.2f}"
-        + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
-        + f"; layer {layer} scores {outcome.mean(layer, rate) - floor:+.2f} {metric} above it on dev (what the "
-        "backbone's layers add to its embeddings)"
-    ]
-
-
 # What dwatt's fair comparison found of the top-3 probe ensemble against the best single layer across settings weighed
 # alike (random effects, Holm-corrected: `verdict` in docs/results/fair-cpu and fair-agnews's tables/across_settings.csv;
 # tests/test_experiment_probe.py checks these against them), by the dataset it ran on: a probe of a task says it of
@@ -492,14 +477,12 @@ def _ordered(score: float) -> float:
 
 
 __all__ = [
-    "EMBEDDING_LAYER",
     "ENSEMBLE_EVIDENCE",
     "PROBE_LEARNING_RATES",
     "ProbeOutcome",
     "ProbeSettings",
     "choose",
     "run_probe",
-    "embedding_layer_lines",
     "ensemble_evidence",
     "summary_lines",
     "table_lines",

@@ -1,14 +1,18 @@
 """The probe's controls, scored on each trial's sample as the chosen head's runs read it: the floor (the majority label
-and a model with no backbone, `dwatt.experiment.baselines`) and the selectivity control (the chosen head trained on
-the sample's labels shuffled). What the chosen head scores above them, it owes to its layer and to the task."""
+and a model with no backbone, `dwatt.experiment.baselines`), the embedding output probed as layer 0, and the
+selectivity control (the chosen head trained on the sample's labels shuffled). What the chosen head scores above them,
+it owes to its layer and to the task."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import replace
 
 from .baselines import baselines, mean_scores
 from .probe_models import spec_at
+
+EMBEDDING_LAYER = 0  # the hidden state a probe reads as its floor among the layers: the embedding output
 
 
 def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings) -> tuple[list, str]:
@@ -68,4 +72,24 @@ def shuffled_label_lines(
     ]
 
 
-__all__ = ["floor_scores", "shuffled_label_lines", "shuffled_label_scores"]
+def embedding_layer_lines(outcome) -> list[str]:
+    """What the chosen layer adds on dev to the embedding output's head (layer 0, at its own best rate), where the
+    probe (`outcome`, a `ProbeOutcome`) trained one: the backbone's layers measured against the embeddings alone."""
+    if EMBEDDING_LAYER not in outcome.layers:
+        return []
+    metric = outcome.metrics[2]
+    layer, rate = outcome.chosen
+    if layer == EMBEDDING_LAYER:
+        return ["the chosen layer is the embedding output: no layer of the backbone scores above it on dev"]
+    best = outcome.best_rate(EMBEDDING_LAYER)
+    floor = outcome.mean(EMBEDDING_LAYER, best)
+    test = outcome.mean(EMBEDDING_LAYER, best, "test")
+    return [
+        f"the embedding output (layer 0) at its best rate {best:g}: dev {metric} {floor:.2f}"
+        + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
+        + f"; layer {layer} scores {outcome.mean(layer, rate) - floor:+.2f} {metric} above it on dev (what the "
+        "backbone's layers add to its embeddings)"
+    ]
+
+
+__all__ = ["EMBEDDING_LAYER", "embedding_layer_lines", "floor_scores", "shuffled_label_lines", "shuffled_label_scores"]
