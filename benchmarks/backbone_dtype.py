@@ -3,7 +3,7 @@ runs) and the scores of a probe (`dwatt probe --backbone-dtype`), naming the CPU
 has AVX-512 BF16 or AMX instructions, and otherwise may be slower than fp32.
 
 - Speed: each backbone's pass over `--sentences` CoNLL-03 dev sentences in batches of 16, every hidden state kept (as
-  `dwatt.features.build_feature_cache` runs it), loaded in fp32 and in bf16, timed in rotated rounds with fp32 timed
+  `dwatt.features.build.build_feature_cache` runs it), loaded in fp32 and in bf16, timed in rotated rounds with fp32 timed
   twice as the noise control (`results_files.interleaved_timings`); tokens per second over the real tokens.
 - Scores: `dwatt probe` (every layer, its learning rates, trained together) once with the backbone in fp32 and once in
   bf16, the same N, seed and dev subset, features cached in fp32 so that the backbone's dtype is the only difference:

@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader
 from dwatt import RobertaDWAttForSequenceClassification
 from dwatt.data import load_tokenizer
 from dwatt.data.classification import load_classification_dataset, tokenize_texts
-from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.features.build import build_feature_cache
+from dwatt.features.cache import FeatureCollator
 from dwatt.portable import backbone_folder, portable_path
 
 HERE = Path(__file__).resolve().parent

@@ -96,7 +96,7 @@ def head_on_meta(config, tensors: dict, path: str | Path, adopt_missing=None):
 
     from pretrained_dwatt import BACKBONE_PREFIX
 
-    from .stacked_heads import head_tensors
+    from .head_stack import head_tensors
     from .tasks import model_class
 
     config.heads_only = False  # built whole, its backbone on the meta device

@@ -53,7 +53,7 @@ class RunConfig:
     `mode="lora"` trains low-rank adapters of `lora_rank` on the backbone's `lora_targets` (default: its family's
     attention projections), scaled by `lora_alpha / lora_rank` (`lora_alpha` default: twice the rank), with
     `lora_dropout`, beside the fusion and head. `max_memory` (bytes) is the memory budget of the process: feature
-    caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.cache_storage`), from files
+    caches that do not fit beside the model are memory-mapped from disk (`dwatt.features.memory.cache_storage`), from files
     in `feature_cache_dir` (default: `.feature-cache` beside the run's folder; a sweep's runs share one under its
     output root), each named by what it holds, so that any run with the same backbone, data and dtypes reads it.
     `cache_on_disk`: every feature cache memory-mapped from those files, however small (a long backbone pass that a

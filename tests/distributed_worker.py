@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from dwatt import features
+from dwatt.features import memory as features
 from dwatt.training import BestDevCallback, RunConfig, common, run
 
 config_path, record_dir = Path(sys.argv[1]), Path(sys.argv[2])

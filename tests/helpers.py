@@ -351,3 +351,44 @@ def cls_row(fusion, n, trial, accuracy):
             "seed": trial,
         },
     }
+
+
+def counting_backbone_runs(model, monkeypatch, stop_after: int | None = None) -> list:
+    """Count the backbone runs of `model`'s feature cache builds; with `stop_after`, the run after that many stops
+    the build as Ctrl-C would."""
+    runs, run_backbone = [], model.dwatt.run_backbone
+
+    def counted(**inputs):
+        if stop_after is not None and len(runs) == stop_after:
+            raise KeyboardInterrupt
+        runs.append(inputs["input_ids"].shape[0])
+        return run_backbone(**inputs)
+
+    monkeypatch.setattr(model.dwatt, "run_backbone", counted)
+    return runs
+
+
+def engine_config(tiny_backbone, tiny_conll, folder, **kwargs):
+    """A run for the stacked engine's tests: 2-shot, 3 epochs of batches of 3, fp32 cache, nothing saved."""
+    from dwatt.training import RunConfig
+
+    defaults = dict(
+        backbone=str(tiny_backbone),
+        data_dir=str(tiny_conll),
+        n_shot=2,
+        epochs=3,
+        batch_size=3,
+        learning_rate=5e-3,
+        output_dir=str(folder),
+        progress=False,
+        cache_dtype="float32",
+        save_model=False,
+    )
+    return RunConfig(**(defaults | kwargs))
+
+
+def head_weights(folder) -> dict:
+    """A saved run's head weights (everything but the backbone)."""
+    from safetensors.torch import load_file
+
+    return {k: v for k, v in load_file(str(folder / "model" / "model.safetensors")).items() if "backbone" not in k}

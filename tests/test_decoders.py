@@ -13,7 +13,8 @@ from configuration_dwatt import FUSIONS, parse_fused_layers
 from dwatt import DWAttConfig, DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
 from dwatt.data import load_tokenizer
-from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.features.build import build_feature_cache
+from dwatt.features.cache import FeatureCollator
 from dwatt.training import RunConfig, run
 
 from .conftest import DECODER_CORPUS, run_without_dwatt

@@ -123,7 +123,7 @@ def test_two_processes_cache_into_one_keyed_file_that_a_single_process_reads_as_
         for name in written
         if name.endswith(".json")
     )
-    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)
+    monkeypatch.setattr("dwatt.features.memory.MEMORY_SHARE", 0.0)
     FEATURE_MEMO.clear()
     alone = run(config_for(tiny_backbone, tiny_conll, tmp_path / "alone" / "run", save_model=False))
     assert {path.name: path.read_bytes() for path in (tmp_path / "alone" / ".feature-cache").glob("*.bin")} == {

@@ -474,7 +474,7 @@ def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(
     own file. The rows record the folder relative to the output root."""
     from dwatt.training import FEATURE_MEMO
 
-    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)  # every cache to disk
+    monkeypatch.setattr("dwatt.features.memory.MEMORY_SHARE", 0.0)  # every cache to disk
     store, root = tmp_path / "results.jsonl", tmp_path / "runs"
     options = dict(
         n_shots=(1,),

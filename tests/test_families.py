@@ -27,7 +27,8 @@ from dwatt import (
     DWAttForTokenClassification,
     DWAttModel,
 )
-from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.features.build import build_feature_cache
+from dwatt.features.cache import FeatureCollator
 from dwatt.lora import add_lora, default_targets
 from dwatt.training import FreezeBackboneCallback
 from lora_dwatt import lora_target_layers

@@ -9,7 +9,8 @@ import torch
 
 from dwatt import FUSIONS, POOLINGS, RobertaDWAttForSequenceClassification
 from dwatt.data.classification import tokenize_texts
-from dwatt.features import FeatureCollator, build_feature_cache
+from dwatt.features.build import build_feature_cache
+from dwatt.features.cache import FeatureCollator
 from dwatt.training.cls import cache_pooling
 
 from .conftest import WORDS

@@ -132,7 +132,7 @@ def test_disk_caches_are_known_by_their_contents_a_changed_backbone_tokenizer_or
 
     from dwatt.training import FEATURE_MEMO
 
-    monkeypatch.setattr("dwatt.features.MEMORY_SHARE", 0.0)
+    monkeypatch.setattr("dwatt.features.memory.MEMORY_SHARE", 0.0)
     backbone, data = tmp_path / "backbone", tmp_path / "data"
     shutil.copytree(tiny_backbone, backbone)
     shutil.copytree(tiny_conll, data)
@@ -205,7 +205,7 @@ def test_a_backbone_spread_by_device_map_trains_from_its_cache_like_one_loaded_w
 def test_device_map_places_the_backbone_within_the_memory_budget_and_is_refused_where_the_backbone_runs_each_step(
     tmp_path, monkeypatch
 ):
-    from dwatt.features import WORKING_MARGIN
+    from dwatt.features.memory import WORKING_MARGIN
     from dwatt.training import RunConfig
     from dwatt.training.common import backbone_placement
 

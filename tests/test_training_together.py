@@ -88,14 +88,14 @@ def test_a_copy_s_weights_are_scored_on_test_once_whichever_choices_fell_on_thei
     """One epoch: the dev set's choice, the few-shot sample's and the last epoch are the same weights, which are scored
     on test once (one pass of the linear probes over every copy, or one evaluation a copy on the model's path),
     giving the three choices the same scores."""
-    import dwatt.stacked_heads as stacked_heads
+    import dwatt.linear_probes as linear_probes
     import dwatt.training.together as together
 
     passes = []
-    evaluate, predict = together.evaluate_features, stacked_heads.LinearProbes.predict.__func__
+    evaluate, predict = together.evaluate_features, linear_probes.LinearProbes.predict.__func__
     monkeypatch.setattr(together, "evaluate_features", lambda *a, **k: passes.append("model") or evaluate(*a, **k))
     monkeypatch.setattr(
-        stacked_heads.LinearProbes,
+        linear_probes.LinearProbes,
         "predict",
         classmethod(lambda cls, *a, **k: passes.append("probes") or predict(cls, *a, **k)),
     )

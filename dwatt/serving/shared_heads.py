@@ -25,7 +25,7 @@ from pretrained_dwatt import BACKBONE_IDENTITY, BACKBONE_PREFIX, HUB_KWARGS
 
 from ..atomic import read_json
 from ..checkpoints import checkpoint_task, head_on_meta
-from ..stacked_heads import StackedHeads, head_tensors
+from ..head_stack import StackedHeads, head_tensors
 from ..tasks import model_class as task_model_class
 
 WEIGHTS, WEIGHTS_INDEX = "model.safetensors", "model.safetensors.index.json"
@@ -167,7 +167,7 @@ class SharedBackboneHeads(nn.Module):
         for head in self.heads.values():
             head.dwatt.backbone = backbone
         # Heads of one architecture and configuration (labels aside) run as stacked copies of one head
-        # (`dwatt.stacked_heads.StackedHeads`), one vmap over the copies, where `vectorize` (default: on a GPU); else
+        # (`dwatt.head_stack.StackedHeads`), one vmap over the copies, where `vectorize` (default: on a GPU); else
         # each head runs itself. The copies are stacked when first needed, and again where the heads have moved or
         # their weights changed.
         self.vectorize, self._stacks, self._stacked_on = vectorize, [], None

@@ -19,7 +19,7 @@ from ..data.classification import (
     tokenize_texts,
     warn_about_unseen_labels,
 )
-from ..features import FeatureCollator, model_inputs
+from ..features.cache import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
 from ..sampling import sample_examples_per_class, with_shuffled_labels

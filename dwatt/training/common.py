@@ -33,9 +33,7 @@ from ..distributed import (
     launched_processes,
     per_device_batch_size,
 )
-from ..features import (
-    WORKING_MARGIN,
-)
+from ..features.memory import WORKING_MARGIN
 from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
 from ..run_config import RunConfig

@@ -20,10 +20,7 @@ from ..data import (
     load_tokenizer,
     tokenize_and_align,
 )
-from ..features import (
-    FeatureCollator,
-    model_inputs,
-)
+from ..features.cache import FeatureCollator, model_inputs
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
 from ..portable import backbone_folder

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..folding import FoldedConcat
+from ..head_stack import one_layer
 from ..schema import ENSEMBLE_SIZES, ranked_members
-from ..stacked_heads import one_layer
 
 
 @torch.no_grad()

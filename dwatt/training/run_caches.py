@@ -12,17 +12,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..distributed import as_the_main_process_says, is_main_process
-from ..features import (
-    FeatureMemo,
-    build_feature_cache_across_processes,
-    cache_nbytes,
-    cache_storage,
-    cached_layers,
-    dataset_fingerprint,
-    gib,
-    input_device,
-    model_nbytes,
-)
+from ..features.build import build_feature_cache_across_processes, input_device
+from ..features.cache import cache_nbytes, cached_layers, dataset_fingerprint
+from ..features.memo import FeatureMemo
+from ..features.memory import cache_storage, gib, model_nbytes
 from ..fingerprints import backbone_fingerprint
 from ..run_config import RunConfig
 from .common import feature_cache_folder, place_on_device

@@ -23,7 +23,7 @@ from configuration_dwatt import single_layer
 from specs_dwatt import fusion_spec
 
 from ..distributed import launched_processes
-from ..features import WORKING_MARGIN, gib, model_nbytes
+from ..features.memory import WORKING_MARGIN, gib, model_nbytes
 from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
@@ -214,7 +214,7 @@ def score_together(
 ) -> TogetherScores:
     """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and the probe's
     ensembles; nothing where the runs do not score test."""
-    from ..stacked_heads import LinearProbes
+    from ..linear_probes import LinearProbes
 
     first, model, count = plan.first, parts.model, len(plan.configs)
     test = parts.test()
@@ -341,7 +341,7 @@ def run_together(
     by default for the per-token fusions (Base+n's attention layers are left to run one copy after the other, which is
     always exact), on a CPU too: faster there for every such head measured (benchmarks/engine_throughput.py), each
     copy ending as it would alone up to float rounding. Token-classification heads on one layer train as
-    `dwatt.stacked_heads.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
+    `dwatt.linear_probes.LinearProbes` unless `linear_probes=False`. Each copy's training is kept in its folder as it
     ends (`save_trained`), and a group run again trains only the copies not kept there; `train_in_parts`: train at
     most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
     150-head probe takes hours on a CPU) loses one part; by default all at once, or as many as `max_memory` leaves
