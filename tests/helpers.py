@@ -369,22 +369,8 @@ def counting_backbone_runs(model, monkeypatch, stop_after: int | None = None) ->
 
 
 def engine_config(tiny_backbone, tiny_conll, folder, **kwargs):
-    """A run for the stacked engine's tests: 2-shot, 3 epochs of batches of 3, fp32 cache, nothing saved."""
-    from dwatt.training import RunConfig
-
-    defaults = dict(
-        backbone=str(tiny_backbone),
-        data_dir=str(tiny_conll),
-        n_shot=2,
-        epochs=3,
-        batch_size=3,
-        learning_rate=5e-3,
-        output_dir=str(folder),
-        progress=False,
-        cache_dtype="float32",
-        save_model=False,
-    )
-    return RunConfig(**(defaults | kwargs))
+    """A run for the stacked engine's tests: `tiny_ner_run_config` in batches of 3, nothing saved."""
+    return tiny_ner_run_config(tiny_backbone, tiny_conll, folder, **({"batch_size": 3, "save_model": False} | kwargs))
 
 
 def head_weights(folder) -> dict:

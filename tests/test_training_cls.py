@@ -62,38 +62,6 @@ def test_which_fusions_cache_one_vector_per_sentence():
     ] * 4 + [None]
 
 
-def test_test_on_data_without_a_test_split_scores_the_dev_examples_outside_the_dev_subset(
-    tiny_backbone, tiny_topics, tmp_path
-):
-    """With --dev-sentences below the dev split's size, test is the rest of the split: every dev example is in
-    exactly one of the two, and no choice is made on test."""
-    from datasets import Dataset
-
-    from dwatt.training import RunConfig, run
-    from dwatt.training.common import dev_held_out, dev_subset
-
-    config = RunConfig(
-        task="cls",
-        backbone=str(tiny_backbone),
-        data_dir=str(tiny_topics),
-        n_shot=3,
-        epochs=1,
-        dev_sentences=5,
-        evaluate_test=True,
-        output_dir=str(tmp_path / "run"),
-        progress=False,
-        save_model=False,
-    )
-    results = run(config)
-    assert (
-        results["num_dev_examples"] == 5 and results["num_test_examples"] == 4 and "accuracy" in results["test_scores"]
-    )
-    split = Dataset.from_dict({"i": list(range(9))})
-    dev, test = list(dev_subset(split, config)["i"]), list(dev_held_out(split, config)["i"])
-    assert sorted(dev + test) == list(range(9)) and test == sorted(test)
-    assert dev_held_out(split, RunConfig(task="cls", dev_sentences=9)) is None
-
-
 def together_config(backbone, topics, folder, **kwargs):
     from dwatt.training import RunConfig
 
@@ -308,7 +276,7 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
     write(folder / "validation.csv", "text,label\npeter boycott,x\nbritish call,y\nlamb to,y\nbrussels,z\n")
     # A sampler that misses class y (and the training file has no z at all); classes: w 0, x 1, y 2, z 3.
     monkeypatch.setattr(
-        "dwatt.training.cls.sample_examples_per_class",
+        "dwatt.splits.sample_examples_per_class",
         lambda labels, n, seed: [i for i, label in enumerate(labels) if label != 2],
     )
     config = RunConfig(
@@ -335,7 +303,7 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
     assert setup.model.config.id2label == {0: "w", 1: "x"}  # the model knows only the classes it is trained on
     assert sorted(setup.dev_set[i]["labels"].item() for i in range(4)) == [-100, -100, -100, 1]
     monkeypatch.setattr(
-        "dwatt.training.cls.sample_examples_per_class",
+        "dwatt.splits.sample_examples_per_class",
         lambda labels, n, seed: [i for i, label in enumerate(labels) if label == 1],
     )
     with pytest.raises(ValueError, match=r"the training sample \(2 per class, seed 3\) holds one class \('x'\)"):

@@ -72,7 +72,7 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
     from sklearn_crfsuite import CRF
 
     from ..metrics import entity_scores
-    from ..training.ner import ner_splits
+    from ..splits import ner_splits
 
     config.validate()
     data, train, _, dev = ner_splits(config)
@@ -131,7 +131,7 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
     from sklearn.metrics import accuracy_score
     from sklearn.pipeline import make_pipeline, make_union
 
-    from ..training.cls import classification_splits
+    from ..splits import classification_splits
 
     config.validate()
     data, train, _, dev = classification_splits(config)

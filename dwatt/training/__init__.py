@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from ..atomic import write_json_atomically
 from ..data import CONLL_LABELS
+from ..data.ner import load_ner_dataset
 from ..run_config import MODES, SAMPLINGS
+from ..splits import DEV_SAMPLE_SEED
 from ..tasks import TASKS
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
 from .cls import run_classification
 from .common import (
-    DEV_SAMPLE_SEED,
     INITIAL_MODELS,
     InitialModels,
     RunConfig,
@@ -28,7 +29,7 @@ from .common import (
     training_arguments,
 )
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
-from .ner import load_ner_dataset, run_ner
+from .ner import run_ner
 from .run_caches import FEATURE_MEMO
 from .together import evaluate_features, procedures, run_together
 

@@ -14,7 +14,6 @@ from specs_dwatt import fusion_spec
 
 from ..console import first_text
 from ..data.classification import (
-    load_classification_dataset,
     to_model_labels,
     tokenize_texts,
     warn_about_unseen_labels,
@@ -22,7 +21,7 @@ from ..data.classification import (
 from ..features.cache import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
-from ..sampling import sample_examples_per_class, with_shuffled_labels
+from ..splits import classification_splits
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
@@ -31,8 +30,6 @@ from .common import (
     TrainedTogether,
     backbone_placement,
     by_length,
-    dev_held_out,
-    dev_subset,
     ensure_writable,
     finish_run,
     refuse_few_shot_dev,
@@ -91,37 +88,6 @@ class ClassificationSetup:
     def tokens(self, dataset):
         """A split tokenised, sorted by length, its labels the model's (`to_model_labels`)."""
         return to_model_labels(by_length(tokenize_texts(dataset, self.tokenizer)), self.model_ids)
-
-
-def classification_splits(config: RunConfig):
-    """What a run reads of its data, before any backbone: the dataset (its test split, with `--test` on data without
-    one, the dev split's rest beyond `dev_sentences`: `dev_held_out`), the N examples per class drawn with
-    `config.seed` (all of the training split without `n_shot`; their labels permuted with `shuffle_labels`), their rows,
-    and the dev split or its fixed subset."""
-    data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
-    if config.evaluate_test and "test" not in data:
-        rest = dev_held_out(data["validation"], config)
-        if rest is None:
-            where = config.data_dir or config.dataset
-            why = (
-                " (offline, AG News's own test split is where both of the vendored splits come from)"
-                if config.dataset == "ag_news" and config.data_dir is None
-                else ""
-            )
-            raise ValueError(
-                f"--test: {where} has no test split, only {' and '.join(data)}{why}; drop --test, give "
-                "--dev-sentences below the dev split's size (test is then the rest of it), or point "
-                "--data-dir at a folder with a test file"
-            )
-        data["test"] = rest
-    train, sampled_ids = data["train"], list(range(len(data["train"])))
-    if config.n_shot is not None:
-        sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
-        train = train.select(sampled_ids)
-    if config.shuffle_labels:
-        train = with_shuffled_labels(train, "label", config.seed)
-    dev = dev_subset(data["validation"], config)
-    return data, train, sampled_ids, dev
 
 
 def prepare_classification(config: RunConfig, cache_layers: list[int] | None = None) -> ClassificationSetup:

@@ -37,11 +37,8 @@ from ..features.memory import WORKING_MARGIN
 from ..fingerprints import backbone_fingerprint
 from ..portable import portable_results
 from ..run_config import RunConfig
-from ..sampling import sample_sentences
 from ..tokenization import save_tokenizer
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, RunProgress
-
-DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
 
 
 class InitialModels:
@@ -362,29 +359,6 @@ def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
     freeze = FreezeBackboneCallback(config.mode)
     freeze.apply(model)
     return freeze
-
-
-def _dev_subset_ids(dev, config: RunConfig) -> list[int] | None:
-    """The rows of the fixed random `config.dev_sentences` subset of the dev split, or None where it is the whole."""
-    if config.dev_sentences is not None and config.dev_sentences < len(dev):
-        return sample_sentences(len(dev), config.dev_sentences, DEV_SAMPLE_SEED)
-    return None
-
-
-def dev_subset(dev, config: RunConfig):
-    """The dev split, or the fixed random `config.dev_sentences` of it (the same subset for every run and trial)."""
-    ids = _dev_subset_ids(dev, config)
-    return dev if ids is None else dev.select(ids)
-
-
-def dev_held_out(dev, config: RunConfig):
-    """The dev split's examples outside its `config.dev_sentences` subset (`dev_subset`), in their order: a test set
-    no choice was made on, for data without a test split; None where the subset is the whole split."""
-    ids = _dev_subset_ids(dev, config)
-    if ids is None:
-        return None
-    chosen = set(ids)
-    return dev.select([i for i in range(len(dev)) if i not in chosen])
 
 
 BACKBONE_SHARE = 0.75  # of a memory budget beyond the working margin, what a backbone spread by a device_map takes

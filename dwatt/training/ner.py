@@ -16,7 +16,6 @@ from modeling_dwatt import DWAttForTokenClassification
 from ..console import first_sentence
 from ..data import (
     entity_types,
-    load_ner_dataset,
     load_tokenizer,
     tokenize_and_align,
 )
@@ -24,7 +23,7 @@ from ..features.cache import FeatureCollator, model_inputs
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
 from ..portable import backbone_folder
-from ..sampling import few_shot_split, with_shuffled_labels
+from ..splits import ner_splits
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .common import (
     INITIAL_MODELS,
@@ -33,7 +32,6 @@ from .common import (
     TrainedTogether,
     backbone_placement,
     by_length,
-    dev_subset,
     ensure_writable,
     finish_run,
     refuse_few_shot_dev,
@@ -68,20 +66,6 @@ class NERSetup:
 
     def metrics(self) -> NERMetrics:
         return NERMetrics(self.label_names, windows=list(zip(self.dev_tokens["sentence"], self.dev_tokens["window"])))
-
-
-def ner_splits(config: RunConfig):
-    """What a run reads of its data, before any backbone: the dataset, the N x C training sample drawn with
-    `config.seed` (all of the training split without `n_shot`; its tags permuted with `shuffle_labels`), its rows in
-    the training split, and the dev split or its fixed subset (`dev_subset`)."""
-    data = load_ner_dataset(config.dataset, config.data_dir)
-    train = data["train"]
-    sampled_ids = list(range(len(train)))
-    if config.n_shot is not None:
-        train, sampled_ids = few_shot_split(train, config.n_shot, config.seed, config.sampling)
-    if config.shuffle_labels:
-        train = with_shuffled_labels(train, "ner_tags", config.seed)
-    return data, train, sampled_ids, dev_subset(data["validation"], config)
 
 
 def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NERSetup:
