@@ -343,6 +343,9 @@ def test_the_second_stage_of_a_window_grid_follows_each_trial_s_probe():
 def test_a_choice_at_either_edge_of_its_grid_in_most_trials_is_flagged():
     from dwatt.experiment.selection import rate_edge
 
-    tried = [5e-5, 3e-4, 1e-3]
+    tried = [[5e-5, 3e-4, 1e-3]] * 3
     assert rate_edge([1e-3, 1e-3, 3e-4], tried) == "largest" and rate_edge([5e-5, 5e-5, 1e-3], tried) == "smallest"
-    assert rate_edge([1e-3, 3e-4, 5e-5], tried) == "" and rate_edge([1e-3], [1e-3]) == ""
+    assert rate_edge([1e-3, 3e-4, 5e-5], tried) == "" and rate_edge([1e-3], [[1e-3]]) == ""
+    # a grid widened in some trials only: each choice is judged by its own trial's rates, not by the rates of all
+    widened = [[1.5e-5, 5e-5, 3e-4], [1.5e-5, 5e-5, 3e-4], [5e-5, 3e-4]]
+    assert rate_edge([5e-5, 5e-5, 5e-5], widened) == "" and rate_edge([1.5e-5, 5e-5, 5e-5], widened) == "smallest"

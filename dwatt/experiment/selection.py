@@ -12,7 +12,7 @@ by trial (a trial's runs share one few-shot sample).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 
 import pandas as pd
@@ -258,11 +258,31 @@ def paired_columns(name: str, differences: pd.Series, is_reference: bool) -> dic
     }
 
 
-def rate_edge(chosen: list[float], tried: list[float]) -> str:
-    """`"largest"` or `"smallest"` where most of a method's trials chose that edge of the learning rates it tried (a
-    rate beyond it might score higher), else `""`; `""` with one rate tried (no grid to be at the edge of)."""
-    edges = [edge_of(choice, tried) for choice in chosen]
+def rate_edge(chosen: list[float], tried: list[list[float]]) -> str:
+    """`"largest"` or `"smallest"` where most of a method's trials chose that edge of the learning rates their own
+    choice's runs tried (`tried[i]`: the rates of trial i's run, and for a probe of its layer; grids widened trial by
+    trial differ), so that a rate beyond it might score higher; else `""`; `""` with one rate tried (no grid to be at
+    the edge of)."""
+    edges = [edge_of(choice, rates) for choice, rates in zip(chosen, tried)]
     return next((edge for edge in EDGES if 2 * edges.count(edge) > len(chosen)), "")
+
+
+def own_rates(runs: pd.DataFrame) -> Callable[[tuple, pd.DataFrame], list[list[float]]]:
+    """For a method's chosen rows, the rates each one's own runs tried: those of its method (`key`: backbone, dataset,
+    N, epochs, method), trial and, for a probe's, layer."""
+    rates = (
+        runs.assign(layer_key=runs.layer.fillna(-1))
+        .groupby(["backbone", "dataset", "n_shot", "epochs", "method", "trial", "layer_key"])
+        .learning_rate.agg(lambda found: sorted(found.unique()))
+    )
+
+    def of(key: tuple, chosen: pd.DataFrame) -> list[list[float]]:
+        return [
+            rates.loc[(*key, trial, -1 if pd.isna(layer) else layer)]
+            for trial, layer in zip(chosen.trial, chosen.layer)
+        ]
+
+    return of
 
 
 def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
@@ -277,6 +297,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     rates_tried = runs.groupby(["backbone", "dataset", "n_shot", "epochs", "method"]).learning_rate.agg(
         lambda rates: sorted(rates.unique())
     )
+    rates_of_choice = own_rates(runs)
     members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
     records, tie_choices = [], []
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
@@ -289,13 +310,8 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
             probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
             floor = method in FLOOR_METHODS.values()  # no learning rate: its own regularisation, chosen on dev
-            tried = (
-                []
-                if floor
-                else rates_tried.loc[
-                    (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
-                ]
-            )
+            key = (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
+            tried = [] if floor else rates_tried.loc[key]
             records.append(
                 {
                     "backbone": backbone,
@@ -329,7 +345,9 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                     "regret_ci95": confidence_interval(mine.test_score - mine.best_test_score),
                     **paired_columns("minus_best_layer", differences, method == BEST_LAYER),
                     # chosen at an edge of the rates tried in most trials: the optimum may lie beyond it
-                    "rate_edge": "" if ensemble or floor else rate_edge(list(mine.learning_rate), tried),
+                    "rate_edge": ""
+                    if ensemble or floor
+                    else rate_edge(list(mine.learning_rate), rates_of_choice(key, mine)),
                     "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
                     "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
                 }
