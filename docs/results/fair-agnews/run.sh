@@ -53,7 +53,7 @@ dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rate
 # Ten trials where they are cheap (MiniLM, added later): the probe (its ensembles, best and last layers) to trials
 # 3-9 in its store, then ScalarMix, Concat and DWAtt to 10 trials in a store of their own (trials 0-2 are the grid's);
 # Base+n and ScalarMix+LD stay at 3 trials.
-dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 --trials 3 \
+dwatt sweep --preset agnews-fe --fusions base --probe-layers all --learning-rates "$RATES" --n-shots 16,64 --trials 10 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets \
   --results docs/results/fair-agnews/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-agnews --quiet
 for N in 16 64; do
@@ -92,6 +92,44 @@ dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates 
 dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
   --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets --threads 1 --quiet \
   --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/agnews-ln
+# Grids that contain their optimum (issue 71, added later): each method's grid as it ran, widened where dev chose an
+# edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next rate past the edge on the 800 dev
+# texts, at most three rates past the grid), the added runs in a store of their own per backbone (*.widened.jsonl);
+# every run a store holds is read, not trained again. Each step names its methods, the rates their grid ran at, the
+# trials and the store beside the grid's shards that holds them.
+WIDEN=(--preset agnews-fe --test --few-shot-dev --engine budgets --widen 3 --threads 1 --quiet --output-root runs/widen-agnews)
+MINILM=docs/results/fair-agnews/fair.all-MiniLM-L6-v2
+for STEP in base:"$RATES":10:probe-ensembles scalar_mix,concat,dwatt:"$RATES":10:ten-trials \
+    base_plus_n:"$RATES":3: scalar_mix_dropout:"$RATES":3:layer-dropout scalar_mix_layer_norm:"$LN_RATES":3:layer-norm; do
+  IFS=: read -r FUSIONS STEP_RATES TRIALS STORE <<< "$STEP"
+  PROBE=(); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots 16,64 --trials "$TRIALS" \
+    --backbones models/all-MiniLM-L6-v2 "${WIDEN[@]}" --results "$MINILM.widened.jsonl" \
+    --done-in "$MINILM".shard-{0,1,2,3,4,5}-of-6.jsonl ${STORE:+"$MINILM.$STORE.jsonl"}
+done
+SMOLLM2=docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4
+for STEP in base:"$RATES":probe-ensembles scalar_mix,concat,base_plus_n,dwatt:"$RATES": \
+    scalar_mix_dropout:"$RATES",3e-2,1e-1:layer-dropout scalar_mix_layer_norm:"$LN_RATES":layer-norm; do
+  IFS=: read -r FUSIONS STEP_RATES STORE <<< "$STEP"
+  PROBE=(); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all --train-in-parts 30)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots 16,64 --trials 3 \
+    --backbones models/SmolLM2-135M-Instruct-q4 "${WIDEN[@]}" --max-memory 8GiB --cache-on-disk \
+    --results "$SMOLLM2.widened.jsonl" --done-in "$SMOLLM2".shard-{0,1,2,3,4,5}-of-6.jsonl \
+    ${STORE:+"$SMOLLM2.$STORE.jsonl"}
+done
+GEMMA=docs/results/fair-agnews/fair.embeddinggemma-300m
+for STEP in base,scalar_mix:"$RATES" concat,dwatt:"$RATES" scalar_mix_layer_norm:"$LN_RATES"; do
+  IFS=: read -r FUSIONS STEP_RATES <<< "$STEP"
+  PROBE=(); [[ $FUSIONS == base* ]] && PROBE=(--probe-layers all --train-in-parts 30)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots 16 \
+    --backbones models/embeddinggemma-300m "${WIDEN[@]}" --output-root runs/agnews --cache-dtype bfloat16 \
+    --max-memory 8GiB --cache-on-disk --results "$GEMMA.widened.jsonl" --done-in "$GEMMA".jsonl "$GEMMA".layer-norm.jsonl
+done
+# So far (one core each, beside one other worker): MiniLM's steps whole (50 min; 25 runs added: 10 probe heads at 3e-2,
+# DWAtt 7, Base+n 3 and Concat 2 at 1.5e-5, ScalarMix, Concat and ScalarMix+LD one each at 3e-2); SmolLM2's probe
+# step whole (one head at 3e-2) and its fusions step stopped partway (6 of its 9 runs, 41 min: Concat and DWAtt at N = 64
+# to 1.5e-5 in trials 0 and 1, Base+n in trial 0, ScalarMix to 3e-2 in trial 0), its other steps and EmbeddingGemma's
+# not yet run: rerunning these lines resumes.
 dwatt report docs/results/fair-agnews/fair.*.jsonl --output docs/results/fair-agnews/report \
   --floor docs/results/floor/floor_samples.json \
   --prefer docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.probe-ensembles.jsonl \

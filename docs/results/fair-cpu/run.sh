@@ -93,10 +93,10 @@ dwatt sweep --fusions scalar_mix --learning-rates 3e-2 --n-shots 32,128 --epochs
 # Ten trials where they are cheap (MiniLM, added later): the probe (its ensembles, best and last layers) to trials
 # 3-9 in its store, then ScalarMix, Concat and DWAtt to 10 trials in a store of their own (trials 0-2 are the grid's).
 # Base+n, ScalarMix+LD and the windows stay at 3 trials; the coverage table counts each backbone's own trials.
-dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 3 \
+dwatt sweep --fusions base --probe-layers all --learning-rates "$RATES",3e-2 --n-shots 32,128 --epochs 25 --trials 10 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl --threads 1 --output-root runs/ens-cpu --quiet
-dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 3 \
+dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shots 32,128 --epochs 25 --trials 10 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.ten-trials.jsonl \
   --done-in docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-0-of-2.jsonl docs/results/fair-cpu/fair.all-MiniLM-L6-v2.shard-1-of-2.jsonl \
@@ -111,6 +111,34 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets --threads 1 --quiet \
   --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/fair-ln
+# Grids that contain their optimum (issue 71, added later): each method's grid as it ran, widened where dev chose an
+# edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next rate past the edge on the 1000 dev
+# sentences, at most three rates past the grid), the added runs in a store of their own per backbone (*.widened.jsonl);
+# every run a store holds is read, not trained again. Each step names its methods, the rates their grid ran at, the
+# trials and the store beside the grid's shards that holds them.
+WIDEN=(--epochs 25 --dev-sentences 1000 --test --engine budgets --widen 3 --threads 1 --quiet --output-root runs/widen)
+MINILM=docs/results/fair-cpu/fair.all-MiniLM-L6-v2
+for STEP in base:"$RATES",3e-2:10:probe-ensembles scalar_mix,concat,dwatt:"$RATES":10:ten-trials \
+    base_plus_n:"$RATES":3: scalar_mix_dropout:"$RATES":3:layer-dropout \
+    scalar_mix_layer_norm:"$RATES",3e-2,1e-1:3:layer-norm; do
+  IFS=: read -r FUSIONS STEP_RATES TRIALS STORE <<< "$STEP"
+  PROBE=(); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots 32,128 --trials "$TRIALS" \
+    --backbones models/all-MiniLM-L6-v2 "${WIDEN[@]}" --results "$MINILM.widened.jsonl" \
+    --done-in "$MINILM".shard-{0,1}-of-2.jsonl ${STORE:+"$MINILM.$STORE.jsonl"}
+done
+SMOLLM2=docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4
+for STEP in base:"$RATES":32,128:probe-ensembles scalar_mix,concat,base_plus_n,dwatt:"$RATES":32,128: \
+    scalar_mix_dropout:"$RATES",3e-2,1e-1:32,128:layer-dropout scalar_mix_layer_norm:"$RATES",3e-2,1e-1:32:layer-norm; do
+  IFS=: read -r FUSIONS STEP_RATES N_SHOTS STORE <<< "$STEP"
+  PROBE=(); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots "$N_SHOTS" --trials 3 \
+    --backbones models/SmolLM2-135M-Instruct-q4 "${WIDEN[@]}" --max-memory 8GiB --cache-on-disk \
+    --results "$SMOLLM2.widened.jsonl" --done-in "$SMOLLM2".shard-{0,1}-of-2.jsonl ${STORE:+"$SMOLLM2.$STORE.jsonl"}
+done
+# So far (one core each, beside one other worker): MiniLM's steps whole (28 min; 38 runs added: 17 probe heads at 1e-1,
+# ScalarMix 10 at 3e-2 and 1 at 1e-1, DWAtt 4 at 3e-2 and 1 at 1e-1, ScalarMix+LD 4 at 3e-2 and 1 at 1e-1); SmolLM2's probe step
+# stopped partway (21 of its first 55 runs at 3e-2, 30 min), its other steps not yet run: rerunning these lines resumes.
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
 # it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).

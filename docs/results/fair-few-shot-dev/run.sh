@@ -174,6 +174,23 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates 3e-1 --n-shots 32 -
   --dev-sentences 1000 --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets \
   --cache-dtype bfloat16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.layer-norm-larger-rates.jsonl --output-root runs/fsd
+# Grids that contain their optimum (issue 71, added later): EmbeddingGemma's grid as it ran, widened where the choice on
+# the 1000 dev sentences sat at an edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next
+# rate past the edge, at most three rates past the grid), the added runs in a store of their own; every run a store
+# holds is read, not trained again (ScalarMix's 3e-2 and ScalarMix+LN's 3e-1 among them). Its caches on disk, as above.
+GEMMA=docs/results/fair-few-shot-dev/fair.embeddinggemma-300m
+for STEP in base:5e-5,3e-4,1e-3,3e-3,1e-2 scalar_mix:5e-5,3e-4,1e-3,3e-3,1e-2 concat,dwatt:5e-5,3e-4,1e-3,3e-3,1e-2 \
+    scalar_mix_layer_norm:"$LN_RATES"; do
+  IFS=: read -r FUSIONS STEP_RATES <<< "$STEP"
+  PROBE=(--train-in-parts 1); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all --train-in-parts 30)
+  dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots 32 --epochs 25 --trials 3 \
+    --dev-sentences 1000 --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets --widen 3 \
+    --cache-dtype bfloat16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+    --results "$GEMMA.widened.jsonl" --output-root runs/fsd \
+    --done-in "$GEMMA".jsonl "$GEMMA".{scalar-mix-larger-rates,layer-norm,layer-norm-larger-rates}.jsonl
+done
+# So far (one core, 34 min, ScalarMix's step first): ScalarMix widened to 1e-1 and 3e-1 (chosen 1e-1 in every trial,
+# inside); the probe's step stopped partway (9 of its first 34 runs at 3e-2); Concat, DWAtt and ScalarMix+LN not yet.
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
