@@ -85,7 +85,9 @@ def stock_model(model) -> nn.Module:
             setattr(config, key, None)
     stock = AutoModelForTokenClassification.from_config(copy.deepcopy(config)).float().eval()
     weights = model.dwatt.backbone.state_dict()
-    if model.config.read_layer < model.config.run_depth:  # a head on the embedding output: the layer kept is unread
+    # layers the backbone holds past the one the head reads (a head on the embedding output keeps layer 1, one saved
+    # with a deeper `backbone_depth` keeps more): unread, and the stock model cut to the head's layer has none of them
+    if model.config.read_layer < model.config.run_depth:
         past = re.compile(
             layers_past_pattern(model.dwatt.backbone, model.config.encoder_config, model.config.read_layer)
         )
