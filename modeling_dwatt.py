@@ -16,7 +16,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import PreTrainedModel
 from transformers.activations import ACT2FN
 from transformers.modeling_outputs import (
     MaskedLMOutput,
@@ -29,7 +28,14 @@ try:
     from .backbones_dwatt import backbone_family, classifier_dropout, is_decoder_only, layer_norm_eps
     from .base_model_dwatt import DWAttModel, DWAttPreTrainedModel, only_at, traced
     from .configuration_dwatt import DWAttConfig
-    from .pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
+    from .pretrained_dwatt import (
+        PretrainedBackbone,
+        adopt_masked_lm_head,
+        build_on_backbone,
+        head_only_state_dict,
+        load_pretrained_backbone,
+        save_checkpoint,
+    )
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
@@ -37,7 +43,14 @@ except ImportError:  # a top-level module of the installed project, not remote c
         from backbones_dwatt import backbone_family, classifier_dropout, is_decoder_only, layer_norm_eps
         from base_model_dwatt import DWAttModel, DWAttPreTrainedModel, only_at, traced
         from configuration_dwatt import DWAttConfig
-        from pretrained_dwatt import PretrainedBackboneMixin, adopt_masked_lm_head, load_masked_lm
+        from pretrained_dwatt import (
+            PretrainedBackbone,
+            adopt_masked_lm_head,
+            build_on_backbone,
+            head_only_state_dict,
+            load_pretrained_backbone,
+            save_checkpoint,
+        )
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -97,13 +110,41 @@ class DWAttLMHead(nn.Module):
         return self.decoder(self.layer_norm(self.activation(self.dense(hidden_states))))
 
 
-class _DWAttWithHead(PretrainedBackboneMixin, DWAttPreTrainedModel):
-    """What the task models share: `self.dwatt` (backbone + fusion), FE freezing, `from_backbone`, `forward`."""
+class _DWAttWithHead(DWAttPreTrainedModel):
+    """What the task models share: `self.dwatt` (backbone + fusion), FE freezing, `from_backbone`, head-only saving,
+    `forward`."""
 
     output_class: type[ModelOutput] = ModelOutput
     # Training speed switch: with labels, fuse only the labelled positions (the loss reads nothing else); logits at
     # positions labelled -100 are then not meaningful. Off by default; the training pipeline turns it on.
     fuse_labelled_positions_only: bool = False
+
+    from_backbone = classmethod(build_on_backbone)  # a pretrained backbone, a fresh fusion and head
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the fusion and head, which compute the outputs; a backbone kept in bf16 or fp16 (as saved, or
+        `backbone_dtype`) hands them its features cast to it. `save_pretrained` records it as the config's `dtype`:
+        the checkpoint then loads in it (its backbone too, unless a `dtype` is asked) in every transformers release."""
+        return next((p.dtype for p in self.head_parameters().values() if p.is_floating_point()), super().dtype)
+
+    def save_pretrained(self, save_directory, *args, heads_only: bool = False, **kwargs):
+        """
+        `PreTrainedModel.save_pretrained`, plus `heads_only=True`: write the config (which names the backbone by
+        `backbone_name_or_path` and `backbone_revision`), the remote-code files and only [`head_state_dict`]'s
+        tensors, like an adapter. `from_pretrained` on such a folder loads the named backbone (or the one passed as
+        `backbone_name_or_path=`) and applies the head. A model with LoRA adapters saves whole with each update
+        merged into its layer's weight. The model's own config is never changed.
+        """
+        return save_checkpoint(self, super().save_pretrained, save_directory, *args, heads_only=heads_only, **kwargs)
+
+    def head_state_dict(self) -> dict[str, torch.Tensor]:
+        """
+        What a head-only checkpoint stores: everything but the backbone (fusion module, extra layers, task head);
+        for masked LM the vocabulary head only if it trains (otherwise it is the backbone's pretrained one); with
+        LoRA, the low-rank updates of the adapted backbone layers (`dwatt.lora.updates.<path>.lora_A`/`lora_B`).
+        """
+        return head_only_state_dict(self)
 
     def head_parameters(self) -> dict[str, nn.Parameter]:
         """The parameters of everything but the backbone (the fusion, its extra layers, the task head), by name: what
@@ -327,11 +368,13 @@ class DWAttForMaskedLM(_DWAttWithHead):
         self.lm_head.decoder = new_embeddings
 
     @classmethod
-    def load_pretrained_backbone(cls, name_or_path: str, load_kwargs: dict, depth=None, dtype=None) -> PreTrainedModel:
-        return load_masked_lm(name_or_path, load_kwargs, depth, dtype)
+    def load_pretrained_backbone(
+        cls, name_or_path: str, load_kwargs: dict, depth=None, dtype=None
+    ) -> PretrainedBackbone:
+        return load_pretrained_backbone(name_or_path, load_kwargs, depth, dtype, masked_lm_head=True)
 
-    def adopt_pretrained_head(self, pretrained: PreTrainedModel) -> None:
-        adopt_masked_lm_head(self.lm_head, pretrained)
+    def adopt_pretrained_head(self, pretrained: PretrainedBackbone) -> None:
+        adopt_masked_lm_head(self.lm_head, pretrained.model)
 
     def adoptable_head_keys(self) -> set[str]:
         return {f"lm_head.{key}" for key in self.lm_head.state_dict()}

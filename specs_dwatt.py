@@ -111,10 +111,16 @@ def fusion_spec(name: str) -> FusionSpec:
     return FUSION_SPECS[name]
 
 
+def layers_to_run(read: Any) -> int:
+    """How many backbone layers a model runs to read the hidden states `read` (numbers, 0 the embedding output): the
+    deepest of them, and one at least, since a family's layer hooks need a layer to run even for a head on layer 0."""
+    return max(1, *read)
+
+
 def mixing_fusions() -> str:
     """The fusions that mix several layers token by token, for messages: "dwatt, concat, ... or scalar_mix"."""
     names = [name for name, spec in FUSION_SPECS.items() if spec.mixes_layers]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
-__all__ = ["FUSIONS", "FUSION_SPECS", "POOLINGS", "FusionSpec", "fusion_spec", "mixing_fusions"]
+__all__ = ["FUSIONS", "FUSION_SPECS", "POOLINGS", "FusionSpec", "fusion_spec", "layers_to_run", "mixing_fusions"]

@@ -76,6 +76,7 @@ def probe_scores(backbone: str, n_shot: int, dev_sentences: int, epochs: int, wo
     from scipy.stats import spearmanr
 
     from dwatt.experiment.probe import ProbeSettings, run_probe
+    from dwatt.training import EXECUTION
 
     found = {}
     for dtype in DTYPES:
@@ -91,7 +92,7 @@ def probe_scores(backbone: str, n_shot: int, dev_sentences: int, epochs: int, wo
             progress=False,
             results=str(work / dtype / "results.jsonl"),
         )
-        outcome = run_probe(settings)
+        outcome = run_probe(settings, EXECUTION)
         best = {layer: max(outcome.mean(layer, rate) for rate in outcome.rates) for layer in outcome.layers}
         found[dtype] = {
             "best_dev_f1_by_layer": {str(k): round(v, 2) for k, v in best.items()},

@@ -75,7 +75,7 @@ def run_engine(engine: str, specs, folder: Path) -> list[dict]:
     training.FEATURE_MEMO.clear()  # each run of an engine computes its features and builds its models afresh
     training.INITIAL_MODELS.clear()
     store = folder / f"{engine}-{len(list(folder.glob(f'{engine}-*.jsonl')))}.jsonl"
-    rows = run_sweep(specs, store, folder / store.stem, progress=False, engine=engine)
+    rows = run_sweep(specs, store, folder / store.stem, execution=training.EXECUTION, progress=False, engine=engine)
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return rows

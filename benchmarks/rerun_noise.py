@@ -40,9 +40,10 @@ EXECUTIONS = {"first": True, "again": True, "one after another": False}  # name 
 def train(backbone: str, output: Path, threads: int) -> None:
     import torch
 
+    from dwatt.execution import Execution
     from dwatt.experiment.grid import grid
     from dwatt.experiment.sweep import run_sweep
-    from dwatt.training import run_together
+    from dwatt.training import run, run_together
 
     torch.set_num_threads(threads)
     specs = grid(
@@ -61,7 +62,7 @@ def train(backbone: str, output: Path, threads: int) -> None:
             output / f"minilm.{name.replace(' ', '-')}.jsonl",
             output_root=output / "runs" / name,
             engine="stacked",
-            budgets_runner=partial(run_together, vectorize=vectorize),
+            execution=Execution(alone=run, together=partial(run_together, vectorize=vectorize)),
             evaluate_test=True,
         )
 

@@ -5,7 +5,7 @@ backbone in place, so the model stays a dwatt model that the stock `Trainer` tra
 head train fully, the backbone's own weights stay frozen). What leaves training needs no PEFT: a head-only checkpoint
 carries the adapters' `A` and `B` matrices beside the head (`lora_dwatt.LoRAUpdates`), and loading merges
 `W + (alpha / rank) * B @ A` into the backbone it fetches, in plain torch; a full checkpoint stores the merged
-backbone (`DWAttPreTrainedModel.merged_state_dict`).
+backbone (`pretrained_dwatt.merged_lora_state_dict`).
 """
 
 from __future__ import annotations

@@ -143,7 +143,8 @@ def model_card(
         + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
-        f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}",
+        f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}"
+        + (", every layer read through the backbone's final norm" if config.through_final_norm else ""),
         f"- Backbone: {backbone_run(config)}",
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"

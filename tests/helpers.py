@@ -10,9 +10,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from dwatt.training import RunConfig
+from dwatt.execution import Execution
+from dwatt.training import EXECUTION, RunConfig
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
+# Folders that each hold one transformers release and its dependencies (torch comes from this environment), separated
+# by the path separator; the releases the docs' range names (docs/guides/hub.md). CI installs them.
+RELEASES = [folder for folder in os.environ.get("DWATT_TRANSFORMERS_RELEASES", "").split(os.pathsep) if folder]
 
 
 def stopped_while_scoring_test(monkeypatch, command) -> None:
@@ -27,6 +31,15 @@ def stopped_while_scoring_test(monkeypatch, command) -> None:
         patched.setattr("dwatt.training.ner.scored_test_split", stopped)
         with pytest.raises(KeyboardInterrupt):
             command()
+
+
+def executing(alone=None, together=None) -> Execution:
+    """How a test's sweep or probe trains: `dwatt.training.EXECUTION`, a fake in place of either way where given (a
+    fake `together` is handed the configs only)."""
+    return Execution(
+        alone=alone or EXECUTION.alone,
+        together=EXECUTION.together if together is None else lambda configs, **_: together(configs),
+    )
 
 
 def recording_runner(calls: list):
@@ -258,8 +271,6 @@ def mlm_row(fusion, ppl):
 
 def tiny_ner_run_config(tiny_backbone, tiny_conll, tmp_path, **kwargs):
     """A quick NER run on the tiny backbone and CoNLL sample: 2-shot, 3 epochs, fp32 cache."""
-    from dwatt.training import RunConfig
-
     defaults = dict(
         backbone=str(tiny_backbone),
         data_dir=str(tiny_conll),

@@ -6,17 +6,15 @@ head-only, LoRA (merged and beside the head) and cut at a layer."""
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from .helpers import RELEASES
+
 FIXTURES = Path(__file__).parent / "fixtures"
-# Folders that each hold one transformers release and its dependencies (torch comes from this environment), separated
-# by the path separator; the releases the docs' range names (docs/guides/hub.md).
-RELEASES = [folder for folder in os.environ.get("DWATT_TRANSFORMERS_RELEASES", "").split(os.pathsep) if folder]
 LOAD = """
 import json, sys
 from pathlib import Path

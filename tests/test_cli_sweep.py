@@ -7,6 +7,8 @@ import pytest
 from dwatt.experiment.grid import grid
 from dwatt.experiment.sweep import run_sweep
 
+from .helpers import executing
+
 
 def test_a_sweep_whose_store_lock_is_held_past_an_append_is_refused(tmp_path, capsys, monkeypatch):
     from filelock import FileLock
@@ -19,11 +21,13 @@ def test_a_sweep_whose_store_lock_is_held_past_an_append_is_refused(tmp_path, ca
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
     with FileLock(tmp_path / ".r.jsonl.lock"):  # held, not released as an append would
         with pytest.raises(SweepBusyError, match=r"r\.jsonl: another process has held this results file's lock"):
-            run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
+            run_sweep(specs, tmp_path / "r.jsonl", execution=executing(lambda config: {}), progress=False)
         assert main(["sweep", "--fusions", "base", "--results", str(tmp_path / "r.jsonl"), "--quiet"]) == 2
         assert "longer than an append takes" in capsys.readouterr().err
     assert not (tmp_path / "r.jsonl").exists()
-    assert len(run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)) == 1  # released
+    assert (
+        len(run_sweep(specs, tmp_path / "r.jsonl", execution=executing(lambda config: {}), progress=False)) == 1
+    )  # released
 
 
 def test_a_window_sweep_names_a_trial_its_probe_stores_lack_before_anything_trains(tmp_path, capsys):

@@ -14,9 +14,9 @@ from dwatt.experiment.grid import grid
 from dwatt.experiment.store import ResultsStore
 from dwatt.experiment.summaries import comparable
 from dwatt.experiment.sweep import run_sweep
-from dwatt.training import RunConfig, run_ner
+from dwatt.training import EXECUTION, RunConfig, run_ner
 
-from .helpers import recording_runner
+from .helpers import executing, recording_runner
 
 
 def test_sweep_skips_finished_runs(tmp_path):
@@ -29,8 +29,8 @@ def test_sweep_skips_finished_runs(tmp_path):
         return {"best_dev_f1": config.seed / 10}
 
     specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=2)
-    run_sweep(specs[:2], tmp_path / "r.jsonl", runner=runner, progress=False)
-    rows = run_sweep(specs, tmp_path / "r.jsonl", runner=runner, progress=False)
+    run_sweep(specs[:2], tmp_path / "r.jsonl", execution=executing(runner), progress=False)
+    rows = run_sweep(specs, tmp_path / "r.jsonl", execution=executing(runner), progress=False)
     assert len(calls) == 4 and len(rows) == 4
     assert [r["run_id"] for r in rows] == [s.run_id for s in widest_first(specs)]  # each trial: DWAtt, then Base
 
@@ -46,21 +46,35 @@ def test_runs_another_store_holds_are_not_trained_again_nor_copied(tmp_path):
 
     specs = grid(fusions=("base", "dwatt"), n_shots=(1,), epochs=(1,), trials=2)
     probe = [s for s in specs if s.fusion == "base"]
-    run_sweep(probe, tmp_path / "probe.jsonl", runner=runner, progress=False)
-    run_sweep(probe, tmp_path / "other-settings.jsonl", runner=runner, progress=False, evaluate_test=True)
+    run_sweep(probe, tmp_path / "probe.jsonl", execution=executing(runner), progress=False)
+    run_sweep(
+        probe, tmp_path / "other-settings.jsonl", execution=executing(runner), progress=False, evaluate_test=True
+    )
     calls.clear()
     rows = run_sweep(
-        specs, tmp_path / "grid.jsonl", runner=runner, progress=False, done_in=(tmp_path / "probe.jsonl",)
+        specs,
+        tmp_path / "grid.jsonl",
+        execution=executing(runner),
+        progress=False,
+        done_in=(tmp_path / "probe.jsonl",),
     )
     assert len(calls) == 2 and {r["spec"]["fusion"] for r in rows} == {"dwatt"}  # the probe's runs stay where they are
     calls.clear()
     run_sweep(
-        specs, tmp_path / "grid-2.jsonl", runner=runner, progress=False, done_in=(tmp_path / "other-settings.jsonl",)
+        specs,
+        tmp_path / "grid-2.jsonl",
+        execution=executing(runner),
+        progress=False,
+        done_in=(tmp_path / "other-settings.jsonl",),
     )
     assert len(calls) == 4  # the same ids with other settings are other runs
     with pytest.raises(FileNotFoundError, match="--done-in .*missing.jsonl"):
         run_sweep(
-            specs, tmp_path / "grid-3.jsonl", runner=runner, progress=False, done_in=(tmp_path / "missing.jsonl",)
+            specs,
+            tmp_path / "grid-3.jsonl",
+            execution=executing(runner),
+            progress=False,
+            done_in=(tmp_path / "missing.jsonl",),
         )
     assert not (tmp_path / "grid-3.jsonl").exists() or not ResultsStore(tmp_path / "grid-3.jsonl").rows()
 
@@ -82,9 +96,9 @@ def test_a_group_another_sweep_holds_is_left_to_it_and_trained_once_released(tmp
     held = [spec for spec in specs if spec.trial == 1][:1]  # one budget of trial 1's run
     with claimed(ResultsStore(store), held) as mine:
         assert mine
-        rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="stacked")
+        rows = run_sweep(specs, store, execution=executing(together=budgets), progress=False, engine="stacked")
     assert calls == [[1, 2]] and {row["spec"]["trial"] for row in rows} == {0}
-    rows = run_sweep(specs, store, budgets_runner=budgets, progress=False, engine="stacked")
+    rows = run_sweep(specs, store, execution=executing(together=budgets), progress=False, engine="stacked")
     assert calls == [[1, 2], [1, 2]] and sorted(row["run_id"] for row in rows) == sorted(spec.run_id for spec in specs)
 
 
@@ -107,7 +121,7 @@ def sweep_beside_another(specs, store, trained, start):
 
     ResultsStore.rows = slow_rows  # in this forked process only
     start.wait()
-    run_sweep(specs, store, runner=runner, progress=False)
+    run_sweep(specs, store, execution=executing(runner), progress=False)
 
 
 def test_two_sweeps_on_one_store_train_each_run_once_and_lose_no_row(tmp_path):
@@ -221,7 +235,7 @@ def test_a_sweep_under_a_data_parallel_launcher_is_refused(tmp_path, monkeypatch
     monkeypatch.setenv("WORLD_SIZE", "2")
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1)
     with pytest.raises(ValueError, match="--shard i/n"):
-        run_sweep(specs, tmp_path / "r.jsonl", runner=lambda config: {}, progress=False)
+        run_sweep(specs, tmp_path / "r.jsonl", execution=executing(lambda config: {}), progress=False)
 
 
 def test_sharded_stores_report_like_one_store_and_a_run_held_twice_differently_is_refused(
@@ -306,7 +320,7 @@ def test_two_backbones_in_folders_of_one_name_train_their_own_runs(tiny_backbone
     for parent in ("a", "b"):
         backbone = copy_backbone(tiny_backbone, tmp_path / "bb" / parent / "model")
         specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, backbones=(str(backbone),))
-        run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+        run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 2 and [row["run_id"].split("/")[1] for row in ResultsStore(store).rows()] == ["a", "b"]
     first = copy_backbone(tiny_backbone, tmp_path / "x" / "same")
     second = copy_backbone(tiny_backbone, tmp_path / "y" / "same")
@@ -323,9 +337,9 @@ def test_two_backbones_in_folders_of_one_name_train_their_own_runs(tiny_backbone
                 ValueError,
                 match=r"r\.jsonl:3: run conll2003/same/.* other settings \(backbone_sha256: '\w+' there, '\w+' here\)",
             ):
-                run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+                run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
         else:
-            run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+            run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 3 and len(ResultsStore(store).rows()) == 3
 
 
@@ -346,19 +360,19 @@ def test_a_backbone_written_again_elsewhere_is_the_same_backbone(tiny_backbone, 
         config_path.write_text(json.dumps(json.loads(config_path.read_text()) | changes))
 
     rewrite_config(_name_or_path="/tmp/tmp.first/x")
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     rewrite_config(_name_or_path="/tmp/tmp.second/x", transformers_version="9.9.9")
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1
     row = ResultsStore(store).rows()[0]
     earlier = row | {"backbone_sha256": backbone_fingerprint(str(backbone), verbatim=True)}
     assert earlier["backbone_sha256"] != row["backbone_sha256"]
     store.write_text(json.dumps(earlier) + "\n")
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1
     rewrite_config(layer_norm_eps=1e-3)
     with pytest.raises(ValueError, match=r"other settings \(backbone_sha256: '\w+' there, '\w+' here\)"):
-        run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+        run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1 and len(ResultsStore(store).rows()) == 1
 
 
@@ -389,8 +403,7 @@ def test_a_store_never_reports_done_a_run_with_other_settings(tmp_path, first, s
         return run_sweep(
             specs,
             store,
-            runner=runner,
-            budgets_runner=lambda configs: [runner(c) for c in configs],
+            execution=executing(runner, lambda configs: [runner(c) for c in configs]),
             progress=False,
             engine=options.get("engine", "trainer"),
             **overrides,
@@ -448,7 +461,7 @@ def test_a_group_a_stopped_sweep_held_is_trained_and_no_claim_file_stays(tmp_pat
             dead.release()
         return {"best_dev_f1": 0.5}
 
-    rows = run_sweep(specs, store, runner=runner, progress=False, engine="trainer")
+    rows = run_sweep(specs, store, execution=executing(runner), progress=False, engine="trainer")
     assert sorted(calls) == [0, 1] and len(rows) == 2
     assert not list(tmp_path.glob(".r.jsonl.claims/*"))  # the empty folder stays: another sweep may claim in it
     # a claim file a killed worker left behind, no lock on it: not "still training"; a live claim is
@@ -488,7 +501,13 @@ def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(
     def sweep(fusion):
         FEATURE_MEMO.clear()
         rows = run_sweep(
-            grid((fusion,), **options), store, root, progress=False, engine="stacked", cache_dtype="float32"
+            grid((fusion,), **options),
+            store,
+            root,
+            execution=EXECUTION,
+            progress=False,
+            engine="stacked",
+            cache_dtype="float32",
         )
         return rows, sorted(path.name for path in (root / ".feature-cache").glob("*.bin"))
 

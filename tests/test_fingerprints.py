@@ -11,7 +11,7 @@ from dwatt.experiment.store import ResultsStore
 from dwatt.experiment.sweep import run_sweep
 from dwatt.fingerprints import backbone_fingerprint, data_fingerprint
 
-from .helpers import recording_runner, stopped_while_scoring_test
+from .helpers import executing, recording_runner, stopped_while_scoring_test
 
 
 def relabelled_copy(source, target):
@@ -40,25 +40,25 @@ def test_data_folders_of_one_name_are_two_datasets(tiny_conll, tmp_path):
             with pytest.raises(
                 ValueError, match=r"r\.jsonl:1: run .* other settings \(data_sha256: '\w+' there, '\w+' here\)"
             ):
-                run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+                run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
         else:
-            run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+            run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1 and ResultsStore(store).rows()[0]["data_sha256"] == data_fingerprint(first)
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, data_dir=str(tmp_path / "d3" / "conll2003"))
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1  # the same files elsewhere: the same data, done
 
 
 def test_a_row_from_before_data_fingerprints_is_judged_by_the_rest(tiny_conll, tmp_path):
     calls, store = [], tmp_path / "r.jsonl"
     specs = grid(fusions=("base",), n_shots=(1,), epochs=(1,), trials=1, data_dir=str(tiny_conll))
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     import json
 
     row = ResultsStore(store).rows()[0]
     del row["data_sha256"]
     store.write_text(json.dumps(row) + "\n")
-    run_sweep(specs, store, runner=recording_runner(calls), progress=False, engine="trainer")
+    run_sweep(specs, store, execution=executing(recording_runner(calls)), progress=False, engine="trainer")
     assert len(calls) == 1
 
 
@@ -163,7 +163,7 @@ def test_the_feature_memo_tells_a_backbone_changed_in_place_apart(tiny_backbone,
             self.weight = torch.nn.Parameter(torch.zeros(1))
             self.dwatt = torch.nn.Module()
             self.dwatt.backbone = torch.nn.Linear(1, 1)  # its device and dtype are part of the key
-            self.config = type("Config", (), {"backbone_revision": None})()
+            self.config = type("Config", (), {"backbone_revision": None, "through_final_norm": False})()
 
     from datasets import Dataset
 
@@ -174,3 +174,6 @@ def test_the_feature_memo_tells_a_backbone_changed_in_place_apart(tiny_backbone,
     weights = load_file(str(backbone / "model.safetensors"))
     save_file({key: value * 2 for key, value in weights.items()}, str(backbone / "model.safetensors"))
     assert feature_key(model, str(backbone), tokens, torch.float16) != before
+    changed = feature_key(model, str(backbone), tokens, torch.float16)
+    model.config.through_final_norm = True  # other hidden states: the layers read through the final norm
+    assert feature_key(model, str(backbone), tokens, torch.float16) != changed

@@ -6,6 +6,8 @@ from dwatt.experiment.grid import PAPER_FUSIONS, PRESETS, batches_of_runs, grid
 from dwatt.experiment.sweep import run_sweep
 from dwatt.training import RunConfig
 
+from .helpers import executing
+
 
 def test_paper_grid_has_every_combination_once_and_trials_together():
     specs = grid(**PRESETS["conll-fe"])
@@ -109,7 +111,7 @@ def test_sweep_groups_the_budgets_of_an_fe_run_and_nothing_else(tmp_path):
     calls = []
     single = lambda c: calls.append(("trainer", c.epochs)) or {"best_dev_f1": 0.1}
     stacked = lambda cs: calls.append(("budgets", [c.epochs for c in cs])) or [{"best_dev_f1": 0.2} for _ in cs]
-    rows = run_sweep(specs, tmp_path / "r.jsonl", runner=single, budgets_runner=stacked, progress=False)
+    rows = run_sweep(specs, tmp_path / "r.jsonl", execution=executing(single, stacked), progress=False)
     assert calls.count(("budgets", [2, 4])) == 4 and calls.count(("trainer", 2)) == calls.count(("trainer", 4)) == 4
     assert sorted(r["run_id"] for r in rows) == sorted(s.run_id for s in specs)
 

@@ -163,6 +163,36 @@ def test_heads_only_needs_to_know_the_backbone(tmp_path):
         RobertaDWAttForTokenClassification(tiny_config()).save_pretrained(tmp_path, heads_only=True)
 
 
+def test_a_head_only_save_writes_its_own_config_and_leaves_the_model_s_untouched(backbone, tmp_path):
+    """The config written says how the tensors are stored (head only), as transformers' save wrote it otherwise (the
+    class, the remote code's `auto_map`); the model's config object is never changed, not even during the save. A
+    save that would push the folder before that config is written is refused, nothing written."""
+    model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), fusion="base", num_labels=3)
+    seen = []
+    original = type(model.config).to_json_string
+
+    def recording(config, *args, **kwargs):
+        seen.append((config is model.config, config.heads_only))
+        return original(config, *args, **kwargs)
+
+    type(model.config).to_json_string = recording
+    try:
+        model.save_pretrained(tmp_path / "head", heads_only=True)
+    finally:
+        type(model.config).to_json_string = original
+    written = json.loads((tmp_path / "head" / "config.json").read_text())
+    assert written["heads_only"] is True and written["architectures"] == ["DWAttForTokenClassification"]
+    assert "AutoModelForTokenClassification" in written["auto_map"]
+    assert (True, True) not in seen and model.config.heads_only is False
+    from dwatt import DWAttModel
+
+    with pytest.raises(ValueError, match="is a head-only checkpoint: load it with its task class"):
+        DWAttModel.from_pretrained(tmp_path / "head")
+    with pytest.raises(ValueError, match=r"push_to_hub=True\) of a head-only or LoRA checkpoint"):
+        model.save_pretrained(tmp_path / "pushed", heads_only=True, push_to_hub=True, repo_id="someone/head")
+    assert not (tmp_path / "pushed").exists()
+
+
 def test_push_hands_huggingface_hub_exactly_the_head_only_files(backbone, tmp_path):
     model = RobertaDWAttForTokenClassification.from_backbone(str(backbone), num_labels=5)
     api = RecordingApi()

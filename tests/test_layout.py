@@ -1,7 +1,7 @@
 """The house's import graph flows one way: no module of the package or of the remote-code files beside it
-(`*_dwatt.py`) imports a module that imports it back, the core never reaches the experiment side (dwatt.experiment)
-and training never reaches the serving code (dwatt.serving). Read statically from the sources, function-level and
-fallback imports included."""
+(`*_dwatt.py`) imports a module that imports it back, the core never reaches the experiment side (dwatt.experiment),
+training never reaches the serving code (dwatt.serving), and the experiment side never reaches training. Read
+statically from the sources, function-level and fallback imports included."""
 
 import ast
 import re
@@ -106,6 +106,19 @@ def test_serving_never_reaches_the_experiment_side_nor_training():
     for module in (m for m in graph if in_package(m, "dwatt.serving")):
         reached = reachable(graph, module)
         assert not any(in_package(r, "dwatt.experiment") or in_package(r, "dwatt.training") for r in reached), module
+
+
+def test_the_experiment_side_never_reaches_training():
+    """Grids, sweeps, the probe and the reports plan, resume and keep runs; how a run trains is handed to them
+    (`dwatt.execution.Execution`), so that none of them imports the training code, even inside a function."""
+    graph = import_graph()
+    assert "dwatt.execution" in graph["dwatt.experiment.sweep"]
+    offenders = {
+        module: sorted(r for r in reachable(graph, module) if in_package(r, "dwatt.training"))
+        for module in graph
+        if in_package(module, "dwatt.experiment")
+    }
+    assert {module: reached for module, reached in offenders.items() if reached} == {}
 
 
 def test_the_house_has_no_circle_through_the_remote_code_files():

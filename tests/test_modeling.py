@@ -10,7 +10,7 @@ from transformers import AutoModelForTokenClassification, RobertaConfig
 from dwatt import FUSIONS, DWAttConfig, RobertaDWAttForMaskedLM, RobertaDWAttForTokenClassification
 from dwatt.defaults import ROBERTA_LARGE_SHAPE
 from modeling_dwatt import DWAttForTokenClassification, count_parameters
-from specs_dwatt import FUSION_SPECS
+from specs_dwatt import FUSION_SPECS, layers_to_run
 
 from .conftest import ENCODERS, run_without_dwatt, tiny_config
 
@@ -461,6 +461,7 @@ def test_a_base_head_on_layer_0_reads_the_embedding_output(encoder):
 
     config = configured("base", fused_layers="0")
     assert (config.read_layer, config.run_depth) == (0, 1)
+    assert layers_to_run([0]) == 1 and layers_to_run([0, 2]) == 2  # what the probe's shared backbone runs too
     model = RobertaDWAttForTokenClassification(config).eval()
     assert model.dwatt.fused_layer_indices == [0] and model.dwatt.is_cut
     ids = torch.randint(3, 99, (2, 6))

@@ -86,6 +86,7 @@ def test_a_sweep_row_and_a_runs_results_json_name_no_machine_folder(tiny_backbon
     from dwatt.experiment.grid import grid
     from dwatt.experiment.store import ResultsStore
     from dwatt.experiment.sweep import run_sweep
+    from dwatt.training import EXECUTION
 
     work = tmp_path / "repo"
     work.mkdir()
@@ -93,7 +94,7 @@ def test_a_sweep_row_and_a_runs_results_json_name_no_machine_folder(tiny_backbon
     specs = grid(
         ["base"], n_shots=(2,), epochs=(1,), trials=1, backbones=(str(tiny_backbone),), data_dir=str(tiny_conll)
     )
-    run_sweep(specs, work / "results.jsonl", output_root=tmp_path / "elsewhere", progress=False)
+    run_sweep(specs, work / "results.jsonl", output_root=tmp_path / "elsewhere", execution=EXECUTION, progress=False)
     [row] = ResultsStore(work / "results.jsonl").rows()
     assert row["config"]["output_dir"] == row["run_id"] and row["config"]["backbone"] == tiny_backbone.name
     assert row["spec"]["backbone"] == tiny_backbone.name and row["config"]["data_dir"] == tiny_conll.name

@@ -21,7 +21,8 @@ REMOTE_CODE = remote_code_files()
 # `inspect` reads constructor and forward signatures (which arguments an encoder family's classes accept); `copy`
 # copies a decoder's config to build Base+n's extra layers with its per-layer settings continued; `re` names the
 # state-dict keys of the layers past a cut (a pattern for transformers' loader); `difflib` names the config argument a
-# misspelt one of `from_backbone` looks like.
+# misspelt one of `from_backbone` looks like; `collections.abc` names the type of the loading and saving callables
+# the models hand pretrained_dwatt's functions.
 ALLOWED_MODULES = {
     "torch",
     "transformers",
@@ -34,6 +35,7 @@ ALLOWED_MODULES = {
     "re",
     "difflib",
     "functools",
+    "collections",
     "__future__",
 }
 SIBLINGS = {Path(name).stem for name in REMOTE_CODE}

@@ -303,3 +303,28 @@ def test_heads_of_one_architecture_run_as_stacked_copies_and_each_equals_its_che
         changed = shared(input_ids=ids, attention_mask=mask)["dwatt-b"].logits
     real = mask.bool()  # padded positions' logits are not the classifier's
     torch.testing.assert_close(changed[real], together["dwatt-b"].logits[real] + 1.0, atol=1e-5, rtol=0)
+
+
+def test_heads_read_through_the_final_norm_share_a_pass_with_their_like_only(tiny_decoder, tmp_path):
+    """A decoder's heads that read their layers through its final norm share one pass and equal their checkpoints
+    alone; beside a head that reads them as they leave the layer (other hidden states), they are refused."""
+    folders = {}
+    for seed, (name, layer, normed) in enumerate([("a", "1", True), ("b", "3", True), ("plain", "1", False)]):
+        torch.manual_seed(seed)
+        model = DWAttForTokenClassification.from_backbone(
+            str(tiny_decoder), fusion="base", num_labels=3, fused_layers=layer, through_final_norm=normed
+        )
+        trained_like(model).save_pretrained(tmp_path / name)
+        folders[name] = str(tmp_path / name)
+    shared = SharedBackboneHeads.from_pretrained({name: folders[name] for name in ("a", "b")})
+    ids, mask = inputs()
+    ids = ids.clamp(max=250)
+    with torch.no_grad():
+        together = shared(input_ids=ids, attention_mask=mask)
+        for name in ("a", "b"):
+            alone = DWAttForTokenClassification.from_pretrained(folders[name]).eval()(
+                input_ids=ids, attention_mask=mask
+            )
+            assert (together[name].logits - alone.logits)[mask.bool()].abs().max() <= 1e-5, name
+    with pytest.raises(ValueError, match="do not share a backbone: through_final_norm True vs False"):
+        SharedBackboneHeads.from_pretrained({name: folders[name] for name in ("a", "plain")})

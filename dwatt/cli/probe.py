@@ -17,6 +17,7 @@ from .options import (
     add_column_arguments,
     add_max_memory_argument,
     add_threads_argument,
+    add_through_final_norm_argument,
     add_train_in_parts_argument,
     check_grid_arguments,
     csv_of,
@@ -77,6 +78,7 @@ def register(commands) -> None:
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
+    add_through_final_norm_argument(parser)
     parser.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
     parser.add_argument("--results", default="runs/probe/results.jsonl")
     parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
@@ -119,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
     check_grid_arguments(args)
     names = {f.name for f in fields(ProbeSettings)}
     settings = ProbeSettings(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.quiet)
-    outcome = run_probe(settings)
+    from ..training import EXECUTION  # after the settings' checks, so that a probe refused for them imports no torch
+
+    outcome = run_probe(settings, EXECUTION)
     print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {args.results}"]))
     return 0

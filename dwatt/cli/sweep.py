@@ -11,6 +11,7 @@ from .options import (
     add_backbone_dtype_argument,
     add_max_memory_argument,
     add_threads_argument,
+    add_through_final_norm_argument,
     add_train_in_parts_argument,
     check_grid_arguments,
     csv_of,
@@ -28,6 +29,7 @@ GRID_OPTIONS = (
     "dev_sentences",
     "learning_rates",
     "probe_layers",
+    "through_final_norm",
 )  # the options that override a preset's `grid` arguments
 
 
@@ -53,6 +55,7 @@ def register(commands) -> None:
     parser.add_argument("--cache-dtype", default="float16", choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
+    add_through_final_norm_argument(parser)
     parser.add_argument(
         "--engine",
         choices=(*ENGINES, *ENGINE_ALIASES),
@@ -161,7 +164,7 @@ def widen(specs: list, args: argparse.Namespace, results, overrides: dict, sweep
             rates = sorted({spec.learning_rate for spec in to_train})
             print(f"widening: {len(to_train)} runs at {', '.join(f'{r:g}' for r in rates)}, past an edge dev chose")
         specs = specs + added
-        rows = sweep(added)
+        rows = sweep(added, build_ensembles=False)  # added rates are part of a probe's grid: no ensembles
     for group, why in limits.items():
         print(f"{group}: {why}; the optimum may lie beyond it")
     return specs, rows
@@ -223,15 +226,19 @@ def run(args: argparse.Namespace) -> int:
         **({"few_shot_dev": True} if args.few_shot_dev else {}),
     }
 
-    def sweep(specs: list) -> list[dict]:
+    def sweep(specs: list, build_ensembles: bool = True) -> list[dict]:
+        from ..training import EXECUTION  # here, so that a sweep refused for its options imports no torch
+
         return run_sweep(
             specs,
             results,
             args.output_root,
+            execution=EXECUTION,
             progress=not args.quiet,
             engine=args.engine,
             done_in=tuple(args.done_in),
             train_in_parts=args.train_in_parts,
+            build_ensembles=build_ensembles,
             **overrides,
         )
 

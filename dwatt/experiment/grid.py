@@ -51,7 +51,7 @@ class RunSpec:
     fusions of a trial see the same sentences. `n_shot` is N (N x C sentences) with `sampling="uniform"`, the
     number of sentences with `sampling="sentences"`, N per class for text classification, and unused by the
     masked-LM task. `learning_rate` (default: the run's, the paper's 5e-5) and `pooling` (text classification)
-    appear in the run id when set, as does a control's `shuffle_labels`."""
+    appear in the run id when set, as do a control's `shuffle_labels` and `through_final_norm`."""
 
     fusion: str
     mode: str
@@ -68,6 +68,7 @@ class RunSpec:
     pooling: str | None = None
     layers: str | None = None
     shuffle_labels: bool = False  # a control trained on the sample's labels permuted (`RunConfig.shuffle_labels`)
+    through_final_norm: bool = False  # the layers read through the backbone's final norm (`RunConfig`'s)
 
     @property
     def run_id(self) -> str:
@@ -80,6 +81,7 @@ class RunSpec:
             + (f"/{self.pooling}" if self.pooling is not None else "")
             + (f"/L{self.layers}" if self.layers is not None else "")
             + ("/shuffled-labels" if self.shuffle_labels else "")
+            + ("/final-norm" if self.through_final_norm else "")
         )
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 
@@ -128,11 +130,13 @@ def grid(
     poolings: Iterable[str | None] = (None,),
     learning_rates: Iterable[float | None] | None = None,
     probe_layers: str | None = None,
+    through_final_norm: bool = False,
 ) -> list[RunSpec]:
     """The cross product, ordered so that every trial's runs come together (one sample, all fusions).
     `learning_rates`: each run at each of them (default: `learning_rate` alone). `probe_layers` (`all`, `every:k`,
     `a-b` or a list, as `--layers`): the Base head once on each of these layers of each backbone, a probe of every
-    layer (the runs of one sample train together on one feature cache)."""
+    layer (the runs of one sample train together on one feature cache). `through_final_norm`: every run reads its
+    layers through the backbone's final norm."""
     if not task_named(task).few_shot:  # masked LM trains on the whole split
         n_shots = (None,)
     rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
@@ -173,6 +177,7 @@ def grid(
                 rate,
                 pooling,
                 layer,
+                through_final_norm=through_final_norm,
             )
             for layer in layers
         ]

@@ -19,6 +19,9 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specs_dwatt import layers_to_run
+
+from ..execution import Execution
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
 from .baselines import floor_lines
@@ -64,6 +67,7 @@ class ProbeSettings:
     max_memory: int | None = None  # bytes the probe may take (`RunConfig.max_memory`)
     device_map: str | None = None  # the backbone spread over devices (`RunConfig.device_map`)
     cache_on_disk: bool = False  # `RunConfig.cache_on_disk`
+    through_final_norm: bool = False  # every layer read through the backbone's final norm (`RunConfig`'s)
     test: bool = False
     results: str = "runs/probe/results.jsonl"
     output_root: str | None = None
@@ -198,13 +202,15 @@ def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | Non
         learning_rates=learning_rates or settings.learning_rates,
         probe_layers=",".join(layers),
         poolings=(settings.pooling,),
+        through_final_norm=settings.through_final_norm,
     )
 
 
-def run_probe(settings: ProbeSettings) -> ProbeOutcome:
+def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
     """Train (or resume) every head of the probe into `settings.results`, widening the rates while a layer's best
     rate sits at an edge of them (`settings.widen` rates a side at most: `Widening`; only the added rates train),
-    choose on dev, draw the figure and save the chosen head (unless `save_model` is off)."""
+    choose on dev, draw the figure and save the chosen head (unless `save_model` is off). `execution`: how the heads
+    train (`dwatt.training.EXECUTION`)."""
     from .probe_models import ensemble_members, save_chosen, save_ensemble
     from .store import ResultsStore
     from .sweep import run_sweep
@@ -222,6 +228,7 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
             specs,
             settings.results,
             settings.output_root,
+            execution=execution,
             progress=settings.progress,
             engine="stacked",
             train_in_parts=settings.train_in_parts,
@@ -239,14 +246,16 @@ def run_probe(settings: ProbeSettings) -> ProbeOutcome:
     outcome.widening = widening
     if settings.baselines:
         outcome.floor, outcome.floor_missing = floor_scores(specs, outcome.chosen, outcome.trials, settings)
-        outcome.shuffled = shuffled_label_scores(specs, outcome.chosen, outcome.trials, settings, outcome.metrics[:2])
+        outcome.shuffled = shuffled_label_scores(
+            specs, outcome.chosen, outcome.trials, settings, outcome.metrics[:2], execution
+        )
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
         chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
-        outcome.model, outcome.saved = save_chosen(chosen, settings, outcome)
+        outcome.model, outcome.saved = save_chosen(chosen, settings, outcome, execution)
     if settings.save_ensemble:
         outcome.ensemble_members = ensemble_members(outcome, settings.save_ensemble)
-        outcome.ensemble = save_ensemble(specs, settings, outcome)
+        outcome.ensemble = save_ensemble(specs, settings, outcome, execution)
     return outcome
 
 
@@ -373,7 +382,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(f"figure: {outcome.figure}")
     if outcome.model:
         lines.append(
-            f"model: {outcome.model} (runs layers 1-{max(layer, 1)} of {outcome.depth_text()}; "
+            f"model: {outcome.model} (runs layers 1-{layers_to_run([layer])} of {outcome.depth_text()}; "
             f'dwatt predict {outcome.model} "...", dwatt export {outcome.model} OUT --quantize int8)'
         )
     if outcome.ensemble:
@@ -381,7 +390,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(
             f"ensemble: {outcome.ensemble} (the {len(outcome.ensemble_members)} best layers' heads of trial "
             f"{outcome.trials[0]} averaged: layers {members}; runs layers 1-"
-            f"{max(1, *(member for member, _ in outcome.ensemble_members))} of {outcome.depth_text()} once for all; "
+            f"{layers_to_run(member for member, _ in outcome.ensemble_members)} of {outcome.depth_text()} once for all; "
             f'dwatt predict {outcome.ensemble} "...", dwatt export {outcome.ensemble} OUT --quantize int8)'
         )
     return lines

@@ -9,6 +9,7 @@ import math
 import statistics
 from dataclasses import replace
 
+from ..execution import Execution
 from .baselines import baselines, mean_scores
 from .probe_models import spec_at
 
@@ -30,7 +31,7 @@ def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings) 
 
 
 def shuffled_label_scores(
-    specs, chosen: tuple[int, float], trials: list[int], settings, keys: tuple[str, str]
+    specs, chosen: tuple[int, float], trials: list[int], settings, keys: tuple[str, str], execution: Execution
 ) -> dict[int, dict]:
     """The chosen layer's head at the chosen rate trained again on each trial's sample with its labels shuffled
     (`RunSpec.shuffle_labels`), scored on the real dev and test, into the probe's store (resumed like its runs):
@@ -43,7 +44,13 @@ def shuffled_label_scores(
     controls = [replace(spec_at(specs, trial, layer, rate), shuffle_labels=True) for trial in trials]
     overrides = settings.overrides()
     run_sweep(
-        controls, settings.results, settings.output_root, progress=settings.progress, engine="stacked", **overrides
+        controls,
+        settings.results,
+        settings.output_root,
+        execution=execution,
+        progress=settings.progress,
+        engine="stacked",
+        **overrides,
     )
     rows = ResultsStore(settings.results).finished(controls, overrides, "stacked")
     dev_key, test_key = keys

@@ -9,6 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specs_dwatt import layers_to_run
+
+from ..execution import Execution
 from ..run_config import RunConfig
 from ..schema import ranked_members
 from ..tasks import TASKS
@@ -18,19 +21,18 @@ if TYPE_CHECKING:
     from .probe import ProbeOutcome, ProbeSettings
 
 
-def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome) -> tuple[Path, dict]:
+def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution) -> tuple[Path, dict]:
     """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
     layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
     from ..checkpoints import load_checkpoint
     from ..model_cards import model_card
-    from ..training import run_together
 
     folder = settings.folder / "chosen"
     config = saving_config(spec, settings, folder)
     model_folder = folder / "model"
     results = _finished(config, folder)  # a probe run again keeps the head it saved for the same choice
     if results is None:
-        results = run_together([config])[0]
+        results = execution.together([config])[0]
     model, _, _ = load_checkpoint(str(model_folder))
     card = model_card(model, results, heads_only=False, has_tokenizer=True)
     (model_folder / "README.md").write_text(
@@ -71,13 +73,12 @@ def ensemble_members(outcome: ProbeOutcome, size: int) -> list[tuple[int, float]
     return [runs[index] for index in ranked[:size]]
 
 
-def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path:
+def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution) -> Path:
     """Train the ensemble's members (`outcome.ensemble_members`) again, together, each into
     `<folder>/ensemble-<size>/layer-<k>` (the deepest whole, cut at its layer, the others head-only: `store_member`),
     and write the folder `dwatt predict` runs as one model (`dwatt.serving.ensemble`): the members best first, and a
     model card."""
     from ..checkpoints import write_ensemble
-    from ..training import run_together
 
     trial, members = outcome.trials[0], outcome.ensemble_members
     folder = settings.folder / f"ensemble-{len(members)}"
@@ -87,7 +88,7 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
     ]
     pending = [config for config in configs if _finished(config, Path(config.output_dir)) is None]
     if pending:
-        run_together(pending)
+        execution.together(pending)
     deepest = max(layer for layer, _ in members)
     for config, (layer, _) in zip(configs, members):  # also members an earlier, stopped run saved otherwise
         store_member(Path(config.output_dir) / "model", whole=layer == deepest)
@@ -110,7 +111,7 @@ def save_ensemble(specs, settings: ProbeSettings, outcome: ProbeOutcome) -> Path
                 f"{', '.join(f'{r:g}' for r in outcome.rates)}; these are trial {trial}'s heads of the {len(members)} layers "
                 f"with the best dev {metric} (each at its best rate), their class probabilities averaged. `dwatt predict` and "
                 f"`dwatt evaluate` run this folder as one model: the backbone once, through layer "
-                f"{max(1, *(layer for layer, _ in members))}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
+                f"{layers_to_run(layer for layer, _ in members)}, then every head; `--quantize int8` runs it int8 on a CPU, and `dwatt "
                 f"export` writes it as one ONNX graph.",
                 "",
                 f"| layer | learning rate | dev {metric} of its head |",
@@ -175,7 +176,7 @@ def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict
         "",
         f"- This head (trial {outcome.trials[0]}): dev {metric} {100 * results[dev_key]:.2f}"
         + ("" if test is None else f", test {metric} {100 * test:.2f}"),
-        f"- The model runs layers 1-{max(layer, 1)} of the backbone's {outcome.depth_text()}: the layers past it are not "
+        f"- The model runs layers 1-{layers_to_run([layer])} of the backbone's {outcome.depth_text()}: the layers past it are not "
         "computed and not stored.",
     ]
     if len(outcome.trials) > 1:

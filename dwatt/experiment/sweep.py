@@ -6,19 +6,18 @@ together, one row appended per finished run; resumable after an interruption. Se
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict
-from functools import partial
 from pathlib import Path
 
 from filelock import FileLock, Timeout
 from tqdm.auto import tqdm
 
 from ..errors import SweepBusyError
+from ..execution import Execution
 from ..fingerprints import run_fingerprints
 from ..portable import portable_results
-from ..run_config import RunConfig
 from .grid import RunSpec, batches_of_runs, widest_first
 from .store import ResultsStore, differences
 
@@ -147,12 +146,13 @@ def run_sweep(
     specs: list[RunSpec],
     results: str | Path,
     output_root: str | Path | None = None,
-    runner: Callable[[RunConfig], dict] | None = None,
+    *,
+    execution: Execution,
     progress: bool = True,
     engine: str = "auto",
-    budgets_runner: Callable[[list[RunConfig]], list[dict]] | None = None,
     done_in: tuple[str | Path, ...] = (),
     train_in_parts: int | None = None,
+    build_ensembles: bool = True,
     **run_overrides,
 ) -> list[dict]:
     """
@@ -161,17 +161,18 @@ def run_sweep(
     with an ETA. Returns all rows.
     Several sweeps may run on one results file at once: each trains only the groups no other holds (`claimed`) and
     has not finished, and appends under the store's lock (`store_lock`).
-    `engine` (see `ENGINES`): how runs train; the epoch budgets of one FE run train together by default.
+    `execution`: how a run trains, alone or together (`dwatt.training.EXECUTION` trains them).
+    `engine` (see `ENGINES`): which runs train together; the epoch budgets of one FE run do by default.
     `done_in`: other stores, only read: a run one of them holds with the same identity is not trained again (a run
     trained again elsewhere, e.g. a probe into its own store for its ensembles, keeps a grid's command replayable).
     `train_in_parts`: the heads of a group that trains together train that many at a time, each part kept as it
     ends (`run_together`), so a sweep stopped in a long group's training resumes after its last finished part.
+    `build_ensembles`: a group of heads on one layer each builds the probe's ensembles where it trains the group
+    whole (not where part of it is held already, here or in `done_in`); off for specs that are part of a probe's
+    grid (a widening's added rates), whose "top-k" would rank their own heads alone.
     """
     from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
-    from ..training import run, run_together
 
-    runner = runner or run
-    budgets_runner = budgets_runner or partial(run_together, train_in_parts=train_in_parts)
     if launched_processes() > 1:
         raise ValueError(
             "dwatt sweep runs under one process: torchrun/accelerate launch are for one data-parallel run "
@@ -186,6 +187,12 @@ def run_sweep(
     pending = widest_first([spec for spec in specs if spec.run_id not in done])
     bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
     groups = list(batches_of_runs(pending, engine, run_overrides.get("use_cache", True)))
+    # how many runs each run's group holds in the whole grid: a group trained in part builds no probe ensembles
+    whole = {
+        spec.run_id: len(group)
+        for _, group in batches_of_runs(specs, engine, run_overrides.get("use_cache", True))
+        for spec in group
+    }
     # a group another sweep held is tried once more at the end: a sweep that was stopped holds nothing then
     for _ in range(2):
         left = []
@@ -209,7 +216,15 @@ def run_sweep(
                         )
                         for spec in todo
                     ]
-                    results_of_group = budgets_runner(configs) if together else [runner(configs[0])]
+                    results_of_group = (
+                        execution.together(
+                            configs,
+                            train_in_parts=train_in_parts,
+                            build_ensembles=build_ensembles and len(todo) == whole[todo[0].run_id],
+                        )
+                        if together
+                        else [execution.alone(configs[0])]
+                    )
                     fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
                     with store_lock(store):
                         for spec, result in zip(todo, results_of_group):

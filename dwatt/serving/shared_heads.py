@@ -64,12 +64,12 @@ def changes_the_forward(field: str) -> bool:
 
 def backbone_identity(config: DWAttConfig) -> dict:
     """What must agree between heads that share a backbone: every encoder-config field that can change the
-    backbone's forward pass (architecture and shape first), and for a head-only checkpoint the backbone's name
-    and revision."""
+    backbone's forward pass (architecture and shape first), whether its layers are read through its final norm (one
+    pass hands every head the same hidden states), and for a head-only checkpoint the backbone's name and revision."""
     encoder = config.encoder_config.to_dict()
     first = {key: encoder.get(key) for key in BACKBONE_IDENTITY}
     rest = {key: encoder[key] for key in sorted(encoder) if key not in first and changes_the_forward(key)}
-    identity = first | rest
+    identity = first | rest | {"through_final_norm": config.through_final_norm}
     if config.heads_only:  # a full checkpoint carries its backbone's weights; a head-only one names them
         identity |= {
             "backbone_name_or_path": config.backbone_name_or_path,
@@ -263,9 +263,7 @@ class SharedBackboneHeads(nn.Module):
 
         model_class = task_model_class(checkpoint_task(config))
         if config.heads_only or backbone_name_or_path:
-            return _pretrained_backbone(
-                model_class, config, backbone_name_or_path, hub_kwargs, depth
-            ).base_model.eval()
+            return _pretrained_backbone(model_class, config, backbone_name_or_path, hub_kwargs, depth).backbone.eval()
         encoder = config.encoder_config
         backbone = AutoModel.from_config(cut_config(encoder, depth), **backbone_kwargs(encoder))
         # A checkpoint saved whole before models were cut holds the layers past the cut (none when it is not cut).

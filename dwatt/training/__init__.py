@@ -8,7 +8,8 @@
 - `cls`: few-shot text classification;
 - `together`: FE runs of one sample trained together by the stacked engine (NER, text classification).
 
-`run(config)` runs `config.task`'s procedure (`together.PROCEDURES`, the training side's mapping of tasks).
+`run(config)` runs `config.task`'s procedure (`together.PROCEDURES`, the training side's mapping of tasks);
+`EXECUTION` hands `run` and `run_together` to the sweeps and the probe (`dwatt.experiment`), which import no training.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from ..atomic import write_json_atomically
 from ..data import CONLL_LABELS
 from ..data.ner import load_ner_dataset
+from ..execution import Execution
 from ..run_config import MODES, SAMPLINGS
 from ..splits import DEV_SAMPLE_SEED
 from ..tasks import TASKS
@@ -40,9 +42,13 @@ def run(config: RunConfig) -> dict:
     return procedures(config.task).run(config)
 
 
+EXECUTION = Execution(alone=run, together=run_together)  # how the command line's sweeps and probes train their runs
+
+
 __all__ = [
     "CONLL_LABELS",
     "DEV_SAMPLE_SEED",
+    "EXECUTION",
     "FEATURE_MEMO",
     "INITIAL_MODELS",
     "MLM_MASK_SEEDS",

@@ -24,6 +24,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_dwatt import DWAttForTokenClassification
+from specs_dwatt import layers_to_run
 
 from ..atomic import give_usual_modes, replace_folder, scratch_folder, write_json_atomically
 from ..distributed import (
@@ -81,8 +82,8 @@ class InitialModels:
         holds one copy of a 1.5B model's weights however many runs it makes. `backbone_dtype`: the dtype the backbone
         loads in (`RunConfig.backbone_weights_dtype`); `placement`: where it goes (`backbone_placement`)."""
         cls = model_class
-        if cache_layers:  # a backbone keeps one layer at least, for heads on the embedding output (0) alone too
-            config_kwargs["backbone_depth"] = max(*cache_layers, 1)
+        if cache_layers:
+            config_kwargs["backbone_depth"] = layers_to_run(cache_layers)
         weights = backbone_fingerprint(backbone)  # a folder whose files changed is another backbone
         placement = dict(placement or {})
         if placement:  # a backbone spread over devices is another one to keep

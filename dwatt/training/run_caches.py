@@ -96,8 +96,10 @@ def feature_caches(
 
 def described_key(key) -> dict:
     """A `feature_key` as named fields, as a disk cache's record states them."""
-    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data) = key
-    return {
+    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data, *normed) = (
+        key
+    )
+    return ({"through_final_norm": True} if normed else {}) | {
         "layers": list(layers),
         "backbone": backbone,
         "backbone_fingerprint": fingerprint,
@@ -142,6 +144,8 @@ def feature_key(
         str(weights.dtype),
         dataset_fingerprint(tokens),
     )
+    if model.config.through_final_norm:  # other features; a key without it stays as caches made before it existed
+        rest += ("through_final_norm",)
     return tuple(cached_layers(model, layers)), rest
 
 

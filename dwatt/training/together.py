@@ -210,10 +210,14 @@ def train_together(
 
 
 def score_together(
-    plan: TogetherPlan, parts: TrainedTogether, outcomes: list, linear_probes: bool | None
+    plan: TogetherPlan,
+    parts: TrainedTogether,
+    outcomes: list,
+    linear_probes: bool | None,
+    build_ensembles: bool = True,
 ) -> TogetherScores:
-    """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and the probe's
-    ensembles; nothing where the runs do not score test."""
+    """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and, unless
+    `build_ensembles` is off, the probe's ensembles; nothing where the runs do not score test."""
     from ..linear_probes import LinearProbes
 
     first, model, count = plan.first, parts.model, len(plan.configs)
@@ -245,7 +249,7 @@ def score_together(
         return [copy.deepcopy(scored_at[k, epoch]) for k, epoch in enumerate(epochs)]
 
     ensembles = None  # the group's probe ensembles, held by its first run's results
-    if plan.probes:
+    if plan.probes and build_ensembles:
         sample = (
             {"size": parts.train_size, "seed": first.seed, "items": plan.task.items} if first.few_shot_dev else None
         )
@@ -331,6 +335,7 @@ def run_together(
     vectorize: bool | None = None,
     linear_probes: bool | None = None,
     train_in_parts: int | None = None,
+    build_ensembles: bool = True,
 ) -> list[dict]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
@@ -346,13 +351,14 @@ def run_together(
     most that many copies at a time (a copy ends as it does alone), so that a group stopped in its training (a
     150-head probe takes hours on a CPU) loses one part; by default all at once, or as many as `max_memory` leaves
     room for (`copies_within_budget`). Everything after training (test scores, the probe's ensembles, the results) is
-    the whole group's.
+    the whole group's. `build_ensembles=False`: heads on one layer each build no ensembles (a group that is part of a
+    probe's grid, such as a widening's added rates, would rank its own heads alone).
     """
     started = RunClock()
     plan = plan_together(configs)
     parts = procedures(plan.first.task).prepare_together(plan.first, plan.cache_layers)
     outcomes, facts = train_together(plan, parts, vectorize, linear_probes, train_in_parts)
-    scores = score_together(plan, parts, outcomes, linear_probes)
+    scores = score_together(plan, parts, outcomes, linear_probes, build_ensembles)
     return write_together(plan, parts, outcomes, facts, scores, started)
 
 
