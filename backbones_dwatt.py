@@ -285,6 +285,18 @@ class DecoderFamily(BackboneFamily):
         return sources
 
 
+# Where the families keep the norm they apply after their last layer (Llama's and Qwen's `norm`, Phi's
+# `final_layernorm`, GPT-NeoX's `final_layer_norm`, GPT-2's `ln_f`, ModernBERT's `final_norm`).
+FINAL_NORMS = ("norm", "final_layernorm", "final_layer_norm", "ln_f", "final_norm")
+
+
+def final_norm(backbone: nn.Module) -> nn.Module | None:
+    """The norm `backbone` applies after its last layer, where its family has one; None otherwise (BERT's kind)."""
+    return next(
+        (module for name in FINAL_NORMS if isinstance(module := getattr(backbone, name, None), nn.Module)), None
+    )
+
+
 FAMILIES: dict[str, BackboneFamily] = {
     "mpnet": MPNetFamily(),
     "roformer": RoFormerFamily(),

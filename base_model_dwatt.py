@@ -21,20 +21,22 @@ except ImportError:  # transformers without the checkpoint-aware initialisers
     from torch.nn import init
 
 try:
-    from .backbones_dwatt import backbone_kwargs
+    from .backbones_dwatt import backbone_kwargs, final_norm
     from .configuration_dwatt import DWAttConfig
-    from .depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
+    from .depth_dwatt import BackboneRunner, cut_config
     from .fusions_dwatt import FUSION_CLASSES, LayerFusion
     from .lora_dwatt import LoRAUpdates
+    from .pretrained_dwatt import PretrainedBackbone, load_checkpoint, load_pretrained_backbone
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
-        from backbones_dwatt import backbone_kwargs
+        from backbones_dwatt import backbone_kwargs, final_norm
         from configuration_dwatt import DWAttConfig
-        from depth_dwatt import BackboneRunner, cut_config, refuse_unused_layers
+        from depth_dwatt import BackboneRunner, cut_config
         from fusions_dwatt import FUSION_CLASSES, LayerFusion
         from lora_dwatt import LoRAUpdates
+        from pretrained_dwatt import PretrainedBackbone, load_checkpoint, load_pretrained_backbone
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -85,32 +87,31 @@ class DWAttPreTrainedModel(PreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """
-        `PreTrainedModel.from_pretrained`, refusing a checkpoint whose tensors do not fit the model with an error
-        that names every mismatching key and both shapes (a head trained for another label count, a backbone of
-        another size). Pass `ignore_mismatched_sizes=True` to re-initialise those tensors instead.
+        `PreTrainedModel.from_pretrained` for a full or a head-only checkpoint (see `save_pretrained`). For a
+        head-only one the backbone comes from `backbone_name_or_path` (a Hub id or folder; default: the one recorded
+        in the config) at `backbone_revision`, and must have the recorded architecture and shape. A checkpoint that
+        lacks any weight the model needs, holds tensors of other shapes (each mismatching key is named with both
+        shapes; `ignore_mismatched_sizes=True` re-initialises them instead), holds layers past the ones the model
+        runs, or whose weights file is corrupted is refused; no half-loaded model is returned.
         """
-        ignore_mismatched_sizes = kwargs.pop("ignore_mismatched_sizes", False)
-        output_loading_info = kwargs.pop("output_loading_info", False)
-        model, info = super().from_pretrained(
-            pretrained_model_name_or_path,
-            *model_args,
-            ignore_mismatched_sizes=True,
-            output_loading_info=True,
-            **kwargs,
-        )
-        if info["mismatched_keys"] and not ignore_mismatched_sizes:
-            details = "; ".join(
-                f"{key}: checkpoint {tuple(stored)} vs model {tuple(expected)}"
-                for key, stored, expected in sorted(info["mismatched_keys"])
-            )
-            raise ValueError(
-                f"the checkpoint {pretrained_model_name_or_path} does not fit {cls.__name__} built from the given "
-                f"config: {details}. A head trained for another label set needs `ignore_mismatched_sizes=True` to "
-                "start afresh; a backbone of another shape needs the checkpoint's own config."
-            )
-        dwatt = getattr(model, "dwatt", model)
-        refuse_unused_layers(dwatt.config, dwatt.backbone, info["unexpected_keys"], pretrained_model_name_or_path)
-        return (model, info) if output_loading_info else model
+        return load_checkpoint(cls, super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
+
+    @classmethod
+    def load_pretrained_backbone(
+        cls, name_or_path: str, load_kwargs: dict, depth: int | None = None, dtype: torch.dtype | str | None = None
+    ) -> PretrainedBackbone:
+        """The pretrained backbone `name_or_path` as this model starts from it (the masked-LM model loads its head
+        too), with its first `depth` layers only where given, in `dtype`; shared-backbone serving
+        (`dwatt.serving.shared_heads`) loads it once for many heads."""
+        return load_pretrained_backbone(name_or_path, load_kwargs, depth, dtype)
+
+    def adopt_pretrained_head(self, pretrained: PretrainedBackbone) -> None:
+        """Take the pretrained head this model starts from (the masked-LM head); the other heads start fresh."""
+
+    def adoptable_head_keys(self) -> set[str]:
+        """The `state_dict` keys of the head that `adopt_pretrained_head` fills from the pretrained backbone: what a
+        head-only checkpoint may leave out when that part did not train."""
+        return set()
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -149,6 +150,11 @@ class DWAttModel(DWAttPreTrainedModel):
         super().__init__(config)
         backbone_config = cut_config(config.encoder_config, config.run_depth)  # a copy: `cut_backbone` edits it
         self.backbone = AutoModel.from_config(backbone_config, **backbone_kwargs(config.encoder_config))
+        if config.through_final_norm and final_norm(self.backbone) is None:
+            raise ValueError(
+                f"DWAttConfig: `through_final_norm`: the {config.encoder_config.model_type!r} backbone applies no norm "
+                "after its last layer (decoder LLMs and ModernBERT do)"
+            )
         self.fusion = FUSION_CLASSES[config.fusion](config, self.backbone)
         # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
         if config.lora and not config.lora["merged"] and config.heads_only:
@@ -158,8 +164,8 @@ class DWAttModel(DWAttPreTrainedModel):
 
     @property
     def is_cut(self) -> bool:
-        """Whether the backbone runs fewer than all its layers (`config.run_depth` < L)."""
-        return self.config.run_depth < self.config.encoder_config.num_hidden_layers
+        """Whether the backbone runs fewer than all its layers: its runner's answer, the one the house asks."""
+        return self.backbone_runner.is_cut
 
     @property
     def backbone_runner(self) -> BackboneRunner:
@@ -266,7 +272,7 @@ class DWAttModel(DWAttPreTrainedModel):
     def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
         """The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), as the uncut
         backbone holds them; the last is its output (`last_hidden_state`). See `BackboneRunner.run`."""
-        return self.backbone_runner.run(**inputs)[0]
+        return self.backbone_runner.run(through_final_norm=self.config.through_final_norm, **inputs)[0]
 
     def forward(
         self,
@@ -309,6 +315,7 @@ class DWAttModel(DWAttPreTrainedModel):
                 token_type_ids=token_type_ids,
                 position_ids=position_ids,
                 output_attentions=output_attentions,
+                through_final_norm=self.config.through_final_norm,
                 **kwargs,
             )
             layers = self.stack_layers(all_hidden_states)

@@ -11,12 +11,12 @@ import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 try:
-    from .specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
+    from .specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec, layers_to_run
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
-        from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec
+        from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec, layers_to_run
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -188,6 +188,12 @@ class DWAttConfig(PretrainedConfig):
         layer_dropout (`float`, *optional*, defaults to 0.1):
             `scalar_mix_dropout`: the probability that a layer's scalar is dropped from the softmax in training
             (UDify's 0.1).
+        through_final_norm (`bool`, *optional*, defaults to `False`):
+            Read every hidden state through the norm the backbone applies after its last layer (decoder LLMs'
+            `norm`, GPT-2's `ln_f`, ModernBERT's `final_norm`), as the family's own task classes read the last one.
+            A head on layer k of a decoder then computes what the stock `<Family>ForTokenClassification` cut to k
+            layers computes, so that it exports as one (`dwatt export --format transformers`). Without it a
+            decoder's layers are read as they leave the layer, the last one as the backbone returns it (normed).
 
     Example:
 
@@ -221,6 +227,7 @@ class DWAttConfig(PretrainedConfig):
         heads_only: bool = False,
         backbone_depth: int | None = None,
         layer_dropout: float = 0.1,
+        through_final_norm: bool = False,
         **kwargs,
     ):
         self.encoder_config = _as_encoder_config(encoder_config, kwargs.get("transformers_version"))
@@ -241,6 +248,7 @@ class DWAttConfig(PretrainedConfig):
         self.heads_only = heads_only
         self.backbone_depth = backbone_depth
         self.layer_dropout = layer_dropout
+        self.through_final_norm = through_final_norm
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.validate_fusion()
@@ -259,6 +267,10 @@ class DWAttConfig(PretrainedConfig):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
                 raise ValueError(f"DWAttConfig: `{key}` must be an integer >= {minimum}, got {value!r}")
+        if not isinstance(self.through_final_norm, bool):
+            raise ValueError(
+                f"DWAttConfig: `through_final_norm` must be True or False, got {self.through_final_norm!r}"
+            )
         if self.classifier_dropout is not None and not 0 <= self.classifier_dropout < 1:
             raise ValueError(f"DWAttConfig: `classifier_dropout` must be in [0, 1), got {self.classifier_dropout!r}")
         if self.lora is not None:
@@ -335,7 +347,7 @@ class DWAttConfig(PretrainedConfig):
     def deepest_read_layer(self) -> int:
         """The deepest backbone layer (1..L) the fusion reads; 1 for a head on the embedding output, whose backbone
         keeps its first layer (a family's layer hooks need one)."""
-        return max(1, *self.fusion_spec.read_layers(self))
+        return layers_to_run(self.fusion_spec.read_layers(self))
 
     @property
     def run_depth(self) -> int:

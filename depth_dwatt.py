@@ -17,12 +17,12 @@ import torch
 from torch import nn
 
 try:
-    from .backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
+    from .backbones_dwatt import DecoderFamily, backbone_family, final_norm, per_layer_settings, positions_from_mask
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
-        from backbones_dwatt import DecoderFamily, backbone_family, per_layer_settings, positions_from_mask
+        from backbones_dwatt import DecoderFamily, backbone_family, final_norm, per_layer_settings, positions_from_mask
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -171,12 +171,16 @@ class BackboneRunner:
         if index == self._stop_after:
             raise _EndOfDryRun
 
-    def run(self, output_attentions: bool = False, **inputs) -> tuple[tuple[torch.Tensor, ...], tuple | None]:
+    def run(
+        self, output_attentions: bool = False, through_final_norm: bool = False, **inputs
+    ) -> tuple[tuple[torch.Tensor, ...], tuple | None]:
         """
         The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), and its
         attention maps when `output_attentions` (else None). Inputs the family has no use for (token types) are left
         out. A decoder-only backbone counts positions from each row's first non-padding token, so that padding on
         either side changes nothing (transformers' own default counts from the first position, padding included).
+        `through_final_norm`: every hidden state through the norm the backbone applies after its last layer (the
+        uncut backbone's last one is returned normed already), as the family's task classes read the last one.
         """
         if output_attentions:
             inputs["output_attentions"] = True
@@ -186,7 +190,11 @@ class BackboneRunner:
         if last is None or not self.is_cut:
             last = outputs.last_hidden_state
         attentions = outputs.attentions if output_attentions else None
-        return (*outputs.hidden_states[:-1], last), attentions
+        states = (*outputs.hidden_states[:-1], last)
+        if through_final_norm:
+            norm = final_norm(self.backbone)
+            states = (*(norm(state) for state in states[:-1]), norm(last) if self.is_cut else last)
+        return states, attentions
 
     def layer_inputs(
         self,

@@ -1,6 +1,6 @@
-"""Memory, measured: the peak memory of `dwatt probe`, `dwatt train` and `dwatt predict` on one backbone, each run as
-a user runs it (the console script, in a process of its own), its memory read from `/proc/<pid>/status` every 50 ms
-(the process and any it starts).
+"""Memory, measured: the peak memory of `dwatt probe`, `dwatt train`, `dwatt predict` and `dwatt export` (fp32, and
+with `--quantize int8`) on one backbone, each run as a user runs it (the console script, in a process of its own), its
+memory read from `/proc/<pid>/status` every 50 ms (the process and any it starts).
 
 Two figures per command:
 - `peak_anon_gib`: the peak of anonymous memory (`RssAnon`: the weights, activations, heads and every cache kept in
@@ -14,6 +14,8 @@ output), the command line, the CPU, and whether it has bf16 and AMX instructions
     python benchmarks/memory.py --backbone models/SmolLM2-135M-Instruct-q4 --max-memory 8GiB --threads 2
     python benchmarks/memory.py --backbone models/Qwen2.5-Coder-1.5B-Instruct-q4 --max-memory 8GiB --threads 2 \
       --commands probe
+    python benchmarks/memory.py --backbone models/Qwen2.5-Coder-1.5B-Instruct-q4 --max-memory 8GiB --threads 2 \
+      --commands export,export-int8 --work qwen   # the probe's chosen head in qwen/probe/chosen/model
 
 Writes `results/memory_<backbone>.json` and `.md` next to this file (or into --output); a command measured again
 replaces its record, the others stay.
@@ -32,7 +34,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-COMMANDS = ("probe", "train", "predict")
+COMMANDS = ("probe", "train", "predict", "export", "export-int8")
 GIB = 2**30
 
 
@@ -124,8 +126,23 @@ def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
 
     test = load_conll2003()["test"]
     lines = "\n".join(" ".join(row) for row in test["tokens"][: args.predict_sentences] if row) + "\n"
-    predict = ["predict", str(work / "probe" / "chosen" / "model"), "--file", "-", "--quiet", *threads]
-    return {"probe": (probe, None), "train": (train, None), "predict": (predict, lines)}
+    chosen = str(work / "probe" / "chosen" / "model")
+    predict = ["predict", chosen, "--file", "-", "--quiet", *threads]
+    budget = ["--max-memory", args.max_memory] if args.max_memory else []
+    export = ["export", chosen, str(work / "export" / "fp32"), *budget, *threads]
+    int8 = ["export", chosen, str(work / "export" / "int8"), "--quantize", "int8", *budget, *threads]
+    return {
+        "probe": (probe, None),
+        "train": (train, None),
+        "predict": (predict, lines),
+        "export": (export, None),
+        "export-int8": (int8, None),
+    }
+
+
+def command_name(command: str) -> str:
+    """How a measured command reads: `export-int8` is `dwatt export --quantize int8`."""
+    return {"export-int8": "export --quantize int8"}.get(command, command)
 
 
 def table(records: list[dict]) -> str:
@@ -135,7 +152,7 @@ def table(records: list[dict]) -> str:
     ]
     for r in records:
         lines.append(
-            f"| {r['backbone']} | {r['command']} | {r['peak_anon_gib']:.2f} | {r['peak_rss_gib']:.2f} | "
+            f"| {r['backbone']} | {command_name(r['command'])} | {r['peak_anon_gib']:.2f} | {r['peak_rss_gib']:.2f} | "
             f"{r['cache_on_disk_gib']:.2f} | {r['wall_s']:.0f} | {r['exit_code']} |"
         )
     return "\n".join(lines) + "\n"
@@ -145,7 +162,7 @@ def readme_text(result: dict) -> str:
     """One line of the docs per backbone: each command's peaks under the budget."""
     records = result["records"]
     parts = [
-        f"`dwatt {r['command']}` {r['peak_anon_gib']:.2f} GiB anonymous ({r['peak_rss_gib']:.2f} GiB resident"
+        f"`dwatt {command_name(r['command'])}` {r['peak_anon_gib']:.2f} GiB anonymous ({r['peak_rss_gib']:.2f} GiB resident"
         + (f", {r['cache_on_disk_gib']:.2f} GiB of features on disk" if r["cache_on_disk_gib"] else "")
         + ")"
         for r in records
@@ -159,18 +176,22 @@ def readme_text(result: dict) -> str:
 def markdown(name: str, result: dict) -> str:
     """The table, then how each command's record was measured (records of several runs share a file: each run
     replaces only the commands it measures; `command` at the top is the latest run's)."""
+
+    def machine(facts: dict) -> str:
+        return (
+            f"{facts['cpu']}, {'with' if facts['avx512_bf16'] else 'without'} AVX-512 BF16, "
+            f"{'with' if facts['amx_bf16'] else 'without'} AMX"
+        )
+
     how = "\n".join(
-        f"- {r['command']}: `{r['measured_by']}`" + (f" {r['note']}" if r.get("note") else "")
+        f"- {r['command']}: `{r['measured_by']}`"
+        + (f" {r['note']}" if r.get("note") else "")
+        + (f" ({machine(r['machine'])}.)" if "machine" in r else "")
         for r in result["records"]
     )
     return (
-        f"# Peak memory of dwatt's commands on {name}\n\n{result['cpu']}, "
-        f"{'with' if result['avx512_bf16'] else 'without'} AVX-512 BF16, "
-        f"{'with' if result['amx_bf16'] else 'without'} AMX.\n\n"
-        + table(result["records"])
-        + "\nMeasured by:\n\n"
-        + how
-        + "\n"
+        f"# Peak memory of dwatt's commands on {name}\n\nThe latest run's CPU: {machine(result)}; each command's is "
+        "named below.\n\n" + table(result["records"]) + "\nMeasured by:\n\n" + how + "\n"
     )
 
 
@@ -209,9 +230,11 @@ def main(argv: list[str] | None = None) -> None:
     stem = f"memory_{name}"
     path = Path(args.output) / f"{stem}.json"
     previous = json.loads(path.read_text()) if path.exists() else {"records": []}
-    for record in previous["records"]:  # measured before records said how: the file's own line and note did
+    cpu_keys = ("cpu", "cores", "avx512_bf16", "amx_bf16")
+    for record in previous["records"]:  # measured before records said how: the file's own line, note and CPU did
         record.setdefault("measured_by", previous.get("command"))
         record.setdefault("note", previous.get("note"))
+        record.setdefault("machine", {key: previous.get(key) for key in cpu_keys})
     records = [r for r in previous["records"] if r["command"] not in wanted]
     measured_by = results_files.command("memory.py", argv)
     lines = command_lines(args, work)
@@ -231,6 +254,7 @@ def main(argv: list[str] | None = None) -> None:
             cache_on_disk_gib=round(caches / GIB, 3),
             measured_by=measured_by,
             note=args.note,
+            machine=results_files.cpu_facts(),
         )
         print(json.dumps(record), file=sys.stderr, flush=True)
         records.append(record)

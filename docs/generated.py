@@ -105,6 +105,8 @@ GENERATORS: dict[str, Callable[[str], str]] = {
         for name in ("all-MiniLM-L6-v2_cpu", "all-mpnet-base-v2_cpu", "random-large_cuda")
     },
     "benchmarks/results/quantization_speed_cpu.md": _table_lines,
+    "benchmarks/results/vllm_serving.md": _table_lines,
+    "benchmarks/results/final_norm.json": lambda s: _module("benchmarks", "final_norm").tables_text(_json(s)),
     "tests/test_families.py#support_table": _support("support_table"),
     "tests/test_families.py#support_summary": _support("support_summary"),
 }

@@ -69,7 +69,8 @@ class RunConfig:
     bar with the time left), by default as `progress` (a sweep, whose runs are quiet, shows it beside its runs' bar).
     `shuffle_labels`: the training sample's labels permuted among its words (NER) or examples
     (`sampling.with_shuffled_labels`), dev and test left as they are: the probe's control, a head that can learn the
-    sample but not the task."""
+    sample but not the task. `through_final_norm`: the model reads its layers through the backbone's final norm
+    (`DWAttConfig.through_final_norm`: a decoder's head on one layer then exports as its stock tagger)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -105,6 +106,7 @@ class RunConfig:
     layers: str = "all"
     few_shot_dev: bool = False
     shuffle_labels: bool = False
+    through_final_norm: bool = False
     lora_rank: int = 8
     lora_alpha: float | None = None
     lora_dropout: float = 0.05
@@ -115,8 +117,10 @@ class RunConfig:
     extra: dict = field(default_factory=dict)
 
     def model_options(self) -> dict:
-        """What the run sets in the model's `DWAttConfig`: the fused layers, and any `extra` option."""
-        return {"fused_layers": self.layers} | self.extra
+        """What the run sets in the model's `DWAttConfig`: the fused layers, reading through the final norm where it
+        does, and any `extra` option."""
+        normed = {"through_final_norm": True} if self.through_final_norm else {}
+        return {"fused_layers": self.layers} | normed | self.extra
 
     @property
     def caches_features(self) -> bool:

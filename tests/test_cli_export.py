@@ -78,7 +78,7 @@ def test_an_export_onto_a_full_disk_is_one_line_naming_the_folder(
         raise OSError("problem writing element 346112 to file")
 
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr("dwatt.serving.export.write_onnx", full)
+    monkeypatch.setattr("dwatt.serving.export.write_graph", full)
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(10 << 30, 10 << 30, 4096))
     capsys.readouterr()
     assert main(["export", str(checkpoints["ner"]), str(folder)]) == 2

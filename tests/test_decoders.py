@@ -125,6 +125,30 @@ def test_classification_on_a_decoder_pools_the_last_token_from_a_cache_of_one_po
     assert mean["pooling"] == "mean" and mean["cached_features"] == "mean"
 
 
+def test_layers_read_through_the_final_norm_are_the_norm_of_each_layer_where_the_backbone_has_one(
+    tiny_decoder, tiny_backbone
+):
+    """`through_final_norm`: each hidden state the model reads is the backbone's final norm of it, cut or not (the
+    uncut backbone's last one is normed once, as it returns it); a backbone with no final norm refuses it."""
+    from transformers import AutoModel
+
+    plain = AutoModel.from_pretrained(tiny_decoder).eval()
+    ids = torch.tensor([[5, 9, 13, 2, 7]])
+    with torch.no_grad():
+        states = plain(input_ids=ids, output_hidden_states=True).hidden_states
+        for layer in ("1", "3"):
+            model = DWAttForTokenClassification.from_backbone(
+                str(tiny_decoder), fusion="base", num_labels=3, fused_layers=layer, through_final_norm=True
+            ).eval()
+            read = model.dwatt.run_backbone(input_ids=ids, attention_mask=torch.ones_like(ids))
+            torch.testing.assert_close(read[int(layer)], plain.norm(states[int(layer)]) if layer == "1" else states[3])
+            torch.testing.assert_close(read[0], plain.norm(states[0]))
+    with pytest.raises(ValueError, match="the 'bert' backbone applies no norm after its last layer"):
+        DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="base", through_final_norm=True)
+    with pytest.raises(ValueError, match="`through_final_norm` must be True or False"):
+        DWAttConfig(fusion="base", through_final_norm="yes")
+
+
 def test_fused_layers_specs():
     assert parse_fused_layers("all", 6) == [1, 2, 3, 4, 5, 6]
     assert parse_fused_layers("every:4", 30) == [4, 8, 12, 16, 20, 24, 28, 30]  # the last layer always

@@ -3,6 +3,7 @@ torch.compile with fullgraph=True) and exports to ONNX with onnxruntime's logits
 family, and a re-export killed at any point leaves the old export or the new one. The command: test_cli_export;
 running an export: test_onnx_runtime."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -168,3 +169,29 @@ def test_a_re_export_killed_at_any_point_leaves_the_old_export_or_the_new_one(ch
         assert now == old or (task == "cls" and "model_int8.onnx" not in now), delay
         outcomes.add("old" if now == old else "new")
     assert "old" in outcomes
+
+
+def test_a_large_checkpoint_s_graph_is_written_apart_and_checked_against_the_logits_of_weights_let_go(
+    checkpoints, tmp_path, monkeypatch
+):
+    """Above `APART_ABOVE` (here every checkpoint), the export takes PyTorch's logits on the check batch, lets go of
+    the weights (`release_weights`: the meta device) and writes the graph in a spawned process that loads the
+    checkpoint again; onnxruntime's logits are checked against those taken before, and the export runs as one made
+    in this process does."""
+    import json
+
+    import dwatt.serving.export as export
+    from dwatt.serving.onnx_runtime import OnnxModel
+
+    released = []
+    monkeypatch.setattr(export, "APART_ABOVE", 0)
+    monkeypatch.setattr(export, "release_weights", lambda model: released.append(model) or model.to("meta"))
+    export.export_onnx(checkpoints["ner"], tmp_path / "apart")
+    assert len(released) == 1 and all(parameter.is_meta for parameter in released[0].parameters())
+    check = json.loads((tmp_path / "apart" / "dwatt_export.json").read_text())["check"]
+    assert check["max_abs_logit_difference"] <= check["tolerance"] and check["largest_logit"] > 0
+    monkeypatch.setattr(export, "APART_ABOVE", 1 << 60)
+    export.export_onnx(checkpoints["ner"], tmp_path / "here")
+    batch = {"input_ids": np.array([[2, 5, 7, 3]]), "attention_mask": np.ones((1, 4), np.int64)}
+    apart, here = OnnxModel(tmp_path / "apart"), OnnxModel(tmp_path / "here")
+    np.testing.assert_allclose(apart(**batch).logits, here(**batch).logits, atol=1e-6)

@@ -3,6 +3,7 @@ stock `<Family>ForTokenClassification`, loaded without remote code and without d
 and `dwatt predict`'s tags; everything else refused in one line that says why."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,9 +13,38 @@ from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
 
 from .conftest import run_without_dwatt
+from .helpers import RELEASES
 from .helpers import with_random_head as trained_like
 
 LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "B-ORG"}
+
+
+def expected_logits(checkpoint, tokenizer, texts: list[str], folder, least_labels: int) -> None:
+    """The checkpoint's logits on `texts`, padded, saved with the batch into `folder/expected.safetensors` for a process
+    without dwatt to compare the stock model's with (`STOCK_LOGITS`); the argmax must tell `least_labels` labels apart,
+    so that the comparison can fail."""
+    from safetensors.torch import save_file
+
+    model = DWAttForTokenClassification.from_pretrained(checkpoint).eval()
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**batch).logits
+    assert logits.argmax(-1)[batch["attention_mask"].bool()].unique().numel() >= least_labels
+    save_file({"logits": logits, **batch}, str(folder / "expected.safetensors"))
+
+
+# The stock model loaded from `stock` without remote code gives `expected`'s logits (a script's lines: `.format` them).
+STOCK_LOGITS = """
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForTokenClassification
+stock = AutoModelForTokenClassification.from_pretrained({stock!r}, trust_remote_code=False)
+expected = load_file({expected!r})
+with torch.no_grad():
+    logits = stock.eval()(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
+mask = expected["attention_mask"].bool()
+assert (logits - expected["logits"])[mask].abs().max().item() <= 1e-4
+"""
 
 
 def saved_tagger(backbone, folder, **config):
@@ -35,6 +65,7 @@ def test_a_head_on_layer_k_exports_as_the_stock_tagger_cut_to_k(tiny_backbone, t
     assert not list((tmp_path / "stock").glob("*_dwatt.py"))
     record = json.loads((tmp_path / "stock" / "dwatt_stock_export.json").read_text())
     assert record["check"]["max_abs_logit_difference"] <= record["check"]["tolerance"]
+    assert record["backbone"] == tiny_backbone.name  # named as committed files name it, no folder of this machine
     text = "peter blackburn rejects brussels eu call"
     (tmp_path / "in.txt").write_text(text + "\n")
     assert main(["predict", str(checkpoint), "--jsonl", str(tmp_path / "in.txt"), "--quiet"]) == 0
@@ -70,6 +101,38 @@ def test_a_head_on_the_embedding_output_exports_as_the_stock_tagger_with_no_laye
     assert record["check"]["max_abs_logit_difference"] <= record["check"]["tolerance"]
 
 
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_a_stock_export_loads_without_remote_code_with_equal_logits_in_each_supported_release(
+    tiny_backbone, tmp_path, release
+):
+    """The stock tagger written today, loaded by the release's own `AutoModelForTokenClassification` (no remote
+    code, no dwatt), gives the checkpoint's logits on a padded batch, and its pipeline tags the words as the
+    checkpoint's argmax does."""
+    checkpoint = saved_tagger(tiny_backbone, tmp_path / "model", fusion="base", fused_layers="2")
+    assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    text = "peter blackburn rejects brussels eu call"
+    expected_logits(
+        checkpoint, AutoTokenizer.from_pretrained(checkpoint), [text, "eu rejects german call"], tmp_path, 3
+    )
+    stock = str(tmp_path / "stock")
+    run_without_dwatt(
+        STOCK_LOGITS.format(stock=stock, expected=str(tmp_path / "expected.safetensors"))
+        + f"""
+from pathlib import Path
+import transformers
+from transformers import pipeline
+assert Path({release!r}).name.endswith(transformers.__version__), transformers.__version__
+for entity in pipeline("token-classification", model={stock!r}, aggregation_strategy="none")({text!r}):
+    assert stock.config.id2label[int(expected["logits"][0, entity["index"]].argmax())] == entity["entity"]
+""",
+        tmp_path,
+        PYTHONPATH=release,
+    )
+
+
 @pytest.mark.parametrize(
     "make, why",
     [
@@ -87,14 +150,61 @@ def test_what_no_stock_architecture_computes_is_refused_in_one_line(tiny_backbon
     assert not (tmp_path / "stock").exists()
 
 
+@pytest.mark.parametrize("layer, through_final_norm", [(1, True), (3, False)])
+def test_a_decoder_s_head_read_through_the_final_norm_exports_as_the_stock_tagger(
+    tiny_decoder, tmp_path, capsys, layer, through_final_norm
+):
+    """A head on layer k of a decoder that reads it through the backbone's final norm, or on its last layer (which
+    the backbone returns normed), is the stock `LlamaForTokenClassification` cut to k layers: loaded without remote
+    code, it gives the checkpoint's logits on a right-padded batch, and its pipeline tags the words alike."""
+
+    checkpoint = saved_tagger(
+        tiny_decoder, tmp_path / "model", fusion="base", fused_layers=str(layer), through_final_norm=through_final_norm
+    )
+    assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    assert f"as a stock LlamaForTokenClassification (layer {layer} of 3; no remote code)" in capsys.readouterr().out
+    config = json.loads((tmp_path / "stock" / "config.json").read_text())
+    assert config["num_hidden_layers"] == layer and "auto_map" not in config
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "stock")
+    assert tokenizer.padding_side == "right"
+    expected_logits(checkpoint, tokenizer, ["the cat sat on the mat today", "a dog"], tmp_path, 2)
+    run_without_dwatt(
+        STOCK_LOGITS.format(stock=str(tmp_path / "stock"), expected=str(tmp_path / "expected.safetensors")), tmp_path
+    )
+
+
+def test_a_decoder_probe_read_through_the_final_norm_chooses_a_head_that_exports_stock(
+    tiny_decoder, tiny_conll, tmp_path, capsys
+):
+    """`dwatt probe --through-final-norm` on a decoder: every run reads its layer through the norm (its own run ids
+    and feature caches), and the chosen head, saved cut at its layer, exports as the stock tagger."""
+    results = tmp_path / "probe" / "results.jsonl"
+    argv = ["probe", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_conll), "--n-shot", "2", "--epochs", "2"]
+    argv += ["--learning-rates", "1e-3,1e-2", "--widen", "0", "--no-baselines", "--results", str(results)]
+    assert main([*argv, "--through-final-norm", "--quiet"]) == 0
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert rows and all(row["run_id"].endswith("/final-norm") and row["config"]["through_final_norm"] for row in rows)
+    chosen = tmp_path / "probe" / "chosen" / "model"
+    assert json.loads((chosen / "config.json").read_text())["through_final_norm"] is True
+    capsys.readouterr()
+    assert main(["export", str(chosen), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    assert "as a stock LlamaForTokenClassification" in capsys.readouterr().out
+
+
 def test_a_classifier_and_a_decoder_s_head_are_refused(tiny_backbone, tiny_decoder, tmp_path, capsys):
     model = DWAttForSequenceClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3)
     model.save_pretrained(tmp_path / "cls")
     AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path / "cls")
     assert main(["export", str(tmp_path / "cls"), str(tmp_path / "a"), "--format", "transformers"]) == 2
-    assert "a cls head has no stock transformers class" in capsys.readouterr().err
+    assert "the stock bert classes put a pooler or a head of their own" in capsys.readouterr().err
+    classifier = DWAttForSequenceClassification.from_backbone(str(tiny_decoder), fusion="base", num_labels=3)
+    classifier.save_pretrained(tmp_path / "decoder-cls")
+    AutoTokenizer.from_pretrained(tiny_decoder).save_pretrained(tmp_path / "decoder-cls")
+    assert main(["export", str(tmp_path / "decoder-cls"), str(tmp_path / "c"), "--format", "transformers"]) == 2
+    assert "scores the last token with a linear map without a bias" in capsys.readouterr().err
     decoder = saved_tagger(tiny_decoder, tmp_path / "decoder", fusion="base", fused_layers="1")
     assert main(["export", str(decoder), str(tmp_path / "b"), "--format", "transformers"]) == 2
-    assert "apply the backbone's final norm after layer 1" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "apply the backbone's final norm after layer 1" in error and "--through-final-norm" in error
     assert main(["export", str(decoder), str(tmp_path / "b"), "--format", "transformers", "--quantize", "int8"]) == 2
-    assert "--quantize, --calibration and --allow-lossy are for --format onnx" in capsys.readouterr().err
+    assert "--quantize, --calibration, --allow-lossy and --max-memory are for --format onnx" in capsys.readouterr().err

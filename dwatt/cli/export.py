@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..serving.schemes import EXPORT_QUANTIZATIONS
-from .options import add_threads_argument
+from .options import add_budget_argument, add_threads_argument
 
 
 def register(commands) -> None:
@@ -48,6 +48,12 @@ def register(commands) -> None:
         help="keep an int8 graph that gives the fp32 graph's answer on under 98%% of the calibration "
         "sample's words (texts, tokens)",
     )
+    add_budget_argument(
+        parser,
+        "an export that would take more (the model's weights in float32, 2.35 times them with --quantize, and 1 GiB) is "
+        "refused before it begins "
+        "(default: the memory available)",
+    )
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
 
@@ -55,8 +61,8 @@ def register(commands) -> None:
 def run_stock(args: argparse.Namespace) -> int:
     from ..serving.stock_export import export_stock
 
-    if args.quantize or args.calibration or args.allow_lossy:
-        raise ValueError("--quantize, --calibration and --allow-lossy are for --format onnx")
+    if args.quantize or args.calibration or args.allow_lossy or args.max_memory:
+        raise ValueError("--quantize, --calibration, --allow-lossy and --max-memory are for --format onnx")
     record = export_stock(args.checkpoint, args.output)
     print(
         f"exported {args.checkpoint} to {args.output} as a stock {record['architecture']} (layer {record['layer']} of "
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         quantize=args.quantize,
         calibration=args.calibration,
         allow_lossy=args.allow_lossy,
+        max_memory=args.max_memory,
     )
     graphs = ", ".join(f"{args.output}/{name}" for name in config["graphs"].values())
     what = (

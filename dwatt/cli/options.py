@@ -66,16 +66,23 @@ def parse_size(text: str) -> int:
     return int(float(found.group(1)) * SIZE_UNITS[unit])
 
 
-def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
+def add_budget_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--max-memory SIZE` (`parse_size`), bytes in `max_memory`; `what`: what the command does with it."""
     parser.add_argument(
         "--max-memory",
         type=parse_size,
         default=None,
         dest="max_memory",
         metavar="SIZE",
-        help="the memory this command may take, such as 8GiB: feature caches that do not fit beside "
-        "the model are memory-mapped from files (kept beside the output folder, named by their "
-        "contents; a stopped build resumes); default: half the available memory for the caches",
+        help=f"the memory this command may take, such as 8GiB: {what}",
+    )
+
+
+def add_max_memory_argument(parser: argparse.ArgumentParser) -> None:
+    add_budget_argument(
+        parser,
+        "feature caches that do not fit beside the model are memory-mapped from files (kept beside the output folder, "
+        "named by their contents; a stopped build resumes); default: half the available memory for the caches",
     )
     parser.add_argument(
         "--cache-on-disk",
@@ -108,6 +115,16 @@ def add_backbone_dtype_argument(parser: argparse.ArgumentParser, serving: bool =
         default="auto",
         dest="backbone_dtype",
         help=f"the dtype the backbone {what}",
+    )
+
+
+def add_through_final_norm_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--through-final-norm",
+        action="store_true",
+        dest="through_final_norm",
+        help="read every layer through the norm the backbone applies after its last one (decoder LLMs): a head on "
+        "one layer then exports as the family's stock tagger (dwatt export --format transformers)",
     )
 
 

@@ -16,6 +16,7 @@ from .options import (
     add_column_arguments,
     add_max_memory_argument,
     add_threads_argument,
+    add_through_final_norm_argument,
     csv_of,
 )
 
@@ -115,6 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dtype", default=defaults.cache_dtype, choices=CACHE_DTYPES)
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
+    add_through_final_norm_argument(parser)
     parser.add_argument("--output-dir", default=defaults.output_dir)
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")

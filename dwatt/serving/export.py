@@ -29,6 +29,7 @@ from torch import nn
 
 from ..portable import portable_path
 from ..tokenization import save_tokenizer
+from .export_memory import APART_ABOVE, check_export_memory, float_bytes, release_weights
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
 from .schemes import EXPORT_QUANTIZATIONS, schemes_for
 
@@ -86,19 +87,15 @@ def check_batch(tokenizer, inputs: list[str]) -> dict[str, torch.Tensor]:
     return {name: batch[name] for name in inputs}
 
 
-def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Path) -> tuple[float, float]:
+def write_graph(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Path) -> None:
     """`model`'s forward pass (inputs: `batch`'s keys, in `graph_inputs` order; output: `logits`) as an ONNX graph
-    at `path`, batch and sequence axes dynamic. Returns the largest difference between onnxruntime's logits and
-    PyTorch's on `batch`, and the largest of PyTorch's logits in magnitude."""
+    at `path`, batch and sequence axes dynamic (PyTorch's `torch.export`-based exporter)."""
     needs("onnxscript")
-    runtime = needs("onnxruntime")
     inputs = list(batch)
-    wrapped = _LogitsOnly(model, inputs).eval()
     axes = {name: {0: "batch", 1: "sequence"} for name in inputs}
     with torch.no_grad(), _quiet_exporter():
-        expected = wrapped(*batch.values())
         torch.onnx.export(
-            wrapped,
+            _LogitsOnly(model, inputs).eval(),
             tuple(batch.values()),
             str(path),
             dynamo=True,
@@ -108,9 +105,45 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
             optimize=True,
             verbose=False,
         )
+
+
+def logits_of(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """PyTorch's logits on `batch`, as the graph computes them."""
+    with torch.no_grad():
+        return _LogitsOnly(model, list(batch)).eval()(*batch.values())
+
+
+def check_graph(path: str | Path, batch: dict[str, torch.Tensor], expected: torch.Tensor) -> tuple[float, float]:
+    """onnxruntime's logits of the graph at `path` on `batch` against PyTorch's (`expected`): the largest difference,
+    and the largest of PyTorch's logits in magnitude."""
+    runtime = needs("onnxruntime")
     session = runtime.InferenceSession(str(path), session_options(runtime), providers=["CPUExecutionProvider"])
     got = session.run(None, {name: tensor.numpy() for name, tensor in batch.items()})[0]
     return float((torch.from_numpy(got) - expected).abs().max()), float(expected.abs().max())
+
+
+def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Path) -> tuple[float, float]:
+    """`write_graph` then `check_graph` against `model`'s own logits, in this process."""
+    expected = logits_of(model, batch)
+    write_graph(model, batch, path)
+    return check_graph(path, batch, expected)
+
+
+def _write_checkpoint_graph(checkpoint: str, batch: dict[str, torch.Tensor], path: str) -> None:
+    from .ensemble import load_checkpoint_or_ensemble
+
+    model = load_checkpoint_or_ensemble(checkpoint)[0]
+    write_graph(model.float(), batch, path)
+
+
+def write_graph_apart(checkpoint, batch: dict[str, torch.Tensor], path: str | Path) -> None:
+    """`write_graph` of `checkpoint`'s model, loaded again in a process of its own (spawned), which ends once the graph
+    is written: the memory the exporter held goes with it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as apart:
+        apart.submit(_write_checkpoint_graph, str(checkpoint), batch, str(path)).result()
 
 
 def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict:
@@ -163,11 +196,14 @@ def check_int8(
     for scheme in schemes:
         folder = staging / f".int8-{scheme}"  # a graph over 2 GiB keeps its weights beside it, by its file name
         folder.mkdir()
+        # the fp32 session is let go while a scheme reads and rewrites the graph (`smooth` runs a copy of its own and
+        # reads only `fp32.config`), then opened again to time the int8 graph against: one graph's weights held at a
+        # time besides the int8 graph's
+        fp32.close()
         left_fp32 = quantize_onnx(staging / GRAPHS[None], folder / GRAPHS["int8"], scheme, fp32, answer)
-        # one int8 session beside fp32's at a time (each is the size of the head and the layers it reads): timed
-        # against fp32 in rounds of their own, then let go before the next scheme's is opened
         graph = OnnxModel.of_graph(folder / GRAPHS["int8"], export)
         measured = agreement(task, reference, answer(graph))
+        fp32.reopen()
         seconds = time_graphs({"fp32": fp32, scheme: graph}, answer)
         del graph
         candidates.append(
@@ -258,17 +294,19 @@ def export_onnx(
     quantize: str | None = None,
     calibration: str | Path | None = None,
     allow_lossy: bool = False,
+    max_memory: int | None = None,
 ) -> dict:
     """Write `checkpoint` (a saved DWAtt task model, full or head-only, or a probe ensemble's folder: one graph, its
     logits the ensemble's) to `output` as an ONNX graph with its tokenizer and `dwatt_export.json`; with `quantize`
     (`EXPORT_QUANTIZATIONS`: `dwatt.serving.int8_graphs`) also an int8 graph, checked against the fp32 graph on
-    `calibration` (`check_int8`: refused below 98% agreement unless `allow_lossy`). Checks onnxruntime against PyTorch
-    on a padded batch and refuses (ValueError) a graph whose logits differ by more than `TOLERANCE` of the largest
-    logit or are not finite. The export is
-    written into a scratch folder beside `output` and swapped in whole when it is complete (`replace_folder`): a
-    re-export that fails or is killed leaves the earlier export as it was, never a mix of the two. `output` must be
-    new, empty or an earlier export. Returns the export config, which records every file's sha256 (`FILES_KEY`),
-    checked when the export is loaded."""
+    `calibration` (`check_int8`: refused below 98% agreement unless `allow_lossy`). Refused before it begins where it
+    would take more memory than `max_memory` (bytes), or than is available (`check_export_memory`); a large model's
+    graph is written apart (`write_graph_apart`), and onnxruntime holds one graph's weights at a time beside an int8
+    graph's. Checks onnxruntime against PyTorch on a padded batch and refuses (ValueError) a graph whose logits differ
+    by more than `TOLERANCE` of the largest logit or are not finite. The export is written into a scratch folder
+    beside `output` and swapped in whole when it is complete (`replace_folder`): a re-export that fails or is killed
+    leaves the earlier export as it was, never a mix of the two. `output` must be new, empty or an earlier export.
+    Returns the export config, which records every file's sha256 (`FILES_KEY`), checked when the export is loaded."""
     from ..atomic import failed_write, replace_folder, scratch_folder
     from .ensemble import load_checkpoint_or_ensemble
 
@@ -286,6 +324,7 @@ def export_onnx(
             "give a new or empty folder"
         )
     model, tokenizer, task = load_checkpoint_or_ensemble(checkpoint)
+    check_export_memory(checkpoint, model, quantize, max_memory)
     model.float()  # a backbone kept in bf16 or fp16 as it was saved: onnxruntime's CPU kernels want fp32 (Elu has no bf16)
     with scratch_folder(output) as staging:
         try:
@@ -314,7 +353,14 @@ def _write_export(
     from .ensemble import AveragedHeads
 
     inputs = graph_inputs(model)
-    difference, largest = write_onnx(model, check_batch(tokenizer, inputs), staging / GRAPHS[None])
+    batch, graph = check_batch(tokenizer, inputs), staging / GRAPHS[None]
+    expected = logits_of(model, batch)
+    if float_bytes(model) > APART_ABOVE:  # PyTorch's weights let go before onnxruntime loads the graph's
+        release_weights(model)
+        write_graph_apart(checkpoint, batch, graph)
+    else:
+        write_graph(model, batch, graph)
+    difference, largest = check_graph(graph, batch, expected)
     if not (math.isfinite(difference) and math.isfinite(largest)):
         raise ValueError(
             f"{checkpoint}: its logits on the check batch are not finite (the weights hold NaN or inf, "
@@ -396,11 +442,15 @@ def export_card(checkpoint, task: str, fusion: str, graphs: dict, int8: dict | N
 
 
 __all__ = [
+    "check_graph",
     "cpu_capabilities",
     "export_card",
     "export_onnx",
     "graph_inputs",
+    "logits_of",
     "quantize_onnx",
     "time_graphs",
+    "write_graph",
+    "write_graph_apart",
     "write_onnx",
 ]

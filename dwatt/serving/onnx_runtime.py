@@ -140,7 +140,17 @@ class OnnxModel:
         model._open(Path(graph), needs("onnxruntime"))
         return model
 
+    def close(self) -> None:
+        """Let go of the session and its weights (`reopen` loads them again): the export holds one graph's weights at a
+        time while it makes and checks int8 graphs of a large one."""
+        self.session = None
+
+    def reopen(self) -> None:
+        if self.session is None:
+            self._open(self.graph, needs("onnxruntime"))
+
     def _open(self, graph: Path, runtime) -> None:
+        self.graph = graph
         try:
             self.session = runtime.InferenceSession(
                 str(graph), session_options(runtime), providers=["CPUExecutionProvider"]

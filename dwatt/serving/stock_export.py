@@ -5,10 +5,12 @@ the family's own `<Family>ForTokenClassification` computes with `num_hidden_laye
 classifier, where the stock class hands its classifier the last layer's output unchanged (encoders such as BERT,
 RoBERTa, XLM-R, MPNet, DeBERTa). Written that way, the folder loads with `AutoModelForTokenClassification
 .from_pretrained(folder)` and no remote code (no `auto_map`, no `*_dwatt.py`), in `pipeline("token-classification")`
-and in serving engines that load stock architectures. What is not such a model is refused in one line that says why:
-fusions of several layers, probe ensembles, other tasks, and families whose stock class puts a norm or a head between
-the last layer and the classifier (decoder LLMs apply their final norm after layer k). Every export is checked: the
-stock model, loaded back from the folder, gives the checkpoint's logits.
+and in serving engines that load stock architectures. A decoder LLM's stock class applies the backbone's final norm
+after layer k: its head exports so where it reads its layer through that norm (`through_final_norm`, `dwatt probe
+--through-final-norm`), or reads the last layer, which the backbone returns normed. What is not such a model is refused
+in one line that says why: fusions of several layers, probe ensembles, other tasks, a decoder's head on a middle layer
+read without the norm, and families whose stock class puts a head of its own between the last layer and the
+classifier. Every export is checked: the stock model, loaded back from the folder, gives the checkpoint's logits.
 """
 
 from __future__ import annotations
@@ -31,10 +33,17 @@ def stock_refusal(model, task: str) -> str | None:
     """Why `model` is no stock transformers architecture (one line), or None where it is one."""
     from configuration_dwatt import is_decoder_only
 
+    family = model.config.encoder_config.model_type
+    if not hasattr(model, "token_linear_map") and is_decoder_only(model.config.encoder_config):
+        return (
+            f"a {task} head has no stock transformers class that computes it: the stock {family} sequence classifier "
+            "scores the last token with a linear map without a bias, and this head's classifier has one; export it "
+            "to ONNX instead"
+        )
     if not hasattr(model, "token_linear_map"):  # a tagger's head is one linear map per token
         return (
-            f"a {task} head has no stock transformers class that computes it (the stock classes pool and read "
-            "the last layer their own way); export it to ONNX instead"
+            f"a {task} head has no stock transformers class that computes it: the stock {family} classes put a "
+            "pooler or a head of their own between the last layer and the labels; export it to ONNX instead"
         )
     spec = model.config.fusion_spec
     if not spec.passes_layer_through:
@@ -44,10 +53,12 @@ def stock_refusal(model, task: str) -> str | None:
         )
     if model.config.include_embeddings:
         return "its head reads the embedding output too, which no stock architecture hands its classifier"
-    if is_decoder_only(model.config.encoder_config):
+    reads_unnormed = model.config.read_layer < model.config.encoder_config.num_hidden_layers
+    if is_decoder_only(model.config.encoder_config) and reads_unnormed and not model.config.through_final_norm:
         return (
             f"the stock {model.config.encoder_config.model_type} classes apply the backbone's final norm after layer "
-            f"{model.config.read_layer}, and this head reads the layer without it; export it to ONNX instead"
+            f"{model.config.read_layer}, and this head reads the layer without it: train it reading its layer through "
+            "the norm (--through-final-norm), or export it to ONNX"
         )
     return None
 
@@ -124,6 +135,8 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
     import transformers
     from transformers import AutoModelForTokenClassification
 
+    from configuration_dwatt import is_decoder_only
+
     from ..atomic import give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
     from ..checkpoints import is_ensemble, load_checkpoint
     from .export import check_batch
@@ -142,6 +155,10 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
     if refusal:
         raise ValueError(f"{checkpoint}: no stock transformers model: {refusal}")
     stock = stock_model(model)
+    if is_decoder_only(model.config.encoder_config):
+        # the stock decoder counts positions from the first token, padding included, where dwatt counts from the
+        # first real one: the two agree on right padding, which the folder's tokenizer keeps
+        tokenizer.padding_side = "right"
     batch = check_batch(tokenizer, ["input_ids", "attention_mask"])
     with scratch_folder(output) as staging:
         stock.save_pretrained(staging)
@@ -157,7 +174,15 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
             )
         layer, depth = model.config.read_layer, model.config.encoder_config.num_hidden_layers
         (staging / "README.md").write_text(
-            stock_card(checkpoint, type(loaded).__name__, layer, depth, difference, model.config.id2label)
+            stock_card(
+                checkpoint,
+                type(loaded).__name__,
+                layer,
+                depth,
+                difference,
+                model.config.id2label,
+                is_decoder_only(model.config.encoder_config),
+            )
         )
         record = {
             "format": "transformers",
@@ -165,7 +190,7 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
             "architecture": type(loaded).__name__,
             "layer": layer,
             "backbone_layers": depth,
-            "backbone": model.config.backbone_name_or_path,
+            "backbone": portable_path(model.config.backbone_name_or_path),  # None passes as None
             "check": {"max_abs_logit_difference": difference, "largest_logit": largest, "tolerance": tolerance},
             "transformers": transformers.__version__,
             "torch": torch.__version__,
@@ -177,9 +202,18 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
     return record
 
 
-def stock_card(checkpoint, architecture: str, layer: int, depth: int, difference: float, id2label: dict) -> str:
+def stock_card(
+    checkpoint, architecture: str, layer: int, depth: int, difference: float, id2label: dict, decoder: bool = False
+) -> str:
     """The stock export's README.md: what it is, how to load it, and how it was checked."""
     labels = ", ".join(str(label) for _, label in sorted(id2label.items(), key=lambda item: int(item[0])))
+    normed = (
+        " The head reads its layer through the backbone's final norm, as the stock class applies it after its last "
+        "layer. Like transformers' own decoder classifiers, it counts positions from the first token, padding "
+        "included: pad on the right (the tokenizer here does), or tag one text at a time as `pipeline` does."
+        if decoder
+        else ""
+    )
     return (
         f"# {architecture}: a token-classification head on layer {layer} of {depth}\n\n"
         f"Written by `dwatt export --format transformers` from `{portable_path(checkpoint)}`: the backbone cut to "
@@ -189,7 +223,7 @@ def stock_card(checkpoint, architecture: str, layer: int, depth: int, difference
         'tagger = pipeline("token-classification", model="FOLDER", aggregation_strategy="first")\n'
         "```\n\n"
         f"Labels: {labels}. Checked when written: loaded back without remote code, its logits are the checkpoint's "
-        f"within {difference:.1e} on a padded batch. `{STOCK_RECORD}` records every file's sha256.\n"
+        f"within {difference:.1e} on a padded batch. `{STOCK_RECORD}` records every file's sha256.{normed}\n"
     )
 
 
