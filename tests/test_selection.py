@@ -349,3 +349,34 @@ def test_a_choice_at_either_edge_of_its_grid_in_most_trials_is_flagged():
     # a grid widened in some trials only: each choice is judged by its own trial's rates, not by the rates of all
     widened = [[1.5e-5, 5e-5, 3e-4], [1.5e-5, 5e-5, 3e-4], [5e-5, 3e-4]]
     assert rate_edge([5e-5, 5e-5, 5e-5], widened) == "" and rate_edge([1.5e-5, 5e-5, 5e-5], widened) == "smallest"
+
+
+def test_a_probe_ensemble_built_on_part_of_the_grid_is_not_the_method():
+    """A group that trained part of a trial's probe grid (a widening round's added rate, in sweeps from before they
+    stopped building ensembles there) ranked its own heads alone: its "top-k" is left out, whatever its dev score, and
+    the ensemble of the group that trained the grid stands (one per trial in the coverage)."""
+    from dwatt.experiment.selection import chosen_on_dev, with_methods
+    from dwatt.experiment.summaries import runs_frame
+
+    def ensemble(layers, dev, test):
+        members = [{"layer": layer, "learning_rate": 1e-3, "epoch": 2.0, "f1": 0.5} for layer in layers]
+        return [{"size": 3, "members": members, "best_f1": dev, "test_scores": {"f1": test}}]
+
+    rows = []
+    for trial in range(2):
+        grid_rows = [
+            fair_row("base", trial, rate, 0.5 + 0.1 * layer, 0.6, layer)
+            for layer in (1, 2, 3)
+            for rate in (1e-4, 1e-3)
+        ]
+        for row in grid_rows:
+            row["trained_together_runs"] = len(grid_rows)
+        grid_rows[0]["probe_ensembles"] = ensemble([3, 2, 1], 0.7, 0.65)
+        widened = [
+            fair_row("base", trial, 1e-2, 0.55, 0.6, layer) | {"trained_together_runs": 3} for layer in (1, 2, 3)
+        ]
+        widened[0]["probe_ensembles"] = ensemble([1, 2, 3], 0.95, 0.2)  # ahead on dev: chosen, were it a candidate
+        rows += grid_rows + widened
+    chosen = chosen_on_dev(with_methods(runs_frame(rows)))
+    top3 = chosen[chosen.method == "top-3 layers averaged"]
+    assert list(top3.test_score) == [65.0, 65.0] and list(top3.members) == ["3,2,1", "3,2,1"]

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from dwatt.experiment.widening import RATE_CEILING, Widening, edge_of, next_rate
+from dwatt.training import EXECUTION
 
 
 def test_the_next_rate_repeats_the_grids_own_steps_on_either_side():
@@ -89,7 +90,7 @@ def test_a_probe_widens_past_the_edge_its_layers_choose_until_their_best_rates_a
     from dwatt.experiment.probe import run_probe, summary_lines, table_lines
 
     rounds = scored_probe(monkeypatch, {1: 1e-3, 2: 3e-3, 3: 1e-1})
-    outcome = run_probe(probe_settings(tiny_backbone, tmp_path))
+    outcome = run_probe(probe_settings(tiny_backbone, tmp_path), EXECUTION)
     grid = [3e-4, 1e-3, 3e-3, 1e-2]
     assert rounds == [grid, [*grid, 3e-2], [*grid, 3e-2, 1e-1], [*grid, 3e-2, 1e-1, 3e-1]]
     assert outcome.chosen == (3, 1e-1) and outcome.edges() == {}  # 1e-1 is inside the grid it grew to
@@ -104,7 +105,7 @@ def test_a_probe_says_where_a_best_rate_stands_at_a_limit(tiny_backbone, tmp_pat
     from dwatt.experiment.probe import run_probe, summary_lines
 
     rounds = scored_probe(monkeypatch, {1: 1e-6, 2: 1e-3, 3: 3e-3})
-    outcome = run_probe(probe_settings(tiny_backbone, tmp_path, widen=1))
+    outcome = run_probe(probe_settings(tiny_backbone, tmp_path, widen=1), EXECUTION)
     assert rounds == [[3e-4, 1e-3, 3e-3, 1e-2], [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]]
     assert outcome.edges() == {"smallest": [1]}
     assert (
@@ -112,7 +113,7 @@ def test_a_probe_says_where_a_best_rate_stands_at_a_limit(tiny_backbone, tmp_pat
         "(--widen); the optimum may lie beyond it"
     ) in summary_lines(outcome)
     scored_probe(monkeypatch, {1: 1e-6, 2: 1e-3, 3: 3e-3})
-    fixed = run_probe(probe_settings(tiny_backbone, tmp_path / "fixed", widen=0))
+    fixed = run_probe(probe_settings(tiny_backbone, tmp_path / "fixed", widen=0), EXECUTION)
     assert fixed.rates == [3e-4, 1e-3, 3e-3, 1e-2] and fixed.widening.limits["smallest"].startswith("0 rates added")
     with pytest.raises(ValueError, match="--widen: a count of rates"):
         probe_settings(tiny_backbone, tmp_path, widen=-1)
@@ -149,7 +150,7 @@ def test_a_widened_probe_trains_only_the_added_rates_and_resumes_without_trainin
         assert "best: 1 rate added past the grid asked for (--widen); the optimum may lie beyond it" in printed
     ensembles = [(row["config"]["learning_rate"], row["probe_ensembles"]) for row in rows if "probe_ensembles" in row]
     (asked,) = [entries for rate, entries in ensembles if rate in (5e-3, 5e-2)]  # the first run of each group holds
-    assert len(ensembles) == 1 + (len(rates) > 2)  # a group's ensembles: one per group trained
+    assert len(ensembles) == 1  # the grid asked for builds them; a widening's added rates build none
     (three,) = [entry for entry in asked if entry["size"] == 3]
     assert (
         f"dev F1 {100 * three['best_f1']:.2f}, test F1 {100 * three['test_scores']['f1']:.2f}"

@@ -260,6 +260,7 @@ def ensemble_records(run: dict, row: dict) -> list[dict]:
                 "layer_weights": None,
                 "wall_seconds": math.nan,
                 "members": ",".join(str(m["layer"]) for m in entry["members"]),
+                "ensemble_group_runs": row.get("trained_together_runs") or 1,
                 "sample_members": ",".join(str(m["layer"]) for m in sample["members"]) if sample else None,
                 **few_shot_dev_columns(sample),
                 **last_epoch_columns(None),
@@ -321,7 +322,24 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
         frame["tier"] = [
             tier(size) if size is not None and not pd.isna(size) else None for size in frame["train_pool_size"]
         ]
-    return frame
+    return whole_grid_ensembles(frame)
+
+
+# What makes one probe ensemble's sample: the trial's runs of one method in one setting.
+ENSEMBLE_SAMPLE = ["task", "dataset", "backbone", "mode", "fusion", "n_shot", "epochs", "trial"]
+
+
+def whole_grid_ensembles(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with, per trial and ensemble size, only the probe ensemble of the group that trained the most of the
+    trial's probe heads: the one its probe's grid built. A group that trained part of that grid (a widening round's
+    added rates, made by sweeps before they stopped building ensembles there) ranked only its own heads, so its
+    "top-k" is not the probe's."""
+    if frame.empty or "ensemble_group_runs" not in frame:
+        return frame
+    ensembles = frame.ensemble_size.notna()
+    largest = frame[ensembles].groupby(ENSEMBLE_SAMPLE, dropna=False).ensemble_group_runs.transform("max")
+    stale = ensembles & (frame.ensemble_group_runs < largest.reindex(frame.index))
+    return frame[~stale].reset_index(drop=True)
 
 
 def conll_fe_grid(frame: pd.DataFrame) -> pd.DataFrame:

@@ -138,7 +138,9 @@ for STEP in base:"$RATES":32,128:probe-ensembles scalar_mix,concat,base_plus_n,d
 done
 # So far (one core each, beside one other worker): MiniLM's steps whole (28 min; 38 runs added: 17 probe heads at 1e-1,
 # ScalarMix 10 at 3e-2 and 1 at 1e-1, DWAtt 4 at 3e-2 and 1 at 1e-1, ScalarMix+LD 4 at 3e-2 and 1 at 1e-1); SmolLM2's probe step
-# stopped partway (21 of its first 55 runs at 3e-2, 30 min), its other steps not yet run: rerunning these lines resumes.
+# stopped partway twice (38 of its first 55 runs at 3e-2); its ScalarMix/Concat/Base+n/DWAtt step whole (36 min, 7 runs:
+# Concat N = 128 2 at 3e-2, N = 32 1 at 3e-2; ScalarMix N = 32 1 at 3e-2, 1 at 1e-1, 1 at 3e-1, N = 128 1 at 3e-2); its
+# ScalarMix+LD and +LN steps not yet run: rerunning these lines resumes.
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
 # it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
