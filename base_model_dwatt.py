@@ -1,8 +1,8 @@
 # Copyright 2026 The dwatt authors. Licensed under the Apache License, Version 2.0.
 """PyTorch DWAtt's base model: a pretrained backbone and the fusion that mixes its layer outputs z_1..z_L into one
 representation per token (`DWAttModel`), and what every DWAtt model shares (`DWAttPreTrainedModel`: the config class,
-the initialisation, a loading that names every mismatching tensor). The task models on top of it are in
-`modeling_dwatt.py`.
+the initialisation, a loading that names every mismatching tensor), and the typed outputs of every DWAtt model. The
+task models on top of it are in `modeling_dwatt.py`.
 
 Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwatt.py`; imports only torch and
 transformers.
@@ -13,7 +13,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformers import AutoModel, PreTrainedModel
-from transformers.modeling_outputs import BaseModelOutput
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    MaskedLMOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 
 try:
     from transformers import initialization as init
@@ -55,6 +60,27 @@ class DWAttModelOutput(BaseModelOutput):
             The weight each fused layer received for each token (DWAtt's attention scores, ScalarMix's
             normalised scalars); returned when `output_layer_weights=True` for fusions that weigh layers.
     """
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttTokenClassifierOutput(TokenClassifierOutput):
+    """[`~transformers.modeling_outputs.TokenClassifierOutput`] with the per-token, per-layer `layer_weights`."""
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttMaskedLMOutput(MaskedLMOutput):
+    """[`~transformers.modeling_outputs.MaskedLMOutput`] with the per-token, per-layer `layer_weights`."""
+
+    layer_weights: torch.FloatTensor | None = None
+
+
+@dataclass
+class DWAttSequenceClassifierOutput(SequenceClassifierOutput):
+    """[`~transformers.modeling_outputs.SequenceClassifierOutput`] with the per-token, per-layer `layer_weights`."""
 
     layer_weights: torch.FloatTensor | None = None
 
@@ -353,4 +379,13 @@ def _flag(value: bool | None, default: bool) -> bool:
     return bool(default) if value is None else bool(value)
 
 
-__all__ = ["DWAttModel", "DWAttModelOutput", "DWAttPreTrainedModel", "only_at", "traced"]
+__all__ = [
+    "DWAttMaskedLMOutput",
+    "DWAttModel",
+    "DWAttModelOutput",
+    "DWAttPreTrainedModel",
+    "DWAttSequenceClassifierOutput",
+    "DWAttTokenClassifierOutput",
+    "only_at",
+    "traced",
+]

@@ -11,12 +11,12 @@ import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 try:
-    from .specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec, layers_to_run
+    from .specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, FusionSpec, fusion_spec, layers_to_run
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
-        from specs_dwatt import FUSIONS, POOLINGS, FusionSpec, fusion_spec, layers_to_run
+        from specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, FusionSpec, fusion_spec, layers_to_run
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -126,6 +126,28 @@ def _as_encoder_config(encoder_config: Any, saved_with: str | None = None) -> Pr
         ) from None
 
 
+def with_legacy_rope(config: dict) -> dict:
+    """`config` (a backbone config's dict) with its rotary settings also under the keys transformers 4.x reads.
+    transformers 5 writes them as `rope_parameters` alone; 4.x reads `rope_theta`, `rope_scaling`,
+    `partial_rotary_factor` (and Gemma 3's `rope_local_base_freq`) and, not finding them, runs its default base: another
+    model, silently (SmolLM2's base is 1e5, Qwen2.5's 1e6, the default 1e4). 5.x reads `rope_parameters` first, so the
+    added keys change nothing there; keys the dict holds already stay as they are."""
+    rope = config.get("rope_parameters")
+    if not isinstance(rope, dict):
+        return config
+    full, sliding = rope.get("full_attention", rope), rope.get("sliding_attention")
+    legacy = {}
+    if isinstance(full, dict) and "rope_theta" in full:
+        legacy["rope_theta"] = full["rope_theta"]
+        if full.get("rope_type", "default") != "default":
+            legacy["rope_scaling"] = {key: value for key, value in full.items() if key != "rope_theta"}
+        if "partial_rotary_factor" in full:
+            legacy["partial_rotary_factor"] = full["partial_rotary_factor"]
+    if isinstance(sliding, dict) and "rope_theta" in sliding:
+        legacy["rope_local_base_freq"] = sliding["rope_theta"]
+    return legacy | config
+
+
 class DWAttConfig(PretrainedConfig):
     r"""
     Configuration of a layer-fusion model: a pretrained encoder (the *backbone*) whose per-layer outputs
@@ -160,6 +182,12 @@ class DWAttConfig(PretrainedConfig):
             `"first"` (the first token, `<s>`/`[CLS]`) or `"last"` (the last non-padding token, the only one that
             has seen the whole text in a decoder-only model). Defaults to `"last"` for a decoder-only backbone (as
             transformers' own decoder classifiers pool), `"mean"` otherwise.
+        sequence_head (`str`, *optional*):
+            Sequence classification: what turns the pooled vector into logits, `"dense_tanh"` (RoBERTa's head: a
+            dense layer, tanh, a projection) or `"linear"` (one linear map without a bias, as the decoder LLMs' stock
+            classifiers score). Defaults to `"linear"` for a decoder read through its final norm
+            (`through_final_norm`), whose head on one layer is then the stock `<Family>ForSequenceClassification`,
+            and to `"dense_tanh"` otherwise.
         fused_layers (`str` or `list[int]`, *optional*, defaults to `"all"`):
             Which backbone layers the fusion mixes: `"all"` (the paper), `"every:k"`, a range `"a-b"` or a list of
             layer numbers (1..L); the last layer is included, unless the spec starts with `"only:"` (`"only:9-13"`:
@@ -220,6 +248,7 @@ class DWAttConfig(PretrainedConfig):
         include_embeddings: bool = False,
         classifier_dropout: float | None = None,
         pooling: str | None = None,
+        sequence_head: str | None = None,
         fused_layers: str | list[int] = "all",
         backbone_name_or_path: str | None = None,
         backbone_revision: str | None = None,
@@ -249,6 +278,8 @@ class DWAttConfig(PretrainedConfig):
         self.backbone_depth = backbone_depth
         self.layer_dropout = layer_dropout
         self.through_final_norm = through_final_norm
+        decoder_read_normed = through_final_norm is True and is_decoder_only(self.encoder_config)
+        self.sequence_head = sequence_head or ("linear" if decoder_read_normed else "dense_tanh")
         kwargs.setdefault("tie_word_embeddings", False)
         super().__init__(**kwargs)
         self.validate_fusion()
@@ -277,6 +308,10 @@ class DWAttConfig(PretrainedConfig):
             self.validate_lora()
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
+        if self.sequence_head not in SEQUENCE_HEADS:
+            raise ValueError(
+                f"DWAttConfig: unknown sequence_head {self.sequence_head!r}; expected one of {', '.join(SEQUENCE_HEADS)}"
+            )
         if isinstance(getattr(self.encoder_config, "num_hidden_layers", None), int):
             parse_fused_layers(  # raises on a bad spec
                 self.fused_layers, self.encoder_config.num_hidden_layers, lowest=spec.lowest_layer
@@ -364,9 +399,19 @@ class DWAttConfig(PretrainedConfig):
         output = super().to_dict()
         if isinstance(output.get("encoder_config"), PretrainedConfig):  # older transformers keep it as an object
             output["encoder_config"] = output["encoder_config"].to_dict()
+        if isinstance(output.get("encoder_config"), dict):  # a checkpoint saved by 5.x, read by 4.x, runs its backbone
+            output["encoder_config"] = with_legacy_rope(output["encoder_config"])
         return output
 
 
 DWAttConfig.register_for_auto_class()
 
-__all__ = ["DWAttConfig", "FUSIONS", "POOLINGS", "is_decoder_only", "parse_fused_layers", "single_layer"]
+__all__ = [
+    "DWAttConfig",
+    "FUSIONS",
+    "POOLINGS",
+    "is_decoder_only",
+    "parse_fused_layers",
+    "single_layer",
+    "with_legacy_rope",
+]

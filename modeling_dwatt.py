@@ -11,22 +11,23 @@ fusions), `lora_dwatt.py` (LoRA in plain torch), `base_model_dwatt.py` (the back
 specs, the standard library only).
 """
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import ACT2FN
-from transformers.modeling_outputs import (
-    MaskedLMOutput,
-    ModelOutput,
-    SequenceClassifierOutput,
-    TokenClassifierOutput,
-)
+from transformers.modeling_outputs import ModelOutput
 
 try:
     from .backbones_dwatt import backbone_family, classifier_dropout, is_decoder_only, layer_norm_eps
-    from .base_model_dwatt import DWAttModel, DWAttPreTrainedModel, only_at, traced
+    from .base_model_dwatt import (
+        DWAttMaskedLMOutput,
+        DWAttModel,
+        DWAttPreTrainedModel,
+        DWAttSequenceClassifierOutput,
+        DWAttTokenClassifierOutput,
+        only_at,
+        traced,
+    )
     from .configuration_dwatt import DWAttConfig
     from .pretrained_dwatt import (
         PretrainedBackbone,
@@ -41,7 +42,15 @@ except ImportError:  # a top-level module of the installed project, not remote c
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
         from backbones_dwatt import backbone_family, classifier_dropout, is_decoder_only, layer_norm_eps
-        from base_model_dwatt import DWAttModel, DWAttPreTrainedModel, only_at, traced
+        from base_model_dwatt import (
+            DWAttMaskedLMOutput,
+            DWAttModel,
+            DWAttPreTrainedModel,
+            DWAttSequenceClassifierOutput,
+            DWAttTokenClassifierOutput,
+            only_at,
+            traced,
+        )
         from configuration_dwatt import DWAttConfig
         from pretrained_dwatt import (
             PretrainedBackbone,
@@ -63,27 +72,6 @@ try:
     from .specs_dwatt import FUSION_SPECS  # noqa: F401
 except ImportError:  # the installed project: its modules are imported as the models import them
     pass
-
-
-@dataclass
-class DWAttTokenClassifierOutput(TokenClassifierOutput):
-    """[`~transformers.modeling_outputs.TokenClassifierOutput`] with the per-token, per-layer `layer_weights`."""
-
-    layer_weights: torch.FloatTensor | None = None
-
-
-@dataclass
-class DWAttMaskedLMOutput(MaskedLMOutput):
-    """[`~transformers.modeling_outputs.MaskedLMOutput`] with the per-token, per-layer `layer_weights`."""
-
-    layer_weights: torch.FloatTensor | None = None
-
-
-@dataclass
-class DWAttSequenceClassifierOutput(SequenceClassifierOutput):
-    """[`~transformers.modeling_outputs.SequenceClassifierOutput`] with the per-token, per-layer `layer_weights`."""
-
-    layer_weights: torch.FloatTensor | None = None
 
 
 def mean_over_items(summed: torch.Tensor, targets: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
@@ -385,8 +373,9 @@ class DWAttForSequenceClassification(_DWAttWithHead):
     DWAtt layer fusion over a pretrained encoder for sentence (or sentence-pair) classification and regression.
     The fusion runs per token as for NER; the fused tokens are then pooled into one vector (`config.pooling`:
     `"mean"` over the non-padding tokens, `"first"`, or `"last"`, the last non-padding token, as transformers' decoder
-    classifiers pool), and a RoBERTa-style head (dense, tanh, projection, with
-    dropout before each) gives `num_labels` logits. `config.problem_type` follows transformers:
+    classifiers pool), and the head (`config.sequence_head`: RoBERTa's dense layer, tanh and projection, with dropout
+    before each, or one linear map without a bias, as decoder LLMs' stock classifiers score) gives `num_labels`
+    logits. `config.problem_type` follows transformers:
     `"single_label_classification"` (cross-entropy), `"multi_label_classification"` (binary cross-entropy on
     multi-hot float labels) or `"regression"` (mean squared error; `num_labels=1`), inferred from the labels when
     unset. Per-token fusions fuse only the positions the pooling reads.
@@ -407,9 +396,18 @@ class DWAttForSequenceClassification(_DWAttWithHead):
         self.dwatt = DWAttModel(config)
         hidden = config.encoder_config.hidden_size
         self.dropout = nn.Dropout(classifier_dropout(config))
-        self.dense = nn.Linear(hidden, hidden)
-        self.out_proj = nn.Linear(hidden, config.num_labels)
+        if config.sequence_head == "linear":
+            self.score = nn.Linear(hidden, config.num_labels, bias=False)
+        else:
+            self.dense = nn.Linear(hidden, hidden)
+            self.out_proj = nn.Linear(hidden, config.num_labels)
         self.post_init()
+
+    def head_linear_maps(self) -> list[nn.Linear]:
+        """The head's linear maps in the order it applies them to the pooled vector: the dense layer and the
+        projection (tanh between them), or the one map without a bias. What a stock classifier must hold to compute
+        this head (`dwatt export --format transformers`)."""
+        return [self.score] if self.config.sequence_head == "linear" else [self.dense, self.out_proj]
 
     def fused_positions(self, labels, attention_mask, shape: torch.Size, device, logits_mask=None) -> torch.Tensor:
         """The positions the pooling reads, which are all a per-token fusion needs: the first, the last non-padding
@@ -433,7 +431,9 @@ class DWAttForSequenceClassification(_DWAttWithHead):
         else:
             weights = positions.to(fused.dtype).unsqueeze(-1)
             pooled = (fused * weights).sum(1) / weights.sum(1).clamp(min=1)
-        return self.out_proj(self.dropout(torch.tanh(self.dense(self.dropout(pooled)))))
+        if self.config.sequence_head == "dense_tanh":
+            pooled = torch.tanh(self.dense(self.dropout(pooled)))
+        return self.head_linear_maps()[-1](self.dropout(pooled))
 
     def task_loss(self, logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch=None) -> torch.Tensor:
         """The loss of `config.problem_type` (set from the labels the first time), summed and divided by the

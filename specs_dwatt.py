@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 POOLINGS = ("mean", "first", "last")
 """How sequence classification pools the fused tokens into one vector (`DWAttConfig.pooling`)."""
+SEQUENCE_HEADS = ("dense_tanh", "linear")
+"""What sequence classification applies to the pooled vector (`DWAttConfig.sequence_head`): RoBERTa's head (a dense
+layer, tanh, a projection) or one linear map without a bias (the decoder LLMs' stock classifiers' `score`)."""
 
 
 @dataclass(frozen=True)
@@ -123,4 +126,13 @@ def mixing_fusions() -> str:
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
-__all__ = ["FUSIONS", "FUSION_SPECS", "POOLINGS", "FusionSpec", "fusion_spec", "layers_to_run", "mixing_fusions"]
+__all__ = [
+    "FUSIONS",
+    "FUSION_SPECS",
+    "POOLINGS",
+    "SEQUENCE_HEADS",
+    "FusionSpec",
+    "fusion_spec",
+    "layers_to_run",
+    "mixing_fusions",
+]

@@ -43,7 +43,16 @@ def _json(source: str) -> dict:
 
 
 def _table_lines(source: str) -> str:
-    return "".join(line + "\n" for line in (REPO / source).read_text().splitlines() if line.startswith("|"))
+    """The tables of a Markdown file, a blank line between two tables (else they would read as one)."""
+    tables, previous = [], False
+    for line in (REPO / source).read_text().splitlines():
+        table = line.startswith("|")
+        if table and not previous and tables:
+            tables.append("")
+        if table:
+            tables.append(line)
+        previous = table
+    return "".join(line + "\n" for line in tables)
 
 
 def _support(kind: str) -> Callable[[str], str]:

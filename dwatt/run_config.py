@@ -70,7 +70,8 @@ class RunConfig:
     `shuffle_labels`: the training sample's labels permuted among its words (NER) or examples
     (`sampling.with_shuffled_labels`), dev and test left as they are: the probe's control, a head that can learn the
     sample but not the task. `through_final_norm`: the model reads its layers through the backbone's final norm
-    (`DWAttConfig.through_final_norm`: a decoder's head on one layer then exports as its stock tagger)."""
+    (`DWAttConfig.through_final_norm`: a decoder's head on one layer then exports as its stock tagger or text
+    classifier)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"

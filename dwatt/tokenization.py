@@ -56,19 +56,26 @@ def save_tokenizer(tokenizer, folder: str | Path) -> None:
     (`encoding_settings`): releases read the same files differently where a setting is left to the tokenizer class's
     default. transformers 5 saves no `add_eos_token`, and 4.x's `GemmaTokenizerFast` then appends no `<eos>` where
     EmbeddingGemma's training did; 4.x's `LlamaTokenizerFast` adds `<s>` unless told not to. Pinned, the text a user
-    gives a checkpoint becomes the ids it was trained on in every release.
+    gives a checkpoint becomes the ids it was trained on in every release. The generic tokenizer that transformers 5
+    names `TokenizersBackend` (everything in `tokenizer.json`) is saved as `PreTrainedTokenizerFast`, its name in every
+    release: 4.x knows no other.
     """
     tokenizer.save_pretrained(folder)
     path = Path(folder) / "tokenizer_config.json"
-    write_json_atomically(path, read_json(path) | encoding_settings(tokenizer))
+    config = read_json(path) | encoding_settings(tokenizer)
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    write_json_atomically(path, config)
 
 
 def encoding_settings(tokenizer) -> dict:
     """What `tokenizer` does that a release may otherwise default differently: whether it adds its beginning- and
     end-of-sequence tokens (read off an encoding, so whatever template its files hold is what is pinned), the sides it
-    pads and truncates on, and (byte-level BPE) whether the first word gets a prefix space."""
+    pads and truncates on, what it returns (4.x's generic tokenizer returns token types, which a decoder's `forward`
+    refuses) and (byte-level BPE) whether the first word gets a prefix space."""
     ids = tokenizer("a")["input_ids"]
     settings = {"padding_side": tokenizer.padding_side, "truncation_side": tokenizer.truncation_side}
+    settings["model_input_names"] = list(tokenizer.model_input_names)
     if tokenizer.bos_token_id is not None:
         settings["add_bos_token"] = bool(ids) and ids[0] == tokenizer.bos_token_id
     if tokenizer.eos_token_id is not None:

@@ -389,3 +389,16 @@ def head_weights(folder) -> dict:
     from safetensors.torch import load_file
 
     return {k: v for k, v in load_file(str(folder / "model" / "model.safetensors")).items() if "backbone" not in k}
+
+
+def with_rotary_base(backbone: Path, folder: Path, base: float = 1e5) -> Path:
+    """A copy of the decoder `backbone` whose rotary base is `base`, not the default 1e4 (SmolLM2's is 1e5, Qwen2.5's
+    1e6): a release that misreads the base runs another model."""
+    import json
+    import shutil
+
+    shutil.copytree(backbone, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["rope_parameters"] = {**config["rope_parameters"], "rope_theta": base}
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder

@@ -120,6 +120,54 @@ def test_checkpoints_saved_today_load_with_equal_logits_under_each_supported_tra
     assert all(name in refused or difference <= 1e-4 for name, difference in report["differences"].items()), report
 
 
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_a_decoder_checkpoint_with_its_own_rotary_base_loads_with_equal_logits_under_each_release(
+    tiny_decoder, tmp_path, release
+):
+    """A tagger and a text classifier on a Llama whose rotary base is not the default, saved today (transformers 5
+    writes the base in `rope_parameters` alone, which 4.x does not read: it ran the default base, another model),
+    load through remote code in a process without dwatt with the logits they compute as saved."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoTokenizer
+
+    from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
+
+    from .conftest import BLOCKED_IMPORTS
+    from .helpers import with_random_head, with_rotary_base
+
+    backbone = with_rotary_base(tiny_decoder, tmp_path / "backbone")
+    tokenizer = AutoTokenizer.from_pretrained(backbone)
+    tokenizer.pad_token = tokenizer.eos_token
+    batch = tokenizer(["the cat sat on the mat today", "a dog"], padding=True, return_tensors="pt")
+    for name, model_class in (("tagger", DWAttForTokenClassification), ("classifier", DWAttForSequenceClassification)):
+        torch.manual_seed(0)
+        model = with_random_head(model_class.from_backbone(str(backbone), fusion="dwatt", num_labels=3))
+        model.save_pretrained(tmp_path / "checkpoints" / name)
+        with torch.no_grad():
+            logits = model(**batch).logits
+        save_file({"logits": logits, **batch}, str(tmp_path / "checkpoints" / name / "expected.safetensors"))
+    (tmp_path / "checkpoints" / "backbone").mkdir()  # LOAD names it for head-only checkpoints; these are whole
+    script = tmp_path / "load.py"
+    script.write_text(BLOCKED_IMPORTS + LOAD)
+    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "checkpoints")],
+        cwd=tmp_path,
+        env=environment | {"PYTHONNOUSERSITE": "1", "PYTHONPATH": release},
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(release).name.endswith(report["transformers"]), report
+    assert set(report["differences"]) == {"tagger", "classifier"}, report
+    assert all(isinstance(d, float) and d <= 1e-4 for d in report["differences"].values()), report
+
+
 def test_checkpoints_saved_today_load_with_equal_logits_under_this_transformers(tmp_path):
     """The same script under this environment's transformers, in a process without dwatt."""
     names, report = load_in_a_process_without_dwatt(tmp_path)

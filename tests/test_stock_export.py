@@ -12,8 +12,8 @@ from transformers import AutoTokenizer
 from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
 from dwatt.cli import main
 
-from .conftest import run_without_dwatt
-from .helpers import RELEASES
+from .conftest import run_without_dwatt, save_tiny_backbone
+from .helpers import RELEASES, with_rotary_base
 from .helpers import with_random_head as trained_like
 
 LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "B-ORG"}
@@ -191,17 +191,153 @@ def test_a_decoder_probe_read_through_the_final_norm_chooses_a_head_that_exports
     assert "as a stock LlamaForTokenClassification" in capsys.readouterr().out
 
 
-def test_a_classifier_and_a_decoder_s_head_are_refused(tiny_backbone, tiny_decoder, tmp_path, capsys):
-    model = DWAttForSequenceClassification.from_backbone(str(tiny_backbone), fusion="base", num_labels=3)
-    model.save_pretrained(tmp_path / "cls")
-    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path / "cls")
-    assert main(["export", str(tmp_path / "cls"), str(tmp_path / "a"), "--format", "transformers"]) == 2
-    assert "the stock bert classes put a pooler or a head of their own" in capsys.readouterr().err
-    classifier = DWAttForSequenceClassification.from_backbone(str(tiny_decoder), fusion="base", num_labels=3)
-    classifier.save_pretrained(tmp_path / "decoder-cls")
-    AutoTokenizer.from_pretrained(tiny_decoder).save_pretrained(tmp_path / "decoder-cls")
-    assert main(["export", str(tmp_path / "decoder-cls"), str(tmp_path / "c"), "--format", "transformers"]) == 2
-    assert "scores the last token with a linear map without a bias" in capsys.readouterr().err
+def test_a_decoder_classification_probe_read_through_the_final_norm_chooses_a_stock_text_classifier(
+    tiny_decoder, tiny_topics, tmp_path, capsys
+):
+    """`dwatt probe --task cls --through-final-norm` on a decoder: its heads pool the last token through the norm into
+    one linear map without a bias, and the chosen one exports as the stock sequence classifier."""
+    results = tmp_path / "probe" / "results.jsonl"
+    argv = ["probe", "--task", "cls", "--backbone", str(tiny_decoder), "--data-dir", str(tiny_topics), "--n-shot", "3"]
+    argv += ["--epochs", "2", "--learning-rates", "1e-2,5e-2", "--layers", "1,2", "--widen", "0", "--no-baselines"]
+    assert main([*argv, "--results", str(results), "--through-final-norm", "--quiet"]) == 0
+    chosen = tmp_path / "probe" / "chosen" / "model"
+    config = json.loads((chosen / "config.json").read_text())
+    assert config["through_final_norm"] is True and config["sequence_head"] == "linear" and config["pooling"] == "last"
+    capsys.readouterr()
+    assert main(["export", str(chosen), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    assert "as a stock LlamaForSequenceClassification" in capsys.readouterr().out
+
+
+def saved_classifier(backbone, folder, **config):
+    torch.manual_seed(0)
+    model = DWAttForSequenceClassification.from_backbone(
+        str(backbone), fusion="base", num_labels=3, id2label=TOPICS, **config
+    )
+    trained_like(model).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(backbone).save_pretrained(folder)
+    return folder
+
+
+TOPICS = {0: "people", 1: "places", 2: "food"}
+
+
+@pytest.fixture
+def tiny_roberta(tiny_backbone, tmp_path):
+    """A tiny random RoBERTa, whose stock classifier keeps a `dense` layer and an `out_proj`, with the tiny BERT's
+    word-level tokenizer."""
+    folder = save_tiny_backbone(tmp_path / "tiny-roberta", "roberta", pad_token_id=0)
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(folder)
+    return folder
+
+
+TEXTS = ["peter blackburn rejects brussels eu call", "eu rejects german call to boycott british lamb", "german"]
+
+
+@pytest.mark.parametrize(
+    "family, options, architecture",
+    [
+        ("bert", {"pooling": "first"}, "BertForSequenceClassification"),
+        ("roberta", {"pooling": "first"}, "RobertaForSequenceClassification"),
+        ("llama", {"fused_layers": "1", "through_final_norm": True}, "LlamaForSequenceClassification"),
+        ("llama", {"sequence_head": "linear"}, "LlamaForSequenceClassification"),  # the last layer, normed already
+    ],
+)
+def test_a_text_classifier_on_one_layer_exports_as_the_stock_sequence_classifier(
+    tiny_backbone, tiny_decoder, tiny_roberta, tmp_path, capsys, family, options, architecture
+):
+    """An encoder's head on the first token (RoBERTa's dense, tanh and projection, which BERT's pooler and classifier
+    compute too) and a decoder's one linear map on the last token read through the final norm are the family's stock
+    sequence classifier: loaded without remote code and without dwatt, it gives the checkpoint's logits on a padded
+    batch, and `pipeline("text-classification")` gives each text the checkpoint's label."""
+    from safetensors.torch import save_file
+
+    backbone = {"bert": tiny_backbone, "roberta": tiny_roberta, "llama": tiny_decoder}[family]
+    checkpoint = saved_classifier(backbone, tmp_path / "model", **options)
+    assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    assert f"as a stock {architecture}" in capsys.readouterr().out
+    config = json.loads((tmp_path / "stock" / "config.json").read_text())
+    assert config["architectures"] == [architecture] and "auto_map" not in config
+    assert "text-classification" in (tmp_path / "stock" / "README.md").read_text()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "stock")
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    model = DWAttForSequenceClassification.from_pretrained(checkpoint).eval()
+    with torch.no_grad():
+        logits = model(**batch).logits
+    assert (logits - logits[0]).abs().max() > 1e-3  # texts apart by more than the tolerance: a wrong token shows
+    save_file(
+        {"logits": logits, "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]},
+        str(tmp_path / "expected.safetensors"),
+    )
+    run_without_dwatt(
+        f"""
+        import torch
+        from safetensors.torch import load_file
+        from transformers import AutoModelForSequenceClassification, pipeline
+        stock = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "stock")!r}).eval()
+        expected = load_file({str(tmp_path / "expected.safetensors")!r})
+        with torch.no_grad():
+            logits = stock(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
+        assert (logits - expected["logits"]).abs().max().item() <= 1e-4, (logits, expected["logits"])
+        classify = pipeline("text-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False)
+        for text, row in zip({TEXTS!r}, expected["logits"]):
+            assert classify(text)[0]["label"] == stock.config.id2label[int(row.argmax())], text
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_a_decoder_s_stock_text_classifier_loads_with_equal_logits_in_each_supported_release(
+    tiny_decoder, tmp_path, release
+):
+    """A decoder's text classifier read through the final norm, exported today as the stock
+    `LlamaForSequenceClassification`, gives the checkpoint's logits on a right-padded batch in the release's own
+    transformers (no remote code, no dwatt), its rotary base (not the default) read by 4.x too, and its pipeline the
+    checkpoint's labels (4.x's generic tokenizer told to return no token types, which the decoder refuses)."""
+    from safetensors.torch import save_file
+
+    backbone = with_rotary_base(tiny_decoder, tmp_path / "backbone")
+    checkpoint = saved_classifier(backbone, tmp_path / "model", fused_layers="2", through_final_norm=True)
+    assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    batch = AutoTokenizer.from_pretrained(tmp_path / "stock")(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = DWAttForSequenceClassification.from_pretrained(checkpoint).eval()(**batch).logits
+    save_file({"logits": logits, **batch}, str(tmp_path / "expected.safetensors"))
+    run_without_dwatt(
+        f"""
+        from pathlib import Path
+        import torch, transformers
+        from safetensors.torch import load_file
+        from transformers import AutoModelForSequenceClassification, pipeline
+        assert Path({release!r}).name.endswith(transformers.__version__), transformers.__version__
+        stock = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "stock")!r}).eval()
+        expected = load_file({str(tmp_path / "expected.safetensors")!r})
+        with torch.no_grad():
+            logits = stock(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
+        assert (logits - expected["logits"]).abs().max().item() <= 1e-4, (logits, expected["logits"])
+        classify = pipeline("text-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False)
+        for text, row in zip({TEXTS!r}, expected["logits"]):
+            assert classify(text)[0]["label"] == stock.config.id2label[int(row.argmax())], text
+        """,
+        tmp_path,
+        PYTHONPATH=release,
+    )
+
+
+def test_a_classifier_the_stock_class_does_not_compute_and_a_decoder_s_head_are_refused(
+    tiny_backbone, tiny_decoder, tmp_path, capsys
+):
+    mean = saved_classifier(tiny_backbone, tmp_path / "cls")  # an encoder's default: the mean over the tokens
+    assert main(["export", str(mean), str(tmp_path / "a"), "--format", "transformers"]) == 2
+    error = capsys.readouterr().err
+    assert "reads the first token through a dense layer and tanh" in error and "--pooling first" in error
+    decoder_classifier = saved_classifier(tiny_decoder, tmp_path / "decoder-cls")  # RoBERTa's head on the last token
+    assert main(["export", str(decoder_classifier), str(tmp_path / "c"), "--format", "transformers"]) == 2
+    error = capsys.readouterr().err
+    assert "scores the last token with one linear map without a bias" in error and "--through-final-norm" in error
     decoder = saved_tagger(tiny_decoder, tmp_path / "decoder", fusion="base", fused_layers="1")
     assert main(["export", str(decoder), str(tmp_path / "b"), "--format", "transformers"]) == 2
     error = capsys.readouterr().err

@@ -60,6 +60,16 @@ FAMILIES = {
         dict(bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>", unk_token="<|endoftext|>"),
         {},
     ),
+    # SmolLM2 as its folder converted by transformers 5 holds it: the generic `TokenizersBackend`, unknown to 4.x
+    "tokenizers-backend": (
+        "llama",
+        "TokenizersBackend",
+        "bpe",
+        True,
+        ([], []),
+        dict(bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|im_end|>", unk_token="<|endoftext|>"),
+        {},
+    ),
     # Qwen2: byte-level BPE, no BOS
     "qwen2": (
         "qwen2",

@@ -21,9 +21,10 @@ def register(commands) -> None:
         "--format",
         choices=("onnx", "transformers"),
         default="onnx",
-        help="onnx: a graph for onnxruntime (`dwatt predict` runs it); transformers: a tagger's head on one layer as "
-        "its family's stock <Family>ForTokenClassification, cut to that layer, which loads without remote code "
-        "(other heads are refused, saying why)",
+        help="onnx: a graph for onnxruntime (`dwatt predict` runs it); transformers: a head on one layer as its "
+        "family's stock <Family>ForTokenClassification (a tagger) or <Family>ForSequenceClassification (a text "
+        "classifier pooling as the stock class does: an encoder's first token, a decoder's last through its final "
+        "norm), cut to that layer, which loads without remote code (other heads are refused, saying why)",
     )
     parser.add_argument(
         "--quantize",

@@ -124,7 +124,8 @@ def add_through_final_norm_argument(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         dest="through_final_norm",
         help="read every layer through the norm the backbone applies after its last one (decoder LLMs): a head on "
-        "one layer then exports as the family's stock tagger (dwatt export --format transformers)",
+        "one layer then exports as the family's stock tagger, or text classifier, whose head it then is (the last "
+        "token, one linear map without a bias; dwatt export --format transformers)",
     )
 
 
