@@ -94,38 +94,28 @@ def vllm_labels(stock: str, texts: list[str], threads: int) -> dict:
     return {"labels": found, "seconds": seconds, "vllm": vllm.__version__, "threads": threads}
 
 
-def dwatt_labels(checkpoint: str, texts: list[str], threads: int) -> dict:
+def dwatt_answers(checkpoint: str, items: list, threads: int, labels_texts: bool) -> dict:
+    """`dwatt predict`'s answers for `items` (each text's most probable label, or each sentence's tags) and the seconds
+    of the timed pass."""
     import torch
 
     from dwatt.checkpoints import load_checkpoint
-    from dwatt.serving.prediction import classify
+    from dwatt.serving.prediction import classify, predict_tags
+
+    def answer(model, tokenizer, items: list) -> list:
+        if labels_texts:
+            return [next(iter(probabilities)) for probabilities in classify(model, tokenizer, items)]
+        return predict_tags(model, tokenizer, items)
 
     torch.set_num_threads(threads)
     model, tokenizer, _ = load_checkpoint(checkpoint)
     model.eval()
     with torch.inference_mode():
-        classify(model, tokenizer, texts[:8])  # warm-up
+        answer(model, tokenizer, items[:8])  # warm-up
         start = time.perf_counter()
-        found = [next(iter(probabilities)) for probabilities in classify(model, tokenizer, texts)]
+        found = answer(model, tokenizer, items)
         seconds = time.perf_counter() - start
-    return {"labels": found, "seconds": seconds}
-
-
-def dwatt_tags(checkpoint: str, sentences: list[list[str]], threads: int) -> dict:
-    import torch
-
-    from dwatt.checkpoints import load_checkpoint
-    from dwatt.serving.prediction import predict_tags
-
-    torch.set_num_threads(threads)
-    model, tokenizer, _ = load_checkpoint(checkpoint)
-    model.eval()
-    with torch.inference_mode():
-        predict_tags(model, tokenizer, sentences[:8])  # warm-up
-        start = time.perf_counter()
-        tags = predict_tags(model, tokenizer, sentences)
-        seconds = time.perf_counter() - start
-    return {"tags": tags, "seconds": seconds}
+    return {"labels" if labels_texts else "tags": found, "seconds": seconds}
 
 
 def without_note(argv: list[str]) -> list[str]:
@@ -204,12 +194,12 @@ def main(argv: list[str] | None = None) -> None:
         from dwatt.data.classification import load_classification_dataset
 
         sentences = list(load_classification_dataset("ag_news")["validation"]["text"])[: args.sentences]
-        ours = dwatt_labels(args.checkpoint, sentences, args.threads)
+        ours = dwatt_answers(args.checkpoint, sentences, args.threads, labels_texts=True)
     else:
         from dwatt.data import load_conll2003
 
         sentences = [list(words) for words in load_conll2003()["test"]["tokens"] if words][: args.sentences]
-        ours = dwatt_tags(args.checkpoint, sentences, args.threads)
+        ours = dwatt_answers(args.checkpoint, sentences, args.threads, labels_texts=False)
     with tempfile.TemporaryDirectory() as work:
         words_file = Path(work) / "sentences.json"
         words_file.write_text(json.dumps(sentences))

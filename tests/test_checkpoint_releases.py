@@ -75,31 +75,30 @@ def saved_today(folder: Path) -> list[str]:
     return [name for name, *_ in module.CHECKPOINTS]
 
 
-def load_in_a_process_without_dwatt(tmp_path: Path, release: str | None = None) -> tuple[list[str], dict]:
-    """Today's checkpoints, and what a process without dwatt (the release's transformers first on its path, where
-    given) reports of loading them: `{"transformers": version, "differences": {name: max |logit difference|}}`."""
+def report_without_dwatt(script: str, root: Path, tmp_path: Path, release: str | None = None) -> dict:
+    """The report `script` (`LOAD`, `ENCODE`) prints last of the folder `root`, run in a process without dwatt (the
+    release's transformers first on its path, where given)."""
     from .conftest import BLOCKED_IMPORTS
 
-    names = saved_today(tmp_path / "checkpoints")
-    script = tmp_path / "load.py"
-    script.write_text(BLOCKED_IMPORTS + LOAD)
-    environment = {
-        "HF_HUB_OFFLINE": "1",
-        "HF_HOME": str(tmp_path / "hf"),
-        "PATH": "/usr/bin:/bin",
-        "PYTHONNOUSERSITE": "1",
-    }
-    if release:
-        environment["PYTHONPATH"] = release
+    path = tmp_path / "without_dwatt.py"
+    path.write_text(BLOCKED_IMPORTS + script)
+    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
     done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "checkpoints")],
+        [sys.executable, str(path), str(root)],
         cwd=tmp_path,
-        env=environment,
+        env=environment | {"PYTHONNOUSERSITE": "1"} | ({"PYTHONPATH": release} if release else {}),
         capture_output=True,
         text=True,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    return names, json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def load_in_a_process_without_dwatt(tmp_path: Path, release: str | None = None) -> tuple[list[str], dict]:
+    """Today's checkpoints, and what a process without dwatt (the release's transformers first on its path, where
+    given) reports of loading them: `{"transformers": version, "differences": {name: max |logit difference|}}`."""
+    names = saved_today(tmp_path / "checkpoints")
+    return names, report_without_dwatt(LOAD, tmp_path / "checkpoints", tmp_path, release)
 
 
 @pytest.mark.skipif(
@@ -136,7 +135,6 @@ def test_a_decoder_checkpoint_with_its_own_rotary_base_loads_with_equal_logits_u
 
     from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
 
-    from .conftest import BLOCKED_IMPORTS
     from .helpers import with_random_head, with_rotary_base
 
     backbone = with_rotary_base(tiny_decoder, tmp_path / "backbone")
@@ -151,18 +149,7 @@ def test_a_decoder_checkpoint_with_its_own_rotary_base_loads_with_equal_logits_u
             logits = model(**batch).logits
         save_file({"logits": logits, **batch}, str(tmp_path / "checkpoints" / name / "expected.safetensors"))
     (tmp_path / "checkpoints" / "backbone").mkdir()  # LOAD names it for head-only checkpoints; these are whole
-    script = tmp_path / "load.py"
-    script.write_text(BLOCKED_IMPORTS + LOAD)
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "checkpoints")],
-        cwd=tmp_path,
-        env=environment | {"PYTHONNOUSERSITE": "1", "PYTHONPATH": release},
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = report_without_dwatt(LOAD, tmp_path / "checkpoints", tmp_path, release)
     assert Path(release).name.endswith(report["transformers"]), report
     assert set(report["differences"]) == {"tagger", "classifier"}, report
     assert all(isinstance(d, float) and d <= 1e-4 for d in report["differences"].values()), report
@@ -206,7 +193,6 @@ def test_saved_tokenizers_encode_real_text_to_the_ids_training_used_under_each_s
     the ids dwatt's tokenizer gave them. Saved plainly, Gemma's loses its <eos> in 4.x (the check's own control)."""
     from dwatt.tokenization import load_tokenizer, save_tokenizer
 
-    from .conftest import BLOCKED_IMPORTS
     from .tokenizer_families import FAMILIES, conll_sentences, write_family_tokenizer
 
     texts = [" ".join(words) for words in conll_sentences(count=40)]
@@ -217,18 +203,7 @@ def test_saved_tokenizers_encode_real_text_to_the_ids_training_used_under_each_s
         trained.save_pretrained(tmp_path / "saved" / f"{family}-saved-plainly")
         expected["ids"][family] = expected["ids"][f"{family}-saved-plainly"] = trained(texts)["input_ids"]
     (tmp_path / "saved" / "expected.json").write_text(json.dumps(expected))
-    script = tmp_path / "encode.py"
-    script.write_text(BLOCKED_IMPORTS + ENCODE)
-    environment = {"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf"), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "saved")],
-        cwd=tmp_path,
-        env=environment | {"PYTHONNOUSERSITE": "1", "PYTHONPATH": release},
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
+    report = report_without_dwatt(ENCODE, tmp_path / "saved", tmp_path, release)
     assert Path(release).name.endswith(report["transformers"]), report
     assert {family: report["differences"][family] for family in FAMILIES} == dict.fromkeys(FAMILIES, []), report
     plain_gemma = report["differences"]["gemma-saved-plainly"]

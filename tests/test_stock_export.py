@@ -233,6 +233,40 @@ def tiny_roberta(tiny_backbone, tmp_path):
 TEXTS = ["peter blackburn rejects brussels eu call", "eu rejects german call to boycott british lamb", "german"]
 
 
+def stock_classifier_agrees(checkpoint: Path, tmp_path: Path, release: str | None = None) -> torch.Tensor:
+    """The checkpoint's logits on `TEXTS`, padded by the stock export's tokenizer (`tmp_path/stock`), after checking in a
+    process without dwatt (and with `release`'s transformers first on its path, where given) that the stock sequence
+    classifier gives them within 1e-4 and its pipeline gives each text the checkpoint's label."""
+    from safetensors.torch import save_file
+
+    batch = AutoTokenizer.from_pretrained(tmp_path / "stock")(TEXTS, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        logits = DWAttForSequenceClassification.from_pretrained(checkpoint).eval()(**batch).logits
+    inputs = {name: batch[name] for name in ("input_ids", "attention_mask")}
+    save_file({"logits": logits, **inputs}, str(tmp_path / "expected.safetensors"))
+    run_without_dwatt(
+        f"""
+        from pathlib import Path
+        import torch, transformers
+        from safetensors.torch import load_file
+        from transformers import AutoModelForSequenceClassification, pipeline
+        release = {release!r}
+        assert release is None or Path(release).name.endswith(transformers.__version__), transformers.__version__
+        stock = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "stock")!r}).eval()
+        expected = load_file({str(tmp_path / "expected.safetensors")!r})
+        with torch.no_grad():
+            logits = stock(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
+        assert (logits - expected["logits"]).abs().max().item() <= 1e-4, (logits, expected["logits"])
+        classify = pipeline("text-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False)
+        for text, row in zip({TEXTS!r}, expected["logits"]):
+            assert classify(text)[0]["label"] == stock.config.id2label[int(row.argmax())], text
+        """,
+        tmp_path,
+        **({"PYTHONPATH": release} if release else {}),
+    )
+    return logits
+
+
 @pytest.mark.parametrize(
     "family, options, architecture",
     [
@@ -249,8 +283,6 @@ def test_a_text_classifier_on_one_layer_exports_as_the_stock_sequence_classifier
     compute too) and a decoder's one linear map on the last token read through the final norm are the family's stock
     sequence classifier: loaded without remote code and without dwatt, it gives the checkpoint's logits on a padded
     batch, and `pipeline("text-classification")` gives each text the checkpoint's label."""
-    from safetensors.torch import save_file
-
     backbone = {"bert": tiny_backbone, "roberta": tiny_roberta, "llama": tiny_decoder}[family]
     checkpoint = saved_classifier(backbone, tmp_path / "model", **options)
     assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
@@ -258,32 +290,8 @@ def test_a_text_classifier_on_one_layer_exports_as_the_stock_sequence_classifier
     config = json.loads((tmp_path / "stock" / "config.json").read_text())
     assert config["architectures"] == [architecture] and "auto_map" not in config
     assert "text-classification" in (tmp_path / "stock" / "README.md").read_text()
-    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "stock")
-    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
-    model = DWAttForSequenceClassification.from_pretrained(checkpoint).eval()
-    with torch.no_grad():
-        logits = model(**batch).logits
+    logits = stock_classifier_agrees(checkpoint, tmp_path)
     assert (logits - logits[0]).abs().max() > 1e-3  # texts apart by more than the tolerance: a wrong token shows
-    save_file(
-        {"logits": logits, "input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]},
-        str(tmp_path / "expected.safetensors"),
-    )
-    run_without_dwatt(
-        f"""
-        import torch
-        from safetensors.torch import load_file
-        from transformers import AutoModelForSequenceClassification, pipeline
-        stock = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "stock")!r}).eval()
-        expected = load_file({str(tmp_path / "expected.safetensors")!r})
-        with torch.no_grad():
-            logits = stock(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
-        assert (logits - expected["logits"]).abs().max().item() <= 1e-4, (logits, expected["logits"])
-        classify = pipeline("text-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False)
-        for text, row in zip({TEXTS!r}, expected["logits"]):
-            assert classify(text)[0]["label"] == stock.config.id2label[int(row.argmax())], text
-        """,
-        tmp_path,
-    )
 
 
 @pytest.mark.skipif(
@@ -297,34 +305,10 @@ def test_a_decoder_s_stock_text_classifier_loads_with_equal_logits_in_each_suppo
     `LlamaForSequenceClassification`, gives the checkpoint's logits on a right-padded batch in the release's own
     transformers (no remote code, no dwatt), its rotary base (not the default) read by 4.x too, and its pipeline the
     checkpoint's labels (4.x's generic tokenizer told to return no token types, which the decoder refuses)."""
-    from safetensors.torch import save_file
-
     backbone = with_rotary_base(tiny_decoder, tmp_path / "backbone")
     checkpoint = saved_classifier(backbone, tmp_path / "model", fused_layers="2", through_final_norm=True)
     assert main(["export", str(checkpoint), str(tmp_path / "stock"), "--format", "transformers"]) == 0
-    batch = AutoTokenizer.from_pretrained(tmp_path / "stock")(TEXTS, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        logits = DWAttForSequenceClassification.from_pretrained(checkpoint).eval()(**batch).logits
-    save_file({"logits": logits, **batch}, str(tmp_path / "expected.safetensors"))
-    run_without_dwatt(
-        f"""
-        from pathlib import Path
-        import torch, transformers
-        from safetensors.torch import load_file
-        from transformers import AutoModelForSequenceClassification, pipeline
-        assert Path({release!r}).name.endswith(transformers.__version__), transformers.__version__
-        stock = AutoModelForSequenceClassification.from_pretrained({str(tmp_path / "stock")!r}).eval()
-        expected = load_file({str(tmp_path / "expected.safetensors")!r})
-        with torch.no_grad():
-            logits = stock(input_ids=expected["input_ids"], attention_mask=expected["attention_mask"]).logits
-        assert (logits - expected["logits"]).abs().max().item() <= 1e-4, (logits, expected["logits"])
-        classify = pipeline("text-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False)
-        for text, row in zip({TEXTS!r}, expected["logits"]):
-            assert classify(text)[0]["label"] == stock.config.id2label[int(row.argmax())], text
-        """,
-        tmp_path,
-        PYTHONPATH=release,
-    )
+    stock_classifier_agrees(checkpoint, tmp_path, release)
 
 
 def test_a_classifier_the_stock_class_does_not_compute_and_a_decoder_s_head_are_refused(
