@@ -161,6 +161,7 @@ def test_value_mlps_match_a_per_layer_reference():
         ({"d_pos": 0}, "`d_pos` must be an integer >= 1"),
         ({"num_extra_layers": -1}, "`num_extra_layers` must be an integer >= 0"),
         ({"classifier_dropout": 1.0}, "`classifier_dropout` must be in \\[0, 1\\)"),
+        ({"sequence_head": "mlp"}, "unknown sequence_head 'mlp'; expected one of dense_tanh, linear"),
         ({"encoder_config": {"hidden_size": 8}}, "has no `model_type`"),
         ({"encoder_config": {"model_type": "no-such-model"}}, "unknown encoder model_type 'no-such-model'"),
         # a checkpoint of a family the running transformers lacks: one line naming the release that saved it
@@ -185,6 +186,45 @@ def test_config_round_trips_through_json(tmp_path):
     assert stored["auto_map"]["AutoConfig"] == "configuration_dwatt.DWAttConfig"
     loaded = DWAttConfig.from_pretrained(tmp_path)
     assert loaded.to_dict() == config.to_dict()
+
+
+@pytest.mark.parametrize(
+    "rope, legacy",
+    [
+        ({"rope_type": "default", "rope_theta": 1e5}, {"rope_theta": 1e5}),
+        (
+            {"rope_type": "linear", "factor": 2.0, "rope_theta": 5e5, "partial_rotary_factor": 0.5},
+            {"rope_theta": 5e5, "rope_scaling": {"rope_type": "linear", "factor": 2.0, "partial_rotary_factor": 0.5}}
+            | {"partial_rotary_factor": 0.5},
+        ),
+        (  # Gemma 3: one base per attention type, the sliding window's under 4.x's `rope_local_base_freq`
+            {
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+            },
+            {"rope_theta": 1e6, "rope_local_base_freq": 1e4},
+        ),
+    ],
+)
+def test_the_rotary_settings_are_written_under_the_keys_transformers_4_reads_too(rope, legacy):
+    """transformers 5 writes the rotary base in `rope_parameters` alone; 4.x reads `rope_theta` (and `rope_scaling`,
+    `partial_rotary_factor`, Gemma 3's `rope_local_base_freq`) and runs its default base without them."""
+    from configuration_dwatt import with_legacy_rope
+
+    config = {"model_type": "llama", "rope_parameters": rope}
+    assert with_legacy_rope(config) == legacy | config
+    assert with_legacy_rope(config | {"rope_theta": 7.0})["rope_theta"] == 7.0  # a key it holds stays
+    assert with_legacy_rope({"model_type": "bert"}) == {"model_type": "bert"}  # no rotary settings, nothing added
+
+
+def test_a_decoder_checkpoint_s_config_carries_its_rotary_base_for_transformers_4(tmp_path):
+    from transformers import LlamaConfig
+
+    encoder = LlamaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, rope_theta=1e5)
+    DWAttConfig(encoder_config=encoder.to_dict(), fusion="base").save_pretrained(tmp_path)
+    stored = json.loads((tmp_path / "config.json").read_text())["encoder_config"]
+    assert stored["rope_theta"] == 1e5 and stored["rope_parameters"]["rope_theta"] == 1e5
+    assert DWAttConfig.from_pretrained(tmp_path).encoder_config.rope_parameters["rope_theta"] == 1e5
 
 
 def test_checkpoints_reload_with_remote_code_only(tmp_path):
