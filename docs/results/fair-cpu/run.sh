@@ -103,14 +103,19 @@ dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shot
   --threads 1 --output-root runs/fair --quiet
 # ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later): MiniLM over 3 trials, the
 # five rates and two above them, its own store (EmbeddingGemma's is the few-shot-dev grid's, joined below).
-# SmolLM2 at N = 32 followed (added last); its N = 128, MPNet and Qwen have no such runs yet: the CPU hours went to
-# MiniLM and EmbeddingGemma first, EmbeddingGemma being the backbone whose fusions fall behind its best layer.
+# SmolLM2 at N = 32 followed, then its N = 128 (26 min of one core) and MPNet's (with --widen 3, which added nothing:
+# every trial chose inside the seven rates; under 50 min of one core, the test suite beside it); Qwen has no such runs
+# yet: the CPU hours went to MiniLM and EmbeddingGemma first, EmbeddingGemma being the backbone whose fusions fall
+# behind its best layer.
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets --threads 1 --quiet \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.layer-norm.jsonl --output-root runs/fair-ln
-dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32 --epochs 25 --trials 3 \
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/SmolLM2-135M-Instruct-q4 --test --engine budgets --threads 1 --quiet \
   --results docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/fair-ln
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/all-mpnet-base-v2 --test --engine budgets --widen 3 --threads 1 --quiet \
+  --results docs/results/fair-cpu/fair.all-mpnet-base-v2.layer-norm.jsonl --output-root runs/fair-ln
 # Grids that contain their optimum (issue 71, added later): each method's grid as it ran, widened where dev chose an
 # edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next rate past the edge on the 1000 dev
 # sentences, at most three rates past the grid), the added runs in a store of their own per backbone (*.widened.jsonl);
@@ -129,7 +134,7 @@ for STEP in base:"$RATES",3e-2:10:probe-ensembles scalar_mix,concat,dwatt:"$RATE
 done
 SMOLLM2=docs/results/fair-cpu/fair.SmolLM2-135M-Instruct-q4
 for STEP in base:"$RATES":32,128:probe-ensembles scalar_mix,concat,base_plus_n,dwatt:"$RATES":32,128: \
-    scalar_mix_dropout:"$RATES",3e-2,1e-1:32,128:layer-dropout scalar_mix_layer_norm:"$RATES",3e-2,1e-1:32:layer-norm; do
+    scalar_mix_dropout:"$RATES",3e-2,1e-1:32,128:layer-dropout scalar_mix_layer_norm:"$RATES",3e-2,1e-1:32,128:layer-norm; do
   IFS=: read -r FUSIONS STEP_RATES N_SHOTS STORE <<< "$STEP"
   PROBE=(); [[ $FUSIONS == base ]] && PROBE=(--probe-layers all)
   dwatt sweep --fusions "$FUSIONS" "${PROBE[@]}" --learning-rates "$STEP_RATES" --n-shots "$N_SHOTS" --trials 3 \
@@ -140,7 +145,8 @@ done
 # ScalarMix 10 at 3e-2 and 1 at 1e-1, DWAtt 4 at 3e-2 and 1 at 1e-1, ScalarMix+LD 4 at 3e-2 and 1 at 1e-1); SmolLM2's probe step
 # stopped partway twice (38 of its first 55 runs at 3e-2); its ScalarMix/Concat/Base+n/DWAtt step whole (36 min, 7 runs:
 # Concat N = 128 2 at 3e-2, N = 32 1 at 3e-2; ScalarMix N = 32 1 at 3e-2, 1 at 1e-1, 1 at 3e-1, N = 128 1 at 3e-2); its
-# ScalarMix+LD and +LN steps not yet run: rerunning these lines resumes.
+# ScalarMix+LN step whole (N = 128's third trial at 3e-1, past the 1e-1 it chose, which it kept; about 12 min of one
+# core beside the test suite); its ScalarMix+LD step not yet run: rerunning these lines resumes.
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
 # it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
