@@ -146,7 +146,8 @@ done
 # stopped partway twice (38 of its first 55 runs at 3e-2); its ScalarMix/Concat/Base+n/DWAtt step whole (36 min, 7 runs:
 # Concat N = 128 2 at 3e-2, N = 32 1 at 3e-2; ScalarMix N = 32 1 at 3e-2, 1 at 1e-1, 1 at 3e-1, N = 128 1 at 3e-2); its
 # ScalarMix+LN step whole (N = 128's third trial at 3e-1, past the 1e-1 it chose, which it kept; about 12 min of one
-# core beside the test suite); its ScalarMix+LD step not yet run: rerunning these lines resumes.
+# core beside the test suite) and its ScalarMix+LD step whole (N = 32's third trial at 3e-1, past the 1e-1 it chose,
+# which it kept; about 12 min): rerunning these lines resumes the probe's.
 # Qwen2.5-Coder-1.5B and EmbeddingGemma-300M (issue 57) ran the same grid at N = 32 with the few-shot dev choice beside
 # it (docs/results/fair-few-shot-dev/run.sh), and Gemma 3 270M its probe: their stores join this report for the choice
 # on 1000 dev sentences (its few-shot-dev tables hold only them; the few-shot-dev report holds every backbone's).
