@@ -190,7 +190,9 @@ for STEP in base:5e-5,3e-4,1e-3,3e-3,1e-2 scalar_mix:5e-5,3e-4,1e-3,3e-3,1e-2 co
     --done-in "$GEMMA".jsonl "$GEMMA".{scalar-mix-larger-rates,layer-norm,layer-norm-larger-rates}.jsonl
 done
 # So far (one core, 34 min, ScalarMix's step first): ScalarMix widened to 1e-1 and 3e-1 (chosen 1e-1 in every trial,
-# inside); the probe's step stopped partway (9 of its first 34 runs at 3e-2); Concat, DWAtt and ScalarMix+LN not yet.
+# inside); the probe's step whole (stopped partway once, then resumed: 34 runs at 3e-2, 14 at 1e-1 and 1 at 3e-1;
+# about 20 min of one core beside the test suite; no layer's choice left at an edge or a limit); Concat, DWAtt and
+# ScalarMix+LN not yet.
 dwatt report docs/results/fair-few-shot-dev/fair.all-MiniLM-L6-v2.probe-ensembles.jsonl \
   docs/results/fair-few-shot-dev/no-dev/fair.all-MiniLM-L6-v2.jsonl --output docs/results/fair-few-shot-dev/no-dev/report \
   --title "With no dev set: the last epoch at dwatt train's learning rate (MiniLM, CoNLL-03 N = 32, trained again)"
