@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-COMMANDS = ("probe", "train", "predict", "export", "export-int8")
+COMMANDS = ("probe", "train", "predict", "export", "export-int8", "export-stock")
 GIB = 2**30
 
 
@@ -131,18 +131,24 @@ def command_lines(args, work: Path) -> dict[str, tuple[list[str], str | None]]:
     budget = ["--max-memory", args.max_memory] if args.max_memory else []
     export = ["export", chosen, str(work / "export" / "fp32"), *budget, *threads]
     int8 = ["export", chosen, str(work / "export" / "int8"), "--quantize", "int8", *budget, *threads]
+    # the stock export needs a head the family's stock class computes: a decoder's read through its final norm
+    stock_head = args.stock_head or chosen
+    stock = ["export", stock_head, str(work / "export" / "stock"), "--format", "transformers", *budget, *threads]
     return {
         "probe": (probe, None),
         "train": (train, None),
         "predict": (predict, lines),
         "export": (export, None),
         "export-int8": (int8, None),
+        "export-stock": (stock, None),
     }
 
 
 def command_name(command: str) -> str:
     """How a measured command reads: `export-int8` is `dwatt export --quantize int8`."""
-    return {"export-int8": "export --quantize int8"}.get(command, command)
+    return {"export-int8": "export --quantize int8", "export-stock": "export --format transformers"}.get(
+        command, command
+    )
 
 
 def table(records: list[dict]) -> str:
@@ -210,6 +216,12 @@ def main(argv: list[str] | None = None) -> None:
         "overflow float16, such as EmbeddingGemma's last layer)",
     )
     parser.add_argument("--predict-sentences", type=int, default=500)
+    parser.add_argument(
+        "--stock-head",
+        default=None,
+        help="export-stock: the head exported as a stock model (default: the probe's chosen head; a decoder's must "
+        "read its layer through the final norm, e.g. dwatt train --fusion base --layers K --through-final-norm)",
+    )
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--work", default=None, help="where the commands write (default: a scratch folder, removed)")
     parser.add_argument("--output", default=str(HERE / "results"))

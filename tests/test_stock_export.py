@@ -327,4 +327,4 @@ def test_a_classifier_the_stock_class_does_not_compute_and_a_decoder_s_head_are_
     error = capsys.readouterr().err
     assert "apply the backbone's final norm after layer 1" in error and "--through-final-norm" in error
     assert main(["export", str(decoder), str(tmp_path / "b"), "--format", "transformers", "--quantize", "int8"]) == 2
-    assert "--quantize, --calibration, --allow-lossy and --max-memory are for --format onnx" in capsys.readouterr().err
+    assert "--quantize, --calibration and --allow-lossy are for --format onnx" in capsys.readouterr().err

@@ -51,9 +51,8 @@ def register(commands) -> None:
     )
     add_budget_argument(
         parser,
-        "an export that would take more (the model's weights in float32, 2.35 times them with --quantize, and 1 GiB) is "
-        "refused before it begins "
-        "(default: the memory available)",
+        "an export that would take more (the model's weights in float32, 2.35 times them with --quantize, twice them "
+        "with --format transformers, and 1 GiB) is refused before it begins (default: the memory available)",
     )
     add_threads_argument(parser)
     parser.set_defaults(handler=run)
@@ -62,9 +61,9 @@ def register(commands) -> None:
 def run_stock(args: argparse.Namespace) -> int:
     from ..serving.stock_export import export_stock
 
-    if args.quantize or args.calibration or args.allow_lossy or args.max_memory:
-        raise ValueError("--quantize, --calibration, --allow-lossy and --max-memory are for --format onnx")
-    record = export_stock(args.checkpoint, args.output)
+    if args.quantize or args.calibration or args.allow_lossy:
+        raise ValueError("--quantize, --calibration and --allow-lossy are for --format onnx")
+    record = export_stock(args.checkpoint, args.output, max_memory=args.max_memory)
     print(
         f"exported {args.checkpoint} to {args.output} as a stock {record['architecture']} (layer {record['layer']} of "
         f"{record['backbone_layers']}; no remote code); logits within {record['check']['max_abs_logit_difference']:.1e} "

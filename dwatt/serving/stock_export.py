@@ -20,6 +20,7 @@ folder, gives the checkpoint's logits.
 from __future__ import annotations
 
 import copy
+import gc
 import re
 from pathlib import Path
 
@@ -127,7 +128,9 @@ def stock_model(model, pad_token_id: int | None = None) -> nn.Module:
             layers_past_pattern(model.dwatt.backbone, model.config.encoder_config, model.config.read_layer)
         )
         weights = {key: value for key, value in weights.items() if not past.search(f"backbone.{key}")}
-    missing, unexpected = stock.base_model.load_state_dict(weights, strict=False)
+    # assigned, not copied: the stock model holds the checkpoint's tensors, and the random ones it was built with go
+    # (one copy of a 1.5B backbone's layers in memory, not two)
+    missing, unexpected = stock.base_model.load_state_dict(weights, strict=False, assign=True)
     filled = _place_head(model, stock)  # the head's weights: a stock BERT's pooler among them
     missing = [key for key in missing if f"{stock.base_model_prefix}.{key}" not in filled]
     unexpected = [key for key in unexpected if not key.startswith("pooler.")]  # a pooler the head never reads
@@ -185,22 +188,21 @@ def _stock_sequence_head(stock: nn.Module, maps: int) -> dict[str, nn.Linear]:
     )
 
 
-def _largest_difference(model, stock, batch: dict) -> tuple[float, float]:
+def _logits(model, batch: dict) -> torch.Tensor:
+    """`model`'s logits on `batch`; a tagger's at the real tokens alone (the padding's are no one's)."""
     with torch.no_grad():
-        ours = model(**batch).logits.float()
-        theirs = stock(**{name: batch[name] for name in ("input_ids", "attention_mask")}).logits.float()
-    if ours.dim() == 3:  # a tagger's: the padding's logits are no one's
-        mask = batch["attention_mask"].bool()
-        ours, theirs = ours[mask], theirs[mask]
-    return (ours - theirs).abs().max().item(), ours.abs().max().item()
+        logits = model(**batch).logits.float()
+    return logits[batch["attention_mask"].bool()] if logits.dim() == 3 else logits
 
 
-def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
+def export_stock(checkpoint: str | Path, output: str | Path, max_memory: int | None = None) -> dict:
     """Write `checkpoint` (a tagger or a text classifier whose head reads one layer) into `output` as its family's
     stock `<Family>ForTokenClassification` or `<Family>ForSequenceClassification`, with its tokenizer, a card and `dwatt_stock_export.json`, after checking that
     the folder, loaded back by transformers without remote code, gives the checkpoint's logits on a padded batch.
     ValueError (one line: why) where the checkpoint is no stock architecture. Written into a scratch folder and
-    swapped in whole (`replace_folder`); `output` must be new, empty or an earlier stock export."""
+    swapped in whole (`replace_folder`); `output` must be new, empty or an earlier stock export. Refused before the
+    checkpoint's weights load where it would take more memory than `max_memory` (bytes) or the memory available
+    (`dwatt.serving.export_memory.check_export_memory`)."""
     import transformers
 
     from configuration_dwatt import is_decoder_only, with_legacy_rope
@@ -209,6 +211,7 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
     from ..checkpoints import is_ensemble, load_checkpoint
     from ..tasks import TASKS
     from .export import check_batch
+    from .export_memory import check_export_memory
 
     output = Path(output)
     if output.exists() and not (output.is_dir() and ((output / STOCK_RECORD).is_file() or not any(output.iterdir()))):
@@ -219,22 +222,31 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
             "export its best member, or export the ensemble to ONNX"
         )
     model, tokenizer, task = load_checkpoint(checkpoint)
-    model.float()
     refusal = stock_refusal(model, task)
     if refusal:
         raise ValueError(f"{checkpoint}: no stock transformers model: {refusal}")
+    check_export_memory(checkpoint, model, None, max_memory, stock=True)
+    model.float()
     stock = stock_model(model, tokenizer.pad_token_id)
-    if is_decoder_only(model.config.encoder_config):
+    decoder = is_decoder_only(model.config.encoder_config)
+    if decoder:
         # the stock decoder counts positions from the first token, padding included, where dwatt counts from the
         # first real one: the two agree on right padding, which the folder's tokenizer keeps
         tokenizer.padding_side = "right"
     batch = check_batch(tokenizer, ["input_ids", "attention_mask"])
+    ours = _logits(model, batch)
+    layer, depth = model.config.read_layer, model.config.encoder_config.num_hidden_layers
+    auto, id2label, pipeline_tag = stock_class(model), model.config.id2label, TASKS[task].pipeline_tag
+    backbone = portable_path(model.config.backbone_name_or_path)  # None passes as None
     with scratch_folder(output) as staging:
         stock.save_pretrained(staging)
+        del model, stock  # the weights they share go before the folder is loaded back: one copy held at a time
+        gc.collect()
         write_json_atomically(staging / "config.json", with_legacy_rope(read_json(staging / "config.json")))
         save_tokenizer(tokenizer, staging)
-        loaded = stock_class(model).from_pretrained(staging, trust_remote_code=False).float().eval()
-        difference, largest = _largest_difference(model, loaded, batch)
+        loaded = auto.from_pretrained(staging, trust_remote_code=False).float().eval()
+        theirs = _logits(loaded, {name: batch[name] for name in ("input_ids", "attention_mask")})
+        difference, largest = (ours - theirs).abs().max().item(), ours.abs().max().item()
         tolerance = TOLERANCE * max(1.0, largest)
         if not difference <= tolerance:
             raise ValueError(
@@ -242,18 +254,8 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
                 f"{difference:.2e}, over {tolerance:.2e}): its family hands the classifier something else than "
                 "the layer's output; export it to ONNX instead"
             )
-        layer, depth = model.config.read_layer, model.config.encoder_config.num_hidden_layers
         (staging / "README.md").write_text(
-            stock_card(
-                checkpoint,
-                type(loaded).__name__,
-                layer,
-                depth,
-                difference,
-                model.config.id2label,
-                TASKS[task].pipeline_tag,
-                is_decoder_only(model.config.encoder_config),
-            )
+            stock_card(checkpoint, type(loaded).__name__, layer, depth, difference, id2label, pipeline_tag, decoder)
         )
         record = {
             "format": "transformers",
@@ -261,7 +263,7 @@ def export_stock(checkpoint: str | Path, output: str | Path) -> dict:
             "architecture": type(loaded).__name__,
             "layer": layer,
             "backbone_layers": depth,
-            "backbone": portable_path(model.config.backbone_name_or_path),  # None passes as None
+            "backbone": backbone,
             "check": {"max_abs_logit_difference": difference, "largest_logit": largest, "tolerance": tolerance},
             "transformers": transformers.__version__,
             "torch": torch.__version__,
