@@ -113,3 +113,24 @@ def test_two_exports_to_one_folder_at_once_the_second_is_refused_and_the_first_s
     )  # once it ended: its leftovers are a killed one's
     assert not scratch.exists() and not (tmp_path / ".onnx.lock").exists()
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("time_vs_fp32, says", [(1.32, True), (0.64, False)])
+def test_an_int8_graph_slower_than_fp32_on_this_cpu_is_said_to_be(monkeypatch, capsys, tmp_path, time_vs_fp32, says):
+    """The export keeps the fastest int8 graph that keeps the answers; where even that one is slower than fp32 on the
+    exporting CPU, its last line says to serve the fp32 graph there."""
+    import dwatt.serving.export
+
+    candidate = {"scheme": "weights", "agreement": 0.985, "unit": "words", "time_vs_fp32": time_vs_fp32}
+    config = {
+        "graphs": {None: "model.onnx", "int8": "model_int8.onnx"},
+        "task": "ner",
+        "fusion": "base",
+        "check": {"max_abs_logit_difference": 0.0},
+        "int8": candidate | {"calibration": "128 sentences", "candidates": [candidate]},
+    }
+    monkeypatch.setattr(dwatt.serving.export, "export_onnx", lambda *args, **kwargs: config)
+    assert main(["export", str(tmp_path / "model"), str(tmp_path / "onnx"), "--quantize", "int8"]) == 0
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert f"int8 (weights): 98.5% of words as fp32 on 128 sentences, {time_vs_fp32:.2f}x fp32's time" in last
+    assert ("slower than fp32 here: serve the fp32 graph on this CPU" in last) is says

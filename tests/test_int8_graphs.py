@@ -256,3 +256,29 @@ def test_dynamic_int8_takes_7_bit_weights_where_this_cpu_would_saturate_8(tmp_pa
         if tensor.data_type == onnx.TensorProto.INT8
     ]
     assert quantized and max(int(np.abs(q.astype(np.int32)).max()) for q in quantized) == (127 if exact else 64)
+
+
+def test_smooth_keeps_more_inputs_fp32_by_their_error_until_the_graph_agrees_or_half_are(tmp_path, monkeypatch):
+    """`calibrated_smooth_graph`: the inputs over `KEEP_FP32_ERROR` first; a graph under `AGREEMENT_THRESHOLD` keeps
+    the next by error fp32 too, twice as many a round; at `MOST_KEPT_FP32` of the inputs it stops, agreeing or not;
+    without `agrees`, one graph."""
+    errors = dict(zip("abcdefghij", [0.2, 0.04, 0.03, 0.02, 0.01, 0.009, 0.008, 0.007, 0.006, 0.005]))
+    written = []
+    monkeypatch.setattr(int8_graphs, "input_ranges", lambda *args: {})
+    monkeypatch.setattr(int8_graphs, "smoothing_scales", lambda *args: {})
+    monkeypatch.setattr(int8_graphs, "per_token_errors", lambda *args: errors)
+
+    def quantize(source, target, scales, keep_fp32=()):
+        written.append("".join(keep_fp32))
+        return {"int8": 10 - len(keep_fp32), "fp32": len(keep_fp32)}
+
+    monkeypatch.setattr(int8_graphs, "quantize_smooth_graph", quantize)
+    smooth = int8_graphs.calibrated_smooth_graph
+    agrees_from_four = lambda path: 0.99 if len(written[-1]) >= 4 else 0.9  # noqa: E731
+    assert smooth("in", "out", None, None, agrees_from_four) == {"fp32_products": 4, "products": 10, "fp32_inputs": 4}
+    assert written == ["a", "ab", "abcd"]
+    written.clear()
+    assert smooth("in", "out", None, None, lambda path: 0.5)["fp32_inputs"] == 5  # half the inputs: stopped there
+    assert written == ["a", "ab", "abcd", "abcde"]
+    written.clear()
+    assert smooth("in", "out", None, None)["fp32_inputs"] == 1 and written == ["a"]

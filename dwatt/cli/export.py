@@ -98,8 +98,13 @@ def run(args: argparse.Namespace) -> int:
         tried = "; ".join(
             f"{c['scheme']} {100 * c['agreement']:.1f}% at {c['time_vs_fp32']:.2f}x" for c in int8["candidates"]
         )
+        slower = (
+            "; slower than fp32 here: serve the fp32 graph on this CPU (dwatt predict without --quantize)"
+            if int8["time_vs_fp32"] >= 1
+            else ""
+        )
         print(
             f"int8 ({int8['scheme']}): {100 * int8['agreement']:.1f}% of {int8['unit']} as fp32 on "
-            f"{int8['calibration']}, {int8['time_vs_fp32']:.2f}x fp32's time on this CPU (tried: {tried})"
+            f"{int8['calibration']}, {int8['time_vs_fp32']:.2f}x fp32's time on this CPU (tried: {tried}){slower}"
         )
     return 0

@@ -146,19 +146,19 @@ def write_graph_apart(checkpoint, batch: dict[str, torch.Tensor], path: str | Pa
         apart.submit(_write_checkpoint_graph, str(checkpoint), batch, str(path)).result()
 
 
-def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer) -> dict:
+def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer, agrees=None) -> dict:
     """The int8 graph of the fp32 graph at `source` (its `OnnxModel`: `fp32`), written to `target` by `scheme`
     (`dwatt.serving.int8_graphs`): `dynamic`, onnxruntime's dynamic int8 (one scale per weight channel: one per
     tensor lost 2.2 F1 on a MiniLM tagger and 7.4 on an MPNet one, benchmarks/int8_accuracy.py; activations one scale
     per batch), `weights`, onnxruntime's `MatMulNBits` (weights per block, int8 arithmetic), or `smooth`, calibrated
     on the sample that `answer(model)` runs (activations one scale per token, smoothed; the few products it would
-    lose most on stay fp32). Returns what the scheme chose on this machine: what `smooth` left fp32, whether `dynamic`
-    took 7-bit weights (`{}` for `weights`)."""
+    lose most on stay fp32, more of them while `agrees(graph path)` is under the threshold). Returns what the scheme
+    chose on this machine: what `smooth` left fp32, whether `dynamic` took 7-bit weights (`{}` for `weights`)."""
     from .int8_graphs import calibrated_smooth_graph, quantize_dynamic_graph, quantize_weights_graph
 
     with _quiet_exporter():
         if scheme == "smooth":
-            return calibrated_smooth_graph(source, target, fp32, answer)
+            return calibrated_smooth_graph(source, target, fp32, answer, agrees)
         if scheme == "dynamic":
             return quantize_dynamic_graph(source, target)
         quantize_weights_graph(source, target)
@@ -192,6 +192,14 @@ def check_int8(
         return answers(task, model, tokenizer, sample)
 
     reference = answer(fp32)
+
+    def agrees(path: Path) -> float:
+        graph = OnnxModel.of_graph(path, export)
+        try:
+            return agreement(task, reference, answer(graph))["agreement"]
+        finally:
+            graph.close()
+
     candidates = []
     for scheme in schemes:
         folder = staging / f".int8-{scheme}"  # a graph over 2 GiB keeps its weights beside it, by its file name
@@ -200,7 +208,7 @@ def check_int8(
         # reads only `fp32.config`), then opened again to time the int8 graph against: one graph's weights held at a
         # time besides the int8 graph's
         fp32.close()
-        left_fp32 = quantize_onnx(staging / GRAPHS[None], folder / GRAPHS["int8"], scheme, fp32, answer)
+        left_fp32 = quantize_onnx(staging / GRAPHS[None], folder / GRAPHS["int8"], scheme, fp32, answer, agrees)
         graph = OnnxModel.of_graph(folder / GRAPHS["int8"], export)
         measured = agreement(task, reference, answer(graph))
         fp32.reopen()

@@ -11,8 +11,9 @@ weight matrix); the task head stays fp32, as in PyTorch's int8 path.
 - `smooth`: activations quantized per token (one scale per row, computed as the graph runs), after SmoothQuant's
   migration of each input channel's range into the weights (scale s = max|x|^0.5 / max|w|^0.5 over a calibration
   sample; the activation is divided by s, the weight's rows multiplied by it); the few products whose smoothed
-  input still loses over `KEEP_FP32_ERROR` per token on the sample stay fp32. Written with standard ONNX operators
-  (`MatMulInteger`), so any runtime that runs ONNX runs it.
+  input still loses over `KEEP_FP32_ERROR` per token on the sample stay fp32, and more by that loss while the graph
+  gives under `AGREEMENT_THRESHOLD` of the fp32 graph's answers (at most `MOST_KEPT_FP32` of the inputs). Standard
+  ONNX operators (`MatMulInteger`): any runtime that runs ONNX runs it.
 
 Why decoders need another: a decoder LLM's feed-forward down-projections read a product whose few outlier channels
 reach 100 times the median channel on a few tokens (the "massive activations" of LLMs). One scale per tensor then
@@ -25,12 +26,12 @@ at 0.60x and 0.48x (an AMD CPU without AMX). On Intel CPUs with AMX and AVX-512 
 `smooth` 0.65x on the first head: which scheme is faster depends on the CPU.
 
 int8's speed is the CPU's (VNNI, AMX): `--quantize int8` tries the schemes that may keep the backbone family's answers
-(`dwatt.serving.schemes.schemes_for`: all three for encoders, `weights` and `smooth` for decoder-only LLMs) and keeps the fastest, measured on
-the exporting machine, of those that keep them; `--quantize int8-<scheme>` forces one. The export runs the graphs on a
-calibration sample (`--calibration FILE`, one input per line; by default
-the first `CALIBRATION_SIZE` sentences of CoNLL-03's dev split, or texts of AG News' evaluation split), records how
-often the int8 graph gives the fp32 graph's answer (`agreement`: words for a tagger, texts for a classifier, tokens
-for a masked LM) and refuses an int8 graph below `AGREEMENT_THRESHOLD` unless asked to keep it (`--allow-lossy`).
+(`dwatt.serving.schemes.schemes_for`: all three for encoders, `weights` and `smooth` for decoder-only LLMs) and keeps
+the fastest, measured on the exporting machine, of those that keep them; `--quantize int8-<scheme>` forces one. The
+export runs the graphs on a calibration sample (`--calibration FILE`, one input per line; by default the first
+`CALIBRATION_SIZE` sentences of CoNLL-03's dev split, or texts of AG News' evaluation split), records how often the
+int8 graph gives the fp32 graph's answer (`agreement`: words for a tagger, texts for a classifier, tokens for a masked
+LM) and refuses an int8 graph below `AGREEMENT_THRESHOLD` unless asked to keep it (`--allow-lossy`).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ SMOOTHING_ALPHA = 0.5  # SmoothQuant's migration strength: 0.5, 0.7 measured ali
 # SmolLM2's layer-11 head, the inputs of 3 of 77 products, 5.3-5.5% (the next 4.1%); that took its test words from
 # 98.09% to 98.54% as fp32 (benchmarks/results/int8_decoders_cpu.md: "smooth alone", "smooth").
 KEEP_FP32_ERROR = 0.05
+# The share of quantized inputs `smooth` may keep fp32 (by their error, most first) to reach `AGREEMENT_THRESHOLD`.
+MOST_KEPT_FP32 = 0.5
 
 
 # The sample ------------------------------------------------------------------------------------------------------
@@ -359,15 +362,30 @@ def per_token_errors(
     return errors
 
 
-def calibrated_smooth_graph(source: Path, target: Path, fp32, run_sample: Callable[[object], object]) -> dict:
+def calibrated_smooth_graph(
+    source: Path,
+    target: Path,
+    fp32,
+    run_sample: Callable[[object], object],
+    agrees: Callable[[Path], float] | None = None,
+) -> dict:
     """The `smooth` scheme, calibrated on the sample `run_sample` runs: the inputs' ranges, their smoothing scales,
     then the error each smoothed input makes per token; the few inputs whose error passes `KEEP_FP32_ERROR` keep
-    their products fp32 (mixed precision). Returns what was left fp32: `{"fp32_products", "products"}`."""
+    their products fp32 (mixed precision). Given `agrees` (a graph's path -> the share of the sample's answers it
+    gives as the fp32 graph does), a graph under `AGREEMENT_THRESHOLD` keeps the next inputs by error fp32 too, twice
+    as many each round, until it reaches the threshold or `MOST_KEPT_FP32` of the inputs are fp32 (past that, int8
+    has little left to save). Returns what was left fp32: `{"fp32_products", "products", "fp32_inputs"}`."""
     scales = smoothing_scales(source, input_ranges(source, fp32, run_sample))
     errors = per_token_errors(source, fp32, run_sample, scales)
-    kept = {name for name, error in errors.items() if error > KEEP_FP32_ERROR}
-    products = quantize_smooth_graph(source, target, scales, keep_fp32=kept)
-    return {"fp32_products": products["fp32"], "products": products["fp32"] + products["int8"]}
+    ranked = sorted(errors, key=errors.get, reverse=True)
+    kept = sum(error > KEEP_FP32_ERROR for error in errors.values())
+    most = int(MOST_KEPT_FP32 * len(ranked))
+    while True:
+        products = quantize_smooth_graph(source, target, scales, keep_fp32=ranked[:kept])
+        if agrees is None or kept >= most or agrees(target) >= AGREEMENT_THRESHOLD:
+            break
+        kept = min(most, max(2 * kept, kept + 1))
+    return {"fp32_products": products["fp32"], "products": sum(products.values()), "fp32_inputs": kept}
 
 
 def quantize_smooth_graph(
@@ -462,6 +480,7 @@ __all__ = [
     "EXPORT_QUANTIZATIONS",
     "INT8_SCHEMES",
     "KEEP_FP32_ERROR",
+    "MOST_KEPT_FP32",
     "TASK_CHECKS",
     "TaskCheck",
     "agreement",
