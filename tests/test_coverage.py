@@ -102,3 +102,30 @@ def test_coverage_counts_windows_around_both_choices_and_only_those():
     moved = [row | {"config": row["config"] | {"layers": "2-6"}} for row in rows if row["config"]["layers"] == "1-5"]
     covered = coverage(runs_frame(around_dev_only + moved)).set_index("method")
     assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [0, 2, 4, 8]
+
+
+def test_rates_past_the_grid_shared_by_many_methods_do_not_outvote_the_grid():
+    """Three backbones: the probe and Concat at the grid's five rates, ScalarMix and DWAtt widened to a sixth where
+    they chose the largest, ScalarMix+LN planned with seven from the start. The sixth rate is in most methods' rates,
+    yet the set most often tried whole is the grid's five: Concat is complete there, and each widened method is
+    counted against its own six."""
+    from dwatt.experiment.coverage import coverage
+    from dwatt.experiment.summaries import runs_frame
+
+    grid, sixth, seventh = (1e-4, 3e-4, 1e-3, 3e-3, 1e-2), 3e-2, 1e-1
+
+    def on(backbone, row):
+        row["config"]["backbone"] = backbone
+        return row
+
+    rows = []
+    for backbone in ("/m/a", "/m/b", "/m/c"):
+        rows += [on(backbone, fair_row("base", 0, rate, 0.5, 0.5, layer)) for layer in (1, 2) for rate in grid]
+        rows += [on(backbone, fair_row("concat", 0, rate, 0.5, 0.5)) for rate in grid]
+        rows += [on(backbone, fair_row("scalar_mix_layer_norm", 0, r, 0.5, 0.5)) for r in (*grid, sixth, seventh)]
+        widened = ("scalar_mix", "dwatt") if backbone != "/m/c" else ("scalar_mix",)
+        rows += [on(backbone, fair_row(fusion, 0, rate, 0.5, 0.5)) for fusion in widened for rate in (*grid, sixth)]
+    covered = coverage(runs_frame(rows)).set_index(["backbone", "method"])
+    assert (covered.loc[("a", "Concat"), ["planned_runs", "complete_trials"]] == [5, 1]).all()
+    assert (covered.loc[("a", "ScalarMix"), ["planned_runs", "complete_trials"]] == [6, 1]).all()
+    assert (covered.loc[("c", "ScalarMix+LN"), ["planned_runs", "complete_trials"]] == [7, 1]).all()

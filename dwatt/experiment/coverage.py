@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pandas as pd
 
 from .selection import (
@@ -35,16 +37,18 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     methods = [
         method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)
     ]
-    # the grid's own rates: those most methods were tried at, counted per backbone (a rate past the grid's edge is
-    # a few methods' on a backbone where they chose its largest; a method whose runs have only begun lacks some of
-    # the grid's rates rather than shrinking the grid)
+    # the grid's own rates: the set of rates most often tried as a whole by a method on a backbone (each backbone's
+    # methods counted apart). A rate past the grid's edge is a few methods' where they chose its largest, in sets of
+    # their own (as is a method planned with more rates from the start), which a count of single rates would let
+    # outvote the grid once enough of them share it; a method whose runs have only begun lacks some of the grid's
+    # rates rather than shrinking the grid
     trained = [method for method in methods if method not in ENSEMBLE_METHODS.values()]  # ensembles train nothing
-    tried = [
-        set(rates)
+    tried = collections.Counter(
+        frozenset(rates)
         for _, on_backbone in runs[runs.method.isin(trained)].groupby("backbone")
         for _, rates in on_backbone.groupby("method").learning_rate
-    ]
-    shared_rates = {rate for rate in set().union(*tried) if 2 * sum(rate in rates for rates in tried) > len(tried)}
+    )
+    shared_rates = set(max(tried, key=lambda rates: (tried[rates], -len(rates)))) if tried else set()
     alone_of = {method: alone for (_, alone), method in WINDOW_METHODS.items()}
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
