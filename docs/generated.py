@@ -115,6 +115,8 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     },
     "benchmarks/results/quantization_speed_cpu.md": _table_lines,
     "benchmarks/results/vllm_serving.md": _table_lines,
+    "benchmarks/results/stock_releases.json": lambda s: _module("benchmarks", "stock_releases").table(_json(s)),
+    "benchmarks/results/int8_choice.json": lambda s: _module("benchmarks", "int8_choice").table(_json(s)),
     "benchmarks/results/final_norm.json": lambda s: _module("benchmarks", "final_norm").tables_text(_json(s)),
     "tests/test_families.py#support_table": _support("support_table"),
     "tests/test_families.py#support_summary": _support("support_summary"),

@@ -200,8 +200,8 @@ def export_stock(checkpoint: str | Path, output: str | Path, max_memory: int | N
     stock `<Family>ForTokenClassification` or `<Family>ForSequenceClassification`, with its tokenizer, a card and `dwatt_stock_export.json`, after checking that
     the folder, loaded back by transformers without remote code, gives the checkpoint's logits on a padded batch.
     ValueError (one line: why) where the checkpoint is no stock architecture. Written into a scratch folder and
-    swapped in whole (`replace_folder`); `output` must be new, empty or an earlier stock export. Refused before the
-    checkpoint's weights load where it would take more memory than `max_memory` (bytes) or the memory available
+    swapped in whole (`replace_folder`); `output` must be new, empty or an earlier stock export. Refused before anything
+    heavy runs where it would take more memory than `max_memory` (bytes) or than is available
     (`dwatt.serving.export_memory.check_export_memory`)."""
     import transformers
 
