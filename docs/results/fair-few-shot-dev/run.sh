@@ -159,7 +159,8 @@ dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e
 # later), each backbone's own store, its grid the five rates and two above them from the start (ScalarMix was chosen
 # at the grid's top on EmbeddingGemma and MiniLM): MiniLM, and EmbeddingGemma, whose ScalarMix and Concat fall far
 # behind its best layer (its deeper layers' norms reach 4e4: the question this fusion answers).
-# SmolLM2, MPNet, Qwen and Gemma 3 have no such runs yet (the CPU hours went to these two first).
+# SmolLM2's and MPNet's are in ../fair-cpu (their fair grid's); Gemma 3's follows below; Qwen has none yet (its
+# backbone pass would take about three hours of one core here: ../fair-cpu/run.sh).
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
@@ -174,6 +175,12 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates 3e-1 --n-shots 32 -
   --dev-sentences 1000 --backbones models/embeddinggemma-300m --test --few-shot-dev --engine budgets \
   --cache-dtype bfloat16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-few-shot-dev/fair.embeddinggemma-300m.layer-norm-larger-rates.jsonl --output-root runs/fsd
+# Gemma 3's ScalarMix+LN (added later), the same rates, widened where dev chose an edge (--widen 3 added nothing: each
+# trial chose 1e-2); float32 caches on disk as its probe's. 33 min of one core, two other jobs beside it.
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/gemma3-270m-q4 --test --few-shot-dev --engine budgets --widen 3 \
+  --cache-dtype float32 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-few-shot-dev/fair.gemma3-270m-q4.layer-norm.jsonl --output-root runs/fsd
 # Grids that contain their optimum (issue 71, added later): EmbeddingGemma's grid as it ran, widened where the choice on
 # the 1000 dev sentences sat at an edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next
 # rate past the edge, at most three rates past the grid), the added runs in a store of their own; every run a store
