@@ -17,7 +17,8 @@ checkpoint's argmax does (a tagger: the same tokens tagged with the same non-O l
         --head runs/qwen-cls/model=runs/qwen-cls/stock --release /tmp/dwatt-transformers-4.46.3 ... --texts 20
 
 The committed taggers were trained for the check (`dwatt train --fusion base --layers K [--through-final-norm]
---n-shot 8 --epochs 5 --dev-sentences 100 --lr 1e-2`, then `dwatt export ... --format transformers`), the MiniLM and
+--n-shot 8 --epochs 5 --dev-sentences 100 --lr 1e-2`, then `dwatt export ... --format transformers`) but MiniLM's layer-3
+tagger, chosen by `dwatt probe --n-shot 8 --dev-sentences 100 --epochs 5`; the MiniLM and
 SmolLM2 classifiers chosen by `dwatt probe --task cls` (benchmarks/vllm_serving.py's), the Qwen classifier trained so
 with `--task cls`. Writes `results/stock_releases.json` and `.md` next to this file (or into --output); heads not named
 keep their rows.
