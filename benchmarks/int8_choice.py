@@ -118,7 +118,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     import torch
 
-    from dwatt.portable import portable_path
 
     torch.set_num_threads(args.threads)
     path = Path(args.output) / "int8_choice.json"
@@ -130,11 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory() as work:
             row = measure(name, checkpoint, args.sentences, args.rounds, Path(work))
         result["rows"] = [r for r in result["rows"] if (r["head"], r["cpu"]) != (row["head"], row["cpu"])] + [row]
-    recorded = [
-        part if "=" not in part else part.split("=", 1)[0] + "=" + portable_path(part.split("=", 1)[1])
-        for part in (argv if argv is not None else __import__("sys").argv[1:])
-    ]
-    result["commands"] = sorted(set(result["commands"]) | {results_files.command("int8_choice.py", recorded)})
+    result["commands"] = sorted(set(result["commands"]) | {results_files.command_with_heads("int8_choice.py", argv)})
     result["environment"] = results_files.environment()
     results_files.write(args.output, "int8_choice", result, markdown(result))
 

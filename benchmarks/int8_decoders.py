@@ -288,22 +288,6 @@ def markdown(result: dict) -> str:
     )
 
 
-def recorded_command(argv: list[str] | None) -> str:
-    """The command line as `results_files.command` records it, each `--head NAME=FOLDER`'s folder made portable."""
-    import sys
-
-    from dwatt.portable import portable_path
-
-    given = sys.argv[1:] if argv is None else argv
-    heads = [
-        f"{part.split('=', 1)[0]}={portable_path(part.split('=', 1)[1])}"
-        if "=" in part and not part.startswith("-")
-        else part
-        for part in given
-    ]
-    return results_files.command("int8_decoders.py", heads)
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--head", action="append", required=True, help="NAME=CHECKPOINT (repeat)")
@@ -329,7 +313,9 @@ def main(argv: list[str] | None = None) -> None:
         "environment": results_files.environment(),
         "sentences": args.sentences,
         "rounds": args.rounds,
-        "commands": sorted(set(earlier.get("commands", [])) | {recorded_command(argv)}),
+        "commands": sorted(
+            set(earlier.get("commands", [])) | {results_files.command_with_heads("int8_decoders.py", argv)}
+        ),
     }
     results_files.write(args.output, "int8_decoders_cpu", result, markdown(result))
 

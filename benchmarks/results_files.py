@@ -60,6 +60,20 @@ def command(script: str, argv: list[str] | None) -> str:
     )
 
 
+def command_with_heads(script: str, argv: list[str] | None) -> str:
+    """`command`, each `--head NAME=FOLDER`'s folder made portable too (`portable_command` sees only whole paths)."""
+    from dwatt.portable import portable_path
+
+    given = sys.argv[1:] if argv is None else argv
+    heads = [
+        f"{part.split('=', 1)[0]}={portable_path(part.split('=', 1)[1])}"
+        if "=" in part and not part.startswith("-")
+        else part
+        for part in given
+    ]
+    return command(script, heads)
+
+
 def rotated_rounds(names, rounds: int):
     """`(round, name)` for every name once a round, the order rotated from round to round, so that no name always
     runs first or right after the same other and slow drift of the machine falls on every name alike."""
