@@ -26,6 +26,8 @@ import results_files
 
 HERE = Path(__file__).resolve().parent
 FP32, INT8 = "fp32", "int8"
+# what the table keeps of each candidate the export records (`smooth` says how many of its products it left fp32)
+CANDIDATE_KEYS = ("scheme", "agreement", "time_vs_fp32", "fp32_products", "products")
 
 
 def cpu_name(cpu: dict) -> str:
@@ -62,8 +64,7 @@ def measure(name: str, checkpoint: str, sentences: int, rounds: int, work: Path)
         "calibration": record["calibration"],
         "threshold": record["threshold"],
         "candidates": [
-            {key: candidate[key] for key in ("scheme", "agreement", "time_vs_fp32")}
-            for candidate in record["candidates"]
+            {key: candidate[key] for key in CANDIDATE_KEYS if key in candidate} for candidate in record["candidates"]
         ],
         "test_sentences": len(test),
         "test_words": words,
@@ -84,7 +85,9 @@ def table(result: dict) -> str:
     ]
     for row in result["rows"]:
         tried = "; ".join(
-            f"`int8-{c['scheme']}` {100 * c['agreement']:.1f}%, {c['time_vs_fp32']:.2f}x" for c in row["candidates"]
+            f"`int8-{c['scheme']}` {100 * c['agreement']:.1f}%, {c['time_vs_fp32']:.2f}x"
+            + (f" ({c['fp32_products']} of {c['products']} products fp32)" if "products" in c else "")
+            for c in row["candidates"]
         )
         lines.append(
             f"| {row['head']} | {row['cpu']} | {tried} | `int8-{row['kept']}` | {100 * row['test_words_as_fp32']:.2f}% "
@@ -117,7 +120,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output", default=str(HERE / "results"))
     args = parser.parse_args(argv)
     import torch
-
 
     torch.set_num_threads(args.threads)
     path = Path(args.output) / "int8_choice.json"
