@@ -105,10 +105,9 @@ dwatt sweep --fusions scalar_mix,concat,dwatt --learning-rates "$RATES" --n-shot
 # five rates and two above them, its own store (EmbeddingGemma's is the few-shot-dev grid's, joined below).
 # SmolLM2 at N = 32 followed, then its N = 128 (26 min of one core) and MPNet's (with --widen 3, which added nothing:
 # every trial chose inside the seven rates; under 50 min of one core, the test suite beside it); Gemma 3's is the
-# few-shot-dev grid's (joined below). Qwen has no such runs yet: its backbone pass over CoNLL-03's sample, dev and test
-# (about 120k tokens through 28 layers of 1.5B parameters) would take about three hours of one core here, and no
-# GPU was lent; the CPU hours went to the smaller backbones first, EmbeddingGemma being the one whose fusions fall
-# behind its best layer.
+# few-shot-dev grid's (joined below). Qwen's was started last (../fair-few-shot-dev/run.sh), its store empty so far: the
+# CPU hours went to the smaller backbones first, EmbeddingGemma being the one whose fusions fall behind its best
+# layer.
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$RATES",3e-2,1e-1 --n-shots 32,128 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --engine budgets --threads 1 --quiet \
   --results docs/results/fair-cpu/fair.all-MiniLM-L6-v2.layer-norm.jsonl --output-root runs/fair-ln

@@ -159,8 +159,7 @@ dwatt sweep --fusions base --probe-layers all --learning-rates 5e-5,3e-4,1e-3,3e
 # later), each backbone's own store, its grid the five rates and two above them from the start (ScalarMix was chosen
 # at the grid's top on EmbeddingGemma and MiniLM): MiniLM, and EmbeddingGemma, whose ScalarMix and Concat fall far
 # behind its best layer (its deeper layers' norms reach 4e4: the question this fusion answers).
-# SmolLM2's and MPNet's are in ../fair-cpu (their fair grid's); Gemma 3's follows below; Qwen has none yet (its
-# backbone pass would take about three hours of one core here: ../fair-cpu/run.sh).
+# SmolLM2's and MPNet's are in ../fair-cpu (their fair grid's); Gemma 3's and Qwen's follow below.
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
@@ -181,6 +180,13 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-sho
   --dev-sentences 1000 --backbones models/gemma3-270m-q4 --test --few-shot-dev --engine budgets --widen 3 \
   --cache-dtype float32 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-few-shot-dev/fair.gemma3-270m-q4.layer-norm.jsonl --output-root runs/fsd
+# Qwen's ScalarMix+LN, the same way (float16 caches on disk, as its grid's): started at the end of a session (its
+# backbone pass over the sample and dev at about 60 tokens/s on two threads), it resumes from the caches under
+# runs/fsd and the runs its store holds; none is in the store yet.
+dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
+  --dev-sentences 1000 --backbones models/Qwen2.5-Coder-1.5B-Instruct-q4 --test --few-shot-dev --engine budgets \
+  --widen 3 --cache-dtype float16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-few-shot-dev/fair.Qwen2.5-Coder-1.5B-Instruct-q4.layer-norm.jsonl --output-root runs/fsd
 # Grids that contain their optimum (issue 71, added later): EmbeddingGemma's grid as it ran, widened where the choice on
 # the 1000 dev sentences sat at an edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next
 # rate past the edge, at most three rates past the grid), the added runs in a store of their own; every run a store
