@@ -74,6 +74,11 @@ def command_with_heads(script: str, argv: list[str] | None) -> str:
     return command(script, heads)
 
 
+def commands_line(commands: list[str]) -> str:
+    """The Markdown line naming the command lines a result file's rows came from."""
+    return "Commands: " + ", ".join(f"`{command}`" for command in commands) + "\n"
+
+
 def rotated_rounds(names, rounds: int):
     """`(round, name)` for every name once a round, the order rotated from round to round, so that no name always
     runs first or right after the same other and slow drift of the machine falls on every name alike."""
