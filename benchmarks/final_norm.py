@@ -27,6 +27,8 @@ from pathlib import Path
 import results_files
 import torch
 
+from dwatt.cli.options import add_max_memory_argument
+
 HERE = Path(__file__).resolve().parent
 ARMS = {"as_is": False, "through_final_norm": True}
 
@@ -157,6 +159,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work", default="runs/final-norm", help="where the probes' stores go")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--output", default=str(HERE / "results"))
+    add_max_memory_argument(parser)  # the probes' budget and caches on disk, as `dwatt probe` takes them
     args = parser.parse_args(argv)
     from dwatt.portable import backbone_folder, portable_path
 
@@ -169,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
         "epochs": args.epochs,
         "trials": args.trials,
         "output_root": args.output_root,
+        "max_memory": args.max_memory,
+        "cache_on_disk": args.cache_on_disk,
+        "device_map": args.device_map,
     }
     name = f"{Path(backbone_folder(args.backbone)).name} {'CoNLL-03' if args.task == 'ner' else 'AG News'} N={args.n_shot}"
     work = Path(args.work) / name.replace(" ", "_")

@@ -282,3 +282,24 @@ def test_smooth_keeps_more_inputs_fp32_by_their_error_until_the_graph_agrees_or_
     assert written == ["a", "ab", "abcd", "abcde"]
     written.clear()
     assert smooth("in", "out", None, None)["fp32_inputs"] == 1 and written == ["a"]
+
+
+def test_an_export_measures_each_int8_graph_it_writes_once(tiny_decoder, tmp_path, monkeypatch):
+    """The graph `smooth` keeps was measured by its own rounds: the export reads that figure, not a second pass over
+    the calibration sample; a graph written again is measured again."""
+    checkpoint = saved_with_tokenizer(
+        DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5), tmp_path / "decoder", tiny_decoder
+    )
+    (tmp_path / "calibration.txt").write_text("EU rejects German call to boycott British lamb .\nPeter Blackburn\n")
+    measured, written = [], []
+    monkeypatch.setattr(int8_graphs, "AGREEMENT_THRESHOLD", 0.0)  # the first graph agrees enough: one round
+    monkeypatch.setattr(int8_graphs, "agreement", lambda *args, real=agreement: measured.append(1) or real(*args))
+    write = int8_graphs.quantize_smooth_graph
+    monkeypatch.setattr(
+        int8_graphs, "quantize_smooth_graph", lambda *args, **kwargs: written.append(1) or write(*args, **kwargs)
+    )
+    command = ["export", str(checkpoint), str(tmp_path / "onnx"), "--quantize", "int8-smooth"]
+    assert main([*command, "--calibration", str(tmp_path / "calibration.txt")]) == 0
+    record = json.loads((tmp_path / "onnx" / "dwatt_export.json").read_text())["int8"]
+    assert record["scheme"] == "smooth" and 0 <= record["agreement"] <= 1
+    assert len(written) == 1 and len(measured) == 1  # was 2: the kept graph measured again after smooth's round
