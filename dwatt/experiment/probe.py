@@ -114,6 +114,16 @@ class ProbeSettings:
             **columns,
         }
 
+    def trained(self, specs: list, execution: Execution, train_in_parts: int | None = None) -> dict:
+        """Train (or resume) `specs` into the probe's store, the heads of a sample stacked: their rows, by run id."""
+        from .store import ResultsStore
+        from .sweep import run_sweep
+
+        overrides = self.overrides()
+        sweep = dict(execution=execution, progress=self.progress, engine="stacked", train_in_parts=train_in_parts)
+        run_sweep(specs, self.results, self.output_root, **sweep, **overrides)
+        return ResultsStore(self.results).finished(specs, overrides, "stacked")
+
 
 @dataclass
 class ProbeOutcome:
@@ -212,8 +222,6 @@ def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
     choose on dev, draw the figure and save the chosen head (unless `save_model` is off). `execution`: how the heads
     train (`dwatt.training.EXECUTION`)."""
     from .probe_models import ensemble_members, save_chosen, save_ensemble
-    from .store import ResultsStore
-    from .sweep import run_sweep
 
     rates = tuple(sorted(settings.learning_rates))
     specs = probe_specs(settings, rates)
@@ -221,20 +229,9 @@ def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
     layers = len({spec.layers for spec in specs})
     if settings.save_ensemble and settings.save_ensemble > layers:  # said before anything trains
         raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
-    overrides = settings.overrides()
     widening = Widening(settings.widen)
     while True:
-        run_sweep(
-            specs,
-            settings.results,
-            settings.output_root,
-            execution=execution,
-            progress=settings.progress,
-            engine="stacked",
-            train_in_parts=settings.train_in_parts,
-            **overrides,
-        )
-        rows = ResultsStore(settings.results).finished(specs, overrides, "stacked")
+        rows = settings.trained(specs, execution, settings.train_in_parts)
         found = [spec.run_id for spec in specs if spec.run_id in rows]
         # the probe's ensembles average heads trained together: those of the rates asked for, not of a widening's
         outcome = choose(settings.task, [rows[i] for i in found], [rows[i] for i in found if i in asked])

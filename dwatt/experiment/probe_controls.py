@@ -37,22 +37,9 @@ def shuffled_label_scores(
     (`RunSpec.shuffle_labels`), scored on the real dev and test, into the probe's store (resumed like its runs):
     trial -> {"dev": ..., "test": ...} (x 100; test None where the probe scores no test). `keys`: the results' keys
     of the best dev score and of the test score."""
-    from .store import ResultsStore
-    from .sweep import run_sweep
-
     layer, rate = chosen
     controls = [replace(spec_at(specs, trial, layer, rate), shuffle_labels=True) for trial in trials]
-    overrides = settings.overrides()
-    run_sweep(
-        controls,
-        settings.results,
-        settings.output_root,
-        execution=execution,
-        progress=settings.progress,
-        engine="stacked",
-        **overrides,
-    )
-    rows = ResultsStore(settings.results).finished(controls, overrides, "stacked")
+    rows = settings.trained(controls, execution)
     dev_key, test_key = keys
     scores = {}
     for spec in controls:
