@@ -90,6 +90,41 @@ def test_a_head_on_layer_k_exports_as_the_stock_tagger_cut_to_k(tiny_backbone, t
     )
 
 
+@pytest.mark.parametrize("mode", ["lora", "ft"])
+def test_a_lora_or_fine_tuned_head_on_one_layer_exports_with_its_trained_backbone(tiny_backbone, tmp_path, mode):
+    """The stock model holds the backbone as trained: LoRA's updates merged (a head-only save keeps the low-rank
+    matrices, merged on load), a fine-tuned backbone's own weights; not the pretrained ones."""
+    from transformers import AutoModelForTokenClassification, BertModel
+
+    from dwatt.lora import add_lora
+    from dwatt.training import FreezeBackboneCallback
+
+    torch.manual_seed(0)
+    model = DWAttForTokenClassification.from_backbone(
+        str(tiny_backbone), num_labels=5, id2label=LABELS, fusion="base", fused_layers="2"
+    )
+    if mode == "lora":
+        add_lora(model, rank=4, alpha=8, dropout=0.0)
+    FreezeBackboneCallback(mode).apply(model)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(torch.randn_like(parameter) * 0.2)
+    model.eval().save_pretrained(tmp_path / "model", heads_only=mode == "lora")
+    AutoTokenizer.from_pretrained(tiny_backbone).save_pretrained(tmp_path / "model")
+    assert main(["export", str(tmp_path / "model"), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    record = json.loads((tmp_path / "stock" / "dwatt_stock_export.json").read_text())
+    assert record["check"]["max_abs_logit_difference"] <= record["check"]["tolerance"]
+    stock = AutoModelForTokenClassification.from_pretrained(tmp_path / "stock").bert.encoder.layer
+    pretrained = BertModel.from_pretrained(tiny_backbone).encoder.layer
+    assert len(stock) == 2
+    for trained, plain in zip(stock, pretrained, strict=False):
+        query, value = trained.attention.self.query.weight, plain.attention.self.query.weight
+        assert (query - value).abs().max() > 1e-3  # the adapted (or fine-tuned) query, not the pretrained one
+        if mode == "lora":  # the adapters' targets alone changed
+            torch.testing.assert_close(trained.attention.self.key.weight, plain.attention.self.key.weight)
+
+
 def test_a_head_on_the_embedding_output_exports_as_the_stock_tagger_with_no_layer(tiny_backbone, tmp_path, capsys):
     """Layer 0 (a probe's floor, which it may choose): the checkpoint keeps the backbone's first layer unread; the
     stock tagger holds none, its classifier reading the embedding output, with the checkpoint's logits."""
