@@ -80,7 +80,7 @@ done
 wait
 # ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later), its own store per backbone,
 # the five rates and two above them, 3 trials: MiniLM at N = 16 and 64, EmbeddingGemma at N = 16, SmolLM2 at N = 16
-# and 64 (added last). Qwen has no such runs yet (its backbone pass over the texts takes hours on one core).
+# and 64, and Qwen at N = 16 (added last, widened as it ran: --widen 3; its float16 caches on disk, as its grid's).
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \
@@ -92,6 +92,10 @@ dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates 
 dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
   --backbones models/SmolLM2-135M-Instruct-q4 --test --few-shot-dev --engine budgets --threads 1 --quiet \
   --results docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.layer-norm.jsonl --output-root runs/agnews-ln
+dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16 \
+  --backbones models/Qwen2.5-Coder-1.5B-Instruct-q4 --test --few-shot-dev --engine budgets --widen 3 \
+  --cache-dtype float16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
+  --results docs/results/fair-agnews/fair.Qwen2.5-Coder-1.5B-Instruct-q4.layer-norm.jsonl --output-root runs/agnews
 # Grids that contain their optimum (issue 71, added later): each method's grid as it ran, widened where dev chose an
 # edge (dwatt sweep --widen 3: per method, setting, trial and probe layer, the next rate past the edge on the 800 dev
 # texts, at most three rates past the grid), the added runs in a store of their own per backbone (*.widened.jsonl);
