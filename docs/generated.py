@@ -118,6 +118,7 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "benchmarks/results/stock_releases.json": lambda s: _module("benchmarks", "stock_releases").table(_json(s)),
     "benchmarks/results/int8_choice.json": lambda s: _module("benchmarks", "int8_choice").table(_json(s)),
     "benchmarks/results/final_norm.json": lambda s: _module("benchmarks", "final_norm").tables_text(_json(s)),
+    "benchmarks/results/rerun_cost.md": _table_lines,
     "tests/test_families.py#support_table": _support("support_table"),
     "tests/test_families.py#support_summary": _support("support_summary"),
 }

@@ -80,7 +80,8 @@ done
 wait
 # ScalarMix with per-layer normalisation (scalar_mix_layer_norm; issue 71, added later), its own store per backbone,
 # the five rates and two above them, 3 trials: MiniLM at N = 16 and 64, EmbeddingGemma at N = 16, SmolLM2 at N = 16
-# and 64, and Qwen at N = 16 (added last, widened as it ran: --widen 3; its float16 caches on disk, as its grid's).
+# and 64, and Qwen at N = 16 (added last, widened as it ran: --widen 3, which added nothing; its float16 caches on disk,
+# as its grid's; trial 0 in one session, trials 1 and 2 in 22 min of one core in the next, its caches built again).
 LN_RATES=5e-5,3e-4,1e-3,3e-3,1e-2,3e-2,1e-1
 dwatt sweep --preset agnews-fe --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 16,64 --trials 3 \
   --backbones models/all-MiniLM-L6-v2 --test --few-shot-dev --engine budgets --threads 1 --quiet \

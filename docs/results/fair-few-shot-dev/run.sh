@@ -180,9 +180,10 @@ dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-sho
   --dev-sentences 1000 --backbones models/gemma3-270m-q4 --test --few-shot-dev --engine budgets --widen 3 \
   --cache-dtype float32 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
   --results docs/results/fair-few-shot-dev/fair.gemma3-270m-q4.layer-norm.jsonl --output-root runs/fsd
-# Qwen's ScalarMix+LN, the same way (float16 caches on disk, as its grid's): started at the end of a session (its
-# backbone pass over the sample and dev at about 60 tokens/s on two threads), it resumes from the caches under
-# runs/fsd and the runs its store holds; none is in the store yet.
+# Qwen's ScalarMix+LN, the same way (float16 caches on disk, as its grid's): trial 0 in one session, trials 1 and 2 in
+# 38 min of one core in the next (its caches built again: the sample, dev and test passes at 110-190 tokens/s, another
+# job beside it); --widen added nothing (dev chose 3e-2, 1e-2 and 1e-3). Rerunning it resumes from the runs its store
+# holds.
 dwatt sweep --fusions scalar_mix_layer_norm --learning-rates "$LN_RATES" --n-shots 32 --epochs 25 --trials 3 \
   --dev-sentences 1000 --backbones models/Qwen2.5-Coder-1.5B-Instruct-q4 --test --few-shot-dev --engine budgets \
   --widen 3 --cache-dtype float16 --max-memory 8GiB --cache-on-disk --threads 1 --quiet \
