@@ -11,6 +11,10 @@ layer's best mean dev score (its largest difference and the rank correlation ove
         --dev-sentences 1000 --trials 3 --output-root runs/widen --threads 1
     python benchmarks/final_norm.py --backbone models/SmolLM2-135M-Instruct-q4 --task cls --n-shot 16 \
         --dev-sentences 1000 --trials 3 --output-root runs/widen-agnews --threads 1
+    python benchmarks/final_norm.py --backbone models/Qwen2.5-Coder-1.5B-Instruct-q4 --task ner --n-shot 32 \
+        --dev-sentences 1000 --trials 3 --output-root runs/fsd --threads 1 --max-memory 6GiB --cache-on-disk
+    python benchmarks/final_norm.py --backbone models/Qwen2.5-Coder-1.5B-Instruct-q4 --task cls --n-shot 16 \
+        --dev-sentences 1000 --trials 3 --output-root runs/agnews --threads 1 --max-memory 6GiB --cache-on-disk
 
 Each setting is a section of `results/final_norm.json` and `.md` next to this file (a setting run again replaces
 its own); the probes' stores go under `--work` (resumed when run again), their feature caches under `--output-root`
