@@ -24,13 +24,17 @@ REPO = Path(__file__).resolve().parents[1]
 STORES = ("docs/results/fair-*/*.layer-norm*.jsonl", "docs/results/fair-*/*.widened.jsonl")
 
 
+def cpu_seconds(row: dict) -> float:
+    return row.get("cpu_seconds") or 0.0
+
+
 def stacks(rows: list[dict]) -> list[list[dict]]:
     """The store's rows cut into the stacks that wrote them, in order."""
     found: list[list[dict]] = []
     for row in rows:
         current = found[-1] if found else None
         size = (current[0].get("trained_together_runs") or 1) if current else 0
-        if current is None or len(current) >= size or row.get("cpu_seconds", 0) < current[-1].get("cpu_seconds", 0):
+        if current is None or len(current) >= size or cpu_seconds(row) < cpu_seconds(current[-1]):
             found.append([row])
         else:
             current.append(row)
@@ -45,7 +49,7 @@ def store_cost(path: Path) -> dict:
             cost["gpu_runs"] += len(stack)
             continue
         cost["stacks"] += 1
-        cost["cpu_hours"] += (stack[-1].get("cpu_seconds") or 0.0) / 3600
+        cost["cpu_hours"] += max(map(cpu_seconds, stack)) / 3600
     cost["cpu_hours"] = round(cost["cpu_hours"], 2)
     return cost
 
