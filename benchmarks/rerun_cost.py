@@ -4,7 +4,7 @@ every setting, and the grids widened where dev chose an edge).
 A row records its process's CPU seconds at the moment it was written, counted from the start of its stack (the runs
 of one sample that trained together on one feature cache, `trained_together_runs` of them, the backbone pass over
 that cache included when the stack built it). A stack's rows follow one another in its store, so a stack's cost is
-its last row's CPU seconds, and a store's is the sum over its stacks. Rows from a GPU are counted apart.
+the largest of its rows' CPU seconds (its last row's), and a store's is the sum over its stacks. Rows from a GPU are counted apart.
 
     python benchmarks/rerun_cost.py
 
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 from pathlib import Path
 
 import results_files
+
+from dwatt.experiment.store import ResultsStore
 
 REPO = Path(__file__).resolve().parents[1]
 STORES = ("docs/results/fair-*/*.layer-norm*.jsonl", "docs/results/fair-*/*.widened.jsonl")
@@ -42,7 +43,7 @@ def stacks(rows: list[dict]) -> list[list[dict]]:
 
 
 def store_cost(path: Path) -> dict:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = ResultsStore(path).rows()  # a malformed row is refused naming its file and line
     cost = {"runs": len(rows), "stacks": 0, "cpu_hours": 0.0, "gpu_runs": 0}
     for stack in stacks(rows):
         if stack[-1].get("environment", {}).get("device", "cpu") != "cpu":
