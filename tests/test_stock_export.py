@@ -119,8 +119,8 @@ def test_a_lora_or_fine_tuned_head_on_one_layer_exports_with_its_trained_backbon
     pretrained = BertModel.from_pretrained(tiny_backbone).encoder.layer
     assert len(stock) == 2
     for trained, plain in zip(stock, pretrained, strict=False):
-        query, value = trained.attention.self.query.weight, plain.attention.self.query.weight
-        assert (query - value).abs().max() > 1e-3  # the adapted (or fine-tuned) query, not the pretrained one
+        query, pretrained_query = trained.attention.self.query.weight, plain.attention.self.query.weight
+        assert (query - pretrained_query).abs().max() > 1e-3  # the adapted (or fine-tuned) query, not the pretrained
         if mode == "lora":  # the adapters' targets alone changed
             torch.testing.assert_close(trained.attention.self.key.weight, plain.attention.self.key.weight)
 

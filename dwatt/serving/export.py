@@ -196,7 +196,8 @@ def check_int8(
     measured: dict[Path, tuple] = {}  # a graph file as written (time, size) -> its agreement: each measured once
 
     def measure(path: Path) -> dict:
-        written = path.stat().st_mtime_ns, path.stat().st_size
+        status = path.stat()
+        written = status.st_mtime_ns, status.st_size
         if measured.get(path, (None,))[0] != written:
             graph = OnnxModel.of_graph(path, export)
             try:
