@@ -3,7 +3,7 @@
 - Per setting (backbone, dataset, N): each method's paired differences from the best single layer, trial by trial,
   tested two-sided with Student's t (`paired_p_value`, the test behind the 95% CIs the tables print). The
   p-values of one table's method-setting pairs are corrected together for multiple comparisons by Holm's step-down
-  method (`holm`): a method "beats" or "trails" the best single layer only where its corrected p is below 0.05.
+  method (`holm`, statsmodels'): a method "beats" or "trails" the best single layer only where its corrected p is below 0.05.
 - Across settings: one pooled test per method (`across_settings.pooled_comparison`), a two-sided sign test over every trial of every
   setting of a table (ahead against behind; exact ties left out), its p-values corrected by Holm across methods.
 - Across settings, settings weighed alike (`random_effects`): each setting's mean paired difference and its
@@ -40,12 +40,16 @@ def paired_p_value(differences: Sequence[float]) -> float:
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjusted p-values, in the order given (NaN stays NaN, outside the family)."""
-    indexed = sorted((p, i) for i, p in enumerate(p_values) if not math.isnan(p))
-    adjusted, running = [math.nan] * len(p_values), 0.0
-    for rank, (p, i) in enumerate(indexed):
-        running = max(running, min(1.0, (len(indexed) - rank) * p))
-        adjusted[i] = running
+    """Holm's step-down adjusted p-values (statsmodels' `multipletests`), in the order given; NaN stays NaN, outside
+    the family."""
+    from statsmodels.stats.multitest import multipletests
+
+    family = [i for i, p in enumerate(p_values) if not math.isnan(p)]
+    adjusted = [math.nan] * len(p_values)
+    if family:
+        _, corrected, _, _ = multipletests([p_values[i] for i in family], alpha=ALPHA, method="holm")
+        for i, p in zip(family, corrected):
+            adjusted[i] = float(p)
     return adjusted
 
 
