@@ -36,19 +36,38 @@ def numbered_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             yield number, text.rstrip("\r\n")
 
 
-def json_objects(path: str | Path, what: str = "object") -> Iterator[tuple[int, dict]]:
+def json_objects(path: str | Path, what: str = "object", cut_off_tail: bool = False) -> Iterator[tuple[int, dict]]:
     """`(line number, object)` of each non-blank line of a JSON-lines file (a dataset, a results store): a line that
-    does not parse ("not a JSON <what>") or holds something other than an object is named with its file and line."""
+    does not parse ("not a JSON <what>") or holds something other than an object is named with its file and line.
+    `cut_off_tail`: a last line without its line end that does not parse is a write that a crash cut off (an
+    append-only file's), and is left out; anywhere else such a line is an error."""
+    unparsed: DataFormatError | None = None
     for number, line in numbered_lines(path):
+        if unparsed is not None:  # a line follows it: not a cut-off tail
+            raise unparsed
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as error:
-            raise DataFormatError(f"{path}:{number}: not a JSON {what} ({error.msg})") from None
+            unparsed = DataFormatError(f"{path}:{number}: not a JSON {what} ({error.msg})")
+            if not cut_off_tail:
+                raise unparsed from None
+            continue
         if not isinstance(value, dict):
             raise DataFormatError(f"{path}:{number}: expected a JSON object per line, got {type(value).__name__}")
         yield number, value
+    if unparsed is not None and ends_with_line_end(path):
+        raise unparsed
+
+
+def ends_with_line_end(path: str | Path) -> bool:
+    """Whether a non-empty file's last byte ends a line (an empty file: True)."""
+    with Path(path).open("rb") as handle:
+        if handle.seek(0, 2) == 0:
+            return True
+        handle.seek(-1, 2)
+        return handle.read(1) == b"\n"
 
 
 def read_text_lines(path: Path) -> Iterator[str]:
@@ -56,4 +75,11 @@ def read_text_lines(path: Path) -> Iterator[str]:
         yield line
 
 
-__all__ = ["DataFormatError", "is_local_path", "json_objects", "numbered_lines", "read_text_lines"]
+__all__ = [
+    "DataFormatError",
+    "ends_with_line_end",
+    "is_local_path",
+    "json_objects",
+    "numbered_lines",
+    "read_text_lines",
+]

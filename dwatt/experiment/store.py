@@ -2,9 +2,10 @@
 
 A run's identity is everything that changes its numbers (`run_settings`: the whole configuration but where it writes
 and what it prints, the backbone and data folder by their portable names, the backbone's weights and configuration by
-their sha256 (`backbone_fingerprint`), and the engine that trained it). The store is rewritten whole through
-write-then-rename at every finished run, so a crash leaves the previous complete file and never a half-written one. A
-restarted sweep skips the runs the store holds with the same identity and re-does the one that was interrupted; a row
+their sha256 (`backbone_fingerprint`), and the engine that trained it). A finished run is appended as one line, the
+rows already there untouched (an append costs the same in a store of ten rows as in one of ten thousand); a crash in
+the middle of a write leaves at most a last line without its line end, which the reader leaves out (that run was not
+finished) and the next append cuts off. A restarted sweep skips the runs the store holds with the same identity and re-does the one that was interrupted; a row
 with the run's id but other settings (another dev subset, test scored or not, another cache dtype, data folder or
 backbone of the same name) is not that run, and the store refuses to mix the two, naming the difference.
 """
@@ -15,8 +16,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..atomic import write_text_atomically
-from ..data.files import json_objects
+from ..data.files import ends_with_line_end, json_objects
 from ..fingerprints import backbone_fingerprint, config_digest, run_fingerprints
 from ..portable import backbone_folder, portable_path
 from ..run_config import NOT_DEFINING, RunConfig
@@ -94,7 +94,7 @@ class StoreConflictError(ValueError):
 
 
 class ResultsStore:
-    """An append-only JSONL file of finished runs, each append an atomic rewrite (write-then-rename)."""
+    """An append-only JSONL file of finished runs, a line each (`append`)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
@@ -103,7 +103,7 @@ class ResultsStore:
         if not self.path.exists():
             return []
         rows = []
-        for number, row in json_objects(self.path, "row"):
+        for number, row in json_objects(self.path, "row", cut_off_tail=True):
             if not isinstance(row.get("run_id"), str):
                 raise ValueError(
                     f"{self.path}:{number}: a store row needs a 'run_id' (is this a dwatt sweep's store?)"
@@ -156,9 +156,29 @@ class ResultsStore:
         return finished
 
     def append(self, row: dict) -> None:
+        """`row` written as one line at the store's end, in one write handed to the system before this returns (a
+        crash of this process loses nothing written; like dwatt's other writes it does not wait for the disk); a line
+        a crash cut off before (no line end) is cut off the file first, so that rows never run together."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lines = [json.dumps(r, sort_keys=True, default=str) for r in self.rows() + [row]]
-        write_text_atomically(self.path, "\n".join(lines) + "\n")
+        line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
+        with self.path.open("ab") as handle:
+            if not ends_with_line_end(self.path):
+                handle.truncate(last_line_end(self.path))
+            handle.write(line)
+
+
+def last_line_end(path: Path, chunk: int = 1 << 16) -> int:
+    """The size of `path` up to and including its last line end (0 where it has none)."""
+    with path.open("rb") as handle:
+        end = handle.seek(0, 2)
+        while end > 0:
+            start = max(0, end - chunk)
+            handle.seek(start)
+            found = handle.read(end - start).rfind(b"\n")
+            if found >= 0:
+                return start + found + 1
+            end = start
+    return 0
 
 
 def shard_results_path(results: str | Path, index: int, count: int) -> Path:

@@ -174,7 +174,11 @@ def load_rows(paths: list[str | Path], prefer: Sequence[str | Path] = ()) -> lis
     for path in map(Path, paths):
         if not path.is_file():
             raise ValueError(f"{path}: not a readable results file (no such file)")
-        for number, row in json_objects(path, "results row") if path.suffix == ".jsonl" else [(None, whole_row(path))]:
+        for number, row in (
+            json_objects(path, "results row", cut_off_tail=True)
+            if path.suffix == ".jsonl"
+            else [(None, whole_row(path))]
+        ):
             where = f"{path}:{number}" if number is not None else str(path)
             if not isinstance(row.get("config"), dict):
                 raise ValueError(f"{where}: a results row needs a 'config' (is this a dwatt results file?)")
