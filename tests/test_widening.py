@@ -46,11 +46,11 @@ def test_a_widening_stops_at_its_count_or_at_the_rates_no_head_trains_with():
 def scored_probe(monkeypatch, peaks: dict[int, float]):
     """The probe's loop over a store whose dev F1 of layer k at rate r is 0.9 + k/100 - |log10 r - log10 peaks[k]| / 10
     (no training): the rates each round asked for are recorded."""
-    from dwatt.experiment import store, sweep
+    from dwatt.experiment import probe_runs, store
 
     rounds = []
     monkeypatch.setattr(
-        sweep, "run_sweep", lambda specs, *a, **k: rounds.append(sorted({s.learning_rate for s in specs}))
+        probe_runs, "run_sweep", lambda specs, *a, **k: rounds.append(sorted({s.learning_rate for s in specs}))
     )
 
     def finished(self, specs, *args, **kwargs):

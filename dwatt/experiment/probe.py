@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from specs_dwatt import layers_to_run
@@ -32,163 +31,10 @@ from .probe_controls import (
     shuffled_label_lines,
     shuffled_label_scores,
 )
-from .probe_models import layer_span, spec_at
-from .widening import Widening, edge_of
-
-PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
-# What a probe scores on dev and test, by task: the run's own selection metric.
-METRICS = {
-    name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
-}
-
-
-@dataclass
-class ProbeSettings:
-    """What `dwatt probe` is asked: the data and backbone as `dwatt train` takes them, the layers and rates to
-    try, how many trials, whether to score test, and where the rows, the figure and the chosen model go."""
-
-    backbone: str | None = None
-    task: str = "ner"
-    dataset: str | None = None
-    data_dir: str | None = None
-    n_shot: int = 32
-    epochs: int = 25
-    trials: int = 1
-    layers: str = "all"
-    learning_rates: tuple[float, ...] = PROBE_LEARNING_RATES
-    widen: int = 3  # rates added past each edge where a layer's best rate sits there (`Widening`); 0: the grid asked
-    dev_sentences: int | None = None
-    pooling: str | None = None
-    text_column: str | None = None
-    pair_column: str | None = None
-    label_column: str | None = None
-    cache_dtype: str = "float16"
-    backbone_dtype: str = "auto"  # `RunConfig.backbone_dtype`
-    max_memory: int | None = None  # bytes the probe may take (`RunConfig.max_memory`)
-    device_map: str | None = None  # the backbone spread over devices (`RunConfig.device_map`)
-    cache_on_disk: bool = False  # `RunConfig.cache_on_disk`
-    through_final_norm: bool = False  # every layer read through the backbone's final norm (`RunConfig`'s)
-    test: bool = False
-    results: str = "runs/probe/results.jsonl"
-    output_root: str | None = None
-    output: str | None = None
-    save_model: bool = True
-    # the floor and controls: the majority label and a model with no backbone scored on each trial's sample, the
-    # embedding output (layer 0) probed as a layer, the chosen head trained on shuffled labels
-    baselines: bool = True
-    save_ensemble: int | None = None  # also save the heads of this many best layers, averaged, as one model
-    train_in_parts: int | None = None  # the heads of a trial train this many at a time, each kept as it ends
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.task not in METRICS:
-            raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
-        if self.save_ensemble is not None and self.save_ensemble < 2:
-            raise ValueError(
-                f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}"
-            )
-        if self.widen < 0:
-            raise ValueError(f"--widen: a count of rates to add past each edge (0 or more), not {self.widen}")
-        if self.save_ensemble is not None and not self.save_model:
-            raise ValueError("--save-ensemble saves a model: leave out --no-save")
-        if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
-            raise ValueError("--pooling and the --*-column options are for text classification: add --task cls")
-
-    @property
-    def folder(self) -> Path:
-        """Where the figure and the chosen model go: `output`, else beside the results file."""
-        return Path(self.output) if self.output else Path(self.results).parent
-
-    def overrides(self) -> dict:
-        """The `RunConfig` fields every run of the probe shares beyond its spec."""
-        columns = {
-            key: getattr(self, key) for key in ("text_column", "pair_column", "label_column") if getattr(self, key)
-        }
-        return {
-            "cache_dtype": self.cache_dtype,
-            "backbone_dtype": self.backbone_dtype,
-            "max_memory": self.max_memory,
-            "device_map": self.device_map,
-            "cache_on_disk": self.cache_on_disk,
-            **({"evaluate_test": True} if self.test else {}),
-            **columns,
-        }
-
-    def trained(self, specs: list, execution: Execution, train_in_parts: int | None = None) -> dict:
-        """Train (or resume) `specs` into the probe's store, the heads of a sample stacked: their rows, by run id."""
-        from .store import ResultsStore
-        from .sweep import run_sweep
-
-        overrides = self.overrides()
-        sweep = dict(execution=execution, progress=self.progress, engine="stacked", train_in_parts=train_in_parts)
-        run_sweep(specs, self.results, self.output_root, **sweep, **overrides)
-        return ResultsStore(self.results).finished(specs, overrides, "stacked")
-
-
-@dataclass
-class ProbeOutcome:
-    """What a probe found: every run's scores by (trial, layer, rate), the choice, and where its files are."""
-
-    task: str
-    scores: dict[tuple[int, int, float], dict]  # (trial, layer, rate) -> {"dev": ..., "test": ...} (x 100)
-    chosen: tuple[int, float]
-    chosen_per_trial: dict[int, tuple[int, float]]
-    dev_size: int | None
-    depth: int | None = None  # the backbone's layer count, as the rows record it
-    figure: Path | None = None
-    model: Path | None = None
-    saved: dict = field(default_factory=dict)
-    ensemble: Path | None = None  # the saved ensemble's folder (`save_ensemble`), its members in `ensemble_members`
-    ensemble_members: list[tuple[int, float]] = field(default_factory=list)
-    # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each
-    # {"layers": [...], "dev": ..., "test": ...} (x 100)
-    ensembles: dict[int, list[dict]] = field(default_factory=dict)
-    widening: Widening | None = None  # the rates the grid gained past its edges, and the limits it stopped at
-    # the baselines' scores on each trial's sample, mean over the trials (`baselines.BaselineScores`)
-    floor: list = field(default_factory=list)
-    floor_missing: str = ""  # why no baseline was scored, where a package it needs is missing
-    # the chosen head trained on each trial's sample with its labels shuffled: trial -> {"dev": ..., "test": ...}
-    shuffled: dict[int, dict] = field(default_factory=dict)
-
-    def best_rate(self, layer: int) -> float:
-        """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""
-        return max(self.rates, key=lambda rate: (_ordered(self.mean(layer, rate)), -rate))
-
-    def edges(self) -> dict[str, list[int]]:
-        """The layers whose best rate is an edge of the rates tried, by edge (`widening.edge_of`)."""
-        at = {}
-        for layer in self.layers:
-            edge = edge_of(self.best_rate(layer), self.rates)
-            if edge:
-                at.setdefault(edge, []).append(layer)
-        return at
-
-    @property
-    def layers(self) -> list[int]:
-        return sorted({layer for _, layer, _ in self.scores})
-
-    @property
-    def rates(self) -> list[float]:
-        return sorted({rate for _, _, rate in self.scores})
-
-    @property
-    def trials(self) -> list[int]:
-        return sorted({trial for trial, _, _ in self.scores})
-
-    @property
-    def metrics(self) -> tuple[str, str, str]:
-        """The results' key of the best dev score, the test score's key and the metric's name (`METRICS`)."""
-        return METRICS[self.task]
-
-    def depth_text(self) -> str:
-        return str(self.depth) if self.depth is not None else "L"
-
-    def mean(self, layer: int, rate: float, split: str = "dev") -> float:
-        values = [
-            self.scores[trial, layer, rate][split] for trial in self.trials if (trial, layer, rate) in self.scores
-        ]
-        values = [value for value in values if value is not None]
-        return statistics.fmean(values) if values else math.nan
+from .probe_models import ensemble_members, save_chosen, save_ensemble
+from .probe_runs import trained_runs
+from .probe_types import METRICS, PROBE_LEARNING_RATES, ProbeOutcome, ProbeSettings, layer_span, spec_at
+from .widening import Widening
 
 
 def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | None = None):
@@ -221,8 +67,6 @@ def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
     rate sits at an edge of them (`settings.widen` rates a side at most: `Widening`; only the added rates train),
     choose on dev, draw the figure and save the chosen head (unless `save_model` is off). `execution`: how the heads
     train (`dwatt.training.EXECUTION`)."""
-    from .probe_models import ensemble_members, save_chosen, save_ensemble
-
     rates = tuple(sorted(settings.learning_rates))
     specs = probe_specs(settings, rates)
     asked = {spec.run_id for spec in specs}
@@ -231,7 +75,7 @@ def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
         raise ValueError(f"--save-ensemble {settings.save_ensemble}: the probe has {layers} layers to average")
     widening = Widening(settings.widen)
     while True:
-        rows = settings.trained(specs, execution, settings.train_in_parts)
+        rows = trained_runs(settings, specs, execution, settings.train_in_parts)
         found = [spec.run_id for spec in specs if spec.run_id in rows]
         # the probe's ensembles average heads trained together: those of the rates asked for, not of a widening's
         outcome = choose(settings.task, [rows[i] for i in found], [rows[i] for i in found if i in asked])
@@ -475,11 +319,6 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
     figure.savefig(path, dpi=120)
     plt.close(figure)
     return path
-
-
-def _ordered(score: float) -> float:
-    """A mean dev score as `max` ranks it: a layer never scored at a rate ranks last there."""
-    return -math.inf if math.isnan(score) else score
 
 
 __all__ = [

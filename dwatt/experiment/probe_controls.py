@@ -11,14 +11,15 @@ from dataclasses import replace
 
 from ..execution import Execution
 from .baselines import baselines, mean_scores
-from .probe_models import spec_at
+from .probe_runs import trained_runs
+from .probe_types import ProbeOutcome, ProbeSettings, spec_at
 
 EMBEDDING_LAYER = 0  # the hidden state a probe reads as its floor among the layers: the embedding output
 
 
-def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings) -> tuple[list, str]:
+def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings: ProbeSettings) -> tuple[list, str]:
     """The baselines' scores on each trial's sample, dev and test, averaged over the trials (`mean_scores`), and why
-    none was scored where a package they need is missing ("" otherwise). `settings`: the probe's `ProbeSettings`."""
+    none was scored where a package they need is missing ("" otherwise)."""
     layer, rate = chosen
     try:
         scores = [
@@ -31,7 +32,12 @@ def floor_scores(specs, chosen: tuple[int, float], trials: list[int], settings) 
 
 
 def shuffled_label_scores(
-    specs, chosen: tuple[int, float], trials: list[int], settings, keys: tuple[str, str], execution: Execution
+    specs,
+    chosen: tuple[int, float],
+    trials: list[int],
+    settings: ProbeSettings,
+    keys: tuple[str, str],
+    execution: Execution,
 ) -> dict[int, dict]:
     """The chosen layer's head at the chosen rate trained again on each trial's sample with its labels shuffled
     (`RunSpec.shuffle_labels`), scored on the real dev and test, into the probe's store (resumed like its runs):
@@ -39,7 +45,7 @@ def shuffled_label_scores(
     of the best dev score and of the test score."""
     layer, rate = chosen
     controls = [replace(spec_at(specs, trial, layer, rate), shuffle_labels=True) for trial in trials]
-    rows = settings.trained(controls, execution)
+    rows = trained_runs(settings, controls, execution)
     dev_key, test_key = keys
     scores = {}
     for spec in controls:
@@ -66,9 +72,9 @@ def shuffled_label_lines(
     ]
 
 
-def embedding_layer_lines(outcome) -> list[str]:
+def embedding_layer_lines(outcome: ProbeOutcome) -> list[str]:
     """What the chosen layer adds on dev to the embedding output's head (layer 0, at its own best rate), where the
-    probe (`outcome`, a `ProbeOutcome`) trained one: the backbone's layers measured against the embeddings alone."""
+    probe trained one: the backbone's layers measured against the embeddings alone."""
     if EMBEDDING_LAYER not in outcome.layers:
         return []
     metric = outcome.metrics[2]

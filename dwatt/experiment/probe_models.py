@@ -7,7 +7,6 @@ averages their probabilities (`save_ensemble`, its members stored once each: `st
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specs_dwatt import layers_to_run
 
@@ -16,9 +15,7 @@ from ..run_config import RunConfig
 from ..schema import ranked_members
 from ..tasks import TASKS
 from ..tokenization import save_tokenizer
-
-if TYPE_CHECKING:
-    from .probe import ProbeOutcome, ProbeSettings
+from .probe_types import ProbeOutcome, ProbeSettings, layer_span, spec_at
 
 
 def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution) -> tuple[Path, dict]:
@@ -39,13 +36,6 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution:
         card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n"
     )
     return model_folder, results
-
-
-def spec_at(specs, trial: int, layer: int, rate: float):
-    """The probe's run of `trial` on `layer` at `rate`."""
-    return next(
-        spec for spec in specs if spec.trial == trial and (int(spec.layers), spec.learning_rate) == (layer, rate)
-    )
 
 
 def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
@@ -187,21 +177,10 @@ def choice_section(outcome: ProbeOutcome, settings: ProbeSettings, results: dict
     return lines
 
 
-def layer_span(layers: list[int]) -> str:
-    """Layers as a span (`1-28`) where they run on without a gap, else as a list."""
-    return (
-        f"{layers[0]}-{layers[-1]}"
-        if layers == list(range(layers[0], layers[-1] + 1)) and len(layers) > 2
-        else ", ".join(map(str, layers))
-    )
-
-
 __all__ = [
     "choice_section",
-    "layer_span",
     "ensemble_members",
     "save_chosen",
     "save_ensemble",
-    "spec_at",
     "store_member",
 ]
