@@ -1,10 +1,13 @@
-"""The house's import graph flows one way: no module of the package or of the remote-code files beside it
-(`*_dwatt.py`) imports a module that imports it back, the core never reaches the experiment side (dwatt.experiment),
-training never reaches the serving code (dwatt.serving), and the experiment side never reaches training. Read
-statically from the sources, function-level and fallback imports included."""
+"""The house's import graph flows one way. The package's layers, its lab's seam and the absence of circles are
+import-linter contracts (pyproject.toml's [tool.importlinter]): checked here on the package, and shown to break on a
+copy with a forbidden import planted. The remote-code files beside the package (`*_dwatt.py`), which import-linter
+cannot read as a package, are read statically here: function-level, fallback and annotation-only imports included."""
 
 import ast
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,17 +18,6 @@ PACKAGE = Path(__file__).resolve().parents[1] / "dwatt"
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def for_annotations_only(source: ast.Module) -> set[int]:
-    """The nodes under `if TYPE_CHECKING:`: imports a type checker reads and Python never runs."""
-    return {
-        id(inner)
-        for node in ast.walk(source)
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
-        for statement in node.body
-        for inner in ast.walk(statement)
-    }
 
 
 REMOTE_CODE = {path.stem: path for path in PACKAGE.parent.glob("*_dwatt.py")}
@@ -42,8 +34,7 @@ def import_graph() -> dict[str, set[str]]:
         here = name.split(".") if is_package else name.split(".")[:-1]
         edges = set()
         source = ast.parse(path.read_text(), str(path))
-        skipped = for_annotations_only(source)
-        for node in (node for node in ast.walk(source) if id(node) not in skipped):
+        for node in ast.walk(source):
             if isinstance(node, ast.Import):
                 edges |= {alias.name for alias in node.names if alias.name.split(".")[0] in {"dwatt", *REMOTE_CODE}}
             elif isinstance(node, ast.ImportFrom):
@@ -71,54 +62,21 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def test_the_graph_reader_sees_relative_and_function_level_imports():
+def test_the_graph_reader_sees_relative_function_level_and_annotation_imports():
     graph = import_graph()
     assert "dwatt.auto" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.serving.shared_heads"]
     assert "dwatt.serving.shared_heads" in graph["dwatt.cli.predict"]  # imported inside a function
     assert "dwatt.training.callbacks" in graph["dwatt.training.common"]
+    assert "configuration_dwatt" in graph["backbones_dwatt"]  # under `if TYPE_CHECKING:`
 
 
-@pytest.mark.parametrize("module", sorted(import_graph()))
-def test_no_module_imports_a_module_that_imports_it_back(module):
+@pytest.mark.parametrize("module", sorted(REMOTE_CODE))
+def test_no_remote_code_file_imports_one_that_imports_it_back(module):
+    """import-linter's no-circle contract reads the package; the remote-code files beside it are read here, their
+    imports for annotations only included (a circle a type checker follows is still a circle)."""
     graph = import_graph()
     circle = sorted(other for other in graph[module] if module in reachable(graph, other))
     assert not circle, f"{module} imports {circle}, which import {module} back"
-
-
-ROLES = ("dwatt.experiment", "dwatt.serving", "dwatt.cli")  # the packages by role above the core
-
-
-def in_package(module: str, package: str) -> bool:
-    return module == package or module.startswith(package + ".")
-
-
-def test_the_core_never_reaches_the_experiment_side_nor_the_serving_code_nor_the_command_line():
-    """The core (models, data, caches, training, the Hub) is what the roles build on; none of it imports them."""
-    graph = import_graph()
-    core = [m for m in graph if m != "dwatt" and not any(in_package(m, role) for role in ROLES)]
-    assert "dwatt.training.together" in core and "dwatt.stacked_heads" in core
-    offenders = {m: sorted(r for r in reachable(graph, m) if any(in_package(r, role) for role in ROLES)) for m in core}
-    assert {m: reached for m, reached in offenders.items() if reached} == {}
-
-
-def test_serving_never_reaches_the_experiment_side_nor_training():
-    graph = import_graph()
-    for module in (m for m in graph if in_package(m, "dwatt.serving")):
-        reached = reachable(graph, module)
-        assert not any(in_package(r, "dwatt.experiment") or in_package(r, "dwatt.training") for r in reached), module
-
-
-def test_the_experiment_side_never_reaches_training():
-    """Grids, sweeps, the probe and the reports plan, resume and keep runs; how a run trains is handed to them
-    (`dwatt.execution.Execution`), so that none of them imports the training code, even inside a function."""
-    graph = import_graph()
-    assert "dwatt.execution" in graph["dwatt.experiment.sweep"]
-    offenders = {
-        module: sorted(r for r in reachable(graph, module) if in_package(r, "dwatt.training"))
-        for module in graph
-        if in_package(module, "dwatt.experiment")
-    }
-    assert {module: reached for module, reached in offenders.items() if reached} == {}
 
 
 def test_the_house_has_no_circle_through_the_remote_code_files():
@@ -128,13 +86,82 @@ def test_the_house_has_no_circle_through_the_remote_code_files():
     assert "modeling_dwatt" in graph["dwatt.auto"]
     # the configuration at the bottom: it reaches the fusions' facts alone, never a file that imports torch
     assert reachable(graph, "configuration_dwatt") == {"specs_dwatt"}
+    # the remote code travels alone with a checkpoint: it never imports the package
+    assert not any(in_package(m, "dwatt") for name in REMOTE_CODE for m in reachable(graph, name))
+
+
+def in_package(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's contracts (pyproject.toml's [tool.importlinter]) checked on the package under `root`."""
+    environment = {**os.environ, "PYTHONPATH": str(root)}
+    return subprocess.run(
+        ["lint-imports", "--config", str(root / "pyproject.toml"), "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env=environment,
+    )
+
+
+def test_the_package_keeps_its_import_contracts():
+    checked = lint_imports(PACKAGE.parent)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "0 broken" in checked.stdout and "kept" in checked.stdout
+
+
+def planted(tmp_path: Path, module: str, line: str) -> Path:
+    """A copy of the package and its contracts with `line` added at the top of `module`'s file."""
+    shutil.copytree(PACKAGE, tmp_path / "dwatt", ignore=shutil.ignore_patterns("__pycache__", "resources"))
+    shutil.copy(PACKAGE.parent / "pyproject.toml", tmp_path)
+    path = tmp_path / (module.replace(".", "/") + ".py")
+    path.write_text(line + "\n" + path.read_text())
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "module, line, broken",
+    [
+        ("dwatt.tasks", "from dwatt.cli import entry", "Layers:"),  # the core reaching the command line
+        ("dwatt.serving.evaluation", "import dwatt.training.common", "Layers:"),  # one role reaching another
+        ("dwatt.experiment.grid", "from dwatt.training import EXECUTION", "The lab trains through its seam"),
+        ("dwatt.experiment.probe_types", "import dwatt.experiment.report", "The lab's runs"),
+        (
+            "dwatt.experiment.probe_types",
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from dwatt.experiment.probe import choose",
+            "No circle",
+        ),
+    ],
+)
+def test_a_forbidden_import_planted_in_a_copy_breaks_its_contract(tmp_path, module, line, broken):
+    checked = lint_imports(planted(tmp_path, module, line))
+    assert checked.returncode != 0, checked.stdout + checked.stderr
+    report = checked.stdout.split("Broken contracts", 1)[1]
+    assert broken in report and module.rsplit(".", 1)[-1] in report
+
+
+def test_every_module_of_the_package_has_its_place_in_the_layers():
+    """A new module directly under dwatt/ is placed in the layers contract, not left outside every rule."""
+    import tomllib
+
+    contracts = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(contract for contract in contracts if contract["id"] == "layers")["layers"]
+    named = {name.strip() for layer in layers for name in layer.split("|")}
+    present = {
+        f"dwatt.{path.stem if path.is_file() else path.name}"
+        for path in PACKAGE.iterdir()
+        if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()
+    }
+    assert present - named == set() and named - present == set()
 
 
 def test_importing_the_remote_code_registers_nothing_and_dwatt_registers_in_one_place():
     """In a fresh interpreter, importing the remote-code files by their names (as a script beside them would) changes
     no Auto class; `dwatt.auto.register_auto_classes` is the one place that registers the DWAtt classes, and the
     config's Auto class finds the models after it."""
-    import subprocess
+
     import sys
 
     script = (
@@ -211,7 +238,7 @@ def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_i
     """Training, sweeping, probing, serving and the command line load without the report's tables and matplotlib (in
     a fresh interpreter; the probe draws its figure with a function-level import), and no module but the tables
     imports pandas itself (HF datasets, which reads the data, still loads it)."""
-    import subprocess
+
     import sys
 
     running = sorted(m for m in import_graph() if m not in TABLES and not m.endswith(".__main__"))
@@ -243,7 +270,7 @@ def test_the_tables_load_without_torch_transformers_or_datasets():
     """The experiment side's tables (a report over committed stores) import neither the models nor the data
     libraries: what they need of the fusions and the results' fields is in torch-free modules (`specs_dwatt`,
     `dwatt.schema`)."""
-    import subprocess
+
     import sys
 
     code = (
