@@ -102,6 +102,9 @@ class DWAttPreTrainedModel(PreTrainedModel):
 
     config_class = DWAttConfig
     base_model_prefix = "dwatt"
+    # Whether the class applies a task head after the fusion (the task models); the base model returns the fused
+    # states, and a head-only checkpoint has nothing to apply to it.
+    has_task_head: bool = False
     supports_gradient_checkpointing = True
     _supports_sdpa = True
     _supports_flash_attn = True

@@ -103,6 +103,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
     `forward`."""
 
     output_class: type[ModelOutput] = ModelOutput
+    has_task_head = True
     # Training speed switch: with labels, fuse only the labelled positions (the loss reads nothing else); logits at
     # positions labelled -100 are then not meaningful. Off by default; the training pipeline turns it on.
     fuse_labelled_positions_only: bool = False

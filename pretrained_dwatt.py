@@ -282,7 +282,7 @@ def load_checkpoint(model_class: type, load: Callable, name_or_path, *model_args
     if config is None:
         config = DWAttConfig.from_pretrained(name_or_path, **{k: kwargs[k] for k in HUB_KWARGS if k in kwargs})
     heads_only = bool(getattr(config, "heads_only", False))
-    if heads_only and not hasattr(model_class, "from_backbone"):  # the base model holds no head to apply
+    if heads_only and not model_class.has_task_head:
         raise ValueError(
             f"{name_or_path} is a head-only checkpoint: load it with its task class (the AutoModelFor... its config's "
             f"`architectures` names), which fetches the backbone, not with {model_class.__name__}"

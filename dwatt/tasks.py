@@ -141,4 +141,10 @@ def model_class(task: str):
     return getattr(modeling_dwatt, task_named(task).model)
 
 
-__all__ = ["TASKS", "Task", "model_class", "task_named", "task_of_architectures"]
+def task_of_model(model) -> Task | None:
+    """The task whose model class `model` is an instance of (a DWAtt task model as dwatt loads it), or None for
+    anything else (a probe ensemble, a stock model)."""
+    return next((task for task in TASKS.values() if isinstance(model, model_class(task.name))), None)
+
+
+__all__ = ["TASKS", "Task", "model_class", "task_named", "task_of_architectures", "task_of_model"]

@@ -327,3 +327,17 @@ def test_the_parameter_name_pattern_catches_what_it_claims_to():
     ):
         assert PARAMETER_NAME.search(line), line
     assert not PARAMETER_NAME.search('import_module("dwatt.serving.shared_heads")')
+
+
+def test_the_library_asks_the_model_not_its_attributes():
+    """No `hasattr` dispatch on models, heads or configs in the package or the remote code: a model's task comes from
+    its class (`tasks.task_of_model`), a class's kind from what it declares (`has_task_head`). What the platform
+    offers (`os.sysconf`, `os.sched_getaffinity`) is still asked so."""
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *REMOTE_CODE.values()]):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "hasattr":
+                subject = ast.unparse(node.args[0])
+                if subject != "os":
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: hasattr({subject}, ...)")
+    assert found == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..serving.lines import LINE_PREDICTORS, HeadsWriter, InputLines, write_all
 from ..serving.prediction import BATCH_SIZE, CHUNK_BATCHES
-from ..tasks import task_named
+from ..tasks import TASKS, task_named, task_of_model
 from .options import add_inference_arguments, add_threads_argument, inference_model, positive_batch_size
 
 PROGRESS_FROM = 300  # a bar for files of more lines than this
@@ -105,7 +105,7 @@ def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) ->
 
     paths = [path for path in args.heads.split(",") if path]
     heads = SharedBackboneHeads.from_pretrained(paths)
-    taggers = {name: head for name, head in heads.heads.items() if hasattr(head, "classifier")}
+    taggers = {name: head for name, head in heads.heads.items() if task_of_model(head) is TASKS["ner"]}
     if not taggers:
         raise ValueError("--heads: none of the checkpoints is a token-classification head")
     tokenizer = load_tokenizer(args.tokenizer or paths[0])

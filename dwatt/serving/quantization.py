@@ -75,11 +75,12 @@ def full_range_activations_exact() -> bool:
 def quantized_parts(model: nn.Module) -> list[nn.Module]:
     """The parts of `model` whose linear maps int8 quantizes: a DWAtt task model's backbone and fusion (`model.dwatt`),
     or each member's of a probe ensemble (their shared backbone among them)."""
+    from ..tasks import task_of_model
     from .ensemble import AveragedHeads
 
     if isinstance(model, AveragedHeads):
         return [head.dwatt for head in model.heads.heads.values()]
-    if hasattr(model, "dwatt"):
+    if task_of_model(model) is not None:
         return [model.dwatt]
     raise ValueError(f"quantize_int8 takes a DWAtt task model or a probe ensemble, got {type(model).__name__}")
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..portable import portable_path
+from ..tasks import Task, task_of_model
 from ..tokenization import save_tokenizer
 
 STOCK_RECORD = "dwatt_stock_export.json"
@@ -40,13 +41,13 @@ def stock_refusal(model, task: str) -> str | None:
 
     config = model.config
     family, decoder = config.encoder_config.model_type, is_decoder_only(config.encoder_config)
-    if hasattr(model, "head_linear_maps"):  # a text classifier: pooled, then its head
+    if model_task(model).pools:  # a text classifier: pooled, then its head
         refusal = _sequence_head_refusal(config, family, decoder)
         if refusal:
             return (
                 f"a {task} head has no stock transformers class that computes it: {refusal}; export it to ONNX instead"
             )
-    elif not hasattr(model, "token_linear_map"):  # a tagger's head is one linear map per token
+    elif not model_task(model).labelled:  # a masked LM's vocabulary head; a tagger's is one linear map per token
         return (
             f"a {task} head has no stock transformers class that computes it: the stock {family} classes put a "
             "head of their own between the last layer and the labels; export it to ONNX instead"
@@ -117,7 +118,7 @@ def stock_model(model, pad_token_id: int | None = None) -> nn.Module:
     if getattr(config, "pad_token_id", None) is None:
         config.pad_token_id = pad_token_id
     for key in ("auto_map", "architectures"):
-        if hasattr(config, key):
+        if getattr(config, key, None) is not None:
             setattr(config, key, None)
     stock = stock_class(model).from_config(copy.deepcopy(config)).float().eval()
     weights = model.dwatt.backbone.state_dict()
@@ -142,19 +143,25 @@ def stock_model(model, pad_token_id: int | None = None) -> nn.Module:
     return stock
 
 
-def stock_class(model) -> type:
-    """The Auto class whose stock model computes `model`: a tagger's or a text classifier's."""
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+def model_task(model) -> Task:
+    """The task of `model`, a DWAtt task model (`task_of_model`); ValueError for anything else."""
+    task = task_of_model(model)
+    if task is None:
+        raise ValueError(f"a stock export takes a DWAtt task model, not a {type(model).__name__}")
+    return task
 
-    return (
-        AutoModelForSequenceClassification if hasattr(model, "head_linear_maps") else AutoModelForTokenClassification
-    )
+
+def stock_class(model) -> type:
+    """The Auto class whose stock model computes `model`: its task's (a tagger's or a text classifier's)."""
+    import transformers
+
+    return getattr(transformers, model_task(model).auto_class)
 
 
 def _place_head(model, stock: nn.Module) -> set[str]:
     """Copy `model`'s head into `stock`'s classifier; the names of the stock parameters it filled. A tagger's one
     linear map is the stock classifier; a text classifier's maps go where its family's stock class keeps them."""
-    if hasattr(model, "head_linear_maps"):
+    if model_task(model).pools:
         targets = _stock_sequence_head(stock, len(model.head_linear_maps()))
         sources = [(source.weight, source.bias) for source in model.head_linear_maps()]
     else:

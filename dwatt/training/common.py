@@ -394,14 +394,15 @@ def place_on_device(model) -> None:
     if not spread_over_devices(model):
         model.to(device())
         return
-    backbone = model.dwatt._modules.pop("backbone")  # out of the way of `to`: its offloaded weights cannot move
+    backbone = model.dwatt.backbone
+    where_kept = next(name for name, module in model.named_modules() if module is backbone)
+    model.dwatt._modules.pop("backbone")  # out of the way of `to`: its offloaded weights cannot move
     try:
         model.to(device())
     finally:
         model.dwatt._modules["backbone"] = backbone
     model.hf_device_map = {
-        "dwatt." + ("backbone." + name if name else "backbone"): where
-        for name, where in backbone.hf_device_map.items()
+        f"{where_kept}.{name}" if name else where_kept: where for name, where in backbone.hf_device_map.items()
     }
     model.hf_device_map[""] = str(device())
 
