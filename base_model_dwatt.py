@@ -97,6 +97,11 @@ def only_at(positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return torch.where(positions[..., None], values, values.new_zeros(()))
 
 
+def _pretrained_load(cls: type, *args, **kwargs):
+    """`PreTrainedModel.from_pretrained` as `cls`, a DWAtt class or the class a checkpoint is read as."""
+    return super(DWAttPreTrainedModel, cls).from_pretrained(*args, **kwargs)
+
+
 class DWAttPreTrainedModel(PreTrainedModel):
     """Weight initialisation and the common interface of all DWAtt models."""
 
@@ -123,7 +128,7 @@ class DWAttPreTrainedModel(PreTrainedModel):
         shapes; `ignore_mismatched_sizes=True` re-initialises them instead), holds layers past the ones the model
         runs, or whose weights file is corrupted is refused; no half-loaded model is returned.
         """
-        return load_checkpoint(cls, super().from_pretrained, pretrained_model_name_or_path, *model_args, **kwargs)
+        return load_checkpoint(cls, _pretrained_load, pretrained_model_name_or_path, *model_args, **kwargs)
 
     @classmethod
     def load_pretrained_backbone(

@@ -13,7 +13,6 @@ import copy
 import difflib
 import inspect
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -272,8 +271,9 @@ def save_checkpoint(model: PreTrainedModel, save: Callable, save_directory, *arg
 
 
 def load_checkpoint(model_class: type, load: Callable, name_or_path, *model_args, **kwargs):
-    """What the one `from_pretrained` does (see `DWAttPreTrainedModel.from_pretrained`); `load`:
-    `PreTrainedModel.from_pretrained` of `model_class`."""
+    """What the one `from_pretrained` does (see `DWAttPreTrainedModel.from_pretrained`); `load(cls, ...)`:
+    `PreTrainedModel.from_pretrained` as `cls` (`model_class`, or the class a head-only checkpoint is read as:
+    `_reading_class`)."""
     backbone_name_or_path = kwargs.pop("backbone_name_or_path", None)
     backbone_revision = kwargs.pop("backbone_revision", None)
     output_loading_info = kwargs.pop("output_loading_info", False)
@@ -289,8 +289,9 @@ def load_checkpoint(model_class: type, load: Callable, name_or_path, *model_args
         )
     try:
         # the backbone's weights are missing on purpose: no load report
-        with _quiet_loading(heads_only), _keys_read_as_stored(model_class, heads_only):
+        with _quiet_loading(heads_only):
             model, info = load(
+                _reading_class(model_class, heads_only),
                 name_or_path,
                 *model_args,
                 config=config,
@@ -302,8 +303,9 @@ def load_checkpoint(model_class: type, load: Callable, name_or_path, *model_args
         if type(error).__name__ == "SafetensorError":  # safetensors is not imported here: match by name
             raise ValueError(f"{name_or_path}: the weights file is corrupted or truncated ({error})") from error
         raise
+    model.__class__ = model_class  # read as `_reading_class`: the model is of the class asked for
     refuse_mismatched(model_class, info["mismatched_keys"], name_or_path, ignore_mismatched_sizes)
-    dwatt = getattr(model, "dwatt", model)
+    dwatt = model.dwatt if model_class.has_task_head else model
     refuse_unused_layers(dwatt.config, dwatt.backbone, info["unexpected_keys"], name_or_path)
     missing = sorted(info["missing_keys"])
     lm_head_missing = []
@@ -371,24 +373,19 @@ def refuse_renamed_keys(missing: list[str], unexpected: list[str], name_or_path)
             )
 
 
-@contextmanager
-def _keys_read_as_stored(model_class: type, heads_only: bool):
-    """While a head-only checkpoint loads, `model_class` has no base-model prefix, so that transformers reads its keys
-    as they are stored: 4.x releases take a file without a `dwatt.` tensor (a Base head's: its classifier only) for
-    a base model's weights and refuse it (4.57), or fail on it (4.46, a `NameError` in its loader, which reads the
-    class's prefix where 4.57 reads the instance's)."""
+def _reading_class(model_class: type, heads_only: bool) -> type:
+    """The class a checkpoint is read as: `model_class`, or for a head-only checkpoint a subclass of it without a
+    base-model prefix, so that transformers reads its keys as they are stored: 4.x releases take a file without a
+    `dwatt.` tensor (a Base head's: its classifier only) for a base model's weights and refuse it (4.57), or fail on it
+    (4.46, a `NameError` in its loader, which reads the class's prefix where 4.57 reads the instance's). A class of its
+    own for the load, not `model_class` changed while it runs: loads in other threads see `model_class` as it is."""
     if not heads_only:
-        yield
-        return
-    own = model_class.__dict__.get("base_model_prefix")
-    model_class.base_model_prefix = ""
-    try:
-        yield
-    finally:
-        if own is None:
-            del model_class.base_model_prefix
-        else:
-            model_class.base_model_prefix = own
+        return model_class
+    return type(
+        model_class.__name__,
+        (model_class,),
+        {"base_model_prefix": "", "__module__": model_class.__module__, "__qualname__": model_class.__qualname__},
+    )
 
 
 def uncut_config(config, encoder):
