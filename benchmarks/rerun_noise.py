@@ -40,7 +40,7 @@ EXECUTIONS = {"first": True, "again": True, "one after another": False}  # name 
 def train(backbone: str, output: Path, threads: int) -> None:
     import torch
 
-    from dwatt.execution import Execution
+    from dwatt.execution import ExecutionOf
     from dwatt.experiment.grid import grid
     from dwatt.experiment.sweep import run_sweep
     from dwatt.training import run, run_together
@@ -62,7 +62,7 @@ def train(backbone: str, output: Path, threads: int) -> None:
             output / f"minilm.{name.replace(' ', '-')}.jsonl",
             output_root=output / "runs" / name,
             engine="stacked",
-            execution=Execution(alone=run, together=partial(run_together, vectorize=vectorize)),
+            execution=ExecutionOf(alone=run, together=partial(run_together, vectorize=vectorize)),
             evaluate_test=True,
         )
 

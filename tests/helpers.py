@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from dwatt.execution import Execution
+from dwatt.execution import Execution, ExecutionOf
 from dwatt.training import EXECUTION, RunConfig
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -36,7 +36,7 @@ def stopped_while_scoring_test(monkeypatch, command) -> None:
 def executing(alone=None, together=None) -> Execution:
     """How a test's sweep or probe trains: `dwatt.training.EXECUTION`, a fake in place of either way where given (a
     fake `together` is handed the configs only)."""
-    return Execution(
+    return ExecutionOf(
         alone=alone or EXECUTION.alone,
         together=EXECUTION.together if together is None else lambda configs, **_: together(configs),
     )

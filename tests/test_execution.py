@@ -4,7 +4,7 @@ command line hands them `dwatt.training.EXECUTION`), one run alone or a group to
 from dataclasses import asdict
 
 import dwatt.training
-from dwatt.execution import Execution
+from dwatt.execution import Execution, ExecutionOf
 from dwatt.experiment.grid import grid
 from dwatt.experiment.sweep import run_sweep
 
@@ -27,7 +27,7 @@ def recording_execution(calls: Calls) -> Execution:
         calls.ensembles.append(build_ensembles)
         return [{"best_dev_f1": 0.2, "engine": "stacked", "config": asdict(config)} for config in configs]
 
-    return Execution(alone=alone, together=together)
+    return ExecutionOf(alone=alone, together=together)
 
 
 def test_a_sweep_trains_each_group_through_the_way_its_engine_names(tmp_path):

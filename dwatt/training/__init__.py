@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..atomic import write_json_atomically
 from ..data import CONLL_LABELS
 from ..data.ner import load_ner_dataset
-from ..execution import Execution
+from ..execution import ExecutionOf, RunResults
 from ..run_config import MODES, SAMPLINGS
 from ..splits import DEV_SAMPLE_SEED
 from ..tasks import TASKS
@@ -36,13 +36,13 @@ from .run_caches import FEATURE_MEMO
 from .together import evaluate_features, procedures, run_together
 
 
-def run(config: RunConfig) -> dict:
+def run(config: RunConfig) -> RunResults:
     """One run of `config.task` with the `Trainer`: few-shot NER (`run_ner`), masked LM (`run_mlm`) or text
     classification (`run_classification`); each validates `config`."""
     return procedures(config.task).run(config)
 
 
-EXECUTION = Execution(alone=run, together=run_together)  # how the command line's sweeps and probes train their runs
+EXECUTION = ExecutionOf(alone=run, together=run_together)  # how the command line's sweeps and probes train their runs
 
 
 __all__ = [

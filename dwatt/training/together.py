@@ -23,6 +23,7 @@ from configuration_dwatt import single_layer
 from specs_dwatt import fusion_spec
 
 from ..distributed import launched_processes
+from ..execution import RunResults
 from ..features.memory import WORKING_MARGIN, gib, model_nbytes
 from ..fingerprints import run_fingerprints
 from ..portable import backbone_folder
@@ -336,7 +337,7 @@ def run_together(
     linear_probes: bool | None = None,
     train_in_parts: int | None = None,
     build_ensembles: bool = True,
-) -> list[dict]:
+) -> list[RunResults]:
     """
     FE runs that differ only in their epoch budget, learning rate and output folder -- and, for heads on one layer,
     in the layer they read -- trained together by `dwatt.stacked_heads.train_heads` on one feature cache (holding every
