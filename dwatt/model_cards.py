@@ -1,15 +1,18 @@
-"""Model cards: the README.md a pushed checkpoint or probe ensemble carries (YAML metadata the Hub reads, what the
-head reads and how it was trained, how to load it), written from the model's own config and the run's results."""
+"""Model cards: the README.md a pushed checkpoint or probe ensemble carries (the Hub's metadata through
+`huggingface_hub.ModelCardData`, what the head reads and how it was trained, how to load it), written from the model's
+own config and the run's results."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
+from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
 from configuration_dwatt import is_decoder_only
 
-from .tasks import TASKS, task_of_architectures
+from .data.files import is_local_path
+from .defaults import known_hub_id
+from .tasks import TASKS, task_of_model
 
 TAGS = ["dwatt", "layer-fusion"]
 DATASET_IDS = {"conll2003": "conll2003", "wikiann": "wikiann", "wikitext": "wikitext", "ag_news": "ag_news"}
@@ -19,6 +22,20 @@ def _dataset_id(name: str | None) -> str | None:
     if not name:
         return None
     return DATASET_IDS.get(name.split(":", 1)[0], name)
+
+
+def base_model_name(backbone: str | None) -> str | None:
+    """How a card names the backbone (its `base_model`): a Hub id as given; a folder by the Hub id of the model the
+    packaged default ships, or else by its name. A card never names a folder of the machine it was written on."""
+    if backbone is None or not is_local_path(backbone):
+        return backbone
+    folder = Path(backbone).expanduser().resolve()
+    return known_hub_id(folder) or folder.name
+
+
+def card_text(metadata: ModelCardData, body: list[str]) -> str:
+    """A README.md: the metadata as the Hub reads it (YAML between `---` lines), then the body's lines."""
+    return str(ModelCard("\n".join(["---", metadata.to_yaml(), "---", "", *body])))
 
 
 def fusion_reads(config) -> str:
@@ -76,20 +93,12 @@ def model_card(
     ensemble's members are).
     """
     config = model.config
-    task = task_of_architectures([type(model).__name__]) or TASKS["ner"]
+    task = task_of_model(model) or TASKS["ner"]
     pipeline_tag = task.pipeline_tag
+    base_model = base_model_name(config.backbone_name_or_path)
     run = (results or {}).get("config", {})
     # a Hub dataset's id; the user's own files (a data folder) are no Hub dataset, and are named in the text only
     dataset = None if run.get("data_dir") else _dataset_id(run.get("dataset"))
-    metadata: dict = {
-        "library_name": "transformers",
-        "base_model": config.backbone_name_or_path,
-        "pipeline_tag": pipeline_tag,
-        "tags": TAGS + [pipeline_tag, f"fusion-{config.fusion}"] + (["lora"] if config.lora else []),
-        "license": "apache-2.0",
-    }
-    if dataset:
-        metadata["datasets"] = [dataset]
     scores = {}
     if results and "best_dev_accuracy" in results:  # text classification
         scores = {"accuracy": results["best_dev_accuracy"], "f1": results["best_dev_macro_f1"]}
@@ -98,29 +107,31 @@ def model_card(
         for key in ("precision", "recall", "accuracy"):
             if key in results.get("best_dev_scores", {}):
                 scores[key] = results["best_dev_scores"][key]
-    if scores:
-        metadata["metrics"] = sorted(scores)
-        metadata["model-index"] = [
-            {
-                "name": repo_id or "dwatt-model",
-                "results": [
-                    {
-                        "task": {"type": pipeline_tag},
-                        "dataset": {
-                            "name": run.get("dataset", "unknown"),
-                            "type": dataset or "unknown",
-                            "split": "validation",
-                        },
-                        "metrics": [
-                            {"type": name, "value": round(float(value), 4)} for name, value in sorted(scores.items())
-                        ],
-                    }
-                ],
-            }
+    metadata = ModelCardData(
+        library_name="transformers",
+        base_model=base_model,
+        pipeline_tag=pipeline_tag,
+        tags=TAGS + [pipeline_tag, f"fusion-{config.fusion}"] + (["lora"] if config.lora else []),
+        license="apache-2.0",
+        datasets=[dataset] if dataset else None,
+        metrics=sorted(scores) or None,
+        model_name=(repo_id or "dwatt-model") if scores else None,
+        eval_results=[
+            EvalResult(
+                task_type=pipeline_tag,
+                dataset_type=dataset or "unknown",
+                dataset_name=run.get("dataset", "unknown"),
+                dataset_split="validation",
+                metric_type=name,
+                metric_value=round(float(value), 4),
+            )
+            for name, value in sorted(scores.items())
         ]
+        or None,
+    )
     auto_class = task.auto_class
     checkpoint = f'"{repo_id or "path/to/checkpoint"}"' + (f', subfolder="{subfolder}"' if subfolder else "")
-    tokenizer_source = checkpoint if has_tokenizer else f'"{config.backbone_name_or_path}"'
+    tokenizer_source = checkpoint if has_tokenizer else f'"{base_model}"'
     trust_tokenizer = ", trust_remote_code=True" if has_tokenizer else ""  # a plain backbone's has nothing to trust
     mode = {"fe": "FE (frozen backbone; fusion and head trained)", "ft": "FT (everything trained)"}.get(
         run.get("mode"), "unknown"
@@ -132,14 +143,10 @@ def model_card(
             f"{', '.join(f'`{t}`' for t in lora['targets'])} layers; fusion and head trained)"
         )
     lines = [
-        "---",
-        yaml.safe_dump(metadata, sort_keys=False).rstrip(),
-        "---",
-        "",
         f"# {repo_id or 'DWAtt checkpoint'}" + (f" ({subfolder})" if subfolder else ""),
         "",
         f"A `{config.fusion}` layer-fusion model ({type(model).__name__}) over the "
-        f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{config.backbone_name_or_path}`"
+        f"{'decoder LLM' if is_decoder_only(config.encoder_config) else 'encoder'} `{base_model}`"
         + (f" at revision `{config.backbone_revision}`" if config.backbone_revision else "")
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
@@ -194,28 +201,25 @@ def model_card(
             "(without the flag it asks).",
         ]
     lines.append("")
-    return "\n".join(lines)
+    return card_text(metadata, lines)
 
 
 def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | None, first) -> str:
     """README.md for a pushed probe ensemble: YAML metadata, the probe's own card for the folder (how the members were
     chosen), and how to run it."""
-    task = task_of_architectures([type(first).__name__]) or TASKS["ner"]
-    metadata = {
-        "library_name": "dwatt",
-        "base_model": backbone,
-        "pipeline_tag": task.pipeline_tag,
-        "tags": TAGS + [task.pipeline_tag, "probe-ensemble"],
-        "license": "apache-2.0",
-    }
+    task = task_of_model(first) or TASKS["ner"]
+    metadata = ModelCardData(
+        library_name="dwatt",
+        base_model=base_model_name(backbone),
+        pipeline_tag=task.pipeline_tag,
+        tags=TAGS + [task.pipeline_tag, "probe-ensemble"],
+        license="apache-2.0",
+    )
     about = folder / "README.md"
     body = about.read_text() if about.is_file() else f"# A probe ensemble of {len(manifest['members'])} heads\n"
-    return "\n".join(
+    return card_text(
+        metadata,
         [
-            "---",
-            yaml.safe_dump(metadata, sort_keys=False).rstrip(),
-            "---",
-            "",
             body.rstrip(),
             "",
             "## Use",
@@ -229,5 +233,5 @@ def ensemble_card(folder: Path, manifest: dict, repo_id: str, backbone: str | No
             f'Each member is a DWAtt checkpoint of its own: `from_pretrained("{repo_id}", subfolder="{manifest["members"][0]}", '
             "trust_remote_code=True)` with the matching `AutoModelFor...` class.",
             "",
-        ]
+        ],
     )

@@ -381,7 +381,8 @@ def test_a_checkpoint_tokenizer_loads_without_a_remote_code_prompt_or_warning(ti
         "someone/ner",
         has_tokenizer=False,
     )
-    assert f'AutoTokenizer.from_pretrained("{tiny_backbone}")' in backbone_only  # a plain backbone: nothing to trust
+    # a plain backbone: nothing to trust; a folder of this machine named by its name
+    assert f'AutoTokenizer.from_pretrained("{tiny_backbone.name}")' in backbone_only
 
 
 def test_a_probe_ensemble_pushes_as_one_repo_that_runs_by_its_id_from_the_hub_cache(tiny_backbone, tmp_path):
