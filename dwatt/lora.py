@@ -5,15 +5,23 @@ backbone in place, so the model stays a dwatt model that the stock `Trainer` tra
 head train fully, the backbone's own weights stay frozen). What leaves training needs no PEFT: a head-only checkpoint
 carries the adapters' `A` and `B` matrices beside the head (`lora_dwatt.LoRAUpdates`), and loading merges
 `W + (alpha / rank) * B @ A` into the backbone it fetches, in plain torch; a full checkpoint stores the merged
-backbone (`pretrained_dwatt.merged_lora_state_dict`).
+backbone (`pretrained_dwatt.merged_lora_state_dict`). Beside either, dwatt's checkpoints keep the adapters in PEFT's
+own format (`save_adapter`, in `ADAPTER_FOLDER`), which PEFT and serving engines load on the plain backbone.
 """
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 from backbones_dwatt import backbone_family
-from lora_dwatt import lora_target_layers
+from lora_dwatt import adapted_layers, lora_target_layers
 
 DEFAULT_RANK = 8
+ADAPTER_NAME = "default"  # PEFT's name of the one adapter `add_lora` injects
+# A checkpoint's PEFT adapter: a folder of its own, since transformers takes an `adapter_config.json` at a
+# checkpoint's top for a PEFT checkpoint and would load the folder as one
+ADAPTER_FOLDER = "adapter"
 
 
 def default_targets(model) -> list[str]:
@@ -68,4 +76,25 @@ def is_lora_parameter(name: str) -> bool:
     return ".lora_A." in name or ".lora_B." in name
 
 
-__all__ = ["DEFAULT_RANK", "add_lora", "default_targets", "is_lora_parameter"]
+def save_adapter(model, folder: Path, base_model: str | None) -> bool:
+    """The backbone's LoRA adapters (as `add_lora` put them there) saved into `folder` in PEFT's own format,
+    `adapter_config.json` and `adapter_model.safetensors`: `PeftModel.from_pretrained(<the plain backbone>, folder)`
+    adapts the plain backbone as this model's is. `base_model`: how the adapter's config names the backbone. False,
+    and nothing written, for a model without adapters (FE, FT, or its updates merged already)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    backbone = model.dwatt.backbone
+    if not adapted_layers(backbone):
+        return False
+    config = copy.deepcopy(backbone.peft_config[ADAPTER_NAME])
+    config.base_model_name_or_path, config.inference_mode = base_model, True
+    config.save_pretrained(folder)
+    # keys as a `PeftModel` wrapping the plain backbone saves them: `base_model.model.<the layer's path>...`
+    state = get_peft_model_state_dict(backbone, adapter_name=ADAPTER_NAME)
+    tensors = {f"base_model.model.{key}": value.detach().contiguous() for key, value in state.items()}
+    save_file(tensors, Path(folder) / "adapter_model.safetensors", metadata={"format": "pt"})
+    return True
+
+
+__all__ = ["ADAPTER_FOLDER", "DEFAULT_RANK", "add_lora", "default_targets", "is_lora_parameter", "save_adapter"]

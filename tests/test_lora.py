@@ -307,3 +307,45 @@ def test_a_data_parallel_lora_run_keeps_every_process_in_step(tiny_backbone, tin
     saved = load_file(str(tmp_path / "lora" / "model" / "model.safetensors"))
     assert sum(key.startswith("dwatt.lora.updates.") for key in saved) == len(adapters)
     assert not any(key.startswith("dwatt.backbone.") for key in saved)
+
+
+@pytest.mark.parametrize("heads_only", [True, False])
+def test_a_lora_checkpoint_s_adapter_loads_with_peft_on_the_plain_backbone(backbone, tmp_path, heads_only):
+    """dwatt's checkpoint of a LoRA run keeps its adapters in PEFT's own format (`adapter/`): PEFT loads them on the
+    plain backbone, which then gives the hidden states the model's head reads, as the trained model gives them, and
+    the checkpoint itself still loads as dwatt's (the adapter folder is beside it, not taken for a PEFT checkpoint)."""
+    from peft import PeftModel
+    from transformers import AutoModel, AutoTokenizer
+
+    from dwatt.lora import ADAPTER_FOLDER
+    from dwatt.training.common import save_checkpoint
+
+    torch.manual_seed(0)
+    model = adapted(DWAttForTokenClassification.from_backbone(str(backbone), fusion="dwatt", num_labels=3))
+    ids, mask = inputs()
+    with torch.no_grad():
+        trained_states = model.dwatt.backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        trained_logits = model(input_ids=ids, attention_mask=mask).logits
+    save_checkpoint(model, AutoTokenizer.from_pretrained(backbone), tmp_path / "model", heads_only=heads_only)
+    adapter = tmp_path / "model" / ADAPTER_FOLDER
+    config = json.loads((adapter / "adapter_config.json").read_text())
+    assert (
+        config["peft_type"] == "LORA" and config["r"] == 4 and sorted(config["target_modules"]) == ["query", "value"]
+    )
+    assert config["base_model_name_or_path"] == backbone.name  # no folder of this machine
+    plain = PeftModel.from_pretrained(AutoModel.from_pretrained(backbone), adapter).eval()
+    with torch.no_grad():
+        states = plain(input_ids=ids, attention_mask=mask).last_hidden_state
+    torch.testing.assert_close(states, trained_states, rtol=0, atol=1e-6)
+    reloaded = DWAttForTokenClassification.from_pretrained(tmp_path / "model").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            reloaded(input_ids=ids, attention_mask=mask).logits, trained_logits, rtol=1e-5, atol=1e-5
+        )
+
+
+def test_a_model_without_adapters_saves_no_peft_adapter(backbone, tmp_path):
+    from dwatt.lora import save_adapter
+
+    model = DWAttForTokenClassification.from_backbone(str(backbone), num_labels=3)
+    assert save_adapter(model, tmp_path / "adapter", "x") is False and not (tmp_path / "adapter").exists()

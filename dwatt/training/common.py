@@ -36,6 +36,8 @@ from ..distributed import (
 )
 from ..features.memory import WORKING_MARGIN
 from ..fingerprints import backbone_fingerprint
+from ..lora import ADAPTER_FOLDER, save_adapter
+from ..model_cards import base_model_name
 from ..portable import portable_results
 from ..run_config import RunConfig
 from ..tokenization import save_tokenizer
@@ -324,13 +326,15 @@ def finish_run(config: RunConfig, model, tokenizer, results: dict, started: RunC
 
 def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) -> None:
     """`model` and `tokenizer` saved into a scratch folder beside `folder` and swapped in whole (`replace_folder`):
-    a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are."""
+    a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are. A model
+    that trains LoRA adapters keeps them in PEFT's format too (`dwatt.lora.save_adapter`, in `adapter/`)."""
     from safetensors import SafetensorError
 
     spread = model.__dict__.pop("hf_device_map", None)  # saved head-only: none of the offloaded weights is read
     try:
         with scratch_folder(folder) as staging:
             model.save_pretrained(staging, heads_only=heads_only)
+            save_adapter(model, staging / ADAPTER_FOLDER, base_model_name(model.config.backbone_name_or_path))
             save_tokenizer(tokenizer, staging)
             give_usual_modes(staging)
             replace_folder(staging, folder)
