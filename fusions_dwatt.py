@@ -115,8 +115,8 @@ class DepthWiseAttention(LayerFusion):
     Inference on a CPU takes the layers one at a time instead (`reads_layer_by_layer`): each layer's value MLP
     stays in the cache between its steps, the mid-norm's affine is folded into the down projection and the output
     norm's into `layer_norm`, and each value is added into the mix as soon as it exists, so no (N, tokens, width)
-    tensor is ever written (a third less time on a 12 x 768 backbone, benchmarks/fusion_speed.py). The same
-    numbers either way, within float rounding (tested).
+    tensor is ever written (benchmarks/fusion_speed.py measures what it saves). The same numbers either way, within
+    float rounding (tested).
     """
 
     spec = FUSION_SPECS["dwatt"]

@@ -148,9 +148,8 @@ def write_graph_apart(checkpoint, batch: dict[str, torch.Tensor], path: str | Pa
 
 def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer, agrees=None) -> dict:
     """The int8 graph of the fp32 graph at `source` (its `OnnxModel`: `fp32`), written to `target` by `scheme`
-    (`dwatt.serving.int8_graphs`): `dynamic`, onnxruntime's dynamic int8 (one scale per weight channel: one per
-    tensor lost 2.2 F1 on a MiniLM tagger and 7.4 on an MPNet one, benchmarks/int8_accuracy.py; activations one scale
-    per batch), `weights`, onnxruntime's `MatMulNBits` (weights per block, int8 arithmetic), or `smooth`, calibrated
+    (`dwatt.serving.int8_graphs`): `dynamic`, onnxruntime's dynamic int8 (one scale per weight channel, where one per
+    tensor loses F1 (benchmarks/int8_accuracy.py); activations one scale per batch), `weights`, onnxruntime's `MatMulNBits` (weights per block, int8 arithmetic), or `smooth`, calibrated
     on the sample that `answer(model)` runs (activations one scale per token, smoothed; the few products it would
     lose most on stay fp32, more of them while `agrees(graph path)` is under the threshold). Returns what the scheme
     chose on this machine: what `smooth` left fp32, whether `dynamic` took 7-bit weights (`{}` for `weights`)."""

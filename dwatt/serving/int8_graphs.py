@@ -4,7 +4,7 @@ graph's answers.
 Three schemes (`INT8_SCHEMES`), each quantizing the backbone's and the fusion's linear maps (matrix products by a
 weight matrix); the task head stays fp32, as in PyTorch's int8 path.
 - `dynamic`: onnxruntime's `quantize_dynamic`: int8 weights with one scale per output channel; activations quantized
-  per batch, one scale per tensor. Encoders keep their tags (MiniLM, CoNLL-03: F1 +0.19, 98.4% of words as fp32).
+  per batch, one scale per tensor.
 - `weights`: onnxruntime's `MatMulNBits` (its `MatMulNBitsQuantizer`): int8 weights with one scale per block of 128
   inputs of an output channel, and int8 arithmetic (`accuracy_level` 4: activations quantized per block of each
   token's row as the graph runs).
@@ -17,13 +17,10 @@ weight matrix); the task head stays fp32, as in PyTorch's int8 path.
 
 Why decoders need another: a decoder LLM's feed-forward down-projections read a product whose few outlier channels
 reach 100 times the median channel on a few tokens (the "massive activations" of LLMs). One scale per tensor then
-leaves the other tokens a handful of levels: measured on SmolLM2's layer-11 head, 12-30% relative error on those
-inputs against 2-4% with one scale per token, and 92% of words tagged as fp32 tags them. Measured on that head and
-on Qwen2.5-Coder-1.5B's probe-chosen layer-12 head (`benchmarks/int8_decoders.py`, which also measures static QDQ,
-mixed precision, per token alone, weight-only int4 and a bf16 backbone): `weights` gave 98.7% and 99.7% of words as
-fp32, F1 -0.03 and +0.00, at 0.74x and 0.54x the fp32 graph's time; `smooth` 98.5% and 99.5%, F1 -0.18 and -0.63,
-at 0.60x and 0.48x (an AMD CPU without AMX). On Intel CPUs with AMX and AVX-512 VNNI, `weights` took 0.87-0.93x and
-`smooth` 0.65x on the first head: which scheme is faster depends on the CPU.
+leaves the other tokens a handful of levels; one scale per token (`smooth`) or per block of a weight's inputs
+(`weights`) keeps them. How much each scheme keeps of the fp32 graph's answers, and how fast it runs, on encoders and
+decoders and on which CPU, is measured by `benchmarks/int8_decoders.py` and `benchmarks/int8_choice.py` (their
+results under benchmarks/results): which scheme is faster depends on the CPU.
 
 int8's speed is the CPU's (VNNI, AMX): `--quantize int8` tries the schemes that may keep the backbone family's answers
 (`dwatt.serving.schemes.schemes_for`: all three for encoders, `weights` and `smooth` for decoder-only LLMs) and keeps

@@ -7,16 +7,11 @@ PyTorch's own dynamic
 `Linear` quantizes activations to 7 bits (`reduce_range=True`), because x86 kernels without VNNI add pairs of
 products in 16 bits and would saturate on 8-bit ones. Where that is so, the feed-forward up-projections (hidden ->
 intermediate size) stay fp32: their inputs carry a few outlier channels that 7 bits and one scale per tensor cannot
-hold. Measured on a MiniLM DWAtt tagger trained at N = 128 and 5e-5, on a CPU with VNNI (CoNLL-03 test, 3453
-sentences, `benchmarks/int8_accuracy.py`): fp32 59.15 F1; every linear map int8 with 7-bit activations 57.95; the
-up-projections kept fp32, 59.39; every linear map int8 with 8-bit activations 59.17. On a batch of 32 sentences
-(`benchmarks/quantization_speed.py`) the 8-bit way takes 0.43 times the fp32 time, the fallback 0.63 times.
-
-On a CPU with VNNI, PyTorch's dynamic quantization (`torch.ao.quantization.quantize_dynamic`, the fbgemm/x86 int8
-kernels) with 8-bit activations was the fastest way measured (`benchmarks/quantization_speed.py`), ahead of torchao's
-int8 configurations (eager) and of onnxruntime's int8 graph; without VNNI the 7-bit way is slower, and the ONNX
-export's int8 graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.serving.export.quantize_onnx`) is the faster
-command (`benchmarks/predict_speed.py`). PyTorch marks its quantized tensors as deprecated; the ONNX path does not
+hold. What each way keeps of the fp32 scores is measured by `benchmarks/int8_accuracy.py`, how fast it runs against
+torchao's int8 configurations and onnxruntime's int8 graph by `benchmarks/quantization_speed.py` and
+`benchmarks/predict_speed.py` (their results under benchmarks/results): on a CPU without VNNI the ONNX export's int8
+graph in onnxruntime (`dwatt export --quantize int8`, `dwatt.serving.export.quantize_onnx`) is the faster command
+there. PyTorch marks its quantized tensors as deprecated; the ONNX path does not
 depend on them.
 DWAtt's stacked value MLPs are batched matmuls over raw weights, not `nn.Linear`s: they stay fp32, as do GPT-2's
 `Conv1D` projections. A probe ensemble (`dwatt.serving.ensemble.AveragedHeads`) is quantized the same way: the backbone
