@@ -147,26 +147,50 @@ class RunConfig:
         return {"text_column": self.text_column, "pair_column": self.pair_column, "label_column": self.label_column}
 
     def validate(self) -> None:
+        """Refuse, naming the option, what no run can do; fill in what the task decides (`dataset`, `batch_size`)."""
+        self._check_choices()
+        self._check_numbers()
+        self._take_task_defaults()
+        self._check_combinations()
+
+    def _check_choices(self) -> None:
+        """Each option that names one of a set: the fusion, mode, sampling, device map and dtypes."""
         try:
             fusion_spec(self.fusion)
         except ValueError as error:
             raise ValueError(f"--fusion: {error}") from None
         if self.mode not in MODES:
             raise ValueError(f"--mode: unknown mode {self.mode!r}; expected one of {', '.join(MODES)}")
+        if self.sampling not in SAMPLINGS:
+            raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
+        if self.device_map is not None and self.device_map not in DEVICE_MAPS:
+            raise ValueError(f"--device-map: expected one of {', '.join(DEVICE_MAPS)}, got {self.device_map!r}")
+        if self.cache_dtype not in CACHE_DTYPES:
+            raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
+        if self.backbone_dtype not in BACKBONE_DTYPES:
+            raise ValueError(f"--backbone-dtype: expected {', '.join(BACKBONE_DTYPES)}, got {self.backbone_dtype!r}")
+
+    def _check_numbers(self) -> None:
+        """Each number in its range: LoRA's, the epochs, N, the dev subset, the learning rate, the memory budget."""
         if (
             self.lora_rank < 1
             or (self.lora_alpha is not None and not 0 < self.lora_alpha < math.inf)
             or not 0 <= self.lora_dropout < 1
         ):
             raise ValueError("--lora-rank must be >= 1, --lora-alpha > 0 and --lora-dropout in [0, 1)")
-        if self.epochs <= 0:
-            raise ValueError(f"--epochs must be > 0, got {self.epochs}")
-        if self.n_shot is not None and self.n_shot <= 0:
-            raise ValueError(f"--n-shot must be > 0, got {self.n_shot}")
-        if self.sampling not in SAMPLINGS:
-            raise ValueError(f"--sampling: unknown strategy {self.sampling!r}; expected one of {', '.join(SAMPLINGS)}")
-        if self.dev_sentences is not None and self.dev_sentences <= 0:
-            raise ValueError(f"--dev-sentences must be > 0, got {self.dev_sentences}")
+        for option, value in (
+            ("--epochs", self.epochs),
+            ("--n-shot", self.n_shot),
+            ("--dev-sentences", self.dev_sentences),
+            ("--max-memory", self.max_memory),
+        ):
+            if value is not None and value <= 0:
+                raise ValueError(f"{option} must be > 0, got {value}")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
+
+    def _take_task_defaults(self) -> None:
+        """The task's dataset and batch size where none is given, and what only some tasks do (`few_shot_dev`)."""
         task = task_named(self.task)
         if self.few_shot_dev and (not task.trains_together or self.n_shot is None):
             raise ValueError(
@@ -178,21 +202,14 @@ class RunConfig:
             self.batch_size = task.batch_size
         if self.batch_size <= 0:
             raise ValueError(f"--batch-size must be > 0, got {self.batch_size}")
-        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
-            raise ValueError(f"--lr must be a finite number > 0, got {self.learning_rate}")
-        if self.device_map is not None and self.device_map not in DEVICE_MAPS:
-            raise ValueError(f"--device-map: expected one of {', '.join(DEVICE_MAPS)}, got {self.device_map!r}")
+
+    def _check_combinations(self) -> None:
+        """Options that cannot go together, and a backbone folder that is not there."""
         if self.device_map is not None and not self.caches_features:
             raise ValueError(
                 "--device-map spreads a frozen backbone that computes the feature cache once (FE with the "
                 "cache); LoRA, FT and --no-cache run it at every step: give it one device"
             )
-        if self.max_memory is not None and self.max_memory <= 0:
-            raise ValueError(f"--max-memory must be > 0, got {self.max_memory}")
-        if self.cache_dtype not in CACHE_DTYPES:
-            raise ValueError(f"--cache-dtype: expected float16, bfloat16 or float32, got {self.cache_dtype!r}")
-        if self.backbone_dtype not in BACKBONE_DTYPES:
-            raise ValueError(f"--backbone-dtype: expected {', '.join(BACKBONE_DTYPES)}, got {self.backbone_dtype!r}")
         if self.mode == "ft" and self.backbone_dtype in ("bfloat16", "float16"):
             raise ValueError(
                 f"--backbone-dtype {self.backbone_dtype} with --mode ft: the backbone's weights would train "

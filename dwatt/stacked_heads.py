@@ -24,6 +24,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from transformers import set_seed
@@ -90,26 +91,11 @@ def train_heads(
     Returns the outcomes in the order of `copies` and timings (`train_seconds`, `eval_seconds`).
     """
     copies = list(copies)
+    _check_copies(copies, train_set)
     budgets = [c.epochs for c in copies]
-    if not copies or any(int(e) != e or e <= 0 for e in budgets):
-        raise ValueError(f"every copy needs a positive epoch count, got {budgets}")
-    twice = [c for c in dict.fromkeys(copies) if copies.count(c) > 1]
-    if twice:
-        raise ValueError(f"copies must differ in epochs, learning rate or layer; {twice[0]} comes twice")
-    if any(not c.learning_rate > 0 for c in copies):
-        raise ValueError(f"learning rates must be positive, got {[c.learning_rate for c in copies]}")
-    if len(train_set) == 0:
-        raise ValueError("the training set is empty")
     device = next(model.parameters()).device
     set_seed(seed)
-    layers = [c.layer for c in copies]
-    fits = LinearProbes.fits(model, layers, train_set) and LinearProbes.fits(model, layers, dev_set)
-    if linear_probes and not fits:
-        raise ValueError("linear_probes: only for a Base token classifier on one layer per copy, fed a feature cache")
-    if fits and linear_probes is not False:
-        heads = LinearProbes(model, len(copies), layers)
-    else:
-        heads = StackedHeads(model, len(copies), vectorize, layers)
+    heads = _stacked_heads(model, copies, train_set, dev_set, vectorize, linear_probes)
     steps_per_epoch = math.ceil(len(train_set) / batch_size)
     optimizer = StackedAdamW(
         heads.parameters, [c.learning_rate for c in copies], [steps_per_epoch * e for e in budgets], max_grad_norm
@@ -131,8 +117,7 @@ def train_heads(
         model.eval()
         evaluated = time.perf_counter()
         # The dev batches are made again on every pass, not kept: kept, they held the dev set's every cached layer,
-        # padded and cast to fp32 (7.0 GiB for 1000 CoNLL-03 dev sentences on a 28 x 1536 LLM), growing with the dev
-        # set
+        # padded and cast to fp32, growing with the dev set
         predicted, first_pass, predict = [], not dev_labels, heads.predictor(active)
         for batch in heads.batches(dev_set, collator, range(len(dev_set)), eval_batch_size, device):
             predicted.append(predict(batch).cpu())
@@ -140,24 +125,57 @@ def train_heads(
                 dev_labels.append(heads.labels(batch))
         for position, k in enumerate(active):
             mine = [ids[position] for ids in predicted]
-            metrics = score(mine, dev_labels)
-            point = {"epoch": float(epoch), "step": step, metric: metrics[metric]}
-            outcome = outcomes[k]
-            if sample_score is not None:
-                point[f"sample_{metric}"] = sample_score(mine, dev_labels)[metric]
-                if outcome.sample_best is None or point[f"sample_{metric}"] > outcome.sample_best[f"sample_{metric}"]:
-                    outcome.sample_best, outcome.sample_best_state = dict(point), heads.state(k)
-            outcome.curve.append(point)
-            if outcome.best is None or point[metric] > outcome.best[metric]:
-                outcome.best = dict(point, metrics=metrics)
-                outcome.best_state = heads.state(k)
-            if epoch == outcome.epochs:
-                outcome.final_state = heads.state(k)
+            point = {"epoch": float(epoch), "step": step}
+            _record_point(outcomes[k], point, mine, dev_labels, score, sample_score, metric, partial(heads.state, k))
         finished = time.perf_counter()
         timings["train_seconds"] += evaluated - started
         timings["eval_seconds"] += finished - evaluated
     model.train(was_training)
     return outcomes, timings
+
+
+def _check_copies(copies: list[HeadCopy], train_set) -> None:
+    """Refuse copies no training can make: a budget that is no positive whole number of epochs, a copy given twice,
+    a learning rate that is not positive, or nothing to train on."""
+    budgets = [c.epochs for c in copies]
+    if not copies or any(int(e) != e or e <= 0 for e in budgets):
+        raise ValueError(f"every copy needs a positive epoch count, got {budgets}")
+    twice = [c for c in dict.fromkeys(copies) if copies.count(c) > 1]
+    if twice:
+        raise ValueError(f"copies must differ in epochs, learning rate or layer; {twice[0]} comes twice")
+    if any(not c.learning_rate > 0 for c in copies):
+        raise ValueError(f"learning rates must be positive, got {[c.learning_rate for c in copies]}")
+    if len(train_set) == 0:
+        raise ValueError("the training set is empty")
+
+
+def _stacked_heads(model, copies: list[HeadCopy], train_set, dev_set, vectorize: bool, linear_probes: bool | None):
+    """The copies as one trainable stack: `LinearProbes` where they fit (linear heads on one layer each, fed a
+    feature cache) unless `linear_probes` is False, else `StackedHeads`."""
+    layers = [c.layer for c in copies]
+    fits = LinearProbes.fits(model, layers, train_set) and LinearProbes.fits(model, layers, dev_set)
+    if linear_probes and not fits:
+        raise ValueError("linear_probes: only for a Base token classifier on one layer per copy, fed a feature cache")
+    if fits and linear_probes is not False:
+        return LinearProbes(model, len(copies), layers)
+    return StackedHeads(model, len(copies), vectorize, layers)
+
+
+def _record_point(outcome: BudgetOutcome, point: dict, predicted, dev_labels, score, sample_score, metric: str, state):
+    """A copy's dev scores after an epoch (`point`: its epoch and step), added to its curve, and its best, best-by-
+    sample and final weights (`state()`, taken only where kept) updated."""
+    metrics = score(predicted, dev_labels)
+    point[metric] = metrics[metric]
+    if sample_score is not None:
+        point[f"sample_{metric}"] = sample_score(predicted, dev_labels)[metric]
+        if outcome.sample_best is None or point[f"sample_{metric}"] > outcome.sample_best[f"sample_{metric}"]:
+            outcome.sample_best, outcome.sample_best_state = dict(point), state()
+    outcome.curve.append(point)
+    if outcome.best is None or point[metric] > outcome.best[metric]:
+        outcome.best = dict(point, metrics=metrics)
+        outcome.best_state = state()
+    if point["epoch"] == outcome.epochs:
+        outcome.final_state = state()
 
 
 __all__ = ["BudgetOutcome", "HeadCopy", "train_heads"]

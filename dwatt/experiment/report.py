@@ -233,8 +233,104 @@ def publish(staging: Path, output: Path) -> None:
     os.replace(staging / "report.md", output / "report.md")
 
 
+def ner_sections(ner: pd.DataFrame) -> list[str]:
+    """A dev-F1 table per NER experiment, backbone and mode (WikiAnn's per language)."""
+    if ner.empty:
+        return []
+    parts = []
+    ner = ner.assign(experiment=[d.split(":")[0] for d in ner.dataset])
+    for (experiment, backbone, mode), runs in ner.groupby(["experiment", "backbone", "mode"]):
+        wikiann = experiment == "wikiann"
+        parts.append(
+            f"## {'WikiAnn per language' if wikiann else experiment}, {backbone}, {MODE_NAMES.get(mode, mode)}: dev F1\n"
+        )
+        runs = runs.sort_values(["dataset", "n_shot", "epochs"])
+        prefix = [f"{d.split(':')[1]}, " if wikiann else "" for d in runs.dataset]
+        unit = "sentences" if wikiann else "N"
+        settings = [f"{p}{unit}={n:g}, {e} epochs" for p, n, e in zip(prefix, runs.n_shot, runs.epochs)]
+        if runs.num_dev_sentences.nunique(dropna=False) > 1:  # say which rows were scored on which dev set
+            settings = [s if pd.isna(d) else f"{s}, dev {d:g}" for s, d in zip(settings, runs.num_dev_sentences)]
+        table = pivot_f1(
+            runs.assign(setting=pd.Categorical(settings, categories=list(dict.fromkeys(settings)))), "setting"
+        )
+        trials = sorted({runs.trials.min(), runs.trials.max()})
+        parts.append(markdown(table) + f"\nTrials per cell: {'–'.join(map(str, trials))}.\n")
+    return parts
+
+
+def tier_sections(tiers: pd.DataFrame) -> list[str]:
+    """WikiAnn's dev F1 by resource tier."""
+    if tiers.empty:
+        return []
+    order = [name for _, name in TIERS if name in set(tiers.tier)]
+    return [
+        "## WikiAnn by resource tier (training-split size): dev F1\n",
+        markdown(pivot_f1(tiers.assign(tier=pd.Categorical(tiers.tier, categories=order)), "tier")),
+    ]
+
+
+def classification_sections(classification: pd.DataFrame, output: Path) -> list[str]:
+    """Accuracy and macro-F1 tables per dataset, backbone and mode; the same tables, under bold titles, written to
+    `tables/text_classification.md` for the README (which holds them inside a section of its own)."""
+    if classification.empty:
+        return []
+    parts, embedded = [], []
+    for (dataset, backbone, mode), runs in classification.groupby(["dataset", "backbone", "mode"]):
+        runs = runs.sort_values(["n_shot", "epochs"])
+        settings = [f"N={n:g}, {e} epochs" for n, e in zip(runs.n_shot, runs.epochs)]
+        if runs.pooling.nunique() > 1:
+            settings = [f"{s}, {p} pooling" for s, p in zip(settings, runs.pooling)]
+        order = list(dict.fromkeys(settings))
+        for metric, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
+            title = f"Text classification, {dataset}, {backbone}, {MODE_NAMES.get(mode, mode)}: {label}"
+            table = runs.rename(columns={f"mean_{metric}": "mean", f"ci95_{metric}": "ci95"})
+            table = table.assign(setting=pd.Categorical(settings, categories=order))
+            trials = sorted({table[f"trials_{metric}"].min(), table[f"trials_{metric}"].max()})
+            body = (
+                markdown(pivot_f1(table, "setting")) + f"\nTrials per cell: {'–'.join(map(str, trials))}. "
+                "N: training examples per class.\n"
+            )
+            parts += [f"## {title}\n", body]
+            embedded += [f"**{title}**\n", body]
+    (output / "tables" / "text_classification.md").write_text("\n".join(embedded))
+    return parts
+
+
+def mlm_sections(mlm: pd.DataFrame) -> list[str]:
+    """WikiText-2's test and dev perplexity (the paper's Table 3)."""
+    if mlm.empty:
+        return []
+    table = mlm.assign(**{"test perplexity": mlm.mean_test_ppl.round(2), "dev perplexity": mlm.mean_dev_ppl.round(2)})
+    return [
+        "## WikiText-2 masked LM: perplexity (Table 3)\n",
+        markdown(table, ["backbone", "mode", "fusion", "epochs", "test perplexity", "dev perplexity"]),
+    ]
+
+
+def comparison_sections(frame: pd.DataFrame, output: Path) -> list[str]:
+    """Fusion against the last layer by depth, the training modes side by side and the comparison with the paper,
+    each also written under `tables/`."""
+    parts = []
+    if not depth_grid(frame).empty:
+        gains = fusion_gains(frame)
+        parts.append(
+            f"## Layer fusion against the last layer, by depth (CoNLL-03 FE, {DEPTH_DEV_SENTENCES} fixed dev "
+            f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n"
+        )
+        parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
+        (output / "tables" / "fusion_gains.md").write_text(gains)
+    modes = mode_comparison(frame)
+    if modes:
+        parts += ["## Training modes side by side\n", modes]
+        (output / "tables" / "training_modes.md").write_text(modes)
+    comparison = paper_comparison(frame)
+    (output / "tables" / "paper_comparison.md").write_text(comparison)
+    return parts + ["## Against the paper\n", comparison]
+
+
 def write_full_report(frame: pd.DataFrame, output: Path, title: str, sources: str) -> Path:
-    """The report of any results but a fair-comparison grid's, into `output`."""
+    """The report of any results but a fair-comparison grid's, into `output`: a section per kind of experiment the
+    results hold, each table also written under `tables/`, then the comparison with the paper and the figures."""
     parts = [
         f"# {title}\n",
         (
@@ -252,70 +348,8 @@ def write_full_report(frame: pd.DataFrame, output: Path, title: str, sources: st
     ):
         if not table.empty:
             table.to_csv(output / "tables" / f"{name}.csv", index=False)
-    if not ner.empty:
-        ner = ner.assign(experiment=[d.split(":")[0] for d in ner.dataset])
-        for (experiment, backbone, mode), runs in ner.groupby(["experiment", "backbone", "mode"]):
-            wikiann = experiment == "wikiann"
-            parts.append(
-                f"## {'WikiAnn per language' if wikiann else experiment}, {backbone}, {MODE_NAMES.get(mode, mode)}: dev F1\n"
-            )
-            runs = runs.sort_values(["dataset", "n_shot", "epochs"])
-            prefix = [f"{d.split(':')[1]}, " if wikiann else "" for d in runs.dataset]
-            unit = "sentences" if wikiann else "N"
-            settings = [f"{p}{unit}={n:g}, {e} epochs" for p, n, e in zip(prefix, runs.n_shot, runs.epochs)]
-            if runs.num_dev_sentences.nunique(dropna=False) > 1:  # say which rows were scored on which dev set
-                settings = [s if pd.isna(d) else f"{s}, dev {d:g}" for s, d in zip(settings, runs.num_dev_sentences)]
-            table = pivot_f1(
-                runs.assign(setting=pd.Categorical(settings, categories=list(dict.fromkeys(settings)))), "setting"
-            )
-            trials = sorted({runs.trials.min(), runs.trials.max()})
-            parts.append(markdown(table) + f"\nTrials per cell: {'–'.join(map(str, trials))}.\n")
-    if not tiers.empty:
-        parts.append("## WikiAnn by resource tier (training-split size): dev F1\n")
-        order = [name for _, name in TIERS if name in set(tiers.tier)]
-        parts.append(markdown(pivot_f1(tiers.assign(tier=pd.Categorical(tiers.tier, categories=order)), "tier")))
-    if not classification.empty:
-        embedded = []  # the same tables for the README, under bold titles: they sit inside a section of their own
-        for (dataset, backbone, mode), runs in classification.groupby(["dataset", "backbone", "mode"]):
-            runs = runs.sort_values(["n_shot", "epochs"])
-            settings = [f"N={n:g}, {e} epochs" for n, e in zip(runs.n_shot, runs.epochs)]
-            if runs.pooling.nunique() > 1:
-                settings = [f"{s}, {p} pooling" for s, p in zip(settings, runs.pooling)]
-            order = list(dict.fromkeys(settings))
-            for metric, label in (("accuracy", "accuracy"), ("macro_f1", "macro-F1")):
-                title = f"Text classification, {dataset}, {backbone}, {MODE_NAMES.get(mode, mode)}: {label}"
-                table = runs.rename(columns={f"mean_{metric}": "mean", f"ci95_{metric}": "ci95"})
-                table = table.assign(setting=pd.Categorical(settings, categories=order))
-                trials = sorted({table[f"trials_{metric}"].min(), table[f"trials_{metric}"].max()})
-                body = (
-                    markdown(pivot_f1(table, "setting")) + f"\nTrials per cell: {'–'.join(map(str, trials))}. "
-                    "N: training examples per class.\n"
-                )
-                parts += [f"## {title}\n", body]
-                embedded += [f"**{title}**\n", body]
-        (output / "tables" / "text_classification.md").write_text("\n".join(embedded))
-    if not mlm.empty:
-        parts.append("## WikiText-2 masked LM: perplexity (Table 3)\n")
-        table = mlm.assign(
-            **{"test perplexity": mlm.mean_test_ppl.round(2), "dev perplexity": mlm.mean_dev_ppl.round(2)}
-        )
-        parts.append(markdown(table, ["backbone", "mode", "fusion", "epochs", "test perplexity", "dev perplexity"]))
-    if not depth_grid(frame).empty:
-        gains = fusion_gains(frame)
-        parts.append(
-            f"## Layer fusion against the last layer, by depth (CoNLL-03 FE, {DEPTH_DEV_SENTENCES} fixed dev "
-            f"sentences, {DEPTH_EPOCHS} epochs; AG News FE at its grid's pooling)\n"
-        )
-        parts.append(gains + "\nMeans over trials; the gains are paired by trial (mean ± 95% CI).\n")
-        (output / "tables" / "fusion_gains.md").write_text(gains)
-    modes = mode_comparison(frame)
-    if modes:
-        parts += ["## Training modes side by side\n", modes]
-        (output / "tables" / "training_modes.md").write_text(modes)
-    parts.append("## Against the paper\n")
-    comparison = paper_comparison(frame)
-    parts.append(comparison)
-    (output / "tables" / "paper_comparison.md").write_text(comparison)
+    parts += ner_sections(ner) + tier_sections(tiers) + classification_sections(classification, output)
+    parts += mlm_sections(mlm) + comparison_sections(frame, output)
     drawn, skipped = draw_all(frame, output / "figures")
     parts.append("## Figures\n")
     parts += [f"![{name}](figures/{name}.png)\n" for name in drawn]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -92,65 +93,27 @@ def build_feature_cache(
     """
     dwatt = model.dwatt
     backbone = dwatt.backbone
-    if scored_positions_only and not dwatt.fusion_is_per_token:
-        raise ValueError(f"scored_positions_only needs a per-token fusion; {model.config.fusion!r} mixes positions")
-    if scored_positions_only and "labels" not in dataset.column_names:
-        raise ValueError("scored_positions_only needs a `labels` column")
-    labels = list(dataset["labels"]) if "labels" in dataset.column_names else None
-    if pooled not in (None, "first", "last", "mean"):
-        raise ValueError(f"pooled: expected 'first', 'last' or 'mean', got {pooled!r}")
-    keep = None
-    if scored_positions_only:
-        keep = [[i for i, label in enumerate(row) if label != -100] for row in labels]
-        labels = [[row[i] for i in positions] for row, positions in zip(labels, keep)]
+    labels, keep = _kept_positions(model, dataset, scored_positions_only, pooled)
     device = torch.device(device) if device is not None else input_device(backbone)
     was_training = backbone.training
     backbone.eval()
     indices = cached_layers(model, layers)
-    input_lengths = [len(ids) for ids in dataset["input_ids"]]
-    lengths = cache_lengths(dataset, scored_positions_only, pooled)
-    offsets = [0]
-    for length in lengths[:-1]:
-        offsets.append(offsets[-1] + length)
-    total = offsets[-1] + lengths[-1] if lengths else 0
-    shape = (total, len(indices), backbone.config.hidden_size)
-    order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
-    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    layout = CacheLayout.of(dataset, scored_positions_only, pooled, batch_size)
+    shape = (layout.rows, len(indices), backbone.config.hidden_size)
     rank, processes = share
     if processes > 1 and (path is None or key is None):
         raise ValueError("a cache built by several processes is one keyed file: give its path and key")
-    mine = list(range(rank, len(batches), processes))  # the batches this process runs, every processes-th
-    record, done = None, 0
+    mine = list(range(rank, len(layout.batches), processes))  # the batches this process runs, every processes-th
     if path is None:
-        features = torch.empty(shape, dtype=dtype)
+        features, record, done = torch.empty(shape, dtype=dtype), None, 0
     else:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        numel = shape[0] * shape[1] * shape[2]
-        nbytes = numel * torch.empty((), dtype=dtype).element_size()
-        if key is not None:
-            holds = {**key, "shape": list(shape), "dtype": str(dtype), "batch_size": batch_size}
-            record = BuildRecord(path, json.loads(json.dumps(holds, default=str)), share)
-            done = record.batches_done()
-        if processes == 1:
-            if done == 0:
-                preallocated(path, nbytes)
-        else:  # every process has read the record before the first one writes it
-            resumable = record.resumable()
-            wait()
-            if rank == 0 and not resumable:
-                preallocated(path, nbytes)
-            if rank == 0 and not record.is_complete():
-                record.start(len(batches))
-            wait()
-            done = done if resumable else 0
-        features = torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape)
+        features, record, done = _file_storage(Path(path), shape, dtype, key, batch_size, share, layout, wait)
     columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
     pad_values = {"input_ids": backbone.config.pad_token_id or 0}
     saved_at = time.monotonic()
     if bar is not None:  # what this build's earlier run wrote, or what other processes build, is not this pass's work
         running = set(mine[done:])
-        bar.total -= sum(input_lengths[i] for p, batch in enumerate(batches) if p not in running for i in batch)
+        bar.total -= sum(layout.tokens(batch) for p, batch in enumerate(layout.batches) if p not in running)
         bar.refresh()
     for position in tqdm(
         range(done, len(mine)),
@@ -161,41 +124,15 @@ def build_feature_cache(
         initial=done,
         unit="batch",
     ):
-        batch_indices = batches[mine[position]]
-        rows = dataset.select(batch_indices)
-        longest = max(input_lengths[i] for i in batch_indices)
-        inputs = {}
-        for column in columns:
-            tensor = torch.full((len(batch_indices), longest), pad_values.get(column, 0), dtype=torch.long)
-            for row, values in enumerate(rows[column]):
-                tensor[row, : len(values)] = torch.as_tensor(values)
-            inputs[column] = tensor.to(device)
-        hidden = dwatt.run_backbone(**inputs)
-        # Layer by layer, never all of them stacked: a stacked copy of every layer over a batch of long texts, and its
-        # cast, took 1 GiB more on SmolLM2-135M's AG News sweep, to keep one position of each text.
-        if pooled == "mean":
-            mask = inputs["attention_mask"].unsqueeze(-1).to(torch.float32)
-            counts = mask.sum(1, keepdim=True).clamp(min=1)
-            reduced = [(hidden[i].float() * mask).sum(1, keepdim=True) / counts for i in indices]
-        else:
-            reduced = [hidden[i] for i in indices]  # (batch, seq, hidden) each, no copy
+        batch_indices = layout.batches[mine[position]]
+        inputs = _padded_inputs(dataset, batch_indices, columns, pad_values, layout, device)
+        reduced = _reduced_layers(dwatt.run_backbone(**inputs), indices, pooled, inputs["attention_mask"])
         refuse_overflow(reduced, dtype, indices)
-        for column, layer in enumerate(reduced):
-            layer = layer.to("cpu", dtype)
-            for row, index in enumerate(batch_indices):
-                start = offsets[index]
-                if keep is not None:
-                    rows_kept = layer[row, keep[index]]
-                elif pooled == "last":
-                    rows_kept = layer[row, input_lengths[index] - 1 : input_lengths[index]]
-                else:
-                    rows_kept = layer[row, : lengths[index]]
-                features[start : start + lengths[index], column] = rows_kept
-            del layer
-        del hidden, reduced
+        _write_rows(features, reduced, batch_indices, layout, keep, pooled, dtype)
+        del reduced
         release_freed_memory()
         if bar is not None:
-            bar.update(sum(input_lengths[i] for i in batch_indices))
+            bar.update(layout.tokens(batch_indices))
         if record is not None and (position + 1 == len(mine) or time.monotonic() - saved_at > RECORD_EVERY_SECONDS):
             record.save(position + 1, len(mine))  # the batches written so far sit in the file's pages already
             saved_at = time.monotonic()
@@ -204,9 +141,121 @@ def build_feature_cache(
     if processes > 1:  # every process's rows are in the file once all reach here
         wait()
         if rank == 0:
-            record.finish(len(batches))
+            record.finish(len(layout.batches))
     backbone.train(was_training)
-    return FeatureCache(features, offsets, lengths, labels, storage="memory" if path is None else "disk")
+    return FeatureCache(features, layout.offsets, layout.lengths, labels, storage="memory" if path is None else "disk")
+
+
+def _kept_positions(model, dataset, scored_positions_only: bool, pooled: str | None):
+    """The labels a cache keeps beside its features, and the positions it keeps of each row where only the scored
+    ones are kept (else None); refused: what the model or the data cannot give."""
+    if scored_positions_only and not model.dwatt.fusion_is_per_token:
+        raise ValueError(f"scored_positions_only needs a per-token fusion; {model.config.fusion!r} mixes positions")
+    if scored_positions_only and "labels" not in dataset.column_names:
+        raise ValueError("scored_positions_only needs a `labels` column")
+    labels = list(dataset["labels"]) if "labels" in dataset.column_names else None
+    if pooled not in (None, "first", "last", "mean"):
+        raise ValueError(f"pooled: expected 'first', 'last' or 'mean', got {pooled!r}")
+    if not scored_positions_only:
+        return labels, None
+    keep = [[i for i, label in enumerate(row) if label != -100] for row in labels]
+    return [[row[i] for i in positions] for row, positions in zip(labels, keep)], keep
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Where each sentence's rows sit in a cache (`offsets`, `lengths`: rows kept of each), its tokens as the backbone
+    reads them (`input_lengths`), and the batches it runs: sentences sorted by length, so padding costs little."""
+
+    input_lengths: list[int]
+    lengths: list[int]
+    offsets: list[int]
+    batches: list[list[int]]
+
+    @classmethod
+    def of(cls, dataset, scored_positions_only: bool, pooled: str | None, batch_size: int) -> CacheLayout:
+        input_lengths = [len(ids) for ids in dataset["input_ids"]]
+        lengths = cache_lengths(dataset, scored_positions_only, pooled)
+        offsets = [0]
+        for length in lengths[:-1]:
+            offsets.append(offsets[-1] + length)
+        order = sorted(range(len(input_lengths)), key=input_lengths.__getitem__)
+        batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+        return cls(input_lengths, lengths, offsets, batches)
+
+    @property
+    def rows(self) -> int:
+        return self.offsets[-1] + self.lengths[-1] if self.lengths else 0
+
+    def tokens(self, batch: list[int]) -> int:
+        return sum(self.input_lengths[i] for i in batch)
+
+
+def _file_storage(path: Path, shape, dtype, key, batch_size: int, share, layout: CacheLayout, wait):
+    """A cache's memory-mapped file at `path`, made or resumed (its `BuildRecord` where there is a `key`): the
+    features tensor on it, the record, and the batches of this process written already."""
+    rank, processes = share
+    path.parent.mkdir(parents=True, exist_ok=True)
+    numel = shape[0] * shape[1] * shape[2]
+    nbytes = numel * torch.empty((), dtype=dtype).element_size()
+    record, done = None, 0
+    if key is not None:
+        holds = {**key, "shape": list(shape), "dtype": str(dtype), "batch_size": batch_size}
+        record = BuildRecord(path, json.loads(json.dumps(holds, default=str)), share)
+        done = record.batches_done()
+    if processes == 1:
+        if done == 0:
+            preallocated(path, nbytes)
+    else:  # every process has read the record before the first one writes it
+        resumable = record.resumable()
+        wait()
+        if rank == 0 and not resumable:
+            preallocated(path, nbytes)
+        if rank == 0 and not record.is_complete():
+            record.start(len(layout.batches))
+        wait()
+        done = done if resumable else 0
+    return torch.from_file(str(path), shared=True, size=numel, dtype=dtype).view(shape), record, done
+
+
+def _padded_inputs(dataset, batch_indices, columns, pad_values, layout: CacheLayout, device) -> dict:
+    """The backbone's inputs for a batch of sentences, padded to its longest."""
+    rows = dataset.select(batch_indices)
+    longest = max(layout.input_lengths[i] for i in batch_indices)
+    inputs = {}
+    for column in columns:
+        tensor = torch.full((len(batch_indices), longest), pad_values.get(column, 0), dtype=torch.long)
+        for row, values in enumerate(rows[column]):
+            tensor[row, : len(values)] = torch.as_tensor(values)
+        inputs[column] = tensor.to(device)
+    return inputs
+
+
+def _reduced_layers(hidden, indices, pooled: str | None, attention_mask) -> list[torch.Tensor]:
+    """The cached layers of a batch's hidden states, each `(batch, seq, hidden)` as it is (no copy), or its mean over
+    each sentence's tokens in float32 (`pooled="mean"`). Layer by layer, never all of them stacked: a stacked copy of
+    every layer over a batch of long texts, and its cast, would take a copy of every layer to keep one position."""
+    if pooled != "mean":
+        return [hidden[i] for i in indices]
+    mask = attention_mask.unsqueeze(-1).to(torch.float32)
+    counts = mask.sum(1, keepdim=True).clamp(min=1)
+    return [(hidden[i].float() * mask).sum(1, keepdim=True) / counts for i in indices]
+
+
+def _write_rows(features, reduced, batch_indices, layout: CacheLayout, keep, pooled: str | None, dtype) -> None:
+    """Each sentence's kept rows of each layer, in its place in the cache."""
+    for column, layer in enumerate(reduced):
+        layer = layer.to("cpu", dtype)
+        for row, index in enumerate(batch_indices):
+            start, length = layout.offsets[index], layout.lengths[index]
+            if keep is not None:
+                rows_kept = layer[row, keep[index]]
+            elif pooled == "last":
+                rows_kept = layer[row, layout.input_lengths[index] - 1 : layout.input_lengths[index]]
+            else:
+                rows_kept = layer[row, :length]
+            features[start : start + length, column] = rows_kept
+        del layer
 
 
 def build_feature_cache_across_processes(model, dataset, **kwargs) -> FeatureCache:
