@@ -190,7 +190,9 @@ class DWAttModel(DWAttPreTrainedModel):
                 "after its last layer (decoder LLMs and ModernBERT do)"
             )
         self.fusion = FUSION_CLASSES[config.fusion](config, self.backbone)
-        # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded.
+        # A head-only LoRA checkpoint brings the backbone's low-rank updates; they are merged once it is loaded, and
+        # kept (a head-only save stores them again). None for every other model.
+        self.lora: LoRAUpdates | None = None
         if config.lora and not config.lora["merged"] and config.heads_only:
             self.lora = LoRAUpdates(config, self.backbone)
         self.use_backbone(self.backbone)

@@ -209,7 +209,7 @@ def head_only_state_dict(model: PreTrainedModel) -> dict[str, torch.Tensor]:
         key: value for key, value in model.head_state().items() if lm_head_trains or not key.startswith("lm_head.")
     }
     adapted = adapted_layers(model.dwatt.backbone)
-    if model.config.lora and not adapted and getattr(model.dwatt, "lora", None) is None:
+    if model.config.lora and not adapted and model.dwatt.lora is None:
         raise ValueError("this model's LoRA updates are merged into its backbone: save it whole (heads_only=False)")
     for path, (_, lora_A, lora_B) in adapted.items():
         state[f"dwatt.lora.updates.{_lora_key(path)}.lora_A"] = lora_A
@@ -245,7 +245,7 @@ def save_checkpoint(model: PreTrainedModel, save: Callable, save_directory, *arg
             return save(save_directory, *args, **kwargs)
         if adapted_layers(model.dwatt.backbone):  # LoRA in training: the updates merged into the backbone's layers
             state = merged_lora_state_dict(model)
-        elif getattr(model.dwatt, "lora", None) is not None:  # loaded head-only: the backbone holds them already
+        elif model.dwatt.lora is not None:  # loaded head-only: the backbone holds them already
             state = {k: v for k, v in model.state_dict().items() if not k.startswith("dwatt.lora.")}
         else:
             return save(save_directory, *args, **kwargs)
@@ -332,7 +332,7 @@ def load_checkpoint(model_class: type, load: Callable, name_or_path, *model_args
             load_kwargs["revision"] = revision
         pretrained = model_class.load_pretrained_backbone(source, load_kwargs, depth=config.run_depth)
         attach_backbone(model, pretrained, adopt_head=bool(lm_head_missing))
-        if getattr(model.dwatt, "lora", None) is not None:  # W + (alpha / rank) B A: a plain, merged backbone
+        if model.dwatt.lora is not None:  # W + (alpha / rank) B A: a plain, merged backbone
             model.dwatt.lora.merge_into(model.dwatt.backbone)  # (the pairs kept, for a head-only save again)
             model.config.lora["merged"] = True
         model.config.heads_only = False

@@ -17,6 +17,7 @@ from huggingface_hub import HfApi
 from .data import is_local_path
 from .defaults import known_hub_id
 from .errors import HubError
+from .lora import ADAPTER_FOLDER, save_adapter
 from .model_cards import ensemble_card, model_card
 from .tokenization import save_tokenizer
 
@@ -146,6 +147,7 @@ def _save_for_hub(
     the backbone by `published`, tokenizer, results and model card."""
     with _published_backbone(model, published):
         model.save_pretrained(folder, heads_only=heads_only)
+        save_adapter(model, folder / ADAPTER_FOLDER, published)
         if tokenizer is not None:
             save_tokenizer(tokenizer, folder)
         if results is not None:

@@ -15,7 +15,7 @@ import copy
 from pathlib import Path
 
 from backbones_dwatt import backbone_family
-from lora_dwatt import adapted_layers, lora_target_layers
+from lora_dwatt import adapted_layers, lora_target_layers, stores_weight_transposed
 
 DEFAULT_RANK = 8
 ADAPTER_NAME = "default"  # PEFT's name of the one adapter `add_lora` injects
@@ -77,21 +77,38 @@ def is_lora_parameter(name: str) -> bool:
 
 
 def save_adapter(model, folder: Path, base_model: str | None) -> bool:
-    """The backbone's LoRA adapters (as `add_lora` put them there) saved into `folder` in PEFT's own format,
-    `adapter_config.json` and `adapter_model.safetensors`: `PeftModel.from_pretrained(<the plain backbone>, folder)`
-    adapts the plain backbone as this model's is. `base_model`: how the adapter's config names the backbone. False,
-    and nothing written, for a model without adapters (FE, FT, or its updates merged already)."""
-    from peft import get_peft_model_state_dict
+    """The backbone's LoRA adapters saved into `folder` in PEFT's own format, `adapter_config.json` and
+    `adapter_model.safetensors`: `PeftModel.from_pretrained(<the plain backbone>, folder)` adapts the plain backbone
+    as this model's is. The adapters as `add_lora` put them there (a model in training), or as a head-only checkpoint
+    brought them (`model.dwatt.lora`, merged into the backbone, kept beside it). `base_model`: how the adapter's config
+    names the backbone. False, and nothing written, for a model without them (FE, FT, or a LoRA checkpoint saved
+    merged)."""
+    from peft import LoraConfig, get_peft_model_state_dict
     from safetensors.torch import save_file
 
-    backbone = model.dwatt.backbone
-    if not adapted_layers(backbone):
+    backbone, lora = model.dwatt.backbone, model.config.lora
+    if adapted_layers(backbone):
+        config = copy.deepcopy(backbone.peft_config[ADAPTER_NAME])
+        state = get_peft_model_state_dict(backbone, adapter_name=ADAPTER_NAME)
+    elif model.dwatt.lora is not None:
+        layers = lora_target_layers(backbone, lora["targets"]).values()
+        config = LoraConfig(
+            r=lora["rank"],
+            lora_alpha=lora["alpha"],
+            lora_dropout=lora["dropout"],
+            target_modules=lora["targets"],
+            fan_in_fan_out=any(stores_weight_transposed(layer) for layer in layers),
+        )
+        state = {
+            f"{key.replace('__', '.')}.lora_{part}.weight": getattr(update, f"lora_{part}")
+            for key, update in model.dwatt.lora.updates.items()
+            for part in "AB"
+        }
+    else:
         return False
-    config = copy.deepcopy(backbone.peft_config[ADAPTER_NAME])
     config.base_model_name_or_path, config.inference_mode = base_model, True
     config.save_pretrained(folder)
     # keys as a `PeftModel` wrapping the plain backbone saves them: `base_model.model.<the layer's path>...`
-    state = get_peft_model_state_dict(backbone, adapter_name=ADAPTER_NAME)
     tensors = {f"base_model.model.{key}": value.detach().contiguous() for key, value in state.items()}
     save_file(tensors, Path(folder) / "adapter_model.safetensors", metadata={"format": "pt"})
     return True

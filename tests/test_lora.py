@@ -342,6 +342,17 @@ def test_a_lora_checkpoint_s_adapter_loads_with_peft_on_the_plain_backbone(backb
         torch.testing.assert_close(
             reloaded(input_ids=ids, attention_mask=mask).logits, trained_logits, rtol=1e-5, atol=1e-5
         )
+    if heads_only:  # loaded head-only, its updates merged and kept beside it: saved again (a push), the same adapter
+        from dwatt.lora import save_adapter
+
+        assert save_adapter(reloaded, tmp_path / "again", "someone/tiny-bert")
+        again = PeftModel.from_pretrained(AutoModel.from_pretrained(backbone), tmp_path / "again").eval()
+        with torch.no_grad():
+            states = again(input_ids=ids, attention_mask=mask).last_hidden_state
+        torch.testing.assert_close(states, trained_states, rtol=0, atol=1e-5)
+        assert json.loads((tmp_path / "again" / "adapter_config.json").read_text())["base_model_name_or_path"] == (
+            "someone/tiny-bert"
+        )
 
 
 def test_a_model_without_adapters_saves_no_peft_adapter(backbone, tmp_path):
