@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,9 @@ def in_package(module: str, package: str) -> bool:
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
     """import-linter's contracts (pyproject.toml's [tool.importlinter]) checked on the package under `root`."""
     environment = {**os.environ, "PYTHONPATH": str(root)}
+    command = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
     return subprocess.run(
-        ["lint-imports", "--config", str(root / "pyproject.toml"), "--no-cache"],
+        [sys.executable, "-c", command, "--config", str(root / "pyproject.toml"), "--no-cache"],
         capture_output=True,
         text=True,
         cwd=root,
@@ -161,8 +163,6 @@ def test_importing_the_remote_code_registers_nothing_and_dwatt_registers_in_one_
     """In a fresh interpreter, importing the remote-code files by their names (as a script beside them would) changes
     no Auto class; `dwatt.auto.register_auto_classes` is the one place that registers the DWAtt classes, and the
     config's Auto class finds the models after it."""
-
-    import sys
 
     script = (
         "import transformers\n"
@@ -239,8 +239,6 @@ def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_i
     a fresh interpreter; the probe draws its figure with a function-level import), and no module but the tables
     imports pandas itself (HF datasets, which reads the data, still loads it)."""
 
-    import sys
-
     running = sorted(m for m in import_graph() if m not in TABLES and not m.endswith(".__main__"))
     code = (
         f"import importlib, sys\nfor name in {running!r}:\n    importlib.import_module(name)\n"
@@ -270,8 +268,6 @@ def test_the_tables_load_without_torch_transformers_or_datasets():
     """The experiment side's tables (a report over committed stores) import neither the models nor the data
     libraries: what they need of the fusions and the results' fields is in torch-free modules (`specs_dwatt`,
     `dwatt.schema`)."""
-
-    import sys
 
     code = (
         "import sys\nimport dwatt.experiment.report, dwatt.experiment.selection\n"
