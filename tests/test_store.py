@@ -55,8 +55,11 @@ def test_a_row_a_crash_cut_off_is_no_run_and_the_next_append_cuts_it_off(tmp_pat
     store.append({"run_id": "c", "config": config})
     assert [row["run_id"] for row in store.rows()] == ["a", "c"]
     assert store.path.read_text().count("\n") == 2
+    store.path.write_bytes(store.path.read_bytes() + b'{"run_id": "d", "config": {}}')  # whole, without its line end
+    store.append({"run_id": "e", "config": config})
+    assert [row["run_id"] for row in store.rows()] == ["a", "c", "d", "e"]  # kept, not cut off
     store.path.write_bytes(store.path.read_bytes() + b'{"run_id": "d", "conf\n{"run_id": "e"}\n')
-    with pytest.raises(ValueError, match=r"results\.jsonl:3: not a JSON row"):
+    with pytest.raises(ValueError, match=r"results\.jsonl:5: not a JSON row"):
         store.rows()
 
 

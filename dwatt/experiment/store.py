@@ -157,14 +157,27 @@ class ResultsStore:
 
     def append(self, row: dict) -> None:
         """`row` written as one line at the store's end, in one write handed to the system before this returns (a
-        crash of this process loses nothing written; like dwatt's other writes it does not wait for the disk); a line
-        a crash cut off before (no line end) is cut off the file first, so that rows never run together."""
+        crash of this process loses nothing written; like dwatt's other writes it does not wait for the disk). A last
+        line without its line end is ended first where it is a whole row (a file another tool wrote), and cut off
+        where it does not parse (a write a crash cut off), so that rows never run together."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
         with self.path.open("ab") as handle:
             if not ends_with_line_end(self.path):
-                handle.truncate(last_line_end(self.path))
+                end = last_line_end(self.path)
+                if _parses(self.path.read_bytes()[end:]):
+                    line = b"\n" + line
+                else:
+                    handle.truncate(end)
             handle.write(line)
+
+
+def _parses(text: bytes) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def last_line_end(path: Path, chunk: int = 1 << 16) -> int:
