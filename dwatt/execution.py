@@ -8,7 +8,7 @@ for by its `RunConfig` and answers with its `RunResults`, the row its store keep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict
 
@@ -67,7 +67,7 @@ class Execution(Protocol):
 class ExecutionOf:
     """An `Execution` made of two functions: how `dwatt.training` trains (`EXECUTION`), or a test's fakes."""
 
-    alone: TrainsAlone | Callable[[RunConfig], RunResults]
+    alone: TrainsAlone
     together: TrainsTogether
 
 

@@ -16,7 +16,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from ..data.files import ends_with_line_end, json_objects
+from ..data.files import json_objects
 from ..fingerprints import backbone_fingerprint, config_digest, run_fingerprints
 from ..portable import backbone_folder, portable_path
 from ..run_config import NOT_DEFINING, RunConfig
@@ -162,13 +162,12 @@ class ResultsStore:
         where it does not parse (a write a crash cut off), so that rows never run together."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = (json.dumps(row, sort_keys=True, default=str) + "\n").encode()
-        with self.path.open("ab") as handle:
-            if not ends_with_line_end(self.path):
-                end = last_line_end(self.path)
-                if _parses(self.path.read_bytes()[end:]):
-                    line = b"\n" + line
-                else:
-                    handle.truncate(end)
+        with self.path.open("ab+") as handle:
+            end, tail = unended_tail(handle)
+            if tail and _parses(tail):
+                line = b"\n" + line
+            elif tail:
+                handle.truncate(end)
             handle.write(line)
 
 
@@ -180,18 +179,26 @@ def _parses(text: bytes) -> bool:
     return True
 
 
-def last_line_end(path: Path, chunk: int = 1 << 16) -> int:
-    """The size of `path` up to and including its last line end (0 where it has none)."""
-    with path.open("rb") as handle:
-        end = handle.seek(0, 2)
-        while end > 0:
-            start = max(0, end - chunk)
-            handle.seek(start)
-            found = handle.read(end - start).rfind(b"\n")
-            if found >= 0:
-                return start + found + 1
-            end = start
-    return 0
+def unended_tail(handle, chunk: int = 1 << 16) -> tuple[int, bytes]:
+    """Where the last line end of the file open in `handle` (binary, readable) falls (the size up to and including it;
+    0 where it has none), and the bytes after it: b"" where the file ends a line. Read from the end, a chunk at a time."""
+    size = handle.seek(0, 2)
+    if size == 0:
+        return 0, b""
+    handle.seek(size - 1)
+    if handle.read(1) == b"\n":  # the usual case: one byte read
+        return size, b""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        handle.seek(start)
+        found = handle.read(end - start).rfind(b"\n")
+        if found >= 0:
+            end = start + found + 1
+            break
+        end = start
+    handle.seek(end)
+    return end, handle.read(size - end)
 
 
 def shard_results_path(results: str | Path, index: int, count: int) -> Path:
