@@ -24,7 +24,10 @@ class FusionSpec:
     """
     One fusion as the configuration knows it: what it is called, what it reads and what the model may do with it.
 
-    - `name`: its value of `DWAttConfig.fusion`; `display_name`: how tables and figures name it;
+    - `name`: its value of `DWAttConfig.fusion`; `display_name`: how tables and figures name it; `color`: the colour
+      figures draw it in; `table_rank`: where tables list it, from the simplest fusion (low) to the paper's (ties by
+      name); `headline`: whether the one-table answer of the fair comparison gives it a column (a variant the full
+      tables hold need not);
       `hyperparameters`: the config keys of its own (as a model card lists them);
     - `per_token`: each token's output depends on that token's hidden states alone, so it can run on some positions;
     - `weighs_layers`: it returns per-layer weights (`output_layer_weights`);
@@ -46,6 +49,9 @@ class FusionSpec:
     linear_in_layers: bool = False
     passes_layer_through: bool = False
     reads: Literal["fused", "one", "last"] = "fused"
+    color: str | None = None
+    table_rank: int = 100
+    headline: bool = True
 
     @property
     def lowest_layer(self) -> int:
@@ -89,22 +95,61 @@ class FusionSpec:
 FUSION_SPECS: dict[str, FusionSpec] = {
     spec.name: spec
     for spec in (
-        FusionSpec("dwatt", "DWAtt", ("d_pos", "query_bottleneck", "value_bottleneck"), weighs_layers=True),
-        FusionSpec("concat", "Concat", linear_in_layers=True),
         FusionSpec(
-            "base_plus_n", "Base+n", ("num_extra_layers",), per_token=False, needs_layer_inputs=True, reads="last"
+            "dwatt",
+            "DWAtt",
+            ("d_pos", "query_bottleneck", "value_bottleneck"),
+            weighs_layers=True,
+            color="#d62728",
+            table_rank=6,
         ),
-        FusionSpec("base", "Base", linear_in_layers=True, passes_layer_through=True, reads="one"),
-        FusionSpec("scalar_mix", "ScalarMix", weighs_layers=True, linear_in_layers=True),
+        FusionSpec("concat", "Concat", linear_in_layers=True, color="#ff7f0e", table_rank=4),
         FusionSpec(
-            "scalar_mix_dropout", "ScalarMix+LD", ("layer_dropout",), weighs_layers=True, linear_in_layers=True
+            "base_plus_n",
+            "Base+n",
+            ("num_extra_layers",),
+            per_token=False,
+            needs_layer_inputs=True,
+            reads="last",
+            color="#1f77b4",
+            table_rank=5,
         ),
-        FusionSpec("scalar_mix_layer_norm", "ScalarMix+LN", weighs_layers=True),
+        FusionSpec(
+            "base",
+            "Base",
+            linear_in_layers=True,
+            passes_layer_through=True,
+            reads="one",
+            color="#7f7f7f",
+            table_rank=0,
+        ),
+        FusionSpec(
+            "scalar_mix", "ScalarMix", weighs_layers=True, linear_in_layers=True, color="#2ca02c", table_rank=1
+        ),
+        FusionSpec(
+            "scalar_mix_dropout",
+            "ScalarMix+LD",
+            ("layer_dropout",),
+            weighs_layers=True,
+            linear_in_layers=True,
+            color="#9467bd",
+            table_rank=2,
+            headline=False,  # a regularised ScalarMix: the full tables hold it
+        ),
+        FusionSpec("scalar_mix_layer_norm", "ScalarMix+LN", weighs_layers=True, color="#8c564b", table_rank=3),
     )
 }
-"""Every fusion by its `DWAttConfig.fusion` name, in the order tables and choices list them."""
+"""Every fusion by its `DWAttConfig.fusion` name, in the order choices list them (`table_order` for tables'). A fusion
+of the user's own is one more entry here and one in `fusions_dwatt.FUSION_CLASSES`: everything that lists fusions
+reads these tables when it runs."""
 
 FUSIONS = tuple(FUSION_SPECS)
+"""The fusions this file declares (a snapshot: `FUSION_SPECS` is the live table)."""
+
+
+def table_order() -> list[str]:
+    """Every fusion's name in the order tables list them: by `table_rank`, then by name."""
+    return sorted(FUSION_SPECS, key=lambda name: (FUSION_SPECS[name].table_rank, name))
 
 
 def fusion_spec(name: str) -> FusionSpec:
@@ -135,4 +180,5 @@ __all__ = [
     "fusion_spec",
     "layers_to_run",
     "mixing_fusions",
+    "table_order",
 ]

@@ -41,7 +41,8 @@ PREFER = {"AG News": ["docs/results/fair-agnews/fair.SmolLM2-135M-Instruct-q4.pr
 def floor_table(grid: str, paths: list[str], store: Path, prefer: list[str] = ()) -> dict:
     """Per setting (backbone, N): the best single layer's test score, the floor's, and the paired difference."""
     from dwatt.experiment.floor import scored_floor
-    from dwatt.experiment.selection import BEST_LAYER, chosen_on_dev, with_methods
+    from dwatt.experiment.methods import BEST_LAYER, with_methods
+    from dwatt.experiment.selection import chosen_on_dev
     from dwatt.experiment.significance import holm, paired_p_value, verdict_of
     from dwatt.experiment.summaries import confidence_interval, load_rows, runs_frame
 

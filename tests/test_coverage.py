@@ -73,7 +73,7 @@ def test_a_window_is_not_planned_where_it_would_be_every_layer():
     """A 4-layer backbone whose probe chooses layer 1: the window 1-3 and the last is every layer, so the coverage
     plans no window run with the last layer there; the window alone (only:1-3) it plans."""
     from dwatt.experiment.coverage import coverage
-    from dwatt.experiment.selection import WINDOW_METHODS
+    from dwatt.experiment.methods import window_methods
     from dwatt.experiment.summaries import runs_frame
 
     rows = [
@@ -82,8 +82,8 @@ def test_a_window_is_not_planned_where_it_would_be_every_layer():
         if row["config"]["fusion"] != "base" or int(row["config"]["layers"]) <= 4
     ]
     covered = coverage(runs_frame(rows)).set_index("method")
-    assert WINDOW_METHODS["scalar_mix", False] not in covered.index
-    assert covered.loc[WINDOW_METHODS["scalar_mix", True], "trials"] == 2
+    assert window_methods()["scalar_mix", False] not in covered.index
+    assert covered.loc[window_methods()["scalar_mix", True], "trials"] == 2
 
 
 def test_coverage_counts_windows_around_both_choices_and_only_those():
@@ -91,10 +91,10 @@ def test_coverage_counts_windows_around_both_choices_and_only_those():
     on each trial's sample (layer 3: 1-5); runs on a window that neither choice makes (a probe run again that chose
     otherwise) do not count."""
     from dwatt.experiment.coverage import coverage
-    from dwatt.experiment.selection import WINDOW_METHODS
+    from dwatt.experiment.methods import window_methods
     from dwatt.experiment.summaries import runs_frame
 
-    method = WINDOW_METHODS["scalar_mix", False]
+    method = window_methods()["scalar_mix", False]
     rows = window_grid_rows()
     covered = coverage(runs_frame(rows)).set_index("method")
     assert covered.loc[method, ["complete_trials", "trials", "runs", "planned_runs"]].tolist() == [2, 2, 8, 8]

@@ -227,6 +227,7 @@ TABLES = (
     "dwatt.experiment.across_settings",
     "dwatt.experiment.table_text",
     "dwatt.experiment.summaries",
+    "dwatt.experiment.methods",
     "dwatt.experiment.selection",
     "dwatt.experiment.coverage",
     "dwatt.experiment.no_dev",

@@ -114,7 +114,8 @@ def test_a_fusion_beats_or_trails_the_best_layer_only_where_the_interval_exclude
 
 
 def test_a_probe_that_leaves_out_the_last_layer_has_no_last_layer_method():
-    from dwatt.experiment.selection import chosen_on_dev, with_methods
+    from dwatt.experiment.methods import with_methods
+    from dwatt.experiment.selection import chosen_on_dev
     from dwatt.experiment.summaries import runs_frame
 
     rows = [fair_row("base", 0, rate, 0.5 + 0.1 * layer, 0.5, layer) for layer in (1, 2) for rate in (1e-4, 1e-3)]
@@ -279,11 +280,12 @@ def test_window_around_clips_to_the_backbone_and_is_none_where_it_would_be_every
 
 
 def test_a_window_fusion_is_chosen_around_the_layer_each_dev_set_chose(tmp_path):
-    from dwatt.experiment.selection import WINDOW_METHODS, fair_comparison
+    from dwatt.experiment.methods import window_methods
+    from dwatt.experiment.selection import fair_comparison
     from dwatt.experiment.summaries import runs_frame
 
     frame = runs_frame(window_grid_rows())
-    method, alone = WINDOW_METHODS["scalar_mix", False], WINDOW_METHODS["scalar_mix", True]
+    method, alone = window_methods()["scalar_mix", False], window_methods()["scalar_mix", True]
     on_dev = fair_comparison(frame).set_index("method")
     on_sample = fair_comparison(frame, few_shot_dev=True).set_index("method")
     # dev: layer 6, the window 4-8, its better rate on dev (test 0.75); the sample: layer 3, the window 1-5 (0.6)
@@ -355,7 +357,8 @@ def test_a_probe_ensemble_built_on_part_of_the_grid_is_not_the_method():
     """A group that trained part of a trial's probe grid (a widening round's added rate, in sweeps from before they
     stopped building ensembles there) ranked its own heads alone: its "top-k" is left out, whatever its dev score, and
     the ensemble of the group that trained the grid stands (one per trial in the coverage)."""
-    from dwatt.experiment.selection import chosen_on_dev, with_methods
+    from dwatt.experiment.methods import with_methods
+    from dwatt.experiment.selection import chosen_on_dev
     from dwatt.experiment.summaries import runs_frame
 
     def ensemble(layers, dev, test):

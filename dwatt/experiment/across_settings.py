@@ -14,7 +14,8 @@ import math
 
 import pandas as pd
 
-from .selection import METHODS, holm_family, trial_differences
+from .methods import methods
+from .selection import holm_family, trial_differences
 from .significance import holm, random_effects, sign_test, verdict_of
 from .table_text import markdown, with_interval
 
@@ -22,7 +23,7 @@ SETTING_KEYS = ["backbone", "n_shot", "epochs"]
 
 
 def _in_table_order(table: pd.DataFrame) -> pd.DataFrame:
-    order = {method: k for k, method in enumerate(METHODS)}
+    order = {method: k for k, method in enumerate(methods())}
     return table.sort_values(
         ["dataset", "method"], key=lambda c: c.map(order) if c.name == "method" else c
     ).reset_index(drop=True)

@@ -6,14 +6,8 @@ import collections
 
 import pandas as pd
 
-from .selection import (
-    ENSEMBLE_METHODS,
-    METHOD_OF_FUSION,
-    WINDOW_METHODS,
-    backbone_depth,
-    probe_windows,
-    with_methods,
-)
+from .methods import ENSEMBLE_METHODS, PROBE_METHOD, method_of_fusion, window_methods, with_methods
+from .selection import backbone_depth, probe_windows
 from .summaries import PROBE_FUSION
 
 
@@ -35,7 +29,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
     sampled = with_methods(frame, few_shot_dev=True)  # the probes' choices on their few-shot dev samples, where made
     sampled_probes = sampled[sampled.fusion == PROBE_FUSION] if not sampled.empty else sampled
     methods = [
-        method for method in (*METHOD_OF_FUSION.values(), *WINDOW_METHODS.values()) if method in set(runs.method)
+        method for method in (*method_of_fusion().values(), *window_methods().values()) if method in set(runs.method)
     ]
     # the grid's own rates: the set of rates most often tried as a whole by a method on a backbone (each backbone's
     # methods counted apart). A rate past the grid's edge is a few methods' where they chose its largest, in sets of
@@ -49,7 +43,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
         for _, rates in on_backbone.groupby("method").learning_rate
     )
     shared_rates = set(max(tried, key=lambda rates: (tried[rates], -len(rates)))) if tried else set()
-    alone_of = {method: alone for (_, alone), method in WINDOW_METHODS.items()}
+    alone_of = {method: alone for (_, alone), method in window_methods().items()}
     records = []
     for (backbone, dataset, epochs), on_backbone in runs.groupby(["backbone", "dataset", "epochs"]):
         depth = backbone_depth(on_backbone)
@@ -80,7 +74,7 @@ def coverage(frame: pd.DataFrame) -> pd.DataFrame:
                 cells = (
                     1
                     if method not in trained  # one ensemble per trial
-                    else len(rates) * (int(depth) if method == METHOD_OF_FUSION[PROBE_FUSION] else 1)
+                    else len(rates) * (int(depth) if method == PROBE_METHOD else 1)
                 )
                 mine = setting[setting.method == method]
                 if method in alone_of:  # planned where a window around the probe's choice is not every layer

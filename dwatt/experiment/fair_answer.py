@@ -6,29 +6,13 @@ from __future__ import annotations
 
 import pandas as pd
 
+from specs_dwatt import FUSION_SPECS
+
 from .floor import NO_BACKBONE
-from .selection import (
-    BEST_LAYER,
-    ENSEMBLE_METHODS,
-    FLOOR_METHODS,
-    FUSION_METHODS,
-    LAST_LAYER,
-    NO_INTERVAL,
-    holm_family,
-    verdicts,
-)
+from .methods import BEST_LAYER, ENSEMBLE_METHODS, FLOOR_METHODS, LAST_LAYER, fusion_methods
+from .selection import NO_INTERVAL, holm_family, verdicts
 from .table_text import METRIC_UNITS, datasets_of, dev_size_words, trials_text, with_interval, words
 
-ANSWER_METHODS = (
-    LAST_LAYER,
-    *ENSEMBLE_METHODS.values(),
-    FUSION_METHODS["scalar_mix"],
-    FUSION_METHODS["scalar_mix_layer_norm"],
-    FUSION_METHODS["concat"],
-    FUSION_METHODS["base_plus_n"],
-    FUSION_METHODS["dwatt"],
-    *FLOOR_METHODS.values(),
-)
 SHORT_NAMES = {
     LAST_LAYER: "last layer",
     **{name: name.removesuffix(" layers averaged") for name in ENSEMBLE_METHODS.values()},
@@ -46,7 +30,7 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
     judged = verdicts(table)
     if judged.empty or (judged.verdict == NO_INTERVAL).all():
         return ""
-    methods = [method for method in ANSWER_METHODS if method in set(judged.method)]
+    methods = [method for method in answer_methods() if method in set(judged.method)]
     metric = judged.metric.iloc[0]
     header = ["setting", "best single layer", *[SHORT_NAMES.get(method, method) for method in methods]]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -154,9 +138,15 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
     return "\n".join(lines) + "\n\n" + legend + "\n"
 
 
-FUSIONS_OF_ALL_LAYERS = tuple(
-    FUSION_METHODS[name] for name in ("scalar_mix", "scalar_mix_layer_norm", "concat", "base_plus_n", "dwatt")
-)
+def headline_fusions() -> list[str]:
+    """The fusions of every layer the answer gives a column, as methods: each fusion but the probe's whose spec asks
+    for one (`FusionSpec.headline`), in table order."""
+    return [method for name, method in fusion_methods().items() if FUSION_SPECS[name].headline]
+
+
+def answer_methods() -> list[str]:
+    """The methods the answer gives a column, in its order."""
+    return [LAST_LAYER, *ENSEMBLE_METHODS.values(), *headline_fusions(), *FLOOR_METHODS.values()]
 
 
 def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
@@ -179,7 +169,8 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
         else "Probe the layers first (`dwatt probe`): the last layer is not shown behind the layer your dev set chooses "
         "in any setting above, and the probe costs little."
     )
-    fusions = judged[judged.method.isin(FUSIONS_OF_ALL_LAYERS)]
+    of_all_layers = headline_fusions()
+    fusions = judged[judged.method.isin(of_all_layers)]
     verdict = lambda method: weighted.loc[method].verdict if method in weighted.index else ""
     resting = lambda method: (
         f" (resting on {weighted.loc[method].rests_on}: not shown without "
@@ -194,13 +185,11 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
             f"{with_interval(row.mean_difference, row.ci95, sign=True)} {METRIC_UNITS.get(judged.metric.iloc[0], '')}"
             f"{resting(LAST_LAYER)}: the last layer's head is a sound default, and the probe costs little to check."
         )
-    across_ahead = [m for m in FUSIONS_OF_ALL_LAYERS if verdict(m) == "beats"]
+    across_ahead = [m for m in of_all_layers if verdict(m) == "beats"]
     somewhere = [
-        m
-        for m in FUSIONS_OF_ALL_LAYERS
-        if m not in across_ahead and (fusions[fusions.method == m].verdict == "beats").any()
+        m for m in of_all_layers if m not in across_ahead and (fusions[fusions.method == m].verdict == "beats").any()
     ]
-    behind = [m for m in FUSIONS_OF_ALL_LAYERS if verdict(m) == "trails"]
+    behind = [m for m in of_all_layers if verdict(m) == "trails"]
     said = []
     if across_ahead:
         said.append(
@@ -209,11 +198,11 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
         )
     if somewhere:
         said.append(f"{words(somewhere)} in the settings marked ▲ only")
-    ran = [m for m in FUSIONS_OF_ALL_LAYERS if m in set(judged.method)]
+    ran = [m for m in of_all_layers if m in set(judged.method)]
     second = (
         "Of the fusions of every layer, " + "; ".join(said)
         if said
-        else f"No fusion of every layer ({words(ran or list(FUSIONS_OF_ALL_LAYERS))}) is shown ahead of that layer, "
+        else f"No fusion of every layer ({words(ran or list(of_all_layers))}) is shown ahead of that layer, "
         "in any setting or across them, once the tests are corrected"
     )
     second += (

@@ -12,19 +12,9 @@ from .across_settings import pooled_comparison, pooled_table, setting_weighted_c
 from .coverage import coverage
 from .fair_answer import fair_advice, fair_answer
 from .figures import figure_probe, save
+from .methods import BEST_LAYER, ENSEMBLE_METHODS, FLOOR_METHODS, LAST_LAYER, methods
 from .no_dev import no_dev_comparison
-from .selection import (
-    BEST_LAYER,
-    ENSEMBLE_METHODS,
-    FLOOR_METHODS,
-    LAST_LAYER,
-    METHODS,
-    NO_INTERVAL,
-    fair_comparison,
-    holm_family,
-    probe_curve,
-    verdicts,
-)
+from .selection import NO_INTERVAL, fair_comparison, holm_family, probe_curve, verdicts
 from .table_text import METRIC_DEFINITIONS, dev_size_words, markdown, with_interval
 
 
@@ -169,7 +159,7 @@ def regret_table(table: pd.DataFrame) -> str:
         index=["backbone", "dataset", "n_shot"], columns="method", values="cell", aggfunc="first", sort=False
     ).reset_index()
     pivot.columns.name = None
-    pivot = pivot[["backbone", "dataset", "n_shot", *[m for m in METHODS if m in pivot]]]
+    pivot = pivot[["backbone", "dataset", "n_shot", *[m for m in methods() if m in pivot]]]
     return markdown(pivot.rename(columns={"n_shot": "N"}).assign(N=lambda t: t.N.map(lambda n: f"{n:g}")))
 
 

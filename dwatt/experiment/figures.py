@@ -16,19 +16,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from specs_dwatt import FUSION_SPECS  # noqa: E402
+
+from .methods import fusion_methods, window_methods  # noqa: E402
+from .selection import fair_comparison, probe_curve  # noqa: E402
 from .summaries import (  # noqa: E402
     DEPTH_EPOCHS,
-    FUSION_NAMES,
     MODE_NAMES,
+    PROBE_FUSION,
     TIERS,
-    TOKEN_WEIGHTED,
     backbone_layers,
     conll_fe_grid,
     depth_grid,
+    fusion_names,
     headline_budget,
     scored_by,
     summarize,
     tier_summary,
+    token_weighted,
 )
 
 
@@ -38,8 +43,6 @@ def figure_probe(frame: pd.DataFrame):
     the
     last layer or alone), one panel per
     backbone and N (the fair comparison)."""
-    from .selection import FUSION_METHODS, WINDOW_METHODS, fair_comparison, probe_curve
-
     curve, fair = probe_curve(frame), fair_comparison(frame)
     if curve.empty:
         return None
@@ -48,16 +51,21 @@ def figure_probe(frame: pd.DataFrame):
     for axis, (backbone, n_shot) in zip(axes[0], panels):
         layers = curve[(curve.backbone == backbone) & (curve.n_shot == n_shot)].sort_values("layer")
         axis.plot(
-            layers.layer, layers.test_score, "o-", color=COLORS["base"], markersize=3, label="Base head on layer k"
+            layers.layer,
+            layers.test_score,
+            "o-",
+            color=color_of(PROBE_FUSION),
+            markersize=3,
+            label="Base head on layer k",
         )
-        lines = [(fusion, method, "--") for fusion, method in FUSION_METHODS.items()]
+        lines = [(fusion, method, "--") for fusion, method in fusion_methods().items()]
         # a window: the fusion's colour, dotted (with the last layer) or dash-dotted (alone)
-        lines += [(fusion, method, "-." if alone else ":") for (fusion, alone), method in WINDOW_METHODS.items()]
+        lines += [(fusion, method, "-." if alone else ":") for (fusion, alone), method in window_methods().items()]
         for fusion, method, style in lines:
             chosen = fair[(fair.backbone == backbone) & (fair.n_shot == n_shot) & (fair.method == method)]
             if not chosen.empty:
                 axis.axhline(
-                    chosen.test_score.iloc[0], color=COLORS[fusion], linestyle=style, linewidth=1.2, label=method
+                    chosen.test_score.iloc[0], color=color_of(fusion), linestyle=style, linewidth=1.2, label=method
                 )
         axis.set(title=f"{backbone}, N={n_shot:g}", xlabel="layer", ylabel=f"test {layers.metric.iloc[0]}")
         axis.grid(alpha=0.3)
@@ -65,20 +73,19 @@ def figure_probe(frame: pd.DataFrame):
     return figure
 
 
-COLORS = {
-    "base": "#7f7f7f",
-    "base_plus_n": "#1f77b4",
-    "concat": "#ff7f0e",
-    "dwatt": "#d62728",
-    "scalar_mix": "#2ca02c",
-    "scalar_mix_dropout": "#9467bd",
-    "scalar_mix_layer_norm": "#8c564b",
-}
 TIER_ORDER = [name for _, name in TIERS]
 
 
+def color_of(fusion: str) -> str | None:
+    """The colour a fusion's spec draws it in (`FusionSpec.color`); None (matplotlib's next) for rows of no fusion."""
+    spec = FUSION_SPECS.get(fusion)
+    return spec.color if spec else None
+
+
 def _fusions(frame: pd.DataFrame) -> list[str]:
-    return [f for f in COLORS if f in set(frame.fusion)] + sorted(set(frame.fusion) - set(COLORS))
+    """The fusions of `frame`'s rows: those a spec declares by name, then the others by name."""
+    present = set(frame.fusion)
+    return sorted(present & FUSION_SPECS.keys()) + sorted(present - FUSION_SPECS.keys())
 
 
 def _lines(
@@ -98,8 +105,8 @@ def _lines(
             points[x],
             points["mean"],
             yerr=points.ci95.fillna(0),
-            label=FUSION_NAMES.get(fusion, fusion),
-            color=COLORS.get(fusion),
+            label=fusion_names().get(fusion, fusion),
+            color=color_of(fusion),
             marker="o",
             capsize=3,
         )
@@ -122,8 +129,8 @@ def _bars(axis, summary: pd.DataFrame, groups: list, group_column: str, names: d
             width,
             yerr=rows.ci95.fillna(0),
             capsize=2,
-            color=COLORS.get(fusion),
-            label=FUSION_NAMES.get(fusion, fusion),
+            color=color_of(fusion),
+            label=fusion_names().get(fusion, fusion),
         )
     axis.set_xticks(np.arange(len(groups)), [(names or {}).get(g, str(g)) for g in groups])
     axis.grid(axis="y", alpha=0.3)
@@ -192,7 +199,7 @@ def figure_dev_curves(frame: pd.DataFrame):
         curves = points[points.n_shot == n].groupby(["fusion", "step"], as_index=False).f1.mean()
         for fusion in _fusions(curves):
             curve = curves[curves.fusion == fusion]
-            axis.plot(curve.step, curve.f1, color=COLORS.get(fusion), label=FUSION_NAMES.get(fusion, fusion))
+            axis.plot(curve.step, curve.f1, color=color_of(fusion), label=fusion_names().get(fusion, fusion))
         axis.set(title=f"N={n:g}", xlabel="optimizer step")
         axis.grid(alpha=0.3)
     axes[0][0].set_ylabel("dev F1")
@@ -262,12 +269,12 @@ def figure_base_vs_large(frame: pd.DataFrame):
                 yerr=points.ci95.fillna(0),
                 linestyle=style,
                 marker="o",
-                color=COLORS.get(fusion),
+                color=color_of(fusion),
                 capsize=3,
                 label=backbone,
             )
         axis.set_xscale("log", base=2)
-        axis.set(title=FUSION_NAMES.get(fusion, fusion), xlabel="N")
+        axis.set(title=fusion_names().get(fusion, fusion), xlabel="N")
         axis.legend(fontsize=7)
     axes[0][0].set_ylabel("dev F1")
     return figure
@@ -314,7 +321,7 @@ def figure_wikiann_tiers(frame: pd.DataFrame):
 
 def figure_layer_weights(frame: pd.DataFrame):
     """New: DWAtt's mean attention over layers per gold entity type, at the largest N and budget of a dataset."""
-    runs = frame[frame.fusion.isin(TOKEN_WEIGHTED) & frame.layer_weights.notna() & (frame["mode"] == "fe")]
+    runs = frame[frame.fusion.isin(token_weighted()) & frame.layer_weights.notna() & (frame["mode"] == "fe")]
     if runs.empty:
         return None
     datasets = list(dict.fromkeys(["conll2003", "wikiann:en", *runs.dataset]))
@@ -351,7 +358,7 @@ def figure_layer_weights_by_depth(frame: pd.DataFrame):
     """New: where DWAtt looks on backbones of different depths (the depth grid, CoNLL-03 FE): its mean weight on each
     layer per gold entity type at the largest N, one panel per backbone (a 30-layer decoder LLM beside encoders)."""
     runs = depth_grid(frame)
-    runs = runs[runs.fusion.isin(TOKEN_WEIGHTED) & runs.layer_weights.notna()]
+    runs = runs[runs.fusion.isin(token_weighted()) & runs.layer_weights.notna()]
     if runs.empty:
         return None
     backbones = sorted(set(runs.backbone), key=lambda b: -backbone_layers(runs).get(b, 0))

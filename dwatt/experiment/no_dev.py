@@ -6,17 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..run_config import default_learning_rate
-from .selection import (
-    BEST_LAYER,
-    LAST_LAYER,
-    SAMPLE,
-    SCORES,
-    WINDOW_METHODS,
-    candidates,
-    paired_against,
-    paired_columns,
-    with_methods,
-)
+from .methods import BEST_LAYER, LAST_LAYER, scores, window_methods, with_methods
+from .selection import SAMPLE, candidates, paired_against, paired_columns
 from .summaries import confidence_interval
 
 
@@ -31,15 +22,17 @@ def no_dev_comparison(frame: pd.DataFrame, learning_rate: float | None = None) -
     runs = with_methods(frame)
     if runs.empty:
         return pd.DataFrame()
-    runs = runs.assign(no_dev_score=[row[f"no_dev_test_{SCORES[row.task][0]}"] for _, row in runs.iterrows()])
+    dev_scores = scores()
+    runs = runs.assign(no_dev_score=[row[f"no_dev_test_{dev_scores[row.task][0]}"] for _, row in runs.iterrows()])
     rates = runs.task.map(lambda task: learning_rate or default_learning_rate("fe", task))
     runs = runs[runs.no_dev_score.notna() & (runs.learning_rate == rates)]
     # the methods' runs as `candidates` says (the best single layer needs a choice: no dev set, no such method)
+    windows = set(window_methods().values())
     picks = [
         among.assign(method=method)
         for _, sample in runs.groupby(SAMPLE, dropna=False)
         for method, among in candidates(sample)
-        if method != BEST_LAYER and method not in WINDOW_METHODS.values()
+        if method != BEST_LAYER and method not in windows
     ]
     if not picks:
         return pd.DataFrame()

@@ -22,7 +22,6 @@ from .selection import is_fair_grid
 from .summaries import (  # noqa: F401  (re-exported: the report's API reads runs through them)
     DEPTH_DEV_SENTENCES,
     DEPTH_EPOCHS,
-    FUSION_NAMES,
     MODE_NAMES,
     NOT_DEFINING,
     PREFERRED_OVER,
@@ -37,6 +36,7 @@ from .summaries import (  # noqa: F401  (re-exported: the report's API reads run
     confidence_interval,
     conll_fe_grid,
     depth_grid,
+    fusion_names,
     headline_budget,
     load_rows,
     mlm_summary,
@@ -65,7 +65,7 @@ def pivot_f1(summary: pd.DataFrame, index: str, columns: str = "fusion") -> pd.D
     cells = summary.assign(cell=[with_interval(m, c) for m, c in zip(summary["mean"], summary["ci95"])])
     table = cells.pivot(index=index, columns=columns, values="cell").reset_index()
     table[index] = table[index].astype(str)
-    table.columns = [FUSION_NAMES.get(c, c) for c in table.columns]
+    table.columns = [fusion_names().get(c, c) for c in table.columns]
     return table
 
 
@@ -88,7 +88,7 @@ def paper_comparison(frame: pd.DataFrame) -> str:
                     if gains.empty:
                         continue
                     lines.append(
-                        f"| CoNLL-03 FE dev F1, DWAtt − {FUSION_NAMES[other]} at the largest N | "
+                        f"| CoNLL-03 FE dev F1, DWAtt − {fusion_names()[other]} at the largest N | "
                         f"+{PAPER[key]:.2f} (N=128, 100 epochs) | {with_interval(gains.mean(), confidence_interval(gains), sign=True)} | "
                         f"{backbone}, N={n:g}, {epochs(budget)}, {len(gains)} trial{'s' * (len(gains) > 1)} |"
                     )
@@ -96,7 +96,7 @@ def paper_comparison(frame: pd.DataFrame) -> str:
     for row in mlm.itertuples(index=False):
         paper = PAPER["wikitext2_perplexity"].get(row.fusion)
         lines.append(
-            f"| WikiText-2 test perplexity, {FUSION_NAMES[row.fusion]} | {f'{paper:.2f}' if paper else '—'} | "
+            f"| WikiText-2 test perplexity, {fusion_names()[row.fusion]} | {f'{paper:.2f}' if paper else '—'} | "
             f"{row.mean_test_ppl:.2f} | {row.backbone}, {MODE_NAMES.get(row.mode, row.mode)}, {epochs(row.epochs)} |"
         )
     return "\n".join(lines) + "\n"
@@ -110,8 +110,9 @@ def fusion_gains(frame: pd.DataFrame) -> str:
     news = frame[(frame.dataset == "ag_news") & (frame["mode"] == "fe")]
     depths = backbone_layers(frame)
     backbones = sorted(set(grid.backbone), key=lambda b: (-depths.get(b, 0), b))
-    fusions = [f for f in FUSION_NAMES if f in set(grid.fusion) | set(news.fusion)]
-    header = ["backbone (layers)", "task, N", *(FUSION_NAMES[f] for f in fusions), "DWAtt − Base", "DWAtt − Concat"]
+    names = fusion_names()
+    fusions = [f for f in names if f in set(grid.fusion) | set(news.fusion)]
+    header = ["backbone (layers)", "task, N", *(names[f] for f in fusions), "DWAtt − Base", "DWAtt − Concat"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for backbone in backbones:
         blocks = [("CoNLL-03 F1", grid[grid.backbone == backbone], "f1")]
@@ -168,7 +169,7 @@ def mode_comparison(frame: pd.DataFrame) -> str:
                 continue
             values = [cell[cell["mode"] == m].f1 for m in modes]
             cells = [f"{with_interval(v.mean(), confidence_interval(v))} ({len(v)})" if len(v) else "" for v in values]
-            lines.append(f"| {n:g} | {FUSION_NAMES.get(fusion, fusion)} | " + " | ".join(cells) + " |")
+            lines.append(f"| {n:g} | {fusion_names().get(fusion, fusion)} | " + " | ".join(cells) + " |")
         parts.append("\n".join(lines) + "\n\nIn brackets: trials, the same samples in every mode of a row.\n")
     return "\n".join(parts)
 

@@ -17,56 +17,27 @@ from dataclasses import replace
 
 import pandas as pd
 
-from specs_dwatt import FUSION_SPECS
-
 from ..portable import backbone_label
-from ..schema import ENSEMBLE_SIZES
-from ..tasks import TASKS
-from .floor import MAJORITY_LABEL, NO_BACKBONE
 from .grid import WINDOW_RADIUS, RunSpec
+from .methods import (
+    BEST_LAYER,
+    ENSEMBLE_METHODS,
+    FLOOR_METHODS,
+    LAST_LAYER,
+    PROBE_METHOD,
+    fusion_methods,
+    methods,
+    window_fusions,
+    window_methods,
+    with_methods,
+)
 from .significance import holm, paired_p_value, tie_robust, verdict_of
-from .summaries import FUSION_NAMES, PROBE_FUSION, confidence_interval, ensemble_fusion
+from .summaries import PROBE_FUSION, confidence_interval
 from .widening import EDGES, edge_of
 
-LAST_LAYER, BEST_LAYER = "last layer", "best single layer"
 # The verdict of a paired difference with no interval to judge it by (`verdict`).
 NO_INTERVAL = "no interval"
-# The score each task's choices are made on (its dev column) and reported in (its test column), x 100, and its name.
-SCORES = {task.name: (task.score, f"test_{task.score}", task.score_name) for task in TASKS.values() if task.few_shot}
-# Every fusion but the probe's is a method, named as the fusion declares itself; the tables list them from the
-# simplest to the paper's.
-TABLE_ORDER = ("scalar_mix", "scalar_mix_dropout", "scalar_mix_layer_norm", "concat", "base_plus_n", "dwatt")
-FUSION_METHODS = {
-    name: FUSION_NAMES[name]
-    for name in (*TABLE_ORDER, *sorted(FUSION_NAMES.keys() - set(TABLE_ORDER)))
-    if name in FUSION_NAMES and name != PROBE_FUSION
-}
-# Methods built from the probe that choose no single layer: the top layers' heads, their probabilities averaged
-# (`dwatt.training.probe_ensembles`); each picks its layers, and each layer its learning rate, on dev.
-ENSEMBLE_METHODS = {ensemble_fusion(size): f"top-{size} layers averaged" for size in ENSEMBLE_SIZES}
-# Fusions of the layers within WINDOW_RADIUS of the best single layer, for the fusions that mix the layers they are
-# given, keyed by (fusion, alone): with z_L besides (as every fusion reads it), or alone (`"only:a-b"`: the window's
-# deepest layer is where the others read z_L, and the backbone runs no deeper). The window is centred where the
-# probe's choice on dev is, per trial.
-WINDOW_METHODS = {
-    (name, alone): f"{method}, best layer ±{WINDOW_RADIUS}" + ("" if alone else " and the last")
-    for name, method in FUSION_METHODS.items()
-    if FUSION_SPECS[name].mixes_layers
-    for alone in (False, True)
-}
-WINDOW_FUSIONS = tuple(dict.fromkeys(fusion for fusion, _ in WINDOW_METHODS))
-# The floor (`floor.floor_rows`): no way of reading the backbone at all, scored on the same samples and paired alike.
-FLOOR_METHODS = {MAJORITY_LABEL: "majority label", NO_BACKBONE: "no backbone"}
-METHODS = (
-    LAST_LAYER,
-    BEST_LAYER,
-    *ENSEMBLE_METHODS.values(),
-    *WINDOW_METHODS.values(),
-    *FUSION_METHODS.values(),
-    *FLOOR_METHODS.values(),
-)
-# What the coverage table calls the runs of each fusion: a Base head on every layer is the probe.
-METHOD_OF_FUSION = {PROBE_FUSION: "Base (probe)", **ENSEMBLE_METHODS, **FUSION_METHODS}
+
 SAMPLE = ["backbone", "dataset", "n_shot", "epochs", "trial"]
 
 
@@ -82,36 +53,6 @@ def is_fair_grid(frame: pd.DataFrame) -> bool:
 def backbone_depth(runs: pd.DataFrame):
     """The backbone's last layer L, where the rows say how deep it is; else the deepest layer a probe read."""
     return runs.backbone_layers.max() if runs.backbone_layers.notna().any() else runs.layer.max()
-
-
-def with_methods(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
-    """The runs scored on test (NER and text classification) with their method (the fusion's name; the probe for
-    a Base head) and their task's scores: `dev_score`, `test_score` and the `metric` they are (`SCORES`).
-    `few_shot_dev`: the scores of each run's choice on its few-shot dev sample instead (NER runs that made one), and
-    `num_dev_sentences` that sample's size."""
-    scores = (
-        {task: (f"sample_{dev}", f"sample_test_{dev}", metric) for task, (dev, _, metric) in SCORES.items()}
-        if few_shot_dev
-        else SCORES
-    )
-    parts = [
-        frame[(frame.task == task) & frame[test].notna()].assign(
-            dev_score=lambda runs, dev=dev: runs[dev], test_score=lambda runs, test=test: runs[test], metric=metric
-        )
-        for task, (dev, test, metric) in scores.items()
-        if not frame.empty and test in frame
-    ]
-    if few_shot_dev:
-        parts = [part.assign(num_dev_sentences=part.sample_sentences) for part in parts]
-    runs = pd.concat(parts) if parts else pd.DataFrame(columns=[*frame.columns, "dev_score", "test_score", "metric"])
-    return runs.assign(
-        method=[
-            WINDOW_METHODS[fusion, layers.startswith("only:")]
-            if fusion in WINDOW_FUSIONS and isinstance(layers, str)
-            else METHOD_OF_FUSION.get(fusion, FLOOR_METHODS.get(fusion, fusion))
-            for fusion, layers in zip(runs.fusion, runs.fused_layers)
-        ]
-    )
 
 
 def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS, alone: bool = False) -> str | None:
@@ -141,12 +82,12 @@ def candidates(sample: pd.DataFrame) -> Iterator[tuple[str, pd.DataFrame]]:
             yield LAST_LAYER, last
         yield BEST_LAYER, base
         windows = probe_windows(base)
-        for (fusion, alone), method in WINDOW_METHODS.items():  # around the layer this sample's dev scores choose
+        for (fusion, alone), method in window_methods().items():  # around the layer this sample's dev scores choose
             window = windows[alone]
             own = sample[(sample.method == method) & (sample.fusion == fusion) & (sample.fused_layers == window)]
             if window is not None and not own.empty:
                 yield method, own
-    for fusion, method in (ENSEMBLE_METHODS | FUSION_METHODS | FLOOR_METHODS).items():
+    for fusion, method in (ENSEMBLE_METHODS | fusion_methods() | FLOOR_METHODS).items():
         own = sample[(sample.fusion == fusion) & (sample.method == method)]
         if not own.empty:
             yield method, own
@@ -160,10 +101,11 @@ def around_chosen_layers(
     `few_shot_dev`, around the one chosen on that trial's few-shot dev sample as well (one spec where both agree; none
     where the window is every layer); `alone`: the window's layers alone (`window_around`). A spec whose trial has no
     probe in `frame` is named."""
-    refused = sorted({spec.fusion for spec in specs} - set(WINDOW_FUSIONS))
+    mixing = window_fusions()
+    refused = sorted({spec.fusion for spec in specs} - set(mixing))
     if refused:
         raise ValueError(
-            f"a window around the best layer is for fusions that mix layers ({', '.join(WINDOW_FUSIONS)}); "
+            f"a window around the best layer is for fusions that mix layers ({', '.join(mixing)}); "
             f"not {', '.join(refused)}"
         )
     choices = {}
@@ -239,10 +181,10 @@ def _dev_sentences(runs: pd.DataFrame) -> float:
 
 
 def paired_against(setting: pd.DataFrame, reference: str, score: str) -> Iterator[tuple[str, pd.DataFrame, pd.Series]]:
-    """Each method's runs in one setting (in `METHODS` order) with their `score` minus the `reference` method's,
+    """Each method's runs in one setting (in `methods()` order) with their `score` minus the `reference` method's,
     paired by trial (the trials both have)."""
     theirs = setting[setting.method == reference].set_index("trial")[score]
-    for method in METHODS:
+    for method in methods():
         mine = setting[setting.method == method]
         if not mine.empty:
             yield method, mine, (mine.set_index("trial")[score] - theirs).dropna()
@@ -300,6 +242,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
     rates_of_choice = own_rates(runs)
     members = "sample_members" if few_shot_dev else "members"  # the layers each probe ensemble averaged
     records, tie_choices = [], []
+    windows = set(window_methods().values())
     for (backbone, dataset, n_shot, epochs), setting in picks.groupby(["backbone", "dataset", "n_shot", "epochs"]):
         best_ties = setting[setting.method == BEST_LAYER].set_index("trial").tied_test_scores
         for method, mine, differences in paired_against(setting, BEST_LAYER, "test_score"):
@@ -310,7 +253,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
             ensemble = method in ENSEMBLE_METHODS.values()  # its heads are the probe's, each at its own rate
             probe = ensemble or method in (LAST_LAYER, BEST_LAYER)  # their runs are the probe's
             floor = method in FLOOR_METHODS.values()  # no learning rate: its own regularisation, chosen on dev
-            key = (backbone, dataset, n_shot, epochs, METHOD_OF_FUSION[PROBE_FUSION] if probe else method)
+            key = (backbone, dataset, n_shot, epochs, PROBE_METHOD if probe else method)
             tried = [] if floor else rates_tried.loc[key]
             records.append(
                 {
@@ -337,7 +280,7 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                         else ", ".join(str(int(layer)) for layer in mine.layer)
                         if method in (LAST_LAYER, BEST_LAYER)
                         else ", ".join(mine.fused_layers)
-                        if method in WINDOW_METHODS.values()
+                        if method in windows
                         else ""
                     ),
                     # selection regret: how much test score the choice on dev left among the method's own candidates
@@ -462,16 +405,7 @@ def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 __all__ = [
-    "BEST_LAYER",
-    "ENSEMBLE_METHODS",
-    "FLOOR_METHODS",
-    "FUSION_METHODS",
-    "LAST_LAYER",
-    "METHODS",
     "NO_INTERVAL",
-    "SCORES",
-    "WINDOW_FUSIONS",
-    "WINDOW_METHODS",
     "WINDOW_RADIUS",
     "around_chosen_layers",
     "candidates",
@@ -486,5 +420,4 @@ __all__ = [
     "verdicts",
     "window_around",
     "with_corrected_verdicts",
-    "with_methods",
 ]

@@ -26,16 +26,24 @@ from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
 
 MODE_NAMES = {"fe": "FE", "lora": "LoRA", "ft": "FT"}  # in the order of how much of the backbone trains
-FUSION_NAMES = {name: FUSION_SPECS[name].display_name for name in sorted(FUSION_SPECS)}  # tables' column order
-# The fusion a head on one layer is (its runs on each layer make a probe), and the fusions that weigh the layers anew
-# for each token (whose rows' layer weights the figures draw), from the fusions' own declarations
+# The fusion a head on one layer is (its runs on each layer make a probe), from the fusions' own declarations.
 PROBE_FUSION = next(name for name, spec in FUSION_SPECS.items() if spec.passes_layer_through)
-TOKEN_WEIGHTED = tuple(name for name, spec in FUSION_SPECS.items() if spec.weighs_layers and not spec.linear_in_layers)
 # Resource tiers of WikiAnn languages by the size of their training split (Rahimi et al. 2019 splits): 20k, 5-10k,
 # 1k and 100 sentences, a proxy for the size of the language's Wikipedia.
 TIERS = ((20_000, "high"), (5_000, "medium"), (1_000, "low"), (0, "very low"))
 # A setting is what a mean is taken over trials of; runs scored on different dev subsets never pool.
 SETTING = ["task", "dataset", "backbone", "mode", "fusion", "n_shot", "epochs", "num_dev_sentences", "pooling"]
+
+
+def fusion_names() -> dict[str, str]:
+    """Each fusion's name as tables and figures show it (`FusionSpec.display_name`), in the order of its `--fusion`
+    name (tables' column order)."""
+    return {name: FUSION_SPECS[name].display_name for name in sorted(FUSION_SPECS)}
+
+
+def token_weighted() -> tuple[str, ...]:
+    """The fusions that weigh the layers anew for each token (whose rows' layer weights the figures draw)."""
+    return tuple(name for name, spec in FUSION_SPECS.items() if spec.weighs_layers and not spec.linear_in_layers)
 
 
 def tier(train_pool_size: int) -> str:
