@@ -139,11 +139,11 @@ class MaskedLMConsole(RunConsole):
 
 
 # The console's own mapping: how it tells a run of each task.
-CONSOLES = {"ner": TaggingConsole, "mlm": MaskedLMConsole, "cls": ClassificationConsole}
+CONSOLES = {"tagging": TaggingConsole, "masked_lm": MaskedLMConsole, "classification": ClassificationConsole}
 
 
 def console_of(results: dict) -> RunConsole:
-    return CONSOLES[task_named(results.get("task", "ner")).name]()
+    return CONSOLES[task_named(results.get("task", "ner")).kind]()
 
 
 EXAMPLE_WORDS = 12  # a readable length for the `next` hint's example

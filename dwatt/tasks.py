@@ -1,12 +1,13 @@
 """The tasks dwatt trains and serves, declared once.
 
-Each `Task` is a record of facts: its model class, how a checkpoint's config names it, the Hub's pipeline tag and the
+Each `Task` is a record of facts: its kind (what it is done with), its model class, how a checkpoint's config names it, the Hub's pipeline tag and the
 Auto class a checkpoint loads with, the dataset and batch size a run takes when none is given, the rank of its logits,
 the input the console's hint shows when a run has none of its own, what its evaluation items are called, the score a
-run is chosen by. It names no procedure: each role keeps its own mapping from a task to what it runs, beside that
-code (training: `dwatt.training.together.PROCEDURES`; serving: `dwatt.serving.lines.LINE_PREDICTORS`; the console:
-`dwatt.console.CONSOLES`; `dwatt evaluate`: `dwatt.cli.evaluate.scorer`), so that this module points at nothing above
-it. Nothing else chooses by a task's name. Importable without torch or transformers (reading the command line and
+run is chosen by. It names no procedure: each role maps a task's `kind` to what it runs, beside that code (training:
+`dwatt.training.together.PROCEDURES`; serving: `dwatt.serving.lines.LINE_PREDICTORS`; the console:
+`dwatt.console.CONSOLES`; `dwatt evaluate`: `dwatt.cli.evaluate.scorer`; the int8 check: `TASK_CHECKS`), so that this
+module points at nothing above it, and a task of the user's own (one more entry in `TASKS`, of a kind these know) is
+trained, probed, stored, tabled and served with no other edit. Nothing chooses by a task's name. Importable without torch or transformers (reading the command line and
 checking an ONNX export start quickly); `model_class` imports the models file when called.
 """
 
@@ -14,6 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+Kind = Literal["tagging", "masked_lm", "classification"]
+"""What a task is done with: a label per word, the vocabulary at masked positions, a label per text."""
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,7 @@ class Task:
     """One task: see the module's docstring."""
 
     name: str  # its value of `RunConfig.task` and `--task`
+    kind: Kind  # what trains, serves and shows it (each role's mapping of kinds)
     model: str  # the family-neutral model class in modeling_dwatt
     architecture_suffix: str  # what a checkpoint's `config.architectures` ends with
     pipeline_tag: str
@@ -58,6 +64,7 @@ TASKS: dict[str, Task] = {
     for task in (
         Task(
             name="ner",
+            kind="tagging",
             model="DWAttForTokenClassification",
             architecture_suffix="ForTokenClassification",
             pipeline_tag="token-classification",
@@ -77,6 +84,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             name="mlm",
+            kind="masked_lm",
             model="DWAttForMaskedLM",
             architecture_suffix="ForMaskedLM",
             pipeline_tag="fill-mask",
@@ -96,6 +104,7 @@ TASKS: dict[str, Task] = {
         ),
         Task(
             name="cls",
+            kind="classification",
             model="DWAttForSequenceClassification",
             architecture_suffix="ForSequenceClassification",
             pipeline_tag="text-classification",
@@ -147,4 +156,19 @@ def task_of_model(model) -> Task | None:
     return next((task for task in TASKS.values() if isinstance(model, model_class(task.name))), None)
 
 
-__all__ = ["TASKS", "Task", "model_class", "task_named", "task_of_architectures", "task_of_model"]
+def kind_of_model(model) -> Kind | None:
+    """The kind of the task whose model `model` is (`task_of_model`), or None."""
+    task = task_of_model(model)
+    return task.kind if task else None
+
+
+__all__ = [
+    "TASKS",
+    "Kind",
+    "Task",
+    "kind_of_model",
+    "model_class",
+    "task_named",
+    "task_of_architectures",
+    "task_of_model",
+]

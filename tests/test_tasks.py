@@ -1,13 +1,14 @@
 """The tasks declared once (dwatt.tasks): every fact about a task comes from its record."""
 
 import re
+import typing
 from pathlib import Path
 
 import pytest
 import transformers
 
 import modeling_dwatt
-from dwatt.tasks import TASKS, model_class, task_named, task_of_architectures
+from dwatt.tasks import TASKS, Kind, model_class, task_named, task_of_architectures
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,20 +28,14 @@ def test_an_unknown_task_is_refused_with_the_tasks_listed():
         task_named("pos")
 
 
-# A table keyed by task names, or a choice made by comparing a task's name, outside the registry (the experiment
-# tables pick their rows by dataset, or by the score the task records declare) and each role's one mapping from a task
-# to what it runs (ROLE_MAPPINGS, each checked below to cover every task).
+# A table keyed by task names, or a choice made by comparing a task's name: none outside the registry (the
+# experiment tables pick their rows by dataset, or by the score the task records declare; each role maps a task's
+# kind to what it runs, each mapping checked below to cover every kind).
 TASK_DISPATCH = re.compile(r"""["'](ner|mlm|cls)["']\s*:|task["')\]]*\s*[!=]=\s*["']|task\s+(not\s+)?in\s+\(["']""")
-ROLE_MAPPINGS = {
-    "dwatt/training/together.py": 1,
-    "dwatt/serving/lines.py": 1,
-    "dwatt/console.py": 1,
-    "dwatt/cli/evaluate.py": 1,
-    "dwatt/serving/int8_graphs.py": 1,
-}
+KINDS = set(typing.get_args(Kind))
 
 
-def test_tasks_are_told_apart_by_name_only_where_listed():
+def test_nothing_tells_tasks_apart_by_name():
     found = {}
     for path in [*ROOT.glob("*_dwatt.py"), *(ROOT / "dwatt").rglob("*.py")]:
         if path.name == "tasks.py":
@@ -48,7 +43,7 @@ def test_tasks_are_told_apart_by_name_only_where_listed():
         count = sum(bool(TASK_DISPATCH.search(line)) for line in path.read_text().splitlines())
         if count:
             found[path.relative_to(ROOT).as_posix()] = count
-    assert found == ROLE_MAPPINGS
+    assert found == {}
 
 
 def test_the_task_dispatch_pattern_catches_what_it_claims_to():
@@ -66,7 +61,7 @@ def test_the_task_dispatch_pattern_catches_what_it_claims_to():
 def test_the_training_side_has_a_procedure_for_every_task_and_those_that_train_together_can():
     from dwatt.training.together import PROCEDURES, procedures
 
-    assert set(PROCEDURES) == set(TASKS)
+    assert set(PROCEDURES) == KINDS
     for task in TASKS.values():
         module = procedures(task.name)
         assert callable(module.run), task.name
@@ -82,9 +77,9 @@ def test_the_commands_have_a_scorer_and_a_line_predictor_for_every_task(role):
     from dwatt.cli.evaluate import scorer
     from dwatt.serving.lines import LINE_PREDICTORS
 
-    assert set(LINE_PREDICTORS) == set(TASKS)
+    assert set(LINE_PREDICTORS) == KINDS
     for task in TASKS.values():
-        function = scorer(task.name) if role == "scorer" else LINE_PREDICTORS[task.name]
+        function = scorer(task.name) if role == "scorer" else LINE_PREDICTORS[task.kind]
         assert callable(function), (task.name, role)
         parameters = inspect.signature(function).parameters
         wanted = (
@@ -99,14 +94,14 @@ def test_the_commands_have_a_scorer_and_a_line_predictor_for_every_task(role):
 def test_the_int8_check_of_an_export_knows_every_task():
     from dwatt.serving.int8_graphs import TASK_CHECKS
 
-    assert set(TASK_CHECKS) == set(TASKS)
+    assert set(TASK_CHECKS) == KINDS
     assert all(callable(check.answers) and callable(check.default_sample) for check in TASK_CHECKS.values())
 
 
 def test_the_console_tells_the_runs_of_every_task():
     from dwatt.console import CONSOLES, RunConsole
 
-    assert set(CONSOLES) == set(TASKS)
+    assert set(CONSOLES) == KINDS
     for console in CONSOLES.values():
         assert issubclass(console, RunConsole) and console.headline is not RunConsole.headline
 

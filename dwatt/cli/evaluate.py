@@ -41,7 +41,8 @@ def scorer(task: str):
     from ..serving.evaluation import score_classifier, score_tagger
     from ..training.mlm import score_checkpoint
 
-    return {"ner": score_tagger, "mlm": score_checkpoint, "cls": score_classifier}[task_named(task).name]
+    scorers = {"tagging": score_tagger, "masked_lm": score_checkpoint, "classification": score_classifier}
+    return scorers[task_named(task).kind]
 
 
 def run(args: argparse.Namespace) -> int:

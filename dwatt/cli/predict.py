@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..serving.lines import LINE_PREDICTORS, HeadsWriter, InputLines, write_all
 from ..serving.prediction import BATCH_SIZE, CHUNK_BATCHES
-from ..tasks import TASKS, task_named, task_of_model
+from ..tasks import kind_of_model, task_named
 from .options import add_inference_arguments, add_threads_argument, inference_model, positive_batch_size
 
 PROGRESS_FROM = 300  # a bar for files of more lines than this
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is None:
         raise ValueError("give a checkpoint, or several with --heads")
     model, tokenizer, task = inference_model(args)
-    predict, writer = LINE_PREDICTORS[task_named(task).name](model, tokenizer, args.batch_size, output_form(args))
+    predict, writer = LINE_PREDICTORS[task_named(task).kind](model, tokenizer, args.batch_size, output_form(args))
     write_all(with_progress(lines, args.quiet), args.batch_size * CHUNK_BATCHES, predict, writer)
     return finish(lines)
 
@@ -105,7 +105,7 @@ def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) ->
 
     paths = [path for path in args.heads.split(",") if path]
     heads = SharedBackboneHeads.from_pretrained(paths)
-    taggers = {name: head for name, head in heads.heads.items() if task_of_model(head) is TASKS["ner"]}
+    taggers = {name: head for name, head in heads.heads.items() if kind_of_model(head) == "tagging"}
     if not taggers:
         raise ValueError("--heads: none of the checkpoints is a token-classification head")
     tokenizer = load_tokenizer(args.tokenizer or paths[0])

@@ -33,7 +33,7 @@ from .probe_controls import (
 )
 from .probe_models import ensemble_members, save_chosen, save_ensemble
 from .probe_runs import trained_runs
-from .probe_types import METRICS, PROBE_LEARNING_RATES, ProbeOutcome, ProbeSettings, layer_span, spec_at
+from .probe_types import PROBE_LEARNING_RATES, ProbeOutcome, ProbeSettings, layer_span, metrics, spec_at
 from .widening import Widening
 
 
@@ -104,7 +104,7 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
     """The probe's scores by (trial, layer, rate), and the (layer, rate) with the best mean dev score over the
     trials (ties: the shallower layer, then the smaller rate), with each trial's own choice; the probe ensembles
     that `ensemble_rows` (default: `rows`) hold."""
-    dev_key, test_key, _ = METRICS[task]
+    dev_key, test_key, _ = metrics()[task]
     scores = {}
     for row in rows:
         config = row["config"]
@@ -146,7 +146,7 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
 
 def table_lines(outcome: ProbeOutcome) -> list[str]:
     """The dev score by layer (rows) and learning rate (columns), mean over the trials, as printed."""
-    _, _, metric = METRICS[outcome.task]
+    _, _, metric = metrics()[outcome.task]
     trials = len(outcome.trials)
     lines = [
         f"dev {metric} by layer and learning rate ({trials} trial{'s' * (trials > 1)}, mean):",
@@ -185,7 +185,7 @@ def ensemble_evidence(task: str, size: int, saved: bool = False) -> str:
 
 def summary_lines(outcome: ProbeOutcome) -> list[str]:
     """The choice, its scores, how stable it was across trials, and where the figure and the model are."""
-    _, _, metric = METRICS[outcome.task]
+    _, _, metric = metrics()[outcome.task]
     layer, rate = outcome.chosen
     test = outcome.mean(layer, rate, "test")
     lines = [
@@ -271,7 +271,7 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
     except ModuleNotFoundError:
         print('no figure: it needs matplotlib (pip install "dwatt[report]")')
         return None
-    _, _, metric = METRICS[outcome.task]
+    _, _, metric = metrics()[outcome.task]
     has_test = any(score["test"] is not None for score in outcome.scores.values())
     figure, axis = plt.subplots(figsize=(6.4, 3.8))
     layers = outcome.layers

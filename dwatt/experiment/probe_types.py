@@ -12,10 +12,14 @@ from ..tasks import TASKS
 from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
-# What a probe scores on dev and test, by task: the run's own selection metric.
-METRICS = {
-    name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
-}
+
+
+def metrics() -> dict[str, tuple[str, str, str]]:
+    """What a probe scores on dev and test, by task: the run's own selection metric, from the tasks' records (the
+    results' key of the best dev score, the test score's key and the metric's name)."""
+    return {
+        name: (f"best_dev_{task.score}", task.score, task.score_name) for name, task in TASKS.items() if task.labelled
+    }
 
 
 @dataclass
@@ -57,8 +61,8 @@ class ProbeSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        if self.task not in METRICS:
-            raise ValueError(f"--task: a probe trains heads for {' or '.join(METRICS)}, not {self.task!r}")
+        if self.task not in metrics():
+            raise ValueError(f"--task: a probe trains heads for {' or '.join(metrics())}, not {self.task!r}")
         if self.save_ensemble is not None and self.save_ensemble < 2:
             raise ValueError(
                 f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}"
@@ -143,8 +147,8 @@ class ProbeOutcome:
 
     @property
     def metrics(self) -> tuple[str, str, str]:
-        """The results' key of the best dev score, the test score's key and the metric's name (`METRICS`)."""
-        return METRICS[self.task]
+        """The results' key of the best dev score, the test score's key and the metric's name (`metrics`)."""
+        return metrics()[self.task]
 
     def depth_text(self) -> str:
         return str(self.depth) if self.depth is not None else "L"
@@ -178,4 +182,4 @@ def layer_span(layers: list[int]) -> str:
     )
 
 
-__all__ = ["METRICS", "PROBE_LEARNING_RATES", "ProbeOutcome", "ProbeSettings", "layer_span", "spec_at"]
+__all__ = ["PROBE_LEARNING_RATES", "ProbeOutcome", "ProbeSettings", "layer_span", "metrics", "spec_at"]

@@ -42,6 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..tasks import task_named
 from .schemes import EXPORT_QUANTIZATIONS, INT8_SCHEMES
 
 AGREEMENT_THRESHOLD = 0.98
@@ -64,7 +65,7 @@ def calibration_sample(task: str, path: str | Path | None = None, size: int = CA
     line, as `dwatt predict --file` reads them; blank lines skipped; a tagger's split on whitespace), or by default
     the first `size` sentences of CoNLL-03's dev split (a tagger's words; a masked LM's text) or texts of AG News'
     evaluation split (a classifier's)."""
-    check = TASK_CHECKS[task]
+    check = TASK_CHECKS[task_named(task).kind]
     if path is None:
         return check.default_sample(size)
     from .lines import decoded
@@ -139,13 +140,13 @@ class TaskCheck(NamedTuple):
 TAGGER = TaskCheck("words", _split_words, _conll_sentences, _tags)
 CLASSIFIER = TaskCheck("texts", list, _ag_news_texts, _labels)
 MASKED_LM = TaskCheck("tokens", list, _conll_texts, _top_tokens)
-TASK_CHECKS = {"ner": TAGGER, "cls": CLASSIFIER, "mlm": MASKED_LM}  # this role's mapping (dwatt.tasks holds facts)
+TASK_CHECKS = {"tagging": TAGGER, "classification": CLASSIFIER, "masked_lm": MASKED_LM}  # by `Task.kind`
 
 
 def answers(task: str, model, tokenizer, sample: list) -> list[list]:
     """`model`'s answer to every input of `sample`, as a list per input: a tagger's tag per word, a classifier's
     label, a masked LM's most likely token at every position."""
-    return TASK_CHECKS[task].answers(model, tokenizer, sample)
+    return TASK_CHECKS[task_named(task).kind].answers(model, tokenizer, sample)
 
 
 def agreement(task: str, reference: list[list], other: list[list]) -> dict:
@@ -154,7 +155,7 @@ def agreement(task: str, reference: list[list], other: list[list]) -> dict:
     same = sum(a == b for mine, theirs in zip(reference, other) for a, b in zip(mine, theirs))
     whole = sum(mine == theirs for mine, theirs in zip(reference, other))
     return {
-        "unit": TASK_CHECKS[task].unit,
+        "unit": TASK_CHECKS[task_named(task).kind].unit,
         "units": units,
         "agreement": same / max(units, 1),
         "inputs_agreement": whole / max(len(reference), 1),

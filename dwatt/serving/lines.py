@@ -228,7 +228,7 @@ def mask_filling(model, tokenizer, batch_size: int, form: str) -> tuple[Callable
 
 
 # Serving's own mapping: what `dwatt predict` runs for each task.
-LINE_PREDICTORS = {"ner": tagging, "mlm": mask_filling, "cls": classifying}
+LINE_PREDICTORS = {"tagging": tagging, "masked_lm": mask_filling, "classification": classifying}
 
 __all__ = [
     "LINE_PREDICTORS",

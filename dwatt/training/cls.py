@@ -181,7 +181,7 @@ def classification_results(setup: ClassificationSetup, config: RunConfig, best: 
     return (
         {
             "config": asdict(config) | {"backbone": setup.backbone},
-            "task": "cls",
+            "task": config.task,
             "labels": setup.model_labels + list(setup.unseen_in("validation")),  # the classes scored
             "pooling": setup.model.config.pooling,
             "seed": config.seed,

@@ -132,7 +132,7 @@ def run_mlm(config: RunConfig) -> dict:
     )
     results = {
         "config": asdict(config) | {"backbone": backbone},
-        "task": "mlm",
+        "task": config.task,
         "seed": config.seed,
         "train_source": train_source,
         "num_train_blocks": len(blocks["train"]),

@@ -137,7 +137,7 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
     """The results of a finished run whose best weights are loaded in `setup.model`."""
     results = {
         "config": asdict(config) | {"backbone": setup.backbone},
-        "task": "ner",
+        "task": config.task,
         "labels": setup.label_names,
         "entity_types": entity_types(setup.label_names),
         "seed": config.seed,

@@ -68,12 +68,12 @@ def copies_within_budget(model, count: int, max_memory: int | None) -> int:
 
 # The training side's own mapping: the module that trains each task, with its `run(config)` and, where its runs may
 # train together (`Task.trains_together`), its `prepare_together`.
-PROCEDURES = {"ner": ner, "mlm": mlm, "cls": cls}
+PROCEDURES = {"tagging": ner, "masked_lm": mlm, "classification": cls}
 
 
 def procedures(task: str):
     """The module that trains `task` (see `PROCEDURES`)."""
-    return PROCEDURES[task_named(task).name]
+    return PROCEDURES[task_named(task).kind]
 
 
 @dataclass
