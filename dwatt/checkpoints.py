@@ -6,8 +6,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pretrained_dwatt import BACKBONE_PREFIX
+
 from .atomic import read_json, write_json_atomically
-from .tasks import TASKS, task_of_architectures
+from .auto import register_auto_classes
+from .data.files import is_local_path
+from .head_stack import head_tensors
+from .tasks import TASKS, model_class, task_of_architectures
+from .tokenization import load_tokenizer
 
 
 def checkpoint_task(config) -> str:
@@ -73,9 +79,6 @@ def load_checkpoint(path: str | Path):
     import transformers
     from transformers import AutoConfig
 
-    from .auto import register_auto_classes
-    from .tokenization import load_tokenizer
-
     register_auto_classes()
     check_checkpoint_folder(path)
     config = AutoConfig.from_pretrained(path)
@@ -93,11 +96,6 @@ def head_on_meta(config, tensors: dict, path: str | Path, adopt_missing=None):
     still missing (a masked-LM head that did not train is the backbone's own).
     """
     import torch
-
-    from pretrained_dwatt import BACKBONE_PREFIX
-
-    from .head_stack import head_tensors
-    from .tasks import model_class
 
     config.heads_only = False  # built whole, its backbone on the meta device
     with torch.device("meta"):
@@ -131,7 +129,6 @@ ENSEMBLE_FILE = "ensemble.json"
 
 def is_ensemble(path: str | Path) -> bool:
     """Whether `path` (a folder, or a Hub repo id: its manifest fetched into the Hub cache) holds a probe ensemble."""
-    from .data.files import is_local_path
 
     if is_local_path(path):
         return (Path(path) / ENSEMBLE_FILE).is_file()
@@ -146,7 +143,6 @@ def is_ensemble(path: str | Path) -> bool:
 def ensemble_folder(path: str | Path) -> Path:
     """The local folder of the probe ensemble at `path`: the folder itself, or a Hub repo's snapshot (every member,
     fetched into the Hub cache; offline, the cached one)."""
-    from .data.files import is_local_path
 
     if is_local_path(path):
         return Path(path)

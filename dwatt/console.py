@@ -8,7 +8,9 @@ own bars and log dictionaries, as transformers prints them, then the summary).
 
 from __future__ import annotations
 
+import os
 import shlex
+import sys
 from pathlib import Path
 
 from .tasks import task_named
@@ -20,8 +22,6 @@ def quiet_libraries() -> None:
     """Turn off the progress bars and notices of datasets and transformers (map, weight loading, shard writing):
     the run's own bar and summary say what matters. datasets is told through its environment variable when it is not
     imported yet, so that a command that never reads a dataset (`dwatt predict`) does not pay for importing it."""
-    import os
-    import sys
 
     import transformers
 

@@ -13,13 +13,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from huggingface_hub import HfApi
+from safetensors.torch import load_file
+from transformers import AutoConfig
 
+from .atomic import read_json, write_json_atomically
+from .auto import register_auto_classes
+from .checkpoints import ENSEMBLE_FILE, checkpoint_task, head_on_meta, is_ensemble, load_checkpoint, member_folders
 from .data import is_local_path
 from .defaults import known_hub_id
 from .errors import HubError
 from .lora import ADAPTER_FOLDER, save_adapter
 from .model_cards import ensemble_card, model_card
-from .tokenization import save_tokenizer
+from .tokenization import load_tokenizer, save_tokenizer
 
 
 def explain_hub_error(error: BaseException, repo_id: str) -> str | None:
@@ -202,8 +207,6 @@ def push_ensemble(
     `AutoModel...from_pretrained(REPO, subfolder="layer-<k>/model", trust_remote_code=True)`. `upload`: `revision`,
     `create_pr`, as for `push_to_hub`.
     """
-    from .atomic import read_json, write_json_atomically
-    from .checkpoints import ENSEMBLE_FILE, member_folders
 
     folder = Path(folder)
     manifest = read_json(folder / ENSEMBLE_FILE)
@@ -248,13 +251,6 @@ def _member_to_push(path: Path, heads_only: bool):
     needs only its head: it is built on the meta device with its stored tensors, never loading the backbone it
     names (a local folder, perhaps, that is not where the ensemble now is: the folder alone runs, and pushes). Any
     other is loaded whole (`load_checkpoint`)."""
-    from safetensors.torch import load_file
-    from transformers import AutoConfig
-
-    from .atomic import read_json
-    from .auto import register_auto_classes
-    from .checkpoints import checkpoint_task, head_on_meta, load_checkpoint
-    from .tokenization import load_tokenizer
 
     if not (heads_only and read_json(path / "config.json").get("heads_only")):
         return load_checkpoint(path)
@@ -275,8 +271,6 @@ def _without_local_backbone(results: dict, published: str | None) -> dict:
 def push_run(run_dir: str | Path, repo_id: str, **kwargs) -> str:
     """Push a finished `dwatt train` run directory (its `model/` and `results.json`), or a probe ensemble's folder
     (`push_ensemble`)."""
-    from .atomic import read_json
-    from .checkpoints import is_ensemble, load_checkpoint
 
     if is_ensemble(run_dir):
         return push_ensemble(run_dir, repo_id, **kwargs)

@@ -9,6 +9,8 @@ import numpy as np
 from seqeval.metrics import accuracy_score
 from seqeval.metrics.sequence_labeling import get_entities
 
+from .sampling import sample_sentences
+
 
 def _prf(correct: int, predicted: int, gold: int) -> tuple[float, float, float]:
     precision = correct / predicted if predicted else 0.0
@@ -191,7 +193,6 @@ class NERMetrics:
         """`score_ids` over `size` of the eval set's sentences drawn uniformly with `seed` (`sample_sentences` over
         the sentences with a labelled token, in scoring order): the same sentences for every call on one eval set.
         Exact: chunks never cross sentences. IOB tags only."""
-        from .sampling import sample_sentences
 
         if self.iob is None:
             raise ValueError("scoring a sample of the dev sentences needs IOB tags (B-, I-, O)")
@@ -308,7 +309,6 @@ class ClassificationMetrics:
         """`score_ids` over `size` of the eval set's examples drawn uniformly with `seed` (`sample_sentences`, in
         scoring order): the same examples for every call on one eval set. A sampled row of a class the model has no
         output for (labelled -100) counts as an error, its class named "unseen" in the per-class scores."""
-        from .sampling import sample_sentences
 
         predicted, labels = self.flat_ids(predicted, labels)
         chosen = sample_sentences(len(labels), min(size, len(labels)), seed)

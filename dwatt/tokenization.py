@@ -11,6 +11,7 @@ import weakref
 from pathlib import Path
 
 from .atomic import read_json, write_json_atomically
+from .auto import register_auto_classes
 
 logger = logging.getLogger(__name__)
 
@@ -27,8 +28,6 @@ def load_tokenizer(name_or_path: str | Path, **kwargs):
     token, which is said once per tokenizer (the attention mask keeps padding out of every result).
     """
     from transformers import AutoConfig, AutoTokenizer
-
-    from .auto import register_auto_classes
 
     register_auto_classes()  # a DWAtt checkpoint's folder holds its tokenizer: the Auto classes must know its config
     model_type = getattr(AutoConfig.from_pretrained(name_or_path, **kwargs), "model_type", "")

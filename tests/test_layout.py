@@ -235,6 +235,77 @@ TABLES = (
 )
 
 
+# What a function may import instead of the top of its file. Optional extras a base install may lack (a command
+# that needs one says which extra to install, and nothing else pays for it), and the C library, found per platform:
+OPTIONAL_IMPORTS = frozenset(
+    {"accelerate", "ctypes", "filelock", "matplotlib", "onnx", "onnxruntime", "peft", "psutil", "scipy", "sklearn"}
+    | {"sklearn_crfsuite", "statsmodels"}
+)
+# The frameworks that what starts light must not load: `import dwatt` and the command line's parser, `dwatt predict`
+# on an ONNX export, the tables (the tests below and test_auto, test_onnx_runtime); and the transformers submodules
+# the model files read only in the releases that have them.
+HEAVY_IMPORTS = frozenset({"datasets", "huggingface_hub", "safetensors", "torch", "transformers"})
+# The house's own modules a function imports, by the module that defers them: each loads one of the frameworks
+# above, and the importing module must stay light. The command line's modules (dwatt.cli) import the command they
+# run when it runs, and are not listed.
+DEFERRED_OWN_IMPORTS = {
+    "dwatt.auto": {
+        "configuration_dwatt",
+        "modeling_dwatt",
+    },  # registers DWAtt on first use: `import dwatt` stays light
+    "dwatt.tasks": {"modeling_dwatt"},  # a task's model class, looked up when asked
+    "dwatt.run_config": {"dwatt.data"},  # datasets: the parser builds RunConfigs
+    "dwatt.serving.lines": {"dwatt.serving.prediction"},  # torch: `dwatt predict` on an ONNX export
+    "dwatt.serving.onnx_runtime": {"dwatt.tokenization"},  # transformers' tokenizers, only to load one
+    "dwatt.serving.prediction": {"dwatt.data.classification"},  # datasets
+    "dwatt.serving.schemes": {"configuration_dwatt"},  # transformers: the CLI's choices of schemes
+    "dwatt.experiment.grid": {"configuration_dwatt"},  # transformers: the parser and the tables read grids
+    "dwatt.experiment.summaries": {"configuration_dwatt"},  # the tables load without transformers
+    "dwatt.experiment.floor": {"dwatt.experiment.baselines"},  # torch, sklearn: the floor's tables are read light
+    "dwatt.experiment.baselines": {"dwatt.metrics", "dwatt.splits"},  # datasets: the probe's parser reads baselines
+    "dwatt.experiment.sweep": {"dwatt.distributed"},  # torch: the parser builds sweeps
+    "dwatt.experiment.probe_models": {"dwatt.checkpoints", "dwatt.model_cards"},  # torch: the probe's parser
+}
+
+
+def imports_in_functions() -> dict[str, set[str]]:
+    """`{module: what its functions import}`, by absolute module name, for the package and the model files."""
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")} | REMOTE_CODE
+    found: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        for function in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Import):
+                    found.setdefault(name, set()).update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    relative = ".".join(here[: len(here) - node.level + 1] + ([node.module] if node.module else []))
+                    found.setdefault(name, set()).add(relative if node.level else node.module)
+    return found
+
+
+def test_imports_sit_at_the_top_of_their_file_but_the_listed_optional_and_heavy_ones():
+    """A maintainer reads a module's dependencies at its top: a function imports only an optional extra, a heavy
+    framework, or a module of the house the list says it defers (and why); the command line's modules import their
+    command when it runs. The list holds nothing that is no longer deferred."""
+    house = {"dwatt", *REMOTE_CODE}
+    unlisted, deferred = {}, {}
+    for module, imported in imports_in_functions().items():
+        for name in imported:
+            root = name.split(".")[0]
+            if root in house:
+                if not module.startswith("dwatt.cli") and name not in DEFERRED_OWN_IMPORTS.get(module, set()):
+                    unlisted.setdefault(module, set()).add(name)
+                deferred.setdefault(module, set()).add(name)
+            elif root not in OPTIONAL_IMPORTS | HEAVY_IMPORTS:
+                unlisted.setdefault(module, set()).add(name)
+    assert unlisted == {}, "import these at the top of the file (or list them, with the reason)"
+    stale = {module: names - deferred.get(module, set()) for module, names in DEFERRED_OWN_IMPORTS.items()}
+    assert {module: names for module, names in stale.items() if names} == {}, "no longer deferred: drop from the list"
+
+
 def test_what_runs_loads_neither_the_tables_nor_matplotlib_and_only_the_tables_import_pandas():
     """Training, sweeping, probing, serving and the command line load without the report's tables and matplotlib (in
     a fresh interpreter; the probe draws its figure with a function-level import), and no module but the tables

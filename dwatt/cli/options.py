@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
@@ -150,7 +151,6 @@ def columns_of(args: argparse.Namespace) -> dict:
 def check_grid_arguments(args: argparse.Namespace) -> None:
     """`--learning-rates` and `--train-in-parts` as the user wrote them, refused by their option's name (a rate
     checked later would be named `--lr`, a count `train_in_parts`)."""
-    import math
 
     for rate in getattr(args, "learning_rates", None) or ():
         if not (math.isfinite(rate) and rate > 0):

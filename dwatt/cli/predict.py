@@ -9,6 +9,8 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
 from ..serving.lines import LINE_PREDICTORS, HeadsWriter, InputLines, write_all
 from ..serving.prediction import BATCH_SIZE, CHUNK_BATCHES
 from ..tasks import kind_of_model, task_named
@@ -92,7 +94,6 @@ def with_progress(lines: InputLines, quiet: bool) -> Iterable[tuple[int, str]]:
     total = None if quiet else lines.total()
     if total is None or total <= PROGRESS_FROM:
         return lines
-    from tqdm.auto import tqdm
 
     return tqdm(lines, total=total, desc="predicting", unit="line", file=sys.stderr, leave=False)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_dataset
 
 from .files import DataFormatError, is_local_path, json_objects, numbered_lines
 
@@ -197,7 +197,6 @@ def load_classification_dataset(name: str, data_dir: str | None = None, **column
         return load_classification_folder(AG_NEWS_DIR, label_names=AG_NEWS_LABELS)
     if is_local_path(name):
         return load_classification_folder(name, **columns)
-    from datasets import load_dataset
 
     hub_name, _, config = name.partition(":")
     data = load_dataset(hub_name, config or None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from datasets import Dataset, DatasetDict
+from datasets import Dataset, DatasetDict, load_dataset
 
 from .files import is_local_path, read_text_lines
 
@@ -18,8 +18,6 @@ def load_wikitext2(source: str | Path) -> DatasetDict:
     Splits missing from the folder are left out; an empty folder is an error.
     """
     if not is_local_path(source):
-        from datasets import load_dataset
-
         return load_dataset(str(source), "wikitext-2-raw-v1")
     folder = Path(source)
     splits = {}

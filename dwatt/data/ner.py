@@ -10,7 +10,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
-from datasets import ClassLabel, Dataset, DatasetDict, Features, Value
+from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_dataset
 from datasets import Sequence as SequenceFeature
 
 from ..defaults import default_conll_dir
@@ -122,7 +122,6 @@ def load_conll2003(source: str | Path | None = None) -> DatasetDict:
     """
     if is_local_path(source):
         return _load_ner_folder(Path(source) if source else default_conll_dir(), CONLL_SPLIT_FILES, CONLL_LABELS)
-    from datasets import load_dataset
 
     return load_dataset(str(source)).select_columns(["id", "tokens", "ner_tags"])
 
@@ -134,7 +133,6 @@ def load_wikiann(language: str, source: str | Path | None = None) -> DatasetDict
     """
     if source is not None and is_local_path(source):
         return _load_ner_folder(Path(source) / language, WIKIANN_SPLIT_FILES, WIKIANN_LABELS)
-    from datasets import load_dataset
 
     return load_dataset(str(source or "wikiann"), language).select_columns(["tokens", "ner_tags"])
 

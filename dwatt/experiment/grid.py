@@ -21,7 +21,8 @@ from pathlib import Path
 
 from specs_dwatt import fusion_spec
 
-from ..portable import backbone_label
+from ..defaults import default_backbone_path
+from ..portable import backbone_folder, backbone_label
 from ..run_config import RunConfig
 from ..tasks import TASKS, task_named
 
@@ -190,9 +191,6 @@ def probed(backbone: str | None, spec: str) -> list[str]:
     from transformers import AutoConfig
 
     from configuration_dwatt import parse_fused_layers
-
-    from ..defaults import default_backbone_path
-    from ..portable import backbone_folder
 
     count = AutoConfig.from_pretrained(
         backbone_folder(backbone) if backbone else default_backbone_path()

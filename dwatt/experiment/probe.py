@@ -24,6 +24,7 @@ from ..execution import Execution
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
 from .baselines import floor_lines
+from .grid import grid, probed
 from .probe_controls import (
     EMBEDDING_LAYER,
     embedding_layer_lines,
@@ -40,7 +41,6 @@ from .widening import Widening
 def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | None = None):
     """The probe's runs: a Base head on each layer at each of `learning_rates` (default: the rates asked for), the
     embedding output (layer 0) among the layers with the baselines (`ProbeSettings.baselines`)."""
-    from .grid import grid, probed
 
     layers = probed(settings.backbone, settings.layers)
     if settings.baselines and str(EMBEDDING_LAYER) not in layers:

@@ -6,16 +6,20 @@ averages their probabilities (`save_ensemble`, its members stored once each: `st
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 from specs_dwatt import layers_to_run
 
+from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder
 from ..execution import Execution
 from ..run_config import RunConfig
 from ..schema import ranked_members
 from ..tasks import TASKS
 from ..tokenization import save_tokenizer
 from .probe_types import ProbeOutcome, ProbeSettings, layer_span, spec_at
+from .store import run_settings
+from .sweep import sweep_feature_cache, sweep_output_root
 
 
 def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution) -> tuple[Path, dict]:
@@ -40,7 +44,6 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution:
 
 def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
     """`spec`'s run as the probe trains it again alone to keep its model: into `folder`, saved, quiet."""
-    from .sweep import sweep_feature_cache, sweep_output_root
 
     cache = sweep_feature_cache(sweep_output_root(settings.results, settings.output_root))
     config = spec.run_config(settings.folder, feature_cache_dir=str(cache), **settings.overrides())
@@ -121,7 +124,6 @@ def store_member(model_folder: Path, whole: bool) -> None:
     stores the backbone once, not K times, and each member still loads alone, with the backbone it names. A member
     trained beside deeper ones was saved with their layers: it is cut. The folder is replaced whole; one already
     stored as asked is left as it is."""
-    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder
     from ..checkpoints import load_checkpoint, stored_keys
 
     stored_whole = not read_json(model_folder / "config.json").get("heads_only")
@@ -139,10 +141,6 @@ def store_member(model_folder: Path, whole: bool) -> None:
 
 def _finished(config: RunConfig, folder: Path) -> dict | None:
     """The results of the run `config` asks for, where `folder` holds it finished with its model."""
-    from dataclasses import asdict
-
-    from ..atomic import read_json
-    from .store import run_settings
 
     if not (folder / "results.json").is_file() or not (folder / "model" / "config.json").is_file():
         return None

@@ -22,6 +22,8 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 ALPHA = 0.05
 # Past this many ways of breaking a setting's ties, only the two extremes (each trial's lowest and highest
 # difference) are tried.
@@ -70,7 +72,6 @@ def random_effects(effects: Sequence[float], variances: Sequence[float]) -> tupl
     (statsmodels' `combine_effects(method_re="dl")` leaves it negative, which overweights every setting), and the
     Hartung-Knapp-Sidik-Jonkman standard error, never below the plain random-effects one (Knapp and Hartung's ad hoc
     rule), with Student's t on k - 1 degrees of freedom. NaN interval and p for fewer than 2 settings."""
-    import numpy as np
     from scipy import stats
 
     y, v = np.asarray(effects, float), np.asarray(variances, float)

@@ -4,6 +4,7 @@ what a model takes, and handing freed memory back to the system as a backbone pa
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 
@@ -41,7 +42,6 @@ def cache_storage(
     refused. `on_disk`: to files whatever their size (kept, so that another process, or a stopped build's rerun, reads
     them instead of running the backbone again).
     """
-    import shutil
 
     import psutil
 

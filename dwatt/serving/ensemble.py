@@ -23,6 +23,11 @@ import torch
 from torch import nn
 from transformers.utils import ModelOutput
 
+from ..atomic import read_json
+from ..checkpoints import ENSEMBLE_FILE, checkpoint_task, ensemble_folder, is_ensemble, load_checkpoint, member_folders
+from ..tokenization import load_tokenizer
+from .shared_heads import SharedBackboneHeads
+
 
 @dataclass
 class EnsembleOutput(ModelOutput):
@@ -70,10 +75,6 @@ class AveragedHeads(nn.Module):
 def load_ensemble(folder: str | Path):
     """The ensemble in `folder` (or a Hub repo `dwatt push` wrote it to: `ensemble_folder`) as `AveragedHeads`, in
     eval mode, its tokenizer (its first member's) and its task."""
-    from ..atomic import read_json
-    from ..checkpoints import ENSEMBLE_FILE, checkpoint_task, ensemble_folder, member_folders
-    from ..tokenization import load_tokenizer
-    from .shared_heads import SharedBackboneHeads
 
     local = ensemble_folder(folder)
     paths = member_folders(local)
@@ -85,7 +86,6 @@ def load_ensemble(folder: str | Path):
 def load_checkpoint_or_ensemble(folder: str | Path):
     """What `folder` holds, run in PyTorch: a probe ensemble (`load_ensemble`) or a checkpoint
     (`dwatt.checkpoints.load_checkpoint`); the model in eval mode, its tokenizer and its task."""
-    from ..checkpoints import is_ensemble, load_checkpoint
 
     return load_ensemble(folder) if is_ensemble(folder) else load_checkpoint(folder)
 

@@ -19,18 +19,35 @@ from __future__ import annotations
 
 import logging
 import math
+import multiprocessing
+import platform
+import shutil
+import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ..atomic import failed_write, give_usual_modes, replace_folder, scratch_folder, sha256_of, write_json_atomically
 from ..portable import portable_path
 from ..tokenization import save_tokenizer
+from .ensemble import AveragedHeads, load_checkpoint_or_ensemble
 from .export_memory import APART_ABOVE, check_export_memory, float_bytes, release_weights
-from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, is_export, needs, session_options
+from .int8_graphs import (
+    AGREEMENT_THRESHOLD,
+    INT8_SCHEMES,
+    agreement,
+    answers,
+    calibrated_smooth_graph,
+    calibration_sample,
+    quantize_dynamic_graph,
+    quantize_weights_graph,
+)
+from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, OnnxModel, is_export, needs, session_options
 from .schemes import EXPORT_QUANTIZATIONS, schemes_for
 
 # onnxruntime against PyTorch on the check batch, fp32, relative to the largest logit (at least 1): larger means the
@@ -71,7 +88,6 @@ def _quiet_exporter():
 
 def graph_inputs(model) -> list[str]:
     """The inputs an exported graph takes: token types only where the backbone reads them."""
-    from .ensemble import AveragedHeads
 
     takes_token_types = (
         model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.backbone_runner.takes_token_types
@@ -130,7 +146,6 @@ def write_onnx(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pat
 
 
 def _write_checkpoint_graph(checkpoint: str, batch: dict[str, torch.Tensor], path: str) -> None:
-    from .ensemble import load_checkpoint_or_ensemble
 
     model = load_checkpoint_or_ensemble(checkpoint)[0]
     write_graph(model.float(), batch, path)
@@ -139,8 +154,6 @@ def _write_checkpoint_graph(checkpoint: str, batch: dict[str, torch.Tensor], pat
 def write_graph_apart(checkpoint, batch: dict[str, torch.Tensor], path: str | Path) -> None:
     """`write_graph` of `checkpoint`'s model, loaded again in a process of its own (spawned), which ends once the graph
     is written: the memory the exporter held goes with it."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as apart:
         apart.submit(_write_checkpoint_graph, str(checkpoint), batch, str(path)).result()
@@ -153,7 +166,6 @@ def quantize_onnx(source: Path, target: Path, scheme: str, fp32, answer, agrees=
     on the sample that `answer(model)` runs (activations one scale per token, smoothed; the few products it would
     lose most on stay fp32, more of them while `agrees(graph path)` is under the threshold). Returns what the scheme
     chose on this machine: what `smooth` left fp32, whether `dynamic` took 7-bit weights (`{}` for `weights`)."""
-    from .int8_graphs import calibrated_smooth_graph, quantize_dynamic_graph, quantize_weights_graph
 
     with _quiet_exporter():
         if scheme == "smooth":
@@ -179,10 +191,6 @@ def check_int8(
     this machine (`time_graphs`, the two taking turns; one int8 session open at a time), and keep, as `GRAPHS["int8"]`, the fastest of those at `AGREEMENT_THRESHOLD` or
     above. None there: refused (ValueError), unless `allow_lossy`, which keeps the one that agrees most. Returns the
     record `dwatt_export.json` keeps: the chosen scheme's figures, every candidate's, and the CPU's capabilities."""
-    import shutil
-
-    from .int8_graphs import AGREEMENT_THRESHOLD, INT8_SCHEMES, agreement, answers, calibration_sample
-    from .onnx_runtime import OnnxModel
 
     sample, described = calibration_sample(task, calibration)
     fp32 = OnnxModel.of_graph(staging / GRAPHS[None], export)
@@ -266,9 +274,6 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "amx_bf16
 def cpu_capabilities() -> dict:
     """What the CPU the export ran on offers int8 kernels: PyTorch's reading of its vector width, which of `CPU_FLAGS`
     it has (Linux's /proc/cpuinfo; none listed elsewhere) and its model name."""
-    import platform
-
-    import torch
 
     flags: set[str] = set()
     model = platform.processor() or platform.machine()
@@ -293,7 +298,6 @@ TIMING_ROUNDS = 3
 def time_graphs(graphs: dict, run: Callable[[object], object], rounds: int = TIMING_ROUNDS) -> dict[str, float]:
     """Each graph's time to run `run` over the calibration sample on this CPU: the fastest of `rounds` rounds, the
     graphs taking turns within each round, so that a busy moment of a shared CPU falls on all of them alike."""
-    import time
 
     best = dict.fromkeys(graphs, math.inf)
     for _ in range(rounds):
@@ -323,8 +327,6 @@ def export_onnx(
     beside `output` and swapped in whole when it is complete (`replace_folder`): a re-export that fails or is killed
     leaves the earlier export as it was, never a mix of the two. `output` must be new, empty or an earlier export.
     Returns the export config, which records every file's sha256 (`FILES_KEY`), checked when the export is loaded."""
-    from ..atomic import failed_write, replace_folder, scratch_folder
-    from .ensemble import load_checkpoint_or_ensemble
 
     runtime = needs("onnxruntime")
     if quantize is not None and quantize not in EXPORT_QUANTIZATIONS:
@@ -365,8 +367,6 @@ def _write_export(
     allow_lossy: bool = False,
 ) -> dict:
     """The export's files, written into `staging`; returns its config (`export_onnx`)."""
-    from ..atomic import give_usual_modes, sha256_of, write_json_atomically
-    from .ensemble import AveragedHeads
 
     inputs = graph_inputs(model)
     batch, graph = check_batch(tokenizer, inputs), staging / GRAPHS[None]

@@ -3,7 +3,11 @@ over `--max-memory` or the memory available), and letting go of PyTorch's weight
 
 from __future__ import annotations
 
+import gc
+
 from torch import nn
+
+from ..features.memory import gib, release_freed_memory
 
 # A model whose weights take more than this in float32 has its graph written in a process of its own
 # (`write_graph_apart`), so that the exporter's hold on them ends with that process.
@@ -48,8 +52,6 @@ def check_export_memory(
     `max_memory` (bytes) or, without one, than the system has available; returns the estimate."""
     import psutil
 
-    from ..features.memory import gib
-
     need = export_memory(model, quantize, stock)
     what = f"exporting {checkpoint}{' with --quantize' if quantize else ''} takes about {gib(need)} of memory"
     if max_memory is not None and need > max_memory:
@@ -66,9 +68,6 @@ def release_weights(model: nn.Module) -> None:
     """Let go of `model`'s weights (moved to the meta device: shapes and config kept, storage freed). Not after
     `torch.onnx.export` has run on it: the exporter keeps references to them that this cannot reach (a Qwen2.5-Coder-1.5B
     head's 3.4 GiB stayed), so a large checkpoint's graph is written in a process of its own (`write_graph_apart`)."""
-    import gc
-
-    from ..features.memory import release_freed_memory
 
     model.to("meta")
     gc.collect()

@@ -38,11 +38,17 @@ import functools
 import tempfile
 from collections.abc import Callable, Collection
 from pathlib import Path
+from types import SimpleNamespace
 from typing import NamedTuple
 
 import numpy as np
 
+from ..data import load_conll2003
+from ..data.classification import load_classification_dataset
 from ..tasks import task_named
+from .lines import decoded
+from .onnx_runtime import session_options
+from .prediction import class_probabilities, encode_texts, logits_of, pad_id, padded, predict_tags, split_pairs
 from .schemes import EXPORT_QUANTIZATIONS, INT8_SCHEMES
 
 AGREEMENT_THRESHOLD = 0.98
@@ -68,7 +74,6 @@ def calibration_sample(task: str, path: str | Path | None = None, size: int = CA
     check = TASK_CHECKS[task_named(task).kind]
     if path is None:
         return check.default_sample(size)
-    from .lines import decoded
 
     raw = Path(path).read_bytes()
     lines = [decoded(line, str(path), number) for number, line in enumerate(raw.splitlines(), 1)]
@@ -79,7 +84,6 @@ def calibration_sample(task: str, path: str | Path | None = None, size: int = CA
 
 
 def _conll_sentences(size: int) -> tuple[list[list[str]], str]:
-    from ..data import load_conll2003
 
     sentences = [words for words in load_conll2003()["validation"]["tokens"] if words][:size]
     return sentences, f"the first {len(sentences)} sentences of CoNLL-03's dev split"
@@ -91,7 +95,6 @@ def _conll_texts(size: int) -> tuple[list[str], str]:
 
 
 def _ag_news_texts(size: int) -> tuple[list[str], str]:
-    from ..data.classification import load_classification_dataset
 
     texts = list(load_classification_dataset("ag_news")["validation"]["text"][:size])
     return texts, f"the first {len(texts)} texts of AG News' evaluation split"
@@ -102,13 +105,11 @@ def _split_words(texts: list[str]) -> list[list[str]]:
 
 
 def _tags(model, tokenizer, sample: list) -> list[list]:
-    from .prediction import predict_tags
 
     return predict_tags(model, tokenizer, sample)
 
 
 def _labels(model, tokenizer, sample: list) -> list[list]:
-    from .prediction import class_probabilities, split_pairs
 
     return [
         [int(label)] for label in class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)).argmax(-1)
@@ -116,7 +117,6 @@ def _labels(model, tokenizer, sample: list) -> list[list]:
 
 
 def _top_tokens(model, tokenizer, sample: list) -> list[list]:
-    from .prediction import encode_texts, logits_of, pad_id, padded
 
     rows = encode_texts(tokenizer, sample)
     found = []
@@ -268,7 +268,6 @@ class _RecordingGraph:
         self.feeds = [item.name for item in session.get_inputs()]
 
     def __call__(self, **batch):
-        from types import SimpleNamespace
 
         zeros = np.zeros_like(batch["input_ids"])
         outputs = self.session.run(
@@ -287,8 +286,6 @@ def run_recording(
     it, reading the same weights file, removed once loaded."""
     import onnx
     import onnxruntime as runtime
-
-    from .onnx_runtime import session_options
 
     model = onnx.load(str(source), load_external_data=False)
     inputs = list(dict.fromkeys(node.input[0] for node in quantized_products(model.graph)))

@@ -28,6 +28,10 @@ from torch import nn
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 from torch.ao.quantization import per_channel_dynamic_qconfig
 
+from configuration_dwatt import is_decoder_only
+
+from ..tasks import task_of_model
+from .ensemble import AveragedHeads
 from .schemes import QUANTIZATIONS
 
 # PyTorch's dynamic int8 gives activations one scale per tensor, which a decoder LLM's outlier activations defeat
@@ -70,8 +74,6 @@ def full_range_activations_exact() -> bool:
 def quantized_parts(model: nn.Module) -> list[nn.Module]:
     """The parts of `model` whose linear maps int8 quantizes: a DWAtt task model's backbone and fusion (`model.dwatt`),
     or each member's of a probe ensemble (their shared backbone among them)."""
-    from ..tasks import task_of_model
-    from .ensemble import AveragedHeads
 
     if isinstance(model, AveragedHeads):
         return [head.dwatt for head in model.heads.heads.values()]
@@ -86,7 +88,6 @@ def quantize_int8(model: nn.Module, full_range: bool | None = None, allow_lossy:
     map, or 7-bit ones with the feed-forward up-projections in fp32; by default the first where this CPU computes it
     exactly (see the module docstring). A decoder LLM is refused (`DECODERS_REFUSED`) unless `allow_lossy`. For
     inference on a CPU only: the result cannot train."""
-    from configuration_dwatt import is_decoder_only
 
     parts = quantized_parts(model)
     if is_decoder_only(model.config.encoder_config) and not allow_lossy:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 from torch import nn
+from transformers import AutoModel
 from transformers.utils import cached_file
 
 from backbones_dwatt import backbone_kwargs
@@ -259,7 +260,6 @@ class SharedBackboneHeads(nn.Module):
     def _shared_backbone(config, tensors, path, backbone_name_or_path, hub_kwargs, depth: int) -> nn.Module:
         """The backbone, its first `depth` layers: the pretrained one `config` (head-only) or `backbone_name_or_path`
         names, else the one the full checkpoint at `path` stores."""
-        from transformers import AutoModel
 
         model_class = task_model_class(checkpoint_task(config))
         if config.heads_only or backbone_name_or_path:

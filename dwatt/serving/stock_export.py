@@ -25,11 +25,19 @@ import re
 from pathlib import Path
 
 import torch
+import transformers
 from torch import nn
 
+from configuration_dwatt import is_decoder_only, with_legacy_rope
+from depth_dwatt import cut_config, layers_past_pattern
+
+from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder, sha256_of, write_json_atomically
+from ..checkpoints import is_ensemble, load_checkpoint
 from ..portable import portable_path
-from ..tasks import Task, task_of_model
+from ..tasks import TASKS, Task, task_of_model
 from ..tokenization import save_tokenizer
+from .export import check_batch
+from .export_memory import check_export_memory
 
 STOCK_RECORD = "dwatt_stock_export.json"
 TOLERANCE = 1e-4  # of the largest logit: float noise of the same computation in another module tree
@@ -37,7 +45,6 @@ TOLERANCE = 1e-4  # of the largest logit: float noise of the same computation in
 
 def stock_refusal(model, task: str) -> str | None:
     """Why `model` is no stock transformers architecture (one line), or None where it is one."""
-    from configuration_dwatt import is_decoder_only
 
     config = model.config
     family, decoder = config.encoder_config.model_type, is_decoder_only(config.encoder_config)
@@ -108,7 +115,6 @@ def stock_model(model, pad_token_id: int | None = None) -> nn.Module:
     `AutoModelForSequenceClassification` for a text classifier), cut to the layer its head reads, holding the
     backbone's weights and the head as its classifier (in eval mode, fp32). `pad_token_id`: where the backbone's config
     has none, the tokenizer's, by which a stock decoder classifier finds each row's last token."""
-    from depth_dwatt import cut_config, layers_past_pattern
 
     config = cut_config(model.config.encoder_config, model.config.read_layer)
     config.num_labels = model.config.num_labels
@@ -153,7 +159,6 @@ def model_task(model) -> Task:
 
 def stock_class(model) -> type:
     """The Auto class whose stock model computes `model`: its task's (a tagger's or a text classifier's)."""
-    import transformers
 
     return getattr(transformers, model_task(model).auto_class)
 
@@ -210,15 +215,6 @@ def export_stock(checkpoint: str | Path, output: str | Path, max_memory: int | N
     swapped in whole (`replace_folder`); `output` must be new, empty or an earlier stock export. Refused before anything
     heavy runs where it would take more memory than `max_memory` (bytes) or than is available
     (`dwatt.serving.export_memory.check_export_memory`)."""
-    import transformers
-
-    from configuration_dwatt import is_decoder_only, with_legacy_rope
-
-    from ..atomic import give_usual_modes, read_json, replace_folder, scratch_folder, sha256_of, write_json_atomically
-    from ..checkpoints import is_ensemble, load_checkpoint
-    from ..tasks import TASKS
-    from .export import check_batch
-    from .export_memory import check_export_memory
 
     output = Path(output)
     if output.exists() and not (output.is_dir() and ((output / STOCK_RECORD).is_file() or not any(output.iterdir()))):

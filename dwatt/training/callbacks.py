@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 from transformers import (
@@ -111,7 +112,6 @@ class BestDevCallback(TrainerCallback):
     def load(self, checkpoint: str | Path) -> None:
         """The curve and best weights kept beside a Trainer checkpoint (`on_save`); a record that does not read is
         refused naming its file, since resuming without it would lose the best epoch."""
-        from safetensors import SafetensorError
 
         folder = Path(checkpoint)
         if not (folder / BEST_STATE).is_file():

@@ -13,6 +13,7 @@ from modeling_dwatt import DWAttForSequenceClassification
 from specs_dwatt import fusion_spec
 
 from ..console import first_text
+from ..data import load_tokenizer
 from ..data.classification import (
     to_model_labels,
     tokenize_texts,
@@ -97,7 +98,6 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     backbone's layers through k): a probe's heads, one on each layer, read one cache of them all.
     The model's classes are those of its training examples: an evaluation label they lack is warned about once
     (`warn_about_unseen_labels`) and its rows are scored as errors, never as a class the model could guess."""
-    from ..data import load_tokenizer
 
     config.validate()
     ensure_writable(Path(config.output_dir))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError, safe_open
 from transformers import (
     PrinterCallback,
     Trainer,
@@ -36,7 +37,7 @@ from ..distributed import (
 )
 from ..features.memory import WORKING_MARGIN
 from ..fingerprints import backbone_fingerprint
-from ..lora import ADAPTER_FOLDER, save_adapter
+from ..lora import ADAPTER_FOLDER, add_lora, save_adapter
 from ..model_cards import base_model_name
 from ..portable import portable_results
 from ..run_config import RunConfig
@@ -224,7 +225,6 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
 
 def check_weights(folder: Path) -> None:
     """Every safetensors file of a checkpoint folder opens (a truncated one is named, with what to do)."""
-    from safetensors import SafetensorError, safe_open
 
     for path in sorted(folder.glob("*.safetensors")):
         try:
@@ -328,7 +328,6 @@ def save_checkpoint(model, tokenizer, folder: Path, heads_only: bool = False) ->
     """`model` and `tokenizer` saved into a scratch folder beside `folder` and swapped in whole (`replace_folder`):
     a save that fails (a full disk) or is killed leaves the folder as it was, and says where the scores are. A model
     that trains LoRA adapters keeps them in PEFT's format too (`dwatt.lora.save_adapter`, in `adapter/`)."""
-    from safetensors import SafetensorError
 
     spread = model.__dict__.pop("hf_device_map", None)  # saved head-only: none of the offloaded weights is read
     try:
@@ -353,8 +352,6 @@ def set_training_mode(model, config: RunConfig) -> FreezeBackboneCallback:
     with a note, where the run would otherwise cache features, that it cannot (the adapters change them). Returns
     the callback that keeps the mode through training."""
     if config.mode == "lora":
-        from ..lora import add_lora
-
         add_lora(model, **config.lora_options())
         if config.use_cache and config.progress and is_main_process():
             print(

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
+from torch.utils.data import DataLoader
 
 from ..folding import FoldedConcat
 from ..head_stack import one_layer
@@ -22,7 +23,6 @@ from ..schema import ENSEMBLE_SIZES, ranked_members
 def predict_features(model, dataset, collator, batch_size: int = 32, layer: int | None = None):
     """`model`'s logits on a tokenised or cached eval set, batch by batch, and the labels; a head on one layer fed
     the cached `layer` of the stack, for probes."""
-    from torch.utils.data import DataLoader
 
     model.eval()
     device = next(model.parameters()).device

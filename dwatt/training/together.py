@@ -16,19 +16,26 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig
+
 import dwatt.training.cls as cls  # (not `from . import`: that reads the package, which imports this module)
 import dwatt.training.mlm as mlm
 import dwatt.training.ner as ner
 from configuration_dwatt import single_layer
 from specs_dwatt import fusion_spec
 
+from ..atomic import write_json_atomically
 from ..distributed import launched_processes
 from ..execution import RunResults
 from ..features.memory import WORKING_MARGIN, gib, model_nbytes
 from ..fingerprints import run_fingerprints
+from ..linear_probes import LinearProbes
 from ..portable import backbone_folder
 from ..run_config import NOT_DEFINING, RunConfig
 from ..schema import ENSEMBLES_FIELD
+from ..stacked_heads import BudgetOutcome, HeadCopy, train_heads
 from ..tasks import TASKS, Task, task_named
 from .common import RunClock, TrainedTogether, finish_run, run_facts
 from .probe_ensembles import ProbeEnsembles, predict_features, probe_ensembles
@@ -111,7 +118,6 @@ class TogetherScores:
 def plan_together(configs: list[RunConfig]) -> TogetherPlan:
     """The group's plan, after checking that its runs may train together (FE with the feature cache, one process,
     differing only in `TRAINED_TOGETHER_MAY_DIFFER`, and the layer for heads on one layer)."""
-    from ..stacked_heads import HeadCopy
 
     first = configs[0]
     task = task_named(first.task)
@@ -151,7 +157,6 @@ def train_together(
 ) -> tuple[list, dict]:
     """Each copy's training (`BudgetOutcome`), and the group's training facts for the results. Copies a stopped group
     kept are final; the others train, `train_in_parts` at a time, each kept as it ends (`save_trained`)."""
-    from ..stacked_heads import train_heads
 
     if train_in_parts is not None and train_in_parts < 1:
         raise ValueError(f"train_in_parts: expected a positive number of copies, got {train_in_parts}")
@@ -219,7 +224,6 @@ def score_together(
 ) -> TogetherScores:
     """The copies' test scores (of every head on one layer at once where they fit `LinearProbes`) and, unless
     `build_ensembles` is off, the probe's ensembles; nothing where the runs do not score test."""
-    from ..linear_probes import LinearProbes
 
     first, model, count = plan.first, parts.model, len(plan.configs)
     test = parts.test()
@@ -371,9 +375,6 @@ def trained_identity(config: RunConfig) -> dict:
 
 
 def save_trained(config: RunConfig, outcome, timings: dict) -> None:
-    from safetensors.torch import save_file
-
-    from ..atomic import write_json_atomically
 
     if outcome.best_state is None:  # nothing to resume from: the group trains again
         return
@@ -401,10 +402,6 @@ def save_trained(config: RunConfig, outcome, timings: dict) -> None:
 def load_trained(config: RunConfig):
     """The copy `save_trained` kept for `config` (its outcome and the group's timings), or None where there is none,
     it was trained for other settings, or it does not read."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    from ..stacked_heads import BudgetOutcome
 
     folder = Path(config.output_dir)
     try:
@@ -438,8 +435,6 @@ def probed_layers(configs: list[RunConfig]) -> list[int] | None:
         return None
     read = [single_layer(config.layers) for config in configs]
     if None in read:  # the last layer, the default
-        from transformers import AutoConfig
-
         last = AutoConfig.from_pretrained(backbone_folder(configs[0].backbone)).num_hidden_layers
         read = [last if layer is None else layer for layer in read]
     return read
