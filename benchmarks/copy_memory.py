@@ -72,7 +72,7 @@ def conll_folder(folder: Path, sentences: int) -> Path:
 
 
 def trained_weights(backbone: Path, fusion: str) -> int:
-    from dwatt.training.common import INITIAL_MODELS
+    from dwatt.training.initial_models import INITIAL_MODELS
     from dwatt.training.together import trained_weights as copy_weights
 
     return copy_weights(INITIAL_MODELS.build(str(backbone), fusion, 42))

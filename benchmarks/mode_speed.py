@@ -1,7 +1,7 @@
 """Training step time by mode on the CPU with real weights: LoRA against FT and FE.
 
 One AdamW step (forward, backward, update) of a DWAtt tagger, batch 16 of the first CoNLL-03 training sentences
-(padded to the batch's longest), in each mode as `dwatt train` sets it up (`dwatt.training.common.set_training_mode`):
+(padded to the batch's longest), in each mode as `dwatt train` sets it up (`dwatt.training.trainer_run.set_training_mode`):
 
 - FE: the backbone frozen and in eval mode, stepping on the live backbone (a run with the feature cache skips even
   that forward, see `fe_cache.py`);
@@ -32,7 +32,7 @@ from dwatt import DWAttForTokenClassification
 from dwatt.data import load_conll2003, load_tokenizer
 from dwatt.portable import backbone_folder, portable_path
 from dwatt.run_config import RunConfig
-from dwatt.training.common import set_training_mode
+from dwatt.training.trainer_run import set_training_mode
 
 HERE = Path(__file__).resolve().parent
 FT_AGAIN = "ft again"

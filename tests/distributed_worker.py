@@ -16,13 +16,13 @@ from safetensors.torch import save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from dwatt.features import memory as features
-from dwatt.training import BestDevCallback, RunConfig, common, run
+from dwatt.training import BestDevCallback, RunConfig, run, run_results
 
 config_path, record_dir = Path(sys.argv[1]), Path(sys.argv[2])
 rank = int(os.environ["RANK"])
 written: list[str] = []
 
-write_json = common.write_json_atomically
+write_json = run_results.write_json_atomically
 
 
 def recording_write_json(path, payload):
@@ -50,7 +50,7 @@ def recording_restore_best(self, model):
 
 if os.environ.get("DWATT_TEST_CACHES_ON_DISK"):
     features.MEMORY_SHARE = 0.0
-common.write_json_atomically = recording_write_json  # finish_run writes results.json through it
+run_results.write_json_atomically = recording_write_json  # finish_run writes results.json through it
 BestDevCallback.restore_best = recording_restore_best
 PreTrainedModel.save_pretrained = recording(PreTrainedModel.save_pretrained)
 PreTrainedTokenizerBase.save_pretrained = recording(PreTrainedTokenizerBase.save_pretrained)

@@ -23,7 +23,7 @@ def test_two_processes_train_one_run_like_one_process_with_the_same_global_batch
     assert [r["world_size"] for r in ranks] == [2, 2]
     # One writer: rank 0 wrote results.json and the checkpoint; rank 1 wrote nothing.
     assert ranks[1]["written"] == []
-    # (the checkpoint is written into a scratch folder beside `model` and swapped in: `common.save_checkpoint`)
+    # (the checkpoint is written into a scratch folder beside `model` and swapped in: `run_results.save_checkpoint`)
     assert sorted(re.sub(r"^\.(\w+)\.\d+\.tmp$", r"\1", Path(p).name) for p in ranks[0]["written"]) == [
         "model",
         "model",

@@ -67,7 +67,7 @@ def test_the_graph_reader_sees_relative_function_level_and_annotation_imports():
     graph = import_graph()
     assert "dwatt.auto" in graph["dwatt"] and "dwatt.checkpoints" in graph["dwatt.serving.shared_heads"]
     assert "dwatt.serving.shared_heads" in graph["dwatt.cli.predict"]  # imported inside a function
-    assert "dwatt.training.callbacks" in graph["dwatt.training.common"]
+    assert "dwatt.training.callbacks" in graph["dwatt.training.trainer_run"]
     assert "configuration_dwatt" in graph["backbones_dwatt"]  # under `if TYPE_CHECKING:`
 
 
@@ -127,7 +127,7 @@ def planted(tmp_path: Path, module: str, line: str) -> Path:
     "module, line, broken",
     [
         ("dwatt.tasks", "from dwatt.cli import entry", "Layers:"),  # the core reaching the command line
-        ("dwatt.serving.evaluation", "import dwatt.training.common", "Layers:"),  # one role reaching another
+        ("dwatt.serving.evaluation", "import dwatt.training.trainer_run", "Layers:"),  # one role reaching another
         ("dwatt.experiment.grid", "from dwatt.training import EXECUTION", "The lab trains through its seam"),
         ("dwatt.experiment.probe_types", "import dwatt.experiment.report", "The lab's runs"),
         (

@@ -318,7 +318,7 @@ def test_a_lora_checkpoint_s_adapter_loads_with_peft_on_the_plain_backbone(backb
     from transformers import AutoModel, AutoTokenizer
 
     from dwatt.lora import ADAPTER_FOLDER
-    from dwatt.training.common import save_checkpoint
+    from dwatt.training.run_results import save_checkpoint
 
     torch.manual_seed(0)
     model = adapted(DWAttForTokenClassification.from_backbone(str(backbone), fusion="dwatt", num_labels=3))

@@ -141,7 +141,7 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
     the group trained whole; without a budget, or with room for all, in one part."""
     from dwatt.features.memory import WORKING_MARGIN, model_nbytes
     from dwatt.stacked_heads import train_heads as real_train_heads
-    from dwatt.training.common import INITIAL_MODELS
+    from dwatt.training.initial_models import INITIAL_MODELS
     from dwatt.training.run_caches import FEATURE_MEMO
     from dwatt.training.together import TRAINING_BYTES_PER_WEIGHT, copies_within_budget, trained_weights
 

@@ -1,14 +1,18 @@
 """Training on the stock `transformers.Trainer`, one module per task beside what they share.
 
-- `common`: a run's configuration (`RunConfig`), the `Trainer`'s arguments, resuming, the initial models and the
-  feature caches remembered across the runs of a sweep, and writing the results;
+- `trainer_run`: a run on the `Trainer`: its arguments, its mode applied, resuming;
+- `initial_models`: the models a sweep's runs start from, remembered across its runs;
+- `placement`: where a run's model goes (a device, or spread by a `device_map`) and where its disk caches are kept;
+- `run_results`: how a run ends: its results.json and its checkpoint, written whole;
+- `run_caches`: a run's feature caches;
+- `prepared_together`: what a task's module prepares for its runs trained together;
 - `callbacks`: FE/FT freezing, best-dev tracking, exact losses under data parallelism;
 - `ner`: few-shot NER;
 - `mlm`: masked LM on WikiText-2;
 - `cls`: few-shot text classification;
 - `together`: FE runs of one sample trained together by the stacked engine (NER, text classification).
 
-`run(config)` runs `config.task`'s procedure (`together.PROCEDURES`, the training side's mapping of tasks);
+`run(config)` runs `config.task`'s procedure (`together.PROCEDURES`, the training side's mapping of task kinds);
 `EXECUTION` hands `run` and `run_together` to the sweeps and the probe (`dwatt.experiment`), which import no training.
 """
 
@@ -18,22 +22,18 @@ from ..atomic import write_json_atomically
 from ..data import CONLL_LABELS
 from ..data.ner import load_ner_dataset
 from ..execution import ExecutionOf, RunResults
-from ..run_config import MODES, SAMPLINGS
+from ..run_config import MODES, SAMPLINGS, RunConfig
 from ..splits import DEV_SAMPLE_SEED
 from ..tasks import TASKS
 from .callbacks import BestDevCallback, DataParallelLossCallback, FreezeBackboneCallback, trainable_parameter_names
 from .cls import run_classification
-from .common import (
-    INITIAL_MODELS,
-    InitialModels,
-    RunConfig,
-    finish_run,
-    training_arguments,
-)
+from .initial_models import INITIAL_MODELS, InitialModels
 from .mlm import MLM_MASK_SEEDS, evaluate_mlm, load_mlm_splits, run_mlm
 from .ner import run_ner
 from .run_caches import FEATURE_MEMO
+from .run_results import finish_run
 from .together import evaluate_features, procedures, run_together
+from .trainer_run import training_arguments
 
 
 def run(config: RunConfig) -> RunResults:

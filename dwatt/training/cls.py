@@ -22,24 +22,15 @@ from ..data.classification import (
 from ..features.cache import FeatureCollator, model_inputs
 from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
+from ..run_config import RunConfig
 from ..splits import classification_splits
 from .callbacks import BestDevCallback, FreezeBackboneCallback
-from .common import (
-    INITIAL_MODELS,
-    RunClock,
-    RunConfig,
-    TrainedTogether,
-    backbone_placement,
-    by_length,
-    ensure_writable,
-    finish_run,
-    refuse_few_shot_dev,
-    run_facts,
-    scores_only,
-    set_training_mode,
-    train_run,
-)
+from .initial_models import INITIAL_MODELS
+from .placement import backbone_placement
+from .prepared_together import TrainedTogether
 from .run_caches import cache_facts, feature_caches
+from .run_results import RunClock, finish_run, run_facts
+from .trainer_run import by_length, ensure_writable, refuse_few_shot_dev, scores_only, set_training_mode, train_run
 
 
 def cache_pooling(fusion: str, pooling: str) -> str | None:
@@ -249,8 +240,8 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
     return finish_run(config, model, setup.tokenizer, results, started)
 
 
-def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
-    """What runs trained together need of text classification (`dwatt.training.common.TrainedTogether`), for
+def prepare_together(config: RunConfig, cache_layers: list[int] | None = None) -> TrainedTogether:
+    """What runs trained together need of text classification (`dwatt.training.prepared_together.TrainedTogether`), for
     `config` and the layers the group's heads read (`cache_layers`, for probes)."""
 
     setup = prepare_classification(config, cache_layers)

@@ -23,16 +23,10 @@ from ..data import (
     mlm_collator,
 )
 from ..portable import backbone_folder
+from ..run_config import RunConfig
 from .callbacks import BestDevCallback
-from .common import (
-    RunClock,
-    RunConfig,
-    ensure_writable,
-    finish_run,
-    run_facts,
-    set_training_mode,
-    train_run,
-)
+from .run_results import RunClock, finish_run, run_facts
+from .trainer_run import ensure_writable, set_training_mode, train_run
 
 
 def fixed_masks(dataset, collator, seed: int) -> list[dict]:

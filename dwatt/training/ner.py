@@ -23,24 +23,15 @@ from ..features.cache import FeatureCollator, model_inputs
 from ..layer_weights import has_layer_weights, layer_weights_by_type
 from ..metrics import NERMetrics
 from ..portable import backbone_folder
+from ..run_config import RunConfig
 from ..splits import ner_splits
 from .callbacks import BestDevCallback, FreezeBackboneCallback
-from .common import (
-    INITIAL_MODELS,
-    RunClock,
-    RunConfig,
-    TrainedTogether,
-    backbone_placement,
-    by_length,
-    ensure_writable,
-    finish_run,
-    refuse_few_shot_dev,
-    run_facts,
-    scores_only,
-    set_training_mode,
-    train_run,
-)
+from .initial_models import INITIAL_MODELS
+from .placement import backbone_placement
+from .prepared_together import TrainedTogether
 from .run_caches import cache_facts, feature_caches
+from .run_results import RunClock, finish_run, run_facts
+from .trainer_run import by_length, ensure_writable, refuse_few_shot_dev, scores_only, set_training_mode, train_run
 
 
 @dataclass
@@ -194,8 +185,8 @@ def run_ner(config: RunConfig) -> dict:
     return finish_run(config, model, setup.tokenizer, results, started)
 
 
-def prepare_together(config: RunConfig, cache_layers: list[int] | None = None):
-    """What runs trained together need of NER (`dwatt.training.common.TrainedTogether`), for `config` and the
+def prepare_together(config: RunConfig, cache_layers: list[int] | None = None) -> TrainedTogether:
+    """What runs trained together need of NER (`dwatt.training.prepared_together.TrainedTogether`), for `config` and the
     layers the group's heads read (`cache_layers`, for probes)."""
 
     setup = prepare_ner(config, cache_layers=cache_layers)

@@ -18,7 +18,7 @@ from ..features.memo import FeatureMemo
 from ..features.memory import cache_storage, gib, model_nbytes
 from ..fingerprints import backbone_fingerprint
 from ..run_config import RunConfig
-from .common import feature_cache_folder, place_on_device
+from .placement import feature_cache_folder, place_on_device
 
 # Frozen-backbone features shared by the runs of one process (a sweep): see `FeatureMemo`.
 FEATURE_MEMO = FeatureMemo()

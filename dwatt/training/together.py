@@ -37,9 +37,10 @@ from ..run_config import NOT_DEFINING, RunConfig
 from ..schema import ENSEMBLES_FIELD
 from ..stacked_heads import BudgetOutcome, HeadCopy, train_heads
 from ..tasks import TASKS, Task, task_named
-from .common import RunClock, TrainedTogether, finish_run, run_facts
+from .prepared_together import TrainedTogether
 from .probe_ensembles import ProbeEnsembles, predict_features, probe_ensembles
 from .run_caches import FEATURE_MEMO
+from .run_results import RunClock, finish_run, run_facts
 
 # What FE runs trained together may differ in; heads on one layer (`fusion="base"`) may also differ in the layer.
 TRAINED_TOGETHER_MAY_DIFFER = ("epochs", "learning_rate", "output_dir")
