@@ -148,6 +148,38 @@ def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll
     capsys.readouterr()
 
 
+def test_two_probes_of_other_data_into_one_output_each_keep_their_own_store(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
+    """The same --output, other data: the second probe runs (no store refuses it), each question's rows in its own
+    store; the first asked again resumes from its own rows, training nothing."""
+    import shutil
+
+    from dwatt.cli import main
+
+    other = tmp_path / "other"
+    shutil.copytree(tiny_conll, other)
+    train = other / "train.txt"
+    train.write_text(train.read_text().replace("B-PER", "B-ORG", 1))
+
+    def probe(data):
+        options = ["--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "1", "--epochs", "1"]
+        flags = ["--widen", "0", "--learning-rates", "1e-2", "--no-save", "--no-baselines", "--quiet"]
+        return main(["probe", *options, *flags, "--output", str(tmp_path / "out")])
+
+    assert probe(tiny_conll) == 0
+    capsys.readouterr()
+    assert probe(other) == 0
+    stores = sorted((tmp_path / "out" / "questions").glob("*/results.jsonl"))
+    assert len(stores) == 2 and all(len(store.read_text().splitlines()) == 3 for store in stores)  # 3 layers each
+    (its_own,) = [store for store in stores if store.parent.name.startswith("ner-other-")]
+    assert f"rows in {its_own}" in capsys.readouterr().out
+    before = {store: store.read_text() for store in stores}
+    assert probe(tiny_conll) == 0
+    assert {store: store.read_text() for store in stores} == before
+    capsys.readouterr()
+
+
 def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_again(
     tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys
 ):

@@ -32,6 +32,30 @@ def test_settings_say_where_files_go_and_what_every_run_shares(tmp_path):
     assert "label_column" not in overrides and "evaluate_test" not in ProbeSettings().overrides()
 
 
+def test_each_question_has_its_own_store_known_by_what_it_asks(tmp_path):
+    """Without --results, the store is the question's own under the output folder: other data (by content, in a
+    folder of the same name too), another backbone or a setting that changes the numbers gets another store; more
+    trials, samples or rates of the same question keep the same one; --results is a store shared on purpose."""
+    data = tmp_path / "a" / "mydata"
+    data.mkdir(parents=True)
+    (data / "train.txt").write_text("peter B-PER\n")
+    out = tmp_path / "out"
+
+    def store(**kwargs):
+        return ProbeSettings(data_dir=str(data), output=str(out), **kwargs).store
+
+    first = store()
+    assert first.parent.parent == out / "questions" and first.name == "results.jsonl"
+    assert first.parent.name.startswith("ner-mydata-")
+    assert store(trials=5, n_shot=8, learning_rates=(1e-3,), layers="2-3") == first
+    assert len({first, store(test=True), store(dev_sentences=100), store(through_final_norm=True)}) == 4
+    (data / "train.txt").write_text("paris B-LOC\n")  # the same folder, other data
+    assert store() != first
+    assert ProbeSettings(output=str(out)).store.parent.name.startswith("ner-conll2003-")
+    assert ProbeSettings(task="cls").store.parts[:3] == ("runs", "probe", "questions")
+    assert ProbeSettings(results=str(tmp_path / "shared.jsonl"), output=str(out)).store == tmp_path / "shared.jsonl"
+
+
 def test_the_outcome_reads_its_scores_by_layer_and_rate():
     """Layer 2's best rate is the larger (an edge); layer 1 was never scored at 1e-2, which ranks last there."""
     scores = {

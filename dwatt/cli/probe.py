@@ -80,12 +80,16 @@ def register(commands) -> None:
     add_backbone_dtype_argument(parser)
     add_through_final_norm_argument(parser)
     parser.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
-    parser.add_argument("--results", default="runs/probe/results.jsonl")
-    parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the results)")
+    parser.add_argument(
+        "--results",
+        default=None,
+        help="the results store, to share one on purpose (default: the question's own, under <output>/questions/: a probe of other data, backbone weights or settings gets another, and one asked again resumes from its own)",
+    )
+    parser.add_argument("--output-root", default=None, help="per-run folders (default: runs/ beside the store)")
     parser.add_argument(
         "--output",
         default=None,
-        help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside the results)",
+        help="where the figure (probe.png) and the chosen model (chosen/model) go (default: beside --results where given, else runs/probe)",
     )
     parser.add_argument(
         "--no-save",
@@ -124,5 +128,5 @@ def run(args: argparse.Namespace) -> int:
     from ..training import EXECUTION  # after the settings' checks, so that a probe refused for them imports no torch
 
     outcome = run_probe(settings, EXECUTION)
-    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {args.results}"]))
+    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {settings.store}"]))
     return 0

@@ -63,7 +63,7 @@ def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | Non
 
 
 def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
-    """Train (or resume) every head of the probe into `settings.results`, widening the rates while a layer's best
+    """Train (or resume) every head of the probe into `settings.store`, widening the rates while a layer's best
     rate sits at an edge of them (`settings.widen` rates a side at most: `Widening`; only the added rates train),
     choose on dev, draw the figure and save the chosen head (unless `save_model` is off). `execution`: how the heads
     train (`dwatt.training.EXECUTION`)."""

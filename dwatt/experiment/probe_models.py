@@ -45,7 +45,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution:
 def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:
     """`spec`'s run as the probe trains it again alone to keep its model: into `folder`, saved, quiet."""
 
-    cache = sweep_feature_cache(sweep_output_root(settings.results, settings.output_root))
+    cache = sweep_feature_cache(sweep_output_root(settings.store, settings.output_root))
     config = spec.run_config(settings.folder, feature_cache_dir=str(cache), **settings.overrides())
     config.output_dir, config.save_model, config.progress = str(folder), True, False
     return config

@@ -14,8 +14,8 @@ def trained_runs(
     """Train (or resume) `specs` into the probe's store, the heads of a sample stacked: their rows, by run id."""
     overrides = settings.overrides()
     sweep = dict(execution=execution, progress=settings.progress, engine="stacked", train_in_parts=train_in_parts)
-    run_sweep(specs, settings.results, settings.output_root, **sweep, **overrides)
-    return ResultsStore(settings.results).finished(specs, overrides, "stacked")
+    run_sweep(specs, settings.store, settings.output_root, **sweep, **overrides)
+    return ResultsStore(settings.store).finished(specs, overrides, "stacked")
 
 
 __all__ = ["trained_runs"]

@@ -3,15 +3,21 @@ answer (`spec_at`, `layer_span`): the data types the probe's modules share, impo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..fingerprints import backbone_fingerprint, data_fingerprint
+from ..portable import backbone_label, portable_path
 from ..tasks import TASKS
 from .widening import Widening, edge_of
 
 PROBE_LEARNING_RATES = (3e-4, 1e-3, 3e-3, 1e-2)
+# Where a probe given neither --output nor --results keeps its figure, its chosen model and its questions' stores.
+PROBE_FOLDER = "runs/probe"
 
 
 def metrics() -> dict[str, tuple[str, str, str]]:
@@ -49,7 +55,7 @@ class ProbeSettings:
     cache_on_disk: bool = False  # `RunConfig.cache_on_disk`
     through_final_norm: bool = False  # every layer read through the backbone's final norm (`RunConfig`'s)
     test: bool = False
-    results: str = "runs/probe/results.jsonl"
+    results: str | None = None  # a store shared on purpose; None: the question's own (`store`)
     output_root: str | None = None
     output: str | None = None
     save_model: bool = True
@@ -76,8 +82,47 @@ class ProbeSettings:
 
     @property
     def folder(self) -> Path:
-        """Where the figure and the chosen model go: `output`, else beside the results file."""
-        return Path(self.output) if self.output else Path(self.results).parent
+        """Where the figure and the chosen model go: `output`, else beside a store given, else `PROBE_FOLDER`."""
+        if self.output:
+            return Path(self.output)
+        return Path(self.results).parent if self.results else Path(PROBE_FOLDER)
+
+    @property
+    def store(self) -> Path:
+        """The probe's results store: `results` where given (a store shared on purpose), else the question's own,
+        `<folder>/questions/<question_name>/results.jsonl`, its runs' folders beside it: two probes of other data,
+        backbone weights or settings never meet in one store, and a probe asked again resumes from its own."""
+        if self.results:
+            return Path(self.results)
+        return self.folder / "questions" / self.question_name() / "results.jsonl"
+
+    def question(self) -> dict:
+        """What the probe asks, as a store tells its rows apart: the task, the data and the backbone by name and by
+        content (`data_fingerprint`, `backbone_fingerprint`: a folder whose files changed is another question), and
+        every setting that changes a run's numbers but not its id. The sample sizes, trials, layers and rates are not
+        in it: a probe asked for more of them adds rows to the same store."""
+        return {
+            "task": self.task,
+            "dataset": self.dataset,
+            "data": portable_path(self.data_dir),
+            "data_sha256": data_fingerprint(self.data_dir),
+            "backbone": portable_path(self.backbone),
+            "backbone_sha256": backbone_fingerprint(self.backbone),
+            "test": self.test,
+            "dev_sentences": self.dev_sentences,
+            "cache_dtype": self.cache_dtype,
+            "backbone_dtype": self.backbone_dtype,
+            "through_final_norm": self.through_final_norm,
+            "pooling": self.pooling,
+            "columns": [self.text_column, self.pair_column, self.label_column],
+        }
+
+    def question_name(self) -> str:
+        """The question's folder: the task, the data's and the backbone's names, and 10 hex digits of `question`."""
+        data = Path(self.data_dir).name if self.data_dir else (self.dataset or TASKS[self.task].default_dataset)
+        digest = hashlib.sha256(json.dumps(self.question(), sort_keys=True).encode()).hexdigest()[:10]
+        name = f"{self.task}-{data}-{backbone_label(self.backbone)}-{digest}"
+        return "".join(character if character.isalnum() or character in "-_." else "_" for character in name)
 
     def overrides(self) -> dict:
         """The `RunConfig` fields every run of the probe shares beyond its spec."""
