@@ -13,6 +13,7 @@ from .options import (
     add_threads_argument,
     add_through_final_norm_argument,
     add_train_in_parts_argument,
+    backbone_name,
     check_grid_arguments,
     csv_of,
 )
@@ -45,7 +46,11 @@ def register(commands) -> None:
         "--datasets", "--dataset", type=csv_of(str), default=None, help="conll2003, wikiann:<lang>, wikitext2"
     )
     parser.add_argument(
-        "--backbones", "--backbone", type=csv_of(str), default=None, help="Hub ids or folders, comma-separated"
+        "--backbones",
+        "--backbone",
+        type=csv_of(backbone_name),
+        default=None,
+        help="Hub ids or folders, comma-separated",
     )
     parser.add_argument("--sampling", choices=SAMPLINGS, default=None, help="sentences: exactly --n-shots sentences")
     parser.add_argument("--dev-sentences", type=int, default=None, help="score a fixed random subset of the dev split")
