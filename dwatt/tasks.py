@@ -41,6 +41,8 @@ class Task:
     labelled: bool  # its head predicts the labels of its data (not the vocabulary)
     score: str  # the dev score a run is chosen by, as results name it (`best_dev_<score>`, `test_scores[<score>]`)
     score_name: str  # how tables call it
+    score_unit: str  # a difference in it, in words ("+1.20 F1", "+1.20 accuracy points")
+    score_definition: str  # how it is computed, as the reports define it
     trains_together: bool  # FE runs of it may train as stacked copies of one head (`dwatt.training.together`)
     pools: bool  # its head reads one vector per text (`--pooling`), from the text and label columns of its files
     folder_is_dataset: bool = False  # a folder of the user's files (`--data-dir`) is a dataset of its own
@@ -79,6 +81,8 @@ TASKS: dict[str, Task] = {
             labelled=True,
             score="f1",
             score_name="F1",
+            score_unit="F1",
+            score_definition="seqeval micro-F1 x 100",
             trains_together=True,
             pools=False,
         ),
@@ -99,6 +103,8 @@ TASKS: dict[str, Task] = {
             labelled=False,
             score="perplexity",
             score_name="perplexity",
+            score_unit="perplexity",
+            score_definition="exp of the mean masked-token loss",
             trains_together=False,
             pools=False,
         ),
@@ -119,6 +125,8 @@ TASKS: dict[str, Task] = {
             labelled=True,
             score="accuracy",
             score_name="accuracy",
+            score_unit="accuracy points",
+            score_definition="accuracy x 100",
             trains_together=True,
             pools=True,
             folder_is_dataset=True,

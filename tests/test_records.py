@@ -53,6 +53,8 @@ TOY_TASK = tasks.Task(
     labelled=True,
     score="f1",
     score_name="F1",
+    score_unit="F1",
+    score_definition="seqeval micro-F1 x 100",
     trains_together=True,
     pools=False,
 )

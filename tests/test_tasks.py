@@ -106,6 +106,12 @@ def test_the_console_tells_the_runs_of_every_task():
         assert issubclass(console, RunConsole) and console.headline is not RunConsole.headline
 
 
+def test_the_floor_scores_every_kind_whose_tasks_have_labels():
+    from dwatt.experiment.baselines import BASELINES_OF_KIND
+
+    assert set(BASELINES_OF_KIND) == {task.kind for task in TASKS.values() if task.labelled}
+
+
 def test_the_task_records_name_no_procedure():
     """Records of facts: no "module:function" string that points at code above them."""
     from dataclasses import astuple

@@ -177,14 +177,18 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
     ]
 
 
+# The floor's own mapping of task kinds (`Task.kind`): the baselines each kind is scored against.
+BASELINES_OF_KIND = {"tagging": ner_baselines, "classification": classification_baselines}
+
+
 def baselines(config: RunConfig) -> list[BaselineScores]:
     """The majority label and the no-backbone model of `config.task` on the run's own sample and splits; raises
     `ModuleNotFoundError` naming the extra where scikit-learn or sklearn-crfsuite is missing."""
     try:
         task = TASKS[config.task]
-        if not task.labelled:
+        if task.kind not in BASELINES_OF_KIND:
             raise ValueError(f"the baselines score labels: {config.task!r} has none")
-        return (classification_baselines if task.pools else ner_baselines)(config)
+        return BASELINES_OF_KIND[task.kind](config)
     except ModuleNotFoundError as error:
         raise ModuleNotFoundError(f"the no-backbone baselines need {error.name}: {EXTRA}") from error
 

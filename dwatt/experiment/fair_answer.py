@@ -11,7 +11,7 @@ from specs_dwatt import FUSION_SPECS
 from .floor import NO_BACKBONE
 from .methods import BEST_LAYER, ENSEMBLE_METHODS, FLOOR_METHODS, LAST_LAYER, fusion_methods
 from .selection import NO_INTERVAL, holm_family, verdicts
-from .table_text import METRIC_UNITS, datasets_of, dev_size_words, trials_text, with_interval, words
+from .table_text import datasets_of, dev_size_words, metric_unit, trials_text, with_interval, words
 
 SHORT_NAMES = {
     LAST_LAYER: "last layer",
@@ -93,7 +93,7 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
         ]
         lines.append("| every trial: trials ahead (sign test, secondary) |  | " + " | ".join(cells) + " |")
     family = judged[(judged.method.map(holm_family) == "methods") & (judged.verdict != NO_INTERVAL)]
-    unit = METRIC_UNITS.get(metric, metric)
+    unit = metric_unit(metric, metric)
     legend = (
         f"{datasets_of(judged)} test {metric}: the best single layer's, and each method's difference from it in "
         f"{unit} (mean ± 95% CI over trials, paired), each method at its own learning rate chosen on "
@@ -182,7 +182,7 @@ def fair_advice(table: pd.DataFrame, across: pd.DataFrame) -> str:
         row = weighted.loc[LAST_LAYER]
         first = first.removesuffix(", and the probe costs little.") + (
             f"; across settings weighed alike it is ahead of that layer by "
-            f"{with_interval(row.mean_difference, row.ci95, sign=True)} {METRIC_UNITS.get(judged.metric.iloc[0], '')}"
+            f"{with_interval(row.mean_difference, row.ci95, sign=True)} {metric_unit(judged.metric.iloc[0])}"
             f"{resting(LAST_LAYER)}: the last layer's head is a sound default, and the probe costs little to check."
         )
     across_ahead = [m for m in of_all_layers if verdict(m) == "beats"]
@@ -244,7 +244,7 @@ def floor_advice(judged: pd.DataFrame, weighted: pd.DataFrame) -> str:
     mine = judged[judged.method == method]
     if mine.empty:
         return ""
-    unit = METRIC_UNITS.get(judged.metric.iloc[0], "")
+    unit = metric_unit(judged.metric.iloc[0])
     shown = int((mine.verdict == "trails").sum())
     across = weighted.loc[method] if method in weighted.index else None
     if across is not None and across.verdict == "trails":

@@ -31,10 +31,23 @@ def markdown(table: pd.DataFrame, columns: list[str] | None = None) -> str:
 
 
 DATASET_NAMES = {"conll2003": "CoNLL-03", "ag_news": "AG News"}
-# A difference in each metric, in words; and how each is computed
-METRIC_UNITS = {"F1": "F1", "accuracy": "accuracy points"}
-METRIC_DEFINITIONS = {"F1": "seqeval micro-F1 x 100", "accuracy": "accuracy x 100"}
-DEV_ITEMS = {task.score_name: task.items for task in TASKS.values()}  # what a dev set of each metric holds
+
+
+def scored_by(metric: str):
+    """The task whose tables call its score `metric` (`Task.score_name`), or None."""
+    return next((task for task in TASKS.values() if task.score_name == metric), None)
+
+
+def metric_unit(metric: str, default: str = "") -> str:
+    """A difference in `metric`, in words, from its task's record (`default` for a metric no task scores by)."""
+    task = scored_by(metric)
+    return task.score_unit if task else default
+
+
+def metric_definition(metric: str) -> str:
+    """How `metric` is computed, from its task's record."""
+    task = scored_by(metric)
+    return task.score_definition if task else metric
 
 
 def dev_size_words(table: pd.DataFrame) -> str:
@@ -42,7 +55,7 @@ def dev_size_words(table: pd.DataFrame) -> str:
     metric = table.metric.iloc[0] if "metric" in table and not table.empty else "F1"
     sizes = sorted(table.dev_sentences.dropna().unique()) if "dev_sentences" in table else []
     return (
-        f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {DEV_ITEMS.get(metric, 'examples')}"
+        f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {scored_by(metric).items if scored_by(metric) else 'examples'}"
         if sizes
         else "the dev split"
     )
