@@ -62,10 +62,13 @@ def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str]
     return sorted(chosen)
 
 
-def sample_examples_per_class(labels: list[int], n_shot: int, seed: int) -> list[int]:
+def sample_examples_per_class(
+    labels: list[int], n_shot: int, seed: int, label_names: list[str] | None = None
+) -> list[int]:
     """
     Few-shot text classification: exactly `n_shot` examples of each class present in `labels`, drawn uniformly
-    without replacement within the class by one generator seeded with `seed`. Sorted ascending.
+    without replacement within the class by one generator seeded with `seed`. Sorted ascending. A class too small
+    is named by its label (`label_names`, by id) where given.
     """
     if n_shot < 1:
         raise SamplingError(f"n_shot must be >= 1, got {n_shot}")
@@ -75,7 +78,8 @@ def sample_examples_per_class(labels: list[int], n_shot: int, seed: int) -> list
     for label in np.unique(labels):
         members = np.flatnonzero(labels == label)
         if len(members) < n_shot:
-            raise SamplingError(f"class {int(label)} has {len(members)} examples; cannot sample {n_shot} of them")
+            name = repr(label_names[int(label)]) if label_names else int(label)
+            raise SamplingError(f"class {name} has {len(members)} examples; cannot sample {n_shot} of them")
         chosen += [int(i) for i in rng.choice(members, size=n_shot, replace=False)]
     return sorted(chosen)
 

@@ -72,7 +72,8 @@ def classification_splits(config: RunConfig):
         data["test"] = rest
     train, sampled_ids = data["train"], list(range(len(data["train"])))
     if config.n_shot is not None:
-        sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed)
+        names = train.features["label"].names  # the loader's ClassLabel: the labels by id
+        sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed, names)
         train = train.select(sampled_ids)
     if config.shuffle_labels:
         train = with_shuffled_labels(train, "label", config.seed)

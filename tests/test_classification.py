@@ -161,6 +161,8 @@ def test_n_examples_per_class_are_drawn_exactly_and_reproducibly():
     assert chosen == sample_examples_per_class(labels, 2, seed=7) != sample_examples_per_class(labels, 2, seed=8)
     with pytest.raises(SamplingError, match="class 3 has 2 examples; cannot sample 3"):
         sample_examples_per_class(labels, 3, seed=0)
+    with pytest.raises(SamplingError, match="class 'sports' has 2 examples; cannot sample 3"):
+        sample_examples_per_class(labels, 3, seed=0, label_names=["world", "business", "tech", "sports"])
 
 
 def test_cli_classification_train_evaluate_predict_and_the_checkpoint_reloads_without_dwatt(

@@ -32,3 +32,15 @@ def test_test_on_data_without_a_test_split_scores_the_dev_examples_outside_the_d
     dev, test = list(dev_subset(split, config)["i"]), list(dev_held_out(split, config)["i"])
     assert sorted(dev + test) == list(range(9)) and test == sorted(test)
     assert dev_held_out(split, RunConfig(task="cls", dev_sentences=9)) is None
+
+
+def test_a_class_too_small_for_the_sample_is_named_by_its_label(tiny_topics):
+    """Not "class 0": the label the user's file calls it."""
+    import pytest
+
+    from dwatt.sampling import SamplingError
+    from dwatt.splits import classification_splits
+    from dwatt.training import RunConfig
+
+    with pytest.raises(SamplingError, match="class 'food' has 6 examples; cannot sample 7 of them"):
+        classification_splits(RunConfig(task="cls", data_dir=str(tiny_topics), n_shot=7))
