@@ -84,7 +84,7 @@ def test_a_missing_package_is_named_with_the_extra_that_brings_it(monkeypatch, t
 
     with pytest.raises(ValueError, match="the baselines score labels: 'mlm' has none"):
         baselines.baselines(RunConfig(task="mlm", output_dir=str(tmp_path)))
-    monkeypatch.setattr(baselines, "ner_baselines", missing)
+    monkeypatch.setitem(baselines.BASELINES_OF_KIND, "tagging", missing)
     with pytest.raises(ModuleNotFoundError, match=r'need sklearn_crfsuite: pip install "dwatt\[baselines\]"'):
         baselines.baselines(RunConfig(output_dir=str(tmp_path)))
     assert floor_lines([], 50.0, "F1", "the no-backbone baselines need x") == [

@@ -115,7 +115,7 @@ def test_a_probe_trains_its_heads_in_parts_where_asked(tiny_backbone, tiny_conll
 
     parts = []
     monkeypatch.setattr(
-        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or train_heads(*a, **k)
+        "dwatt.training.together.train_heads", lambda *a, **k: parts.append(len(a[4])) or train_heads(*a, **k)
     )
     assert (
         main(
@@ -222,7 +222,7 @@ def test_a_probe_stopped_after_its_heads_trained_resumes_without_training_them_a
         raise AssertionError("trained again")
 
     with monkeypatch.context() as patched:
-        patched.setattr("dwatt.stacked_heads.train_heads", trains)
+        patched.setattr("dwatt.training.together.train_heads", trains)
         assert probe(tmp_path / "stopped" / "r.jsonl") == 0
     assert probe(tmp_path / "straight" / "r.jsonl") == 0
     capsys.readouterr()

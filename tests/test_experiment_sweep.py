@@ -519,3 +519,20 @@ def test_every_fusion_and_trial_of_a_sweep_reads_one_disk_cache_of_the_dev_set(
     assert again == files and len(rows) == 4
     FEATURE_MEMO.clear()
     assert not list(root.rglob("*/.feature-cache"))  # none beside a run's folder
+
+
+def test_an_error_while_the_runs_bar_shows_is_printed_on_a_line_of_its_own(
+    tiny_backbone, tiny_conll, tmp_path, monkeypatch, capsys
+):
+    """Not `...(+5 trained together)]dwatt probe: error: ...`: the bars close however the runs end."""
+    from dwatt.cli import main
+
+    def failing(*args, **kwargs):
+        raise ValueError("the heads could not train")
+
+    monkeypatch.setattr("dwatt.training.together.train_heads", failing)
+    options = ["--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--n-shot", "1", "--epochs", "1"]
+    assert main(["probe", *options, "--widen", "0", "--no-baselines", "--output", str(tmp_path / "out")]) == 2
+    error = capsys.readouterr().err
+    assert "runs:" in error  # the bar was shown
+    assert "\ndwatt probe: error: the heads could not train" in error, error[-300:]

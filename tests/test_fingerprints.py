@@ -143,7 +143,7 @@ def test_kept_heads_are_not_reused_once_the_backbone_changed_in_place(
     assert backbone_fingerprint(str(backbone)) != before
     trained = []
     monkeypatch.setattr(
-        "dwatt.stacked_heads.train_heads", lambda *a, **k: trained.append(len(a[4])) or train_heads(*a, **k)
+        "dwatt.training.together.train_heads", lambda *a, **k: trained.append(len(a[4])) or train_heads(*a, **k)
     )
     assert probe() == 0
     assert sum(trained) == 3  # every layer's head trained again

@@ -113,13 +113,13 @@ def test_a_probe_trained_in_parts_and_stopped_between_them_ends_as_one_trained_w
             raise KeyboardInterrupt
         return real_train_heads(*args, **kwargs)
 
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", stopped_after_one_part)
+    monkeypatch.setattr("dwatt.training.together.train_heads", stopped_after_one_part)
     with pytest.raises(KeyboardInterrupt):
         run_together(group("parts"), train_in_parts=4)
     assert parts == [4, 2] and len(list((tmp_path / "parts").rglob("dwatt_trained.json"))) == 4
     parts.clear()
     monkeypatch.setattr(
-        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
+        "dwatt.training.together.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
     )
     resumed = run_together(group("parts"), train_in_parts=4)
     assert parts == [2]  # the part that had ended is not trained again
@@ -160,7 +160,7 @@ def test_copies_that_do_not_fit_the_memory_budget_together_train_in_parts_and_en
 
     parts = []
     monkeypatch.setattr(
-        "dwatt.stacked_heads.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
+        "dwatt.training.together.train_heads", lambda *a, **k: parts.append(len(a[4])) or real_train_heads(*a, **k)
     )
 
     def group(where, budget):
@@ -204,7 +204,7 @@ def test_a_group_holds_its_copies_states_from_their_kept_files_not_from_training
         trained.extend(outcomes)
         return outcomes, timings
 
-    monkeypatch.setattr("dwatt.stacked_heads.train_heads", recording)
+    monkeypatch.setattr("dwatt.training.together.train_heads", recording)
     configs = [
         engine_config(tiny_backbone, tiny_conll, tmp_path / str(rate), fusion="dwatt", learning_rate=rate, epochs=2)
         for rate in (5e-3, 5e-2)

@@ -185,55 +185,57 @@ def run_sweep(
         refuse_repeated_ids(specs)
         done = set().union(*runs_done(specs, store.path, done_in, run_overrides, engine))
     pending = widest_first([spec for spec in specs if spec.run_id not in done])
-    bar = tqdm(total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress)
-    groups = list(batches_of_runs(pending, engine, run_overrides.get("use_cache", True)))
-    # how many runs each run's group holds in the whole grid: a group trained in part builds no probe ensembles
-    whole = {
-        spec.run_id: len(group)
-        for _, group in batches_of_runs(specs, engine, run_overrides.get("use_cache", True))
-        for spec in group
-    }
-    # a group another sweep held is tried once more at the end: a sweep that was stopped holds nothing then
-    for _ in range(2):
-        left = []
-        for together, group in groups:
-            with claimed(store, group) as mine:
-                if not mine:  # another sweep on this store trains it
-                    left.append((together, group))
-                    continue
-                finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
-                todo = [spec for spec in group if spec.run_id not in finished]
-                if todo:
-                    bar.set_postfix_str(
-                        todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else "")
-                    )
-                    configs = [
-                        spec.run_config(
-                            output_root,
-                            feature_cache_dir=str(sweep_feature_cache(output_root)),
-                            backbone_progress=progress,
-                            **run_overrides,
+    # closed however the sweep ends, so that an error is printed on a line of its own, not after the bar
+    with tqdm(
+        total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress
+    ) as bar:
+        groups = list(batches_of_runs(pending, engine, run_overrides.get("use_cache", True)))
+        # how many runs each run's group holds in the whole grid: a group trained in part builds no probe ensembles
+        whole = {
+            spec.run_id: len(group)
+            for _, group in batches_of_runs(specs, engine, run_overrides.get("use_cache", True))
+            for spec in group
+        }
+        # a group another sweep held is tried once more at the end: a sweep that was stopped holds nothing then
+        for _ in range(2):
+            left = []
+            for together, group in groups:
+                with claimed(store, group) as mine:
+                    if not mine:  # another sweep on this store trains it
+                        left.append((together, group))
+                        continue
+                    finished = store.finished(group, run_overrides, engine)  # by another sweep since this one began
+                    todo = [spec for spec in group if spec.run_id not in finished]
+                    if todo:
+                        bar.set_postfix_str(
+                            todo[0].run_id + (f" (+{len(todo) - 1} trained together)" if len(todo) > 1 else "")
                         )
-                        for spec in todo
-                    ]
-                    results_of_group = (
-                        execution.together(
-                            configs,
-                            train_in_parts=train_in_parts,
-                            build_ensembles=build_ensembles and len(todo) == whole[todo[0].run_id],
+                        configs = [
+                            spec.run_config(
+                                output_root,
+                                feature_cache_dir=str(sweep_feature_cache(output_root)),
+                                backbone_progress=progress,
+                                **run_overrides,
+                            )
+                            for spec in todo
+                        ]
+                        results_of_group = (
+                            execution.together(
+                                configs,
+                                train_in_parts=train_in_parts,
+                                build_ensembles=build_ensembles and len(todo) == whole[todo[0].run_id],
+                            )
+                            if together
+                            else [execution.alone(configs[0])]
                         )
-                        if together
-                        else [execution.alone(configs[0])]
-                    )
-                    fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
-                    with store_lock(store):
-                        for spec, result in zip(todo, results_of_group):
-                            row = {"run_id": spec.run_id, "spec": asdict(spec)} | fingerprints | result
-                            store.append(portable_results(row, output_root))
-                    bar.update(len(todo))
-                release_claims(store, group)
-        groups = left
-    bar.close()
+                        fingerprints = run_fingerprints(todo[0].backbone, todo[0].data_dir)
+                        with store_lock(store):
+                            for spec, result in zip(todo, results_of_group):
+                                row = {"run_id": spec.run_id, "spec": asdict(spec)} | fingerprints | result
+                                store.append(portable_results(row, output_root))
+                        bar.update(len(todo))
+                    release_claims(store, group)
+            groups = left
     return store.rows()
 
 

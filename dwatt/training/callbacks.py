@@ -197,6 +197,11 @@ class RunProgress(TrainerCallback):
         self.bar.update(int(round(state.epoch or 0)) - self.bar.n)
 
     def on_train_end(self, args, state, control, **kwargs):
+        self.close()
+
+    def close(self) -> None:
+        """The bar closed, where training ended or stopped on an error (so that the error prints on a line of its
+        own)."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None

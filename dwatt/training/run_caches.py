@@ -67,30 +67,29 @@ def feature_caches(
             f"runs {model.config.run_depth} layers over {tokens_run:,} tokens of {len(new)} split(s)",
             file=sys.stderr,
         )
-    bar = tqdm(
+    with tqdm(
         total=tokens_run,
         desc="backbone pass",
         unit="tok",
         unit_scale=True,
         leave=False,
         disable=not (new and progress),
-    )
-    caches = []
-    for (tokens, options), key in zip(splits, keys):
-        if spill is None:
-            on_disk = {}
-        else:  # one file named by its contents, which the processes of a launch write together
-            described = described_key(key)
-            on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
-        caches.append(
-            FEATURE_MEMO.get(
-                key,
-                lambda tokens=tokens, options=options, on_disk=on_disk: build_feature_cache_across_processes(
-                    model, tokens, dtype=dtype, bar=bar, **options, **on_disk
-                ),
+    ) as bar:  # closed however the pass ends: an error prints on a line of its own
+        caches = []
+        for (tokens, options), key in zip(splits, keys):
+            if spill is None:
+                on_disk = {}
+            else:  # one file named by its contents, which the processes of a launch write together
+                described = described_key(key)
+                on_disk = {"path": spill / f"{key_digest(described)}.bin", "key": described}
+            caches.append(
+                FEATURE_MEMO.get(
+                    key,
+                    lambda tokens=tokens, options=options, on_disk=on_disk: build_feature_cache_across_processes(
+                        model, tokens, dtype=dtype, bar=bar, **options, **on_disk
+                    ),
+                )
             )
-        )
-    bar.close()
     return caches
 
 

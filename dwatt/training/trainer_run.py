@@ -86,22 +86,26 @@ def train_with_resume(trainer: Trainer, best: BestDevCallback, config: RunConfig
     """`trainer.train()`, continuing from the last checkpoint (and its best-dev state) when `config.resume`. Unless
     `config.verbose`, the `Trainer` prints nothing itself: one `RunProgress` bar shows the run (with
     `config.progress`), and the curve is in results.json."""
+    progress = None
     if not config.verbose:
         trainer.remove_callback(PrinterCallback)
         if config.progress and trainer.is_world_process_zero():
             if best.key == "loss":
-                trainer.add_callback(
-                    RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False)
-                )
+                progress = RunProgress(best.metric, "dev perplexity", lambda loss: f"{math.exp(loss):.2f}", False)
             else:
-                trainer.add_callback(RunProgress(best.metric, "dev F1" if best.key == "f1" else f"dev {best.key}"))
+                progress = RunProgress(best.metric, "dev F1" if best.key == "f1" else f"dev {best.key}")
+            trainer.add_callback(progress)
     last_checkpoint = None
     if config.resume and Path(trainer.args.output_dir).is_dir():
         last_checkpoint = get_last_checkpoint(trainer.args.output_dir)
         if last_checkpoint is not None:
             check_weights(Path(last_checkpoint))
             best.load(last_checkpoint)
-    return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+    try:
+        return trainer.train(resume_from_checkpoint=last_checkpoint), last_checkpoint
+    finally:
+        if progress is not None:
+            progress.close()
 
 
 def check_weights(folder: Path) -> None:
