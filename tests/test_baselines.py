@@ -94,12 +94,17 @@ def test_a_missing_package_is_named_with_the_extra_that_brings_it(monkeypatch, t
 
 def test_the_floor_is_averaged_over_trials_and_the_margin_said():
     trials = [
-        [BaselineScores("majority", 0.0, 0.0), BaselineScores("crf", 40.0, 30.0, "L2 weight 0.1, chosen on dev")],
-        [BaselineScores("majority", 0.0, 0.0), BaselineScores("crf", 50.0, None, "L2 weight 1, chosen on dev")],
+        [BaselineScores("majority", 0.0, 0.0), BaselineScores("crf", 40.0, 30.0, "L2 weight 0.1")],
+        [BaselineScores("majority", 0.0, 0.0), BaselineScores("crf", 50.0, None, "L2 weight 1 (0.1 added below)")],
     ]
     majority, crf = mean_scores(trials)
     assert (crf.dev, crf.test, majority.test) == (45.0, None, 0.0)
-    assert crf.chosen == "L2 weight 0.1, chosen on dev; L2 weight 1, chosen on dev"
+    assert crf.chosen == "trial 0: L2 weight 0.1; trial 1: L2 weight 1 (0.1 added below)"
+    assert floor_lines([majority, crf], 47.5, "F1")[1] == (
+        "crf (trial 0: L2 weight 0.1; trial 1: L2 weight 1 (0.1 added below); chosen on dev): dev F1 45.00"
+    )
+    (alike,) = mean_scores([[BaselineScores("crf", 40.0, None, "C 1")]] * 3)
+    assert alike.chosen == "C 1 in each of 3 trials"  # said once, not once a trial
     assert (
         floor_lines([majority, crf], 47.5, "F1")[-1]
         == "the chosen layer beats the model with no backbone on dev, by +2.50 F1"

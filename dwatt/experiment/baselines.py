@@ -108,7 +108,7 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
             "no backbone: a CRF on word features",
             dev_f1,
             None if test is None else f1(test[1], tags_of(crf, test[0])),
-            f"L2 weight {l2:g}, chosen on dev{widening.note()}",
+            f"L2 weight {l2:g}{widening.note()}",
         ),
     ]
 
@@ -172,7 +172,7 @@ def classification_baselines(config: RunConfig) -> list[BaselineScores]:
             "no backbone: TF-IDF and logistic regression",
             dev_accuracy,
             None if test is None else accuracy(test[0], model.predict(test[1])),
-            f"C {c:g}, chosen on dev{widening.note()}",
+            f"C {c:g}{widening.note()}",
         ),
     ]
 
@@ -203,10 +203,17 @@ def mean_scores(per_trial: list[list[BaselineScores]]) -> list[BaselineScores]:
                 row[0].name,
                 math.fsum(scores.dev for scores in row) / len(row),
                 None if None in tests else math.fsum(tests) / len(tests),
-                "; ".join(scores.chosen for scores in row if scores.chosen),
+                choices_text([scores.chosen for scores in row if scores.chosen]),
             )
         )
     return merged
+
+
+def choices_text(choices: list[str]) -> str:
+    """A baseline's choice in each trial, as one clause: said once where every trial chose alike, else by trial."""
+    if len(set(choices)) <= 1:
+        return (choices[0] + (f" in each of {len(choices)} trials" if len(choices) > 1 else "")) if choices else ""
+    return "; ".join(f"trial {trial}: {choice}" for trial, choice in enumerate(choices))
 
 
 def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, missing: str = "") -> list[str]:
@@ -216,7 +223,7 @@ def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, mis
         return [f"no baseline scored: {missing}"]
     lines = []
     for scores in floor:
-        choice = f" ({scores.chosen})" if scores.chosen else ""
+        choice = f" ({scores.chosen}; chosen on dev)" if scores.chosen else ""
         test = "" if scores.test is None else f", test {metric} {scores.test:.2f}"
         lines.append(f"{scores.name}{choice}: dev {metric} {scores.dev:.2f}{test}")
     margin = chosen_dev - floor[-1].dev
@@ -228,6 +235,7 @@ def floor_lines(floor: list[BaselineScores], chosen_dev: float, metric: str, mis
 __all__ = [
     "BaselineScores",
     "baselines",
+    "choices_text",
     "floor_lines",
     "mean_scores",
     "sentence_features",
