@@ -442,3 +442,21 @@ def test_what_the_probe_says_of_the_top_3_ensemble_is_what_the_committed_fair_co
     for task, dataset in (("ner", "conll2003"), ("cls", "ag_news")):
         expected = "keep it with --save-ensemble 3" if found[dataset] == "beats" else "simpler model to serve"
         assert expected in ensemble_evidence(task, 3), (task, found[dataset])
+
+
+def test_a_tie_on_dev_is_said_with_the_rule_that_broke_it():
+    """Layers 1 and 5 both at 100.00 on dev: the probe names the tie and the rule (the shallower layer, then the
+    smaller rate), where it chose without a word."""
+    from dwatt.experiment.probe import summary_lines
+    from dwatt.experiment.probe_types import ProbeOutcome
+
+    scores = {(0, 1, 1e-3): {"dev": 100.0, "test": 90.0}, (0, 5, 1e-3): {"dev": 100.0, "test": 95.0}}
+    scores |= {(0, 3, 1e-3): {"dev": 80.0, "test": 80.0}, (0, 5, 1e-2): {"dev": 100.0, "test": 96.0}}
+    outcome = ProbeOutcome("ner", scores, (1, 1e-3), {0: (1, 1e-3)}, 100, depth=5)
+    lines = summary_lines(outcome)
+    assert (
+        lines[1]
+        == "tied on dev with layer 5 at 0.001, layer 5 at 0.01: the shallower layer is chosen, then the smaller rate"
+    )
+    alone = ProbeOutcome("ner", {(0, 1, 1e-3): {"dev": 90.0, "test": 90.0}}, (1, 1e-3), {0: (1, 1e-3)}, 100, depth=5)
+    assert not any(line.startswith("tied on dev") for line in summary_lines(alone))

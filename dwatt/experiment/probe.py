@@ -192,6 +192,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
         f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
     ]
+    lines += tie_lines(outcome)
     lines += widening_lines(outcome)
     widened = outcome.widening is not None and any(outcome.widening.added.values())
     if len(outcome.trials) > 1:
@@ -235,6 +236,21 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
             f'dwatt predict {outcome.ensemble} "...", dwatt export {outcome.ensemble} OUT --quantize int8)'
         )
     return lines
+
+
+def tie_lines(outcome: ProbeOutcome) -> list[str]:
+    """Where other candidates have the chosen one's mean dev score: which, and how `choose` broke the tie."""
+    layer, rate = outcome.chosen
+    best = outcome.mean(layer, rate)
+    tied = [
+        f"layer {other} at {other_rate:g}"
+        for other in outcome.layers
+        for other_rate in outcome.rates
+        if (other, other_rate) != (layer, rate) and math.isclose(outcome.mean(other, other_rate), best, abs_tol=1e-9)
+    ]
+    if not tied:
+        return []
+    return [f"tied on dev with {', '.join(tied)}: the shallower layer is chosen, then the smaller rate"]
 
 
 def widening_lines(outcome: ProbeOutcome) -> list[str]:
