@@ -73,6 +73,14 @@ def test_the_outcome_reads_its_scores_by_layer_and_rate():
     assert outcome.metrics == ("best_dev_f1", "f1", "F1") and outcome.depth_text() == "2"
 
 
+def test_a_layer_that_scores_alike_at_every_rate_is_at_no_edge():
+    """Layer 0 at chance (25.00) at every rate: its "best" rate, the smallest by the tie rule, is no reason to widen."""
+    scores = {(0, 0, rate): {"dev": 25.0, "test": None} for rate in (1e-3, 1e-2)}
+    scores |= {(0, 1, 1e-3): {"dev": 60.0, "test": None}, (0, 1, 1e-2): {"dev": 50.0, "test": None}}
+    outcome = ProbeOutcome("cls", scores, (1, 1e-3), {}, 100, depth=1)
+    assert outcome.edges() == {"smallest": [1]}
+
+
 def test_spans_and_runs_are_found_as_asked():
     from types import SimpleNamespace
 

@@ -170,9 +170,13 @@ class ProbeOutcome:
         return max(self.rates, key=lambda rate: (_ordered(self.mean(layer, rate)), -rate))
 
     def edges(self) -> dict[str, list[int]]:
-        """The layers whose best rate is an edge of the rates tried, by edge (`widening.edge_of`)."""
+        """The layers whose best rate is an edge of the rates tried, by edge (`widening.edge_of`). A layer that scores
+        the same at every rate (at chance, say) has no best rate, and is at no edge: no rate past one would change it."""
         at = {}
         for layer in self.layers:
+            scored = [score for score in (self.mean(layer, rate) for rate in self.rates) if not math.isnan(score)]
+            if len(scored) > 1 and max(scored) - min(scored) < 1e-9:
+                continue
             edge = edge_of(self.best_rate(layer), self.rates)
             if edge:
                 at.setdefault(edge, []).append(layer)
