@@ -5,6 +5,7 @@ the model are."""
 from __future__ import annotations
 
 import argparse
+import time
 from dataclasses import fields
 
 from specs_dwatt import POOLINGS
@@ -130,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
     settings = ProbeSettings(**{k: v for k, v in vars(args).items() if k in names}, progress=not args.quiet)
     from ..training import EXECUTION  # after the settings' checks, so that a probe refused for them imports no torch
 
+    started = time.perf_counter()
     outcome = run_probe(settings, EXECUTION)
-    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {settings.store}"]))
+    took = f"took {time.perf_counter() - started:.0f} s"
+    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {settings.store}; {took}"]))
     return 0

@@ -14,6 +14,8 @@ def trained_runs(
     """Train (or resume) `specs` into the probe's store, the heads of a sample stacked: their rows, by run id."""
     overrides = settings.overrides()
     sweep = dict(execution=execution, progress=settings.progress, engine="stacked", train_in_parts=train_in_parts)
+    if settings.widen:  # the total is the grid so far: a rate added past an edge adds runs (`Widening`)
+        sweep["progress_label"] = "runs (more if a rate is added past an edge)"
     run_sweep(specs, settings.store, settings.output_root, **sweep, **overrides)
     return ResultsStore(settings.store).finished(specs, overrides, "stacked")
 

@@ -153,6 +153,7 @@ def run_sweep(
     done_in: tuple[str | Path, ...] = (),
     train_in_parts: int | None = None,
     build_ensembles: bool = True,
+    progress_label: str = "runs",
     **run_overrides,
 ) -> list[dict]:
     """
@@ -170,6 +171,7 @@ def run_sweep(
     `build_ensembles`: a group of heads on one layer each builds the probe's ensembles where it trains the group
     whole (not where part of it is held already, here or in `done_in`); off for specs that are part of a probe's
     grid (a widening's added rates), whose "top-k" would rank their own heads alone.
+    `progress_label`: the bar's name (a probe's says its grid may grow).
     """
     from ..distributed import launched_processes  # here, so that reading a sweep's options imports no torch
 
@@ -187,7 +189,7 @@ def run_sweep(
     pending = widest_first([spec for spec in specs if spec.run_id not in done])
     # closed however the sweep ends, so that an error is printed on a line of its own, not after the bar
     with tqdm(
-        total=len(specs), initial=len(specs) - len(pending), desc="runs", unit="run", disable=not progress
+        total=len(specs), initial=len(specs) - len(pending), desc=progress_label, unit="run", disable=not progress
     ) as bar:
         groups = list(batches_of_runs(pending, engine, run_overrides.get("use_cache", True)))
         # how many runs each run's group holds in the whole grid: a group trained in part builds no probe ensembles
