@@ -126,6 +126,13 @@ class ClassificationConsole(RunConsole):
                 f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:"
             )
             lines += scores_table(results["test_scores"], results["labels"], "macro")
+        unseen = results.get("unseen_labels") or {}
+        if unseen:  # warned about while the run starts; said again where the scores are read
+            described = (
+                f"{label!r} ({', '.join(f'{rows} in {split}' for split, rows in counts.items())})"
+                for label, counts in unseen.items()
+            )
+            lines.append(f"labels no training example carries, their rows scored as errors: {', '.join(described)}")
         return lines
 
 

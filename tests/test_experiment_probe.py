@@ -461,3 +461,16 @@ def test_a_tie_on_dev_is_said_with_the_rule_that_broke_it():
     )
     alone = ProbeOutcome("ner", {(0, 1, 1e-3): {"dev": 90.0, "test": 90.0}}, (1, 1e-3), {0: (1, 1e-3)}, 100, depth=5)
     assert not any(line.startswith("tied on dev") for line in summary_lines(alone))
+
+
+def test_labels_a_trial_s_training_sample_lacks_are_said_in_the_probe_s_summary():
+    from dwatt.experiment.probe import summary_lines
+    from dwatt.experiment.probe_types import ProbeOutcome
+
+    scores = {(trial, 1, 1e-3): {"dev": 50.0, "test": 40.0} for trial in (0, 1)}
+    outcome = ProbeOutcome("cls", scores, (1, 1e-3), {0: (1, 1e-3), 1: (1, 1e-3)}, 100, depth=1)
+    outcome.unseen_labels = {"drugs": {0: {"test": 1}, 1: {"test": 1}}, "food": {1: {"validation": 2, "test": 3}}}
+    assert summary_lines(outcome)[1] == (
+        "labels no training example carries, their rows scored as errors: 'drugs' (1 in test; every trial), "
+        "'food' (2 in validation, 3 in test; trial 1)"
+    )

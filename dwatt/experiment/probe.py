@@ -125,6 +125,9 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
         sizes.pop() if len(sizes) == 1 else None,
         depths.pop() if len(depths) == 1 else None,
     )
+    for row in rows:
+        for label, counts in (row.get("unseen_labels") or {}).items():
+            outcome.unseen_labels.setdefault(label, {})[row.get("seed", row["config"].get("seed"))] = counts
     for row in rows if ensemble_rows is None else ensemble_rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append(
@@ -193,6 +196,7 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
     ]
     lines += tie_lines(outcome)
+    lines += unseen_label_lines(outcome)
     lines += widening_lines(outcome)
     widened = outcome.widening is not None and any(outcome.widening.added.values())
     if len(outcome.trials) > 1:
@@ -251,6 +255,24 @@ def tie_lines(outcome: ProbeOutcome) -> list[str]:
     if not tied:
         return []
     return [f"tied on dev with {', '.join(tied)}: the shallower layer is chosen, then the smaller rate"]
+
+
+def unseen_label_lines(outcome: ProbeOutcome) -> list[str]:
+    """The labels an evaluation split holds that a trial's training examples lack: every head scores their rows as
+    errors (the model never saw one), said in the summary, not only as a warning while the runs train."""
+    if not outcome.unseen_labels:
+        return []
+    described = []
+    for label, by_trial in sorted(outcome.unseen_labels.items()):
+        counts = next(iter(by_trial.values()))
+        where = ", ".join(f"{rows} in {split}" for split, rows in counts.items())
+        trials = (
+            "every trial"
+            if set(by_trial) == set(outcome.trials)
+            else f"trial{'s' * (len(by_trial) > 1)} {layer_span(sorted(by_trial))}"
+        )
+        described.append(f"{label!r} ({where}; {trials})")
+    return [f"labels no training example carries, their rows scored as errors: {', '.join(described)}"]
 
 
 def widening_lines(outcome: ProbeOutcome) -> list[str]:

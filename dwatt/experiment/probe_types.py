@@ -164,6 +164,9 @@ class ProbeOutcome:
     floor_missing: str = ""  # why no baseline was scored, where a package it needs is missing
     # the chosen head trained on each trial's sample with its labels shuffled: trial -> {"dev": ..., "test": ...}
     shuffled: dict[int, dict] = field(default_factory=dict)
+    # labels of the evaluation splits that no training example of a trial carries (scored as errors):
+    # label -> {trial: {split: rows}}
+    unseen_labels: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
 
     def best_rate(self, layer: int) -> float:
         """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""
