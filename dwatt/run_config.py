@@ -216,10 +216,16 @@ class RunConfig:
                 "in half precision, where AdamW's small steps vanish; FT trains a float32 backbone "
                 "(--backbone-dtype float32 or auto), FE and LoRA run a half-precision one"
             )
-        from .data import is_local_path
+        check_backbone_folder(self.backbone)
 
-        if self.backbone is not None and is_local_path(self.backbone) and not Path(self.backbone).is_dir():
-            raise FileNotFoundError(f"--backbone: no model folder {self.backbone}")
+
+def check_backbone_folder(backbone: str | None, option: str = "--backbone") -> None:
+    """A backbone written as a local path (`./x`, `/x`, `~/x`) must be a folder: refused here, naming it, before
+    anything loads (the Hub's client would read it as a malformed repository id)."""
+    from .data import is_local_path
+
+    if backbone is not None and is_local_path(backbone) and not Path(backbone).expanduser().is_dir():
+        raise FileNotFoundError(f"{option}: no model folder {backbone}")
 
 
 def default_learning_rate(mode: str, task: str = "ner") -> float:
@@ -238,5 +244,6 @@ __all__ = [
     "SAMPLINGS",
     "TASKS",
     "RunConfig",
+    "check_backbone_folder",
     "default_learning_rate",
 ]

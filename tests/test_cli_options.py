@@ -6,7 +6,7 @@ import argparse
 import pytest
 from torch.ao.nn.quantized import dynamic as dynamic_quantized
 
-from dwatt.cli.options import backbone_name, csv_of, inference_model, parse_size, positive_batch_size, runtime
+from dwatt.cli.options import csv_of, inference_model, parse_size, positive_batch_size, runtime
 
 
 def test_comma_separated_values_skip_empty_items():
@@ -24,21 +24,6 @@ def test_memory_sizes_read_as_people_write_them_and_anything_else_is_refused_wit
     with pytest.raises(SystemExit):
         main(["probe", "--max-memory", "lots"])
     assert "argument --max-memory: expected a size such as 8GiB, 512MiB or 8G, got 'lots'" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("command", ["probe", "train", "sweep"])
-def test_a_backbone_written_as_a_missing_folder_is_refused_before_anything_loads(command, tmp_path, capsys):
-    """Not the Hub client's "Repo id must be in the form ..." after the data loaded: the folder named, on its own."""
-    from dwatt.cli import main
-
-    assert backbone_name("org/name") == "org/name" and backbone_name("gpt2") == "gpt2"  # Hub ids pass as they are
-    assert backbone_name(str(tmp_path)) == str(tmp_path)
-    for missing in ("/no/such/folder", "./nothing-here", "path/to/nothing"):
-        with pytest.raises(SystemExit):
-            main([command, "--backbone", missing])
-        error = capsys.readouterr().err
-        option = "--backbones/--backbone" if command == "sweep" else "--backbone"
-        assert f"argument {option}: {missing}: no such folder" in error, error
 
 
 def test_a_batch_size_below_one_is_refused_with_the_option_named():

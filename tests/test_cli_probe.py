@@ -48,3 +48,15 @@ def test_a_choice_the_probe_does_not_offer_is_refused(argv, capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["probe", *argv])
     assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["probe", "--backbone"], ["sweep", "--fusions", "base", "--backbones"]])
+def test_a_backbone_written_as_a_missing_folder_is_refused_before_anything_loads(command, capsys):
+    """As `dwatt train` refuses it: the folder named, on a line of its own, not the Hub client's "Repo id must be in
+    the form ..." after the data loaded."""
+    from dwatt.cli import main
+
+    option = command[-1]
+    for missing in ("/no/such/folder", "./nothing-here"):
+        assert main([*command, missing]) == 2
+        assert capsys.readouterr().err == f"dwatt {command[0]}: error: {option}: no model folder {missing}\n"

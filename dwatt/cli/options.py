@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from pathlib import Path
 
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
 from ..serving.schemes import QUANTIZATIONS, RUNTIMES
@@ -15,16 +14,6 @@ from ..serving.schemes import QUANTIZATIONS, RUNTIMES
 def csv_of(kind):
     """An argparse type: `a,b,c` as a tuple of `kind`, empty items skipped."""
     return lambda text: tuple(kind(item) for item in text.split(",") if item)
-
-
-def backbone_name(text: str) -> str:
-    """An argparse type: a backbone's Hub id (`name`, `namespace/name`) or folder. A name written as a path (`./x`,
-    `/x`, `~/x`, `a/b/c`) must be a folder, refused here, before anything loads, where it is not (else the Hub's
-    client would read it as a malformed repository id)."""
-    written_as_path = text.startswith((".", "/", "~")) or text.count("/") > 1
-    if written_as_path and not Path(text).expanduser().is_dir():
-        raise argparse.ArgumentTypeError(f"{text}: no such folder (a Hub id is a name or namespace/name)")
-    return text
 
 
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:

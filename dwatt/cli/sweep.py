@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
-from ..run_config import CACHE_DTYPES, SAMPLINGS
+from ..run_config import CACHE_DTYPES, SAMPLINGS, check_backbone_folder
 from ..tasks import task_named
 from .options import (
     add_backbone_dtype_argument,
@@ -13,7 +13,6 @@ from .options import (
     add_threads_argument,
     add_through_final_norm_argument,
     add_train_in_parts_argument,
-    backbone_name,
     check_grid_arguments,
     csv_of,
 )
@@ -48,7 +47,7 @@ def register(commands) -> None:
     parser.add_argument(
         "--backbones",
         "--backbone",
-        type=csv_of(backbone_name),
+        type=csv_of(str),
         default=None,
         help="Hub ids or folders, comma-separated",
     )
@@ -188,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("sweep: give --preset or --fusions")
     if settings.get("probe_layers") and "base" not in settings["fusions"]:
         raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
+    for backbone in settings.get("backbones") or ():
+        check_backbone_folder(backbone, "--backbones")
     task = task_named(settings.get("task", "ner"))
     if args.data_dir and task.folder_is_dataset and args.datasets is None:  # the user's own files: their folder's name
         settings["datasets"] = (task.dataset_for(None, args.data_dir),)

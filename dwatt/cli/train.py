@@ -17,7 +17,6 @@ from .options import (
     add_max_memory_argument,
     add_threads_argument,
     add_through_final_norm_argument,
-    backbone_name,
     csv_of,
 )
 
@@ -35,7 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     defaults = RunConfig()
     parser.add_argument(
         "--backbone",
-        type=backbone_name,
         default=None,
         help="Hub id or folder of the backbone, an encoder or a decoder LLM (default: MiniLM from PyPI)",
     )

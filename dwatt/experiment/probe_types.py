@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ..fingerprints import backbone_fingerprint, data_fingerprint
 from ..portable import backbone_label, portable_path
+from ..run_config import check_backbone_folder
 from ..tasks import TASKS
 from .widening import Widening, edge_of
 
@@ -67,6 +68,7 @@ class ProbeSettings:
     progress: bool = True
 
     def __post_init__(self) -> None:
+        check_backbone_folder(self.backbone)
         if self.task not in metrics():
             raise ValueError(f"--task: a probe trains heads for {' or '.join(metrics())}, not {self.task!r}")
         if self.save_ensemble is not None and self.save_ensemble < 2:
