@@ -85,7 +85,7 @@ def test_a_missing_package_is_named_with_the_extra_that_brings_it(monkeypatch, t
     with pytest.raises(ValueError, match="the baselines score labels: 'mlm' has none"):
         baselines.baselines(RunConfig(task="mlm", output_dir=str(tmp_path)))
     monkeypatch.setitem(baselines.BASELINES_OF_KIND, "tagging", missing)
-    with pytest.raises(ModuleNotFoundError, match=r'need sklearn_crfsuite: pip install "dwatt\[baselines\]"'):
+    with pytest.raises(ModuleNotFoundError, match=r'need sklearn_crfsuite: pip install "dwatt\[probe\]"'):
         baselines.baselines(RunConfig(output_dir=str(tmp_path)))
     assert floor_lines([], 50.0, "F1", "the no-backbone baselines need x") == [
         "no baseline scored: the no-backbone baselines need x"
@@ -112,3 +112,17 @@ def test_the_floor_is_averaged_over_trials_and_the_margin_said():
     assert floor_lines([majority, crf], 40.0, "F1")[-1] == (
         "the chosen layer does not beat the model with no backbone on dev, by -5.00 F1"
     )
+
+
+def test_the_install_the_which_layer_guide_gives_brings_the_figure_and_the_floor():
+    """`pip install "dwatt[probe]"`: matplotlib for probe.png, scikit-learn and sklearn-crfsuite for the floor."""
+    import configparser
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    setup = configparser.ConfigParser()
+    setup.read(root / "setup.cfg")
+    extras = setup["options.extras_require"]
+    probe = extras.get("probe", raw=False).split()
+    assert {"matplotlib>=3.7", "scikit-learn>=1.3", "sklearn-crfsuite>=0.5"} <= set(probe)
+    assert 'pip install "dwatt[probe]"' in (root / "docs" / "guides" / "which-layer.md").read_text()

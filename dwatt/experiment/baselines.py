@@ -7,7 +7,8 @@ test split a run reads (`ner_splits`, `classification_splits`), scored by the ru
   word features (the word, its lowercase, shape, prefixes and suffixes, its neighbours; sklearn-crfsuite) for NER,
   TF-IDF over word and character n-grams with logistic regression (scikit-learn) for text classification.
 
-scikit-learn and sklearn-crfsuite are the `baselines` extra (`pip install "dwatt[baselines]"`).
+scikit-learn and sklearn-crfsuite are the `baselines` extra, in the `probe` extra with matplotlib for the figure
+(`pip install "dwatt[probe]"`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..run_config import RunConfig
 from ..tasks import TASKS
 from .widening import Widening, widened_choice
 
-EXTRA = 'pip install "dwatt[baselines]"'
+EXTRA = 'pip install "dwatt[probe]"'
 # The CRF's L2 weight and the logistic regression's inverse one, each chosen on dev (ties: the smaller), the grid
 # widened where the choice sits at its edge (`widened_choice`).
 CRF_L2 = (0.01, 0.1, 1.0)

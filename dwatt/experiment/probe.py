@@ -307,7 +307,7 @@ def draw(outcome: ProbeOutcome, path: Path, settings: ProbeSettings) -> Path | N
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ModuleNotFoundError:
-        print('no figure: it needs matplotlib (pip install "dwatt[report]")')
+        print('no figure: it needs matplotlib (pip install "dwatt[probe]")')
         return None
     _, _, metric = metrics()[outcome.task]
     has_test = any(score["test"] is not None for score in outcome.scores.values())
