@@ -65,6 +65,19 @@ def save_tokenizer(tokenizer, folder: str | Path) -> None:
     if config.get("tokenizer_class") == "TokenizersBackend":
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
     write_json_atomically(path, config)
+    name_tokenizer_in_model_config(Path(folder), config.get("tokenizer_class"))
+
+
+def name_tokenizer_in_model_config(folder: Path, tokenizer_class: str | None) -> None:
+    """A DWAtt checkpoint's config.json names its tokenizer's class: transformers 4.x's `pipeline()` loads a
+    tokenizer only for a config whose type it maps to one, or that names one (a remote-code model's type it does not
+    know), and would otherwise run the model with none."""
+    path = folder / "config.json"
+    if tokenizer_class is None or not path.is_file():
+        return
+    saved = read_json(path)
+    if saved.get("model_type") == "dwatt" and not saved.get("tokenizer_class"):
+        write_json_atomically(path, saved | {"tokenizer_class": tokenizer_class})
 
 
 def encoding_settings(tokenizer) -> dict:

@@ -208,3 +208,53 @@ def test_saved_tokenizers_encode_real_text_to_the_ids_training_used_under_each_s
     assert {family: report["differences"][family] for family in FAMILIES} == dict.fromkeys(FAMILIES, []), report
     plain_gemma = report["differences"]["gemma-saved-plainly"]
     assert plain_gemma == ([] if report["transformers"].startswith("5.") else list(range(len(texts)))), report
+
+
+PIPELINE = """
+import json, sys
+from pathlib import Path
+import transformers
+from transformers import pipeline
+root, report = Path(sys.argv[1]), {"transformers": transformers.__version__, "answers": {}}
+for task in ("token-classification", "text-classification"):
+    try:
+        answer = pipeline(task, model=str(root / task), trust_remote_code=True)("peter visited brussels")
+        report["answers"][task] = [item.get("entity", item.get("label")) for item in answer]
+    except Exception as error:
+        report["answers"][task] = f"{type(error).__name__}: {str(error).splitlines()[0]}"
+print(json.dumps(report))
+"""
+
+
+@pytest.mark.skipif(
+    not RELEASES, reason="DWATT_TRANSFORMERS_RELEASES names no folder of a transformers release (CI sets it)"
+)
+@pytest.mark.parametrize("release", RELEASES or [None], ids=lambda folder: Path(folder or "none").name)
+def test_a_checkpoint_with_remote_code_runs_in_pipeline_under_each_release(tiny_backbone, tmp_path, release):
+    """`pipeline(task, model=folder, trust_remote_code=True)` in a process without dwatt: 4.x loads a tokenizer only
+    for a config that names its class (dwatt's config type is unknown to it), so a checkpoint saved as dwatt saves it
+    names one (it ran with no tokenizer: "'NoneType' object is not callable"); its answers are the checkpoint's."""
+    import torch
+
+    from dwatt import DWAttForSequenceClassification, DWAttForTokenClassification
+    from dwatt.data import CONLL_LABELS
+    from dwatt.tokenization import load_tokenizer, save_tokenizer
+
+    tokenizer = load_tokenizer(tiny_backbone)
+    labels = {"token-classification": dict(enumerate(CONLL_LABELS)), "text-classification": {0: "a", 1: "b"}}
+    expected = {}
+    for task, model_class in (
+        ("token-classification", DWAttForTokenClassification),
+        ("text-classification", DWAttForSequenceClassification),
+    ):
+        torch.manual_seed(0)
+        model = model_class.from_backbone(str(tiny_backbone), fusion="concat", id2label=labels[task]).eval()
+        model.save_pretrained(tmp_path / "checkpoints" / task)
+        save_tokenizer(tokenizer, tmp_path / "checkpoints" / task)
+        from transformers import pipeline
+
+        answer = pipeline(task, model=model, tokenizer=tokenizer)("peter visited brussels")
+        expected[task] = [item.get("entity", item.get("label")) for item in answer]
+    report = report_without_dwatt(PIPELINE, tmp_path / "checkpoints", tmp_path, release)
+    assert Path(release).name.endswith(report["transformers"]), report
+    assert report["answers"] == expected, report
