@@ -50,7 +50,7 @@ def test_a_choice_the_probe_does_not_offer_is_refused(argv, capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [["probe", "--backbone"], ["sweep", "--fusions", "base", "--backbones"]])
+@pytest.mark.parametrize("command", [["probe", "--backbone"]])
 def test_a_backbone_written_as_a_missing_folder_is_refused_before_anything_loads(command, capsys):
     """As `dwatt train` refuses it: the folder named, on a line of its own, not the Hub client's "Repo id must be in
     the form ..." after the data loaded."""

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from dwatt import DWAttForTokenClassification
 from dwatt.cli import main
-from dwatt.serving import int8_graphs
+from dwatt.serving import export, int8_graphs
 from dwatt.serving.int8_graphs import (
     agreement,
     calibration_sample,
@@ -179,7 +179,7 @@ def test_an_export_records_its_int8_agreement_and_refuses_a_graph_below_the_thre
     assert record["scheme"] == "smooth" and record["calibration"] == "the first 128 sentences of CoNLL-03's dev split"
     assert 0 <= record["fp32_products"] <= record["products"] and record["products"] >= 3 * 7  # three layers
 
-    monkeypatch.setattr(int8_graphs, "AGREEMENT_THRESHOLD", 1.01)  # no graph can reach it
+    monkeypatch.setattr(export, "AGREEMENT_THRESHOLD", 1.01)  # no graph can reach it
     before = sorted(path.name for path in (tmp_path / "onnx").iterdir())
     assert main(["export", str(checkpoint), str(tmp_path / "onnx"), "--quantize", "int8-dynamic"]) == 2
     error = "\n".join(
@@ -292,8 +292,8 @@ def test_an_export_measures_each_int8_graph_it_writes_once(tiny_decoder, tmp_pat
     )
     (tmp_path / "calibration.txt").write_text("EU rejects German call to boycott British lamb .\nPeter Blackburn\n")
     measured, written = [], []
-    monkeypatch.setattr(int8_graphs, "AGREEMENT_THRESHOLD", 0.0)  # the first graph agrees enough: one round
-    monkeypatch.setattr(int8_graphs, "agreement", lambda *args, real=agreement: measured.append(1) or real(*args))
+    monkeypatch.setattr(export, "AGREEMENT_THRESHOLD", 0.0)  # the first graph agrees enough: one round
+    monkeypatch.setattr(export, "agreement", lambda *args, real=agreement: measured.append(1) or real(*args))
     write = int8_graphs.quantize_smooth_graph
     monkeypatch.setattr(
         int8_graphs, "quantize_smooth_graph", lambda *args, **kwargs: written.append(1) or write(*args, **kwargs)

@@ -41,10 +41,9 @@ def test_a_backbone_spread_by_device_map_trains_from_its_cache_like_one_loaded_w
 def test_device_map_places_the_backbone_within_the_memory_budget_and_is_refused_where_the_backbone_runs_each_step(
     tmp_path, monkeypatch
 ):
-    from dwatt.training.common import backbone_placement
-
     from dwatt.features.memory import WORKING_MARGIN
     from dwatt.training import RunConfig
+    from dwatt.training.placement import backbone_placement
 
     config = RunConfig(output_dir=str(tmp_path / "run"), device_map="auto", max_memory=WORKING_MARGIN + (4 << 30))
     placement = backbone_placement(config)

@@ -18,6 +18,6 @@ def test_the_probe_trains_its_runs_through_the_sweep_stacked_into_its_store(tmp_
     settings = ProbeSettings(results=str(tmp_path / "probe.jsonl"), output_root=str(tmp_path / "runs"), test=True)
     rows = probe_runs.trained_runs(settings, ["spec"], executing(), train_in_parts=4)
     ((specs, args, kwargs),) = calls
-    assert specs == ["spec"] and args == (settings.results, settings.output_root)
+    assert specs == ["spec"] and args == (settings.store, settings.output_root)
     assert kwargs["engine"] == "stacked" and kwargs["train_in_parts"] == 4 and kwargs["evaluate_test"] is True
-    assert rows == {"run": {"path": settings.results, "engine": "stacked", **settings.overrides()}}
+    assert rows == {"run": {"path": str(settings.store), "engine": "stacked", **settings.overrides()}}

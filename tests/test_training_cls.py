@@ -281,7 +281,7 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
     # A sampler that misses class y (and the training file has no z at all); classes: w 0, x 1, y 2, z 3.
     monkeypatch.setattr(
         "dwatt.splits.sample_examples_per_class",
-        lambda labels, n, seed: [i for i, label in enumerate(labels) if label != 2],
+        lambda labels, n, seed, names=None: [i for i, label in enumerate(labels) if label != 2],
     )
     config = RunConfig(
         backbone=str(tiny_backbone),
@@ -308,7 +308,7 @@ def test_a_sampled_n_that_misses_a_class_warns_once_per_label(tiny_backbone, tmp
     assert sorted(setup.dev_set[i]["labels"].item() for i in range(4)) == [-100, -100, -100, 1]
     monkeypatch.setattr(
         "dwatt.splits.sample_examples_per_class",
-        lambda labels, n, seed: [i for i, label in enumerate(labels) if label == 1],
+        lambda labels, n, seed, names=None: [i for i, label in enumerate(labels) if label == 1],
     )
     with pytest.raises(ValueError, match=r"the training sample \(2 per class, seed 3\) holds one class \('x'\)"):
         prepare_classification(config)

@@ -55,7 +55,7 @@ def test_mlm_run_trains_on_wikitext_files_and_reports_perplexities(tiny_backbone
         asked.append((name, config))
         raise ConnectionError("offline")
 
-    monkeypatch.setattr("datasets.load_dataset", hub_dataset)
+    monkeypatch.setattr("dwatt.data.mlm.load_dataset", hub_dataset)
     with pytest.raises(ConnectionError):
         run(RunConfig(task="mlm", backbone=str(tiny_backbone), output_dir=str(tmp_path / "x")))
     assert asked == [("wikitext", "wikitext-2-raw-v1")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..experiment.grid import ENGINE_ALIASES, ENGINES, PRESETS, WINDOW_RADIUS, engine_named
-from ..run_config import CACHE_DTYPES, SAMPLINGS, check_backbone_folder
+from ..run_config import CACHE_DTYPES, SAMPLINGS
 from ..tasks import task_named
 from .options import (
     add_backbone_dtype_argument,
@@ -187,8 +187,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("sweep: give --preset or --fusions")
     if settings.get("probe_layers") and "base" not in settings["fusions"]:
         raise ValueError("--probe-layers trains a Base head on each layer: add base to --fusions")
-    for backbone in settings.get("backbones") or ():
-        check_backbone_folder(backbone, "--backbones")
     task = task_named(settings.get("task", "ner"))
     if args.data_dir and task.folder_is_dataset and args.datasets is None:  # the user's own files: their folder's name
         settings["datasets"] = (task.dataset_for(None, args.data_dir),)
