@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..atomic import read_json
 from ..serving.prediction import BATCH_SIZE
 from ..tasks import task_named
 from .options import (
@@ -60,7 +61,7 @@ def trained_on(checkpoint: str) -> dict:
     results = Path(checkpoint).parent / "results.json"
     if not Path(checkpoint).is_dir() or not results.is_file():
         return {}
-    config = json.loads(results.read_text()).get("config", {})
+    config = read_json(results).get("config", {})
     return {key: config.get(key) for key in ("dataset", "data_dir", *COLUMNS) if config.get(key) is not None}
 
 

@@ -105,14 +105,17 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
     trials (ties: the shallower layer, then the smaller rate), with each trial's own choice; the probe ensembles
     that `ensemble_rows` (default: `rows`) hold."""
     dev_key, test_key, _ = metrics()[task]
-    scores = {}
+    scores, unseen = {}, {}
     for row in rows:
         config = row["config"]
+        trial = row.get("seed", config.get("seed"))
         test = row.get("test_scores", {}).get(test_key)
-        scores[row.get("seed", config.get("seed")), int(config["layers"]), config["learning_rate"]] = {
+        scores[trial, int(config["layers"]), config["learning_rate"]] = {
             "dev": 100 * row[dev_key],
             "test": None if test is None else 100 * test,
         }
+        for label, counts in (row.get("unseen_labels") or {}).items():
+            unseen.setdefault(label, {})[trial] = counts
     if not scores:
         raise ValueError("the probe has no finished run to choose from")
     sizes = {row.get("num_dev_sentences", row.get("num_dev_examples")) for row in rows}
@@ -125,9 +128,7 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
         sizes.pop() if len(sizes) == 1 else None,
         depths.pop() if len(depths) == 1 else None,
     )
-    for row in rows:
-        for label, counts in (row.get("unseen_labels") or {}).items():
-            outcome.unseen_labels.setdefault(label, {})[row.get("seed", row["config"].get("seed"))] = counts
+    outcome.unseen_labels = unseen
     for row in rows if ensemble_rows is None else ensemble_rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append(

@@ -44,6 +44,12 @@ def metric_unit(metric: str, default: str = "") -> str:
     return task.score_unit if task else default
 
 
+def dev_items(metric: str) -> str:
+    """What a dev set of `metric`'s task holds, in words (`Task.items`)."""
+    task = scored_by(metric)
+    return task.items if task else "examples"
+
+
 def metric_definition(metric: str) -> str:
     """How `metric` is computed, from its task's record."""
     task = scored_by(metric)
@@ -55,9 +61,7 @@ def dev_size_words(table: pd.DataFrame) -> str:
     metric = table.metric.iloc[0] if "metric" in table and not table.empty else "F1"
     sizes = sorted(table.dev_sentences.dropna().unique()) if "dev_sentences" in table else []
     return (
-        f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {scored_by(metric).items if scored_by(metric) else 'examples'}"
-        if sizes
-        else "the dev split"
+        f"a dev set of {' or '.join(f'{size:g}' for size in sizes)} {dev_items(metric)}" if sizes else "the dev split"
     )
 
 
