@@ -232,6 +232,7 @@ TABLES = (
     "dwatt.experiment.coverage",
     "dwatt.experiment.no_dev",
     "dwatt.experiment.figures",
+    "dwatt.experiment.label_free",
 )
 
 

@@ -68,7 +68,7 @@ def window_around(centre: int, depth: int, radius: int = WINDOW_RADIUS, alone: b
 def probe_windows(probe: pd.DataFrame) -> dict[bool, str | None]:
     """The windows (`window_around`, with the last layer and alone) around the layer one sample's probe runs choose on
     their dev scores."""
-    centre, depth = int(_best(probe).layer.iloc[0]), int(backbone_depth(probe))
+    centre, depth = int(best_of(probe).layer.iloc[0]), int(backbone_depth(probe))
     return {alone: window_around(centre, depth, alone=alone) for alone in (False, True)}
 
 
@@ -142,7 +142,7 @@ def chosen_on_dev(runs: pd.DataFrame) -> pd.DataFrame:
     `best_test_score`, the best test score among the runs it chose from (what a choice on test would have taken;
     NaN where the choice was made before (`CHOSEN_ELSEWHERE`))."""
     picks = [
-        _best(among).assign(
+        best_of(among).assign(
             method=method,
             best_test_score=math.nan if method in CHOSEN_ELSEWHERE else among.test_score.max(),
         )
@@ -158,7 +158,7 @@ TIE_TOLERANCE = 1e-9
 GRID_ORDER = ("learning_rate", "layer")
 
 
-def _best(runs: pd.DataFrame) -> pd.DataFrame:
+def best_of(runs: pd.DataFrame) -> pd.DataFrame:
     """The run chosen on dev, as one row: the best dev score; where several runs share it (within `TIE_TOLERANCE`),
     the first of them in grid order (`GRID_ORDER`) stands for the choice (its rate and layer), and its `test_score` is
     the mean of the tied runs' (the tie rule, stated in the docs), their own kept in `tied_test_scores`."""
@@ -383,15 +383,23 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per backbone, dataset, N and layer: the Base head's test score at its dev-chosen learning rate, mean over
-    trials (the figure's curve), beside its dev score."""
-    runs = with_methods(frame)
+def probe_layer_trials(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
+    """Per sample (backbone, dataset, N, budget, trial) and layer: the Base head's run at its dev-chosen learning
+    rate (`best_of`: its `dev_score`, `test_score`, `learning_rate`). `few_shot_dev`: chosen on each trial's few-shot
+    dev sample instead (`with_methods`)."""
+    runs = with_methods(frame, few_shot_dev)
     base = runs[runs.fusion == PROBE_FUSION]
     if base.empty:
         return pd.DataFrame()
-    picks = [_best(group) for _, group in base.groupby([*SAMPLE, "layer"])]
-    chosen = pd.concat(picks, ignore_index=True)
+    return pd.concat([best_of(group) for _, group in base.groupby([*SAMPLE, "layer"])], ignore_index=True)
+
+
+def probe_curve(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per backbone, dataset, N and layer: the Base head's test score at its dev-chosen learning rate, mean over
+    trials (the figure's curve), beside its dev score."""
+    chosen = probe_layer_trials(frame)
+    if chosen.empty:
+        return chosen
     return (
         chosen.groupby(["backbone", "dataset", "n_shot", "epochs", "layer"])
         .agg(
@@ -411,9 +419,11 @@ __all__ = [
     "candidates",
     "chosen_on_dev",
     "fair_comparison",
+    "best_of",
     "holm_family",
     "is_fair_grid",
     "probe_curve",
+    "probe_layer_trials",
     "probe_windows",
     "trial_differences",
     "verdict",
