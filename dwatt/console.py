@@ -86,6 +86,19 @@ class RunConsole:
         return []
 
 
+def unseen_label_lines(results: dict) -> list[str]:
+    """The labels an evaluation split holds that no training example carries (warned about while the run starts;
+    said again where the scores are read)."""
+    unseen = results.get("unseen_labels") or {}
+    if not unseen:
+        return []
+    described = (
+        f"{label!r} ({', '.join(f'{rows} in {split}' for split, rows in counts.items())})"
+        for label, counts in unseen.items()
+    )
+    return [f"labels no training example carries, scored as errors wherever they occur: {', '.join(described)}"]
+
+
 class TaggingConsole(RunConsole):
     def headline(self, results: dict) -> str:
         test = f", test F1 {_percent(results['test_scores']['f1'])}" if "test_scores" in results else ""
@@ -103,7 +116,7 @@ class TaggingConsole(RunConsole):
         if "test_scores" in results:
             lines.append("test scores of the best dev model:")
             lines += scores_table(results["test_scores"], results.get("entity_types", []))
-        return lines
+        return lines + unseen_label_lines(results)
 
 
 class ClassificationConsole(RunConsole):
@@ -126,13 +139,7 @@ class ClassificationConsole(RunConsole):
                 f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:"
             )
             lines += scores_table(results["test_scores"], results["labels"], "macro")
-        unseen = results.get("unseen_labels") or {}
-        if unseen:  # warned about while the run starts; said again where the scores are read
-            described = (
-                f"{label!r} ({', '.join(f'{rows} in {split}' for split, rows in counts.items())})"
-                for label, counts in unseen.items()
-            )
-            lines.append(f"labels no training example carries, their rows scored as errors: {', '.join(described)}")
+        lines += unseen_label_lines(results)
         return lines
 
 

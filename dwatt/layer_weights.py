@@ -16,8 +16,8 @@ def has_layer_weights(model) -> bool:
 
 
 def entity_type(label: str) -> str:
-    """`B-PER` and `I-PER` are `PER`; `O` stays `O`."""
-    return label.split("-", 1)[1] if label[:2] in ("B-", "I-") else label
+    """`B-PER`, `I-PER` (and IOBES's `E-PER`, `S-PER`) are `PER`; `O` and plain tags stay as they are."""
+    return label.split("-", 1)[1] if label[:2] in ("B-", "I-", "E-", "S-") else label
 
 
 @torch.no_grad()

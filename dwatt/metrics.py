@@ -1,4 +1,5 @@
-"""Entity-level NER scores with seqeval (offline; no Hub metric download)."""
+"""Token-labelling scores: entity-level spans with seqeval (IOB2 and IOBES; offline, no Hub metric download), and
+plain tags per token (`token_scores`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 from seqeval.metrics import accuracy_score
 from seqeval.metrics.sequence_labeling import get_entities
 
+from .data.tag_sets import OUTSIDE, scheme_of
 from .sampling import sample_sentences
 
 
@@ -48,6 +50,41 @@ def entity_scores(references: list[list[str]], predictions: list[list[str]]) -> 
             }
         )
     return scores
+
+
+def token_scores(references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
+    """
+    Plain tags (no span prefixes: part of speech, say), scored per token: micro precision/recall/F1 over the tokens
+    whose gold or predicted tag is not `O` (where the tag set has no `O`, all three equal token accuracy), the macro
+    F1 over the tags (`macro_f1`), token `accuracy`, and per tag `<TAG>_precision/_recall/_f1/_support`: the same keys
+    as `entity_scores`, so that tables and choices read them alike.
+    """
+    gold = [tag for sentence in references for tag in sentence]
+    guessed = [tag for sentence in predictions for tag in sentence]
+    correct = Counter(g for g, p in zip(gold, guessed) if g == p)
+    count_gold, count_predicted = Counter(gold), Counter(guessed)
+    tags = sorted((set(count_gold) | set(count_predicted)) - {OUTSIDE})
+    precision, recall, f1 = _prf(
+        sum(correct[t] for t in tags), sum(count_predicted[t] for t in tags), sum(count_gold[t] for t in tags)
+    )
+    scores = {
+        "precision": precision,
+        "recall": recall,
+        "f1": f1,
+        "accuracy": sum(correct.values()) / len(gold) if gold else 0.0,
+    }
+    per_tag = []
+    for tag in tags:
+        p, r, f = _prf(correct[tag], count_predicted[tag], count_gold[tag])
+        per_tag.append(f)
+        scores.update({f"{tag}_precision": p, f"{tag}_recall": r, f"{tag}_f1": f, f"{tag}_support": count_gold[tag]})
+    scores["macro_f1"] = float(np.mean(per_tag)) if per_tag else 0.0
+    return scores
+
+
+def tag_scorer(label_names: Sequence[str]):
+    """The scorer of a tag set: `token_scores` for plain tags, else seqeval's `entity_scores`."""
+    return token_scores if scheme_of(label_names) == "plain" else entity_scores
 
 
 def decode_tags(
@@ -167,6 +204,7 @@ class NERMetrics:
         self.label_names = list(label_names)
         self.windows = windows
         self.iob = IOBScorer.for_names(self.label_names)
+        self.scorer = tag_scorer(self.label_names)
         self._remembered_layout = None
 
     def __call__(self, eval_prediction) -> dict[str, float]:
@@ -202,7 +240,7 @@ class NERMetrics:
         return self.iob.scores(gold[chosen], guessed[chosen], starts[chosen])
 
     def score(self, references: list[list[str]], predictions: list[list[str]]) -> dict[str, float]:
-        return entity_scores(reassemble(references, self.windows), reassemble(predictions, self.windows))
+        return self.scorer(reassemble(references, self.windows), reassemble(predictions, self.windows))
 
     def flat_ids(self, predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Gold and predicted ids at the labelled positions, sentence after sentence (windows joined in order), and

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from datasets import Dataset
 
-from .data import entity_types
+from .data.tag_sets import entity_types, scheme_of
+from .data.tag_sets import mentions as mentions_of
 
 
 class SamplingError(ValueError):
@@ -36,14 +37,17 @@ def sample_uniform(pool_size: int, n_shot: int, num_classes: int, seed: int) -> 
     return sample_sentences(pool_size, wanted, seed)
 
 
-def sample_per_class(tags: list[list[str]], n_shot: int, entity_types: list[str], seed: int) -> list[int]:
+def sample_per_class(
+    tags: list[list[str]], n_shot: int, entity_types: list[str], seed: int, scheme: str = "IOB2"
+) -> list[int]:
     """
     At least `n_shot` sentences mentioning each entity type: sentences are visited in a seeded random order and
-    kept while some type they mention still needs examples. `tags` are the IOB2 tag strings of each sentence.
+    kept while some type they mention still needs examples. `tags` are the tag strings of each sentence, in
+    `scheme` (`tag_sets.scheme_of`: a span's first tag mentions its type; a plain tag, itself).
     """
     if n_shot < 1:
         raise SamplingError(f"n_shot must be >= 1, got {n_shot}")
-    mentions = [{tag[2:] for tag in sentence if tag.startswith("B-")} for sentence in tags]
+    mentions = [mentions_of(sentence, scheme) for sentence in tags]
     for entity in entity_types:
         available = sum(entity in m for m in mentions)
         if available < n_shot:
@@ -86,8 +90,8 @@ def sample_examples_per_class(
 
 def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "uniform") -> tuple[Dataset, list[int]]:
     """
-    A few-shot training set drawn from `train` (a dataset with IOB2 `ner_tags`): `strategy="uniform"` draws
-    N x C sentences (C = number of entity types), `"per_class"` at least N per type, `"sentences"` exactly N
+    A few-shot training set drawn from `train` (a dataset with `ner_tags` of any tag set): `strategy="uniform"`
+    draws N x C sentences (C = the data's own entity types, or plain tags but O: `tag_sets.entity_types`), `"per_class"` at least N per type, `"sentences"` exactly N
     sentences (WikiAnn's protocol: 100 per language). Returns the subset and the indices of the chosen sentences.
     """
     names = train.features["ner_tags"].feature.names
@@ -98,7 +102,7 @@ def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "unif
         indices = sample_uniform(len(train), n_shot, len(entities), seed)
     elif strategy == "per_class":
         tags = [[names[t] for t in sentence] for sentence in train["ner_tags"]]
-        indices = sample_per_class(tags, n_shot, entities, seed)
+        indices = sample_per_class(tags, n_shot, entities, seed, scheme_of(names))
     else:
         raise SamplingError(f"unknown sampling strategy {strategy!r}; expected 'uniform', 'per_class' or 'sentences'")
     return train.select(indices), indices

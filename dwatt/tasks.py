@@ -85,6 +85,7 @@ TASKS: dict[str, Task] = {
             score_definition="seqeval micro-F1 x 100",
             trains_together=True,
             pools=False,
+            folder_is_dataset=True,
         ),
         Task(
             name="mlm",

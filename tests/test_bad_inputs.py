@@ -23,6 +23,7 @@ from dwatt.data import (
     load_wikiann,
     load_wikitext2,
     read_conll,
+    read_tagged_jsonl,
 )
 from dwatt.experiment.report import load_rows
 from dwatt.experiment.store import ResultsStore
@@ -105,7 +106,12 @@ CASES = [
         DataFormatError,
         r"bad\.txt:2: unknown tag 'B-FOOD'",
     ),
-    ("conll: three columns", lambda e: conll(e, "EU NNP B-ORG\n"), DataFormatError, r"bad\.txt:1: 3 columns"),
+    (
+        "tagged json lines: tag ids instead of names",
+        lambda e: read_tagged_jsonl(e.file("bad.jsonl", '{"tokens": ["EU"], "tags": [3]}\n')),
+        DataFormatError,
+        r"bad\.jsonl:1: tags must be tag names",
+    ),
     ("conll: empty file", lambda e: conll(e, ""), DataFormatError, r"bad\.txt:1: no sentences"),
     (
         "conll: only DOCSTART lines",
@@ -620,7 +626,7 @@ CLI_CASES = [
     (
         "evaluate: --split nope",
         lambda e: ["evaluate", str(tagger(e)), "--data-dir", str(e.conll), "--split", "nope"],
-        r"--split: conll2003 \(.*\) has no 'nope' split; it has train, validation, test",
+        r"--split: tiny-conll\d* \(.*\) has no 'nope' split; it has train, validation, test",
     ),
     (
         "sweep: --learning-rates ''",
@@ -654,7 +660,7 @@ CLI_CASES = [
     (
         "sweep: a store of another dev subset names only that",
         swept_on_trainer,
-        r"^(?!.*engine).*trainer\.jsonl:1: run conll2003/.* other settings \(dev_sentences: 2 there, 3 here\)",
+        r"^(?!.*engine).*trainer\.jsonl:1: run tiny-conll\d*/.* other settings \(dev_sentences: 2 there, 3 here\)",
     ),
     (
         "sweep: --learning-rates=-1e-3",
@@ -736,7 +742,7 @@ CLI_CASES = [
     (
         "probe: a store a sweep filled without --test",
         swept_without_test,
-        r"probe\.jsonl:1: run conll2003/.* other settings \(evaluate_test: False there, True here\)",
+        r"probe\.jsonl:1: run tiny-conll\d*/.* other settings \(evaluate_test: False there, True here\)",
     ),
 ]
 

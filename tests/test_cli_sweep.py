@@ -143,6 +143,7 @@ def test_a_sweep_beside_another_on_one_store_says_what_it_left_to_it(tiny_backbo
         trials=1,
         backbones=(str(tiny_backbone),),
         data_dir=str(tiny_conll),
+        datasets=(tiny_conll.name,),  # as the command names a folder of one's own
     )
     with claimed(ResultsStore(store), [spec for spec in specs if spec.fusion == "dwatt"]) as mine:
         assert mine

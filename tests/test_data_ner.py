@@ -1,12 +1,16 @@
 """NER data (dwatt.data.ner): CoNLL and WikiAnn loaders on good and malformed files, label alignment on sub-tokens, long
 sentences cut into windows."""
 
+import json
+
 import pytest
 
 from dwatt.data import (
     CONLL_LABELS,
     DataFormatError,
     load_conll2003,
+    load_ner_dataset,
+    load_tagged_folder,
     load_wikiann,
     load_wikitext2,
     read_conll,
@@ -74,7 +78,6 @@ def test_a_byte_order_mark_is_dropped_by_every_text_loader(tmp_path):
     [
         ("EU B-ORG\nrejects\n", r"bad\.txt:2: a token without a tag"),
         ("EU B-ORG\nrejects O\nGerman B-FOOD\n", r"bad\.txt:3: unknown tag 'B-FOOD'"),
-        ("EU NNP B-ORG\n", r"bad\.txt:1: 3 columns"),
         ("", r"bad\.txt:1: no sentences"),
         ("-DOCSTART- O\n\n-DOCSTART- O\n", r"bad\.txt:1: no sentences"),
         (b"EU B-ORG\nM\xfcnchen B-LOC\n", r"bad\.txt:2: not UTF-8"),
@@ -131,3 +134,61 @@ def test_long_sentences_become_windows_reported_not_silent(tmp_path, word_piece_
     assert all(len(ids) <= 8 for ids in tokenized["input_ids"]) and len(tokenized) > 1
     assert sum(label == 1 for row in tokenized["labels"] for label in row) == 20  # every word scored once
     assert "split 1 sentences longer than 8 sub-words into" in caplog.text
+
+
+def test_any_number_of_columns_reads_the_tag_from_the_last(tmp_path):
+    sentences = read_conll(write(tmp_path, "three.tsv", "EU\tNNP\tB-ORG\nrejects\tVBZ\tO\n"))
+    assert sentences == [{"tokens": ["EU", "rejects"], "tags": ["B-ORG", "O"], "line": 1}]
+
+
+FOOD = "Pasta B-FOOD\nwith O\nbasil B-FOOD\nleaves I-FOOD\nfrom O\nAcme B-PRODUCT\n\nAspirin B-DRUG\n"
+
+
+def test_a_folder_of_ones_own_takes_its_tag_set_from_its_files(tmp_path, caplog):
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    write(folder, "train.conll", FOOD * 3)
+    write(folder, "dev.txt", "Aspirin B-DRUG\nin O\nsoup B-DISH\n")
+    data = load_ner_dataset("recipes", str(folder))
+    names = data["train"].features["ner_tags"].feature.names
+    assert names == ["O", "B-FOOD", "I-FOOD", "B-PRODUCT", "I-PRODUCT", "B-DRUG", "I-DRUG", "B-DISH", "I-DISH"]
+    assert set(data) == {"train", "validation"}
+    assert "absent from the training split: B-DISH" in caplog.text  # kept, scored as an error, said
+
+
+def test_json_lines_iobes_and_plain_tags_are_read_and_bad_rows_named(tmp_path):
+    folder = tmp_path / "pos"
+    folder.mkdir()
+    rows = [{"tokens": ["Dogs", "bark"], "tags": ["NOUN", "VERB"]}, {"tokens": ["Cats"], "ner_tags": ["NOUN"]}]
+    write(folder, "train.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+    write(folder, "validation.jsonl", json.dumps(rows[0]) + "\n")
+    assert load_tagged_folder(folder)["train"].features["ner_tags"].feature.names == ["NOUN", "VERB"]
+    write(folder, "train.jsonl", json.dumps({"tokens": ["a", "b"], "tags": ["S-X"]}) + "\n")
+    with pytest.raises(DataFormatError, match=r"train\.jsonl:1: 2 tokens but 1 tags"):
+        load_tagged_folder(folder)
+    write(folder, "train.jsonl", json.dumps({"tokens": ["a"], "tags": [3]}) + "\n")
+    with pytest.raises(DataFormatError, match=r"train\.jsonl:1: tags must be tag names"):
+        load_tagged_folder(folder)
+    write(folder, "train.jsonl", json.dumps({"tokens": ["a", "b"], "tags": ["U-X", "O"]}) + "\n")
+    with pytest.raises(DataFormatError, match=r"train\.jsonl:1: tag 'U-X' is BILOU; rename"):
+        load_tagged_folder(folder)
+
+
+def test_a_folder_names_the_files_it_looked_for_or_the_two_it_cannot_choose_between(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write(folder, "train.txt", "EU B-ORG\n")
+    with pytest.raises(FileNotFoundError, match=r"no validation split \(looked for dev/valid/validation with"):
+        load_tagged_folder(folder)
+    write(folder, "dev.txt", "EU B-ORG\n")
+    write(folder, "valid.iob", "EU B-ORG\n")
+    with pytest.raises(DataFormatError, match=r"2 files for the validation split \(dev\.txt, valid\.iob\)"):
+        load_tagged_folder(folder)
+
+
+def test_a_folder_with_conll_tags_keeps_conll_label_order(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    write(folder, "train.txt", "EU B-ORG\nPeter B-PER\n")
+    write(folder, "valid.txt", "EU B-ORG\n")
+    assert load_tagged_folder(folder)["train"].features["ner_tags"].feature.names == list(CONLL_LABELS)

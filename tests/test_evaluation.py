@@ -22,7 +22,7 @@ def test_a_tagger_is_scored_with_seqeval_on_the_split_asked_for(tiny_backbone, t
     gold = [[CONLL_LABELS[t] for t in tags] for tags in rows["ner_tags"]]
     assert scores == {"split": "test", **entity_scores(gold, predict_tags(model, tokenizer, rows["tokens"]))}
     with pytest.raises(
-        ValueError, match=r"--split: conll2003 \(.*\) has no 'dev' split; it has train, validation, test"
+        ValueError, match=r"--split: tiny-conll\d* \(.*\) has no 'dev' split; it has train, validation, test"
     ):
         score_tagger(model, tokenizer, dataset=None, data_dir=str(tiny_conll), split="dev")
     other = DWAttForTokenClassification.from_backbone(str(tiny_backbone), fusion="concat", num_labels=3)

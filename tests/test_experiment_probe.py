@@ -471,6 +471,6 @@ def test_labels_a_trial_s_training_sample_lacks_are_said_in_the_probe_s_summary(
     outcome = ProbeOutcome("cls", scores, (1, 1e-3), {0: (1, 1e-3), 1: (1, 1e-3)}, 100, depth=1)
     outcome.unseen_labels = {"drugs": {0: {"test": 1}, 1: {"test": 1}}, "food": {1: {"validation": 2, "test": 3}}}
     assert summary_lines(outcome)[1] == (
-        "labels no training example carries, their rows scored as errors: 'drugs' (1 in test; every trial), "
+        "labels no training example carries, scored as errors wherever they occur: 'drugs' (1 in test; every trial), "
         "'food' (2 in validation, 3 in test; trial 1)"
     )

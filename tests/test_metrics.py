@@ -101,3 +101,19 @@ def test_numpy_scores_of_label_ids_equal_seqeval_s(windowed):
         assert fast == pytest.approx(metrics.score_ids(batches_predicted, batches_labels), abs=1e-12)
         assert fast_other == pytest.approx(metrics.score_ids(other, batches_labels), abs=1e-12)
     assert NERMetrics(["O", "S-PER", "B-PER", "I-PER", "E-PER"]).iob is None  # IOBES: seqeval's path
+
+
+def test_plain_tags_are_scored_per_token_and_iobes_spans_by_seqeval():
+    from dwatt.metrics import NERMetrics, tag_scorer, token_scores
+
+    gold = [["NOUN", "VERB", "DET", "NOUN"]]
+    guessed = [["NOUN", "VERB", "NOUN", "NOUN"]]
+    scores = token_scores(gold, guessed)
+    assert scores["accuracy"] == scores["f1"] == pytest.approx(0.75)  # no O: micro F1 is accuracy
+    assert scores["NOUN_precision"] == pytest.approx(2 / 3) and scores["DET_recall"] == 0.0
+    assert scores["macro_f1"] == pytest.approx((0.8 + 1.0 + 0.0) / 3)
+    with_outside = token_scores([["O", "PER", "O"]], [["PER", "PER", "O"]])
+    assert with_outside["precision"] == pytest.approx(0.5) and with_outside["recall"] == 1.0
+    assert tag_scorer(["NOUN", "VERB"]) is token_scores
+    iobes = NERMetrics(["O", "B-X", "I-X", "E-X", "S-X"])
+    assert iobes.score([["B-X", "E-X", "S-X"]], [["B-X", "E-X", "O"]])["f1"] == pytest.approx(2 / 3)

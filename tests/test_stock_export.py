@@ -363,3 +363,55 @@ def test_a_classifier_the_stock_class_does_not_compute_and_a_decoder_s_head_are_
     assert "apply the backbone's final norm after layer 1" in error and "--through-final-norm" in error
     assert main(["export", str(decoder), str(tmp_path / "b"), "--format", "transformers", "--quantize", "int8"]) == 2
     assert "--quantize, --calibration and --allow-lossy are for --format onnx" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "scheme, tags",
+    [
+        ("IOBES", {"peter": "B-FOOD", "blackburn": "E-FOOD", "brussels": "S-DRUG", "lamb": "S-FOOD"}),
+        ("plain", {"peter": "NAME", "blackburn": "NAME", "brussels": "PLACE", "lamb": "THING"}),
+    ],
+)
+def test_a_probe_on_a_tag_set_of_ones_own_chooses_a_head_that_serves_stock_as_dwatt_predicts(
+    tiny_backbone, tmp_path, capsys, scheme, tags
+):
+    """A folder whose tags are its own (IOBES spans of new types, or plain tags with no O): the probe reads its tag
+    set, names the data by its folder, and its chosen head exports stock with those labels; transformers' pipeline,
+    in a process without dwatt, tags the test words as `dwatt predict` does."""
+    data = tmp_path / "mine"
+    data.mkdir()
+    sentences = ["peter blackburn call brussels", "eu rejects british lamb", "boycott lamb to brussels"]
+    default = "O" if scheme != "plain" else "THING"
+    lines = ["\n".join(f"{w}\t{tags.get(w, default)}" for w in s.split()) + "\n" for s in sentences]
+    (data / "train.conll").write_text("\n".join(lines * 3))
+    (data / "dev.txt").write_text("\n".join(lines))
+    (data / "test.iob").write_text("\n".join(lines))
+    argv = ["probe", "--backbone", str(tiny_backbone), "--data-dir", str(data), "--n-shot", "1", "--epochs", "2"]
+    argv += ["--learning-rates", "1e-2", "--widen", "0", "--no-baselines", "--test", "--output", str(tmp_path / "p")]
+    assert main([*argv, "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert (f"{scheme} spans" if scheme != "plain" else "plain tags") in printed
+    row = json.loads(next((tmp_path / "p" / "questions").glob("*/results.jsonl")).read_text().splitlines()[0])
+    assert row["run_id"].startswith("mine/")  # the data by its folder's name, never conll2003
+    chosen = tmp_path / "p" / "chosen" / "model"
+    assert main(["export", str(chosen), str(tmp_path / "stock"), "--format", "transformers"]) == 0
+    labels = json.loads((tmp_path / "stock" / "config.json").read_text())["id2label"]
+    assert set(tags.values()) <= set(labels.values())
+    capsys.readouterr()
+    text = sentences[0]
+    (tmp_path / "in.txt").write_text(text + "\n")
+    assert main(["predict", str(chosen), "--jsonl", str(tmp_path / "in.txt"), "--quiet"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["tags"]
+    run_without_dwatt(
+        f"""
+        from transformers import pipeline
+        tagger = pipeline("token-classification", model={str(tmp_path / "stock")!r}, trust_remote_code=False,
+                          aggregation_strategy="none")
+        found = tagger({text!r})
+        tags, words = {predicted!r}, {text.split()!r}
+        for entity in found:
+            assert tags[words.index(entity["word"])] == entity["entity"], (entity, tags)
+        assert len(found) == sum(tag != "O" for tag in tags), (found, tags)
+        """,
+        tmp_path,
+    )

@@ -252,7 +252,7 @@ def test_an_evaluation_label_absent_from_training_is_named_with_its_file_line_an
     assert results["unseen_labels"] == {"z": {"validation": 1}}
     from dwatt.console import console_of
 
-    said = "labels no training example carries, their rows scored as errors: 'z' (1 in validation)"
+    said = "labels no training example carries, scored as errors wherever they occur: 'z' (1 in validation)"
     assert console_of(results).score_lines(results)[-1] == said  # in the summary, not only while the run starts
     # `dwatt evaluate` scores the checkpoint (classes x, y) on the same split the same way, with the same warning.
     from dwatt.cli import main

@@ -33,7 +33,11 @@ def register(commands) -> None:
         help="default: the data the checkpoint was trained on (its run's results.json beside it), else conll2003 for "
         "NER, ag_news for text classification",
     )
-    parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (cls: CSV/TSV/JSONL)")
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        help="folder of your own files (ner: CoNLL columns or JSON lines; cls: CSV/TSV/JSONL)",
+    )
     add_column_arguments(parser)
     parser.add_argument("--split", default="validation")
     parser.add_argument("--block-size", type=int, default=128, help="mlm: tokens per block, as in training")

@@ -44,7 +44,10 @@ def register(commands) -> None:
         help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset or a folder",
     )
     parser.add_argument(
-        "--data-dir", default=None, help="folder of the dataset's files (CoNLL files; cls: CSV/TSV/JSONL)"
+        "--data-dir",
+        default=None,
+        help="folder of your own files, named after it: ner: train, dev/valid/validation and test as CoNLL columns "
+        "(.txt/.conll/.iob/.tsv) or JSON lines, any tag set; cls: CSV/TSV/JSONL",
     )
     parser.add_argument(
         "--n-shot", type=int, default=32, help="N: N x C sentences (cls: N examples per class; default 32)"

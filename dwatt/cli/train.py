@@ -74,7 +74,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ner: conll2003 (default) or wikiann:<lang>; cls: ag_news (default), a Hub dataset (name or name:config) or a folder",
     )
     parser.add_argument(
-        "--data-dir", default=None, help="folder of the dataset's files (default CoNLL: vendored copy)"
+        "--data-dir",
+        default=None,
+        help="folder of your own files, named after it (ner: CoNLL columns or JSON lines, any tag set; cls: "
+        "CSV/TSV/JSONL; default: the vendored CoNLL-03)",
     )
     parser.add_argument(
         "--n-shot",

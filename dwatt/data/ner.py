@@ -1,4 +1,5 @@
-"""NER data: CoNLL-2003 and WikiAnn as `datasets.DatasetDict`, and tokenisation with label alignment.
+"""Token-labelling data: CoNLL-2003, WikiAnn and a folder of the user's own files (any tag set: `tag_sets`) as
+`datasets.DatasetDict`, and tokenisation with label alignment.
 
 Every loader reads local files (the usual formats) or, given a Hub dataset name instead of a folder, calls
 `datasets.load_dataset` (online only). A malformed file raises `DataFormatError` naming the file and the line.
@@ -15,7 +16,8 @@ from datasets import Sequence as SequenceFeature
 
 from ..defaults import default_conll_dir
 from ..tokenization import encode_words
-from .files import DataFormatError, is_local_path, numbered_lines
+from .files import DataFormatError, is_local_path, json_objects, numbered_lines
+from .tag_sets import describe, entity_types, label_list, refuse_bilou
 
 logger = logging.getLogger(__name__)
 
@@ -25,19 +27,20 @@ CONLL_SPLIT_FILES = {"train": "train.txt", "validation": "valid.txt", "test": "t
 WIKIANN_SPLIT_FILES = {"train": "train.txt", "validation": "dev.txt", "test": "test.txt"}
 
 
-def entity_types(labels: Sequence[str]) -> list[str]:
-    """The entity classes of an IOB2 tag set, in order of first appearance: ['PER', 'ORG', ...]."""
-    return list(dict.fromkeys(label[2:] for label in labels if label != "O"))
+# The files of a folder of one's own: each split under any of its names, with any of the usual extensions.
+SPLIT_NAMES = {"train": ("train",), "validation": ("dev", "valid", "validation"), "test": ("test",)}
+TAGGED_EXTENSIONS = (".txt", ".conll", ".iob", ".tsv", ".jsonl")
 
 
-def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
+def read_conll(path: str | Path, labels: Sequence[str] | None = None) -> list[dict]:
     """
-    Sentences of a CoNLL-style file: one token per line, the tag in the last column (two columns as
-    `TOKEN TAG`, or the original four `TOKEN POS CHUNK TAG`), blank lines between sentences, `-DOCSTART-` lines
-    between documents. Returns `[{"tokens": [...], "tags": [...], "line": first_line}, ...]`.
+    Sentences of a CoNLL-style file: one token per line, the tag in the last column (`TOKEN TAG`, the original
+    `TOKEN POS CHUNK TAG`, or any columns between; spaces or tabs), blank lines between sentences, `-DOCSTART-`
+    lines between documents. `labels`: the tags allowed (None: any). Returns
+    `[{"tokens": [...], "tags": [...], "line": first_line}, ...]`.
     """
     path = Path(path)
-    known = set(labels)
+    known = None if labels is None else set(labels)
     sentences: list[dict] = []
     tokens: list[str] = []
     tags: list[str] = []
@@ -58,13 +61,12 @@ def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
         if columns[0] == "-DOCSTART-":
             close_sentence()
             continue
-        if len(columns) not in (2, 4):
-            what = "a token without a tag" if len(columns) == 1 else f"{len(columns)} columns"
+        if len(columns) < 2:
             raise DataFormatError(
-                f"{path}:{number}: {what} in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'"
+                f"{path}:{number}: a token without a tag in {line!r}; expected 'TOKEN TAG' or 'TOKEN POS CHUNK TAG'"
             )
         tag = columns[-1]
-        if tag not in known:
+        if known is not None and tag not in known:
             raise DataFormatError(f"{path}:{number}: unknown tag {tag!r}; known tags: {', '.join(labels)}")
         if not tokens:
             first_line = number
@@ -74,6 +76,101 @@ def read_conll(path: str | Path, labels: Sequence[str]) -> list[dict]:
     if not sentences:
         raise DataFormatError(f"{path}:1: no sentences in the file (empty, or only -DOCSTART- lines)")
     return sentences
+
+
+def read_tagged_jsonl(path: str | Path) -> list[dict]:
+    """Sentences of a JSON-lines file, one object per line: `{"tokens": [...], "tags": [...]}` (or `ner_tags`),
+    the tags as strings, as many as the tokens. Returns what `read_conll` returns."""
+    sentences = []
+    for number, row in json_objects(path, "sentence"):
+        key = next((key for key in ("tags", "ner_tags") if key in row), None)
+        tokens, tags = row.get("tokens"), row.get(key)
+        if not isinstance(tokens, list) or key is None or not isinstance(tags, list):
+            raise DataFormatError(
+                f'{path}:{number}: expected {{"tokens": [...], "tags": [...]}}, got keys {sorted(row)}'
+            )
+        if len(tokens) != len(tags):
+            raise DataFormatError(f"{path}:{number}: {len(tokens)} tokens but {len(tags)} tags")
+        if not all(isinstance(tag, str) for tag in tags):
+            raise DataFormatError(
+                f"{path}:{number}: {key} must be tag names (strings such as 'B-PER'), got {tags[:3]!r}: "
+                "write the names, not their ids"
+            )
+        if tokens:
+            sentences.append({"tokens": [str(token) for token in tokens], "tags": tags, "line": number})
+    if not sentences:
+        raise DataFormatError(f"{path}:1: no sentences in the file")
+    return sentences
+
+
+def read_tagged(path: Path) -> list[dict]:
+    """A split file of either format, by its extension (`.jsonl`: JSON lines; else CoNLL columns)."""
+    sentences = read_tagged_jsonl(path) if path.suffix == ".jsonl" else read_conll(path)
+    for sentence in sentences:
+        refuse_bilou(sentence["tags"], f"{path}:{sentence['line']}")
+    return sentences
+
+
+def tagged_split_files(folder: Path) -> dict[str, Path]:
+    """`{split: file}` of a folder of one's own (`SPLIT_NAMES` x `TAGGED_EXTENSIONS`); two files for one split, or
+    none for train or dev, are refused naming what was looked for."""
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no data folder {folder}")
+    found = {}
+    for split, names in SPLIT_NAMES.items():
+        files = [
+            folder / f"{name}{ext}"
+            for name in names
+            for ext in TAGGED_EXTENSIONS
+            if (folder / f"{name}{ext}").is_file()
+        ]
+        if len(files) > 1:
+            raise DataFormatError(
+                f"{folder}: {len(files)} files for the {split} split ({', '.join(f.name for f in files)}); keep one"
+            )
+        if files:
+            found[split] = files[0]
+        elif split != "test":
+            wanted = "/".join(names)
+            raise FileNotFoundError(
+                f"{folder}: no {split} split (looked for {wanted} with {', '.join(TAGGED_EXTENSIONS)})"
+            )
+    return found
+
+
+def load_tagged_folder(folder: str | Path) -> DatasetDict:
+    """
+    A folder of one's own token-labelled files (`tagged_split_files`) as `train/validation/test` with `ner_tags`
+    whose names are the data's own tag set (`tag_sets.label_list`: the training split's tags first; a tag found only
+    in dev or test is kept, warned about, and can only be scored as an error). Data whose tags are all CoNLL-2003's
+    keeps CoNLL-2003's label order (`CONLL_LABELS`), as models trained on it have.
+    """
+    files = tagged_split_files(Path(folder))
+    sentences = {split: read_tagged(path) for split, path in files.items()}
+    every_tag = [tag for split in sentences.values() for sentence in split for tag in sentence["tags"]]
+    labels = list(CONLL_LABELS) if set(every_tag) <= set(CONLL_LABELS) else label_list(every_tag)
+    trained = {tag for sentence in sentences["train"] for tag in sentence["tags"]}
+    for split, rows in sentences.items():
+        unseen = sorted({tag for sentence in rows for tag in sentence["tags"]} - trained)
+        if split != "train" and unseen:
+            logger.warning(
+                f"{files[split]}: tags absent from the training split: {', '.join(unseen)}; their tokens stay in the "
+                "scores and count as errors"
+            )
+    logger.info(f"{folder}: {describe(labels)}")
+    return DatasetDict({split: _tagged_dataset(rows, labels) for split, rows in sentences.items()})
+
+
+def _tagged_dataset(sentences: list[dict], labels: Sequence[str]) -> Dataset:
+    index = {label: i for i, label in enumerate(labels)}
+    return Dataset.from_dict(
+        {
+            "id": list(range(len(sentences))),
+            "tokens": [s["tokens"] for s in sentences],
+            "ner_tags": [[index[t] for t in s["tags"]] for s in sentences],
+        },
+        features=ner_features(labels),
+    )
 
 
 def ner_features(labels: Sequence[str]) -> Features:
@@ -87,16 +184,7 @@ def ner_features(labels: Sequence[str]) -> Features:
 
 
 def _ner_split(path: Path, labels: Sequence[str]) -> Dataset:
-    sentences = read_conll(path, labels)
-    index = {label: i for i, label in enumerate(labels)}
-    return Dataset.from_dict(
-        {
-            "id": list(range(len(sentences))),
-            "tokens": [s["tokens"] for s in sentences],
-            "ner_tags": [[index[t] for t in s["tags"]] for s in sentences],
-        },
-        features=ner_features(labels),
-    )
+    return _tagged_dataset(read_conll(path, labels), labels)
 
 
 def _load_ner_folder(folder: Path, split_files: dict[str, str], labels: Sequence[str]) -> DatasetDict:
@@ -138,12 +226,25 @@ def load_wikiann(language: str, source: str | Path | None = None) -> DatasetDict
 
 
 def load_ner_dataset(name: str, data_dir: str | None):
-    """An NER dataset by its name: conll2003 (the vendored copy, or `data_dir`'s files) or wikiann:<lang>."""
+    """A token-labelling dataset by its name: conll2003 (the vendored copy, or `data_dir`'s files with CoNLL-2003's
+    tags), wikiann:<lang>, a folder of one's own (`data_dir`, or the name written as a path: `load_tagged_folder`),
+    or a Hub dataset with `tokens` and `ner_tags` (online)."""
     if name == "conll2003":
         return load_conll2003(data_dir)
     if name.startswith("wikiann:"):
         return load_wikiann(name.split(":", 1)[1], data_dir)
-    raise ValueError(f"--dataset: unknown dataset {name!r}; expected conll2003 or wikiann:<lang>")
+    if data_dir is not None or is_local_path(name):
+        return load_tagged_folder(data_dir if data_dir is not None else name)
+    try:
+        data = load_dataset(name)
+    except Exception as error:  # offline, unknown or malformed: the Hub's errors come in many classes
+        raise ValueError(
+            f"--dataset: unknown dataset {name!r}: not conll2003, wikiann:<lang>, a folder of your files (--data-dir) "
+            f"or a Hub dataset that loads here ({str(error).splitlines()[0] if str(error) else type(error).__name__})"
+        ) from None
+    if "validation" not in data and "test" in data:
+        data["validation"] = data.pop("test")
+    return data.select_columns(["tokens", "ner_tags"])
 
 
 def tokenize_and_align(
@@ -222,6 +323,8 @@ __all__ = [
     "CONLL_LABELS",
     "WIKIANN_LABELS",
     "entity_types",
+    "load_tagged_folder",
+    "read_tagged_jsonl",
     "load_conll2003",
     "load_ner_dataset",
     "load_wikiann",

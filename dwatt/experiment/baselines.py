@@ -72,7 +72,7 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
     """The majority label and the CRF on `config`'s sample, its L2 weight chosen on dev (`CRF_L2`)."""
     from sklearn_crfsuite import CRF
 
-    from ..metrics import entity_scores
+    from ..metrics import tag_scorer
     from ..splits import ner_splits
 
     config.validate()
@@ -85,7 +85,7 @@ def ner_baselines(config: RunConfig) -> list[BaselineScores]:
         ]
 
     def f1(gold, predicted) -> float:
-        return 100 * entity_scores(gold, predicted)["f1"]
+        return 100 * tag_scorer(names)(gold, predicted)["f1"]
 
     train_x, train_y = read(train)
     dev_x, dev_y = read(dev)

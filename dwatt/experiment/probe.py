@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specs_dwatt import layers_to_run
 
+from ..data.tag_sets import describe
 from ..execution import Execution
 from ..schema import ENSEMBLES_FIELD
 from ..tasks import TASKS
@@ -129,6 +130,7 @@ def choose(task: str, rows: list[dict], ensemble_rows: list[dict] | None = None)
         depths.pop() if len(depths) == 1 else None,
     )
     outcome.unseen_labels = unseen
+    outcome.labels = rows[0].get("labels")
     for row in rows if ensemble_rows is None else ensemble_rows:
         for entry in row.get(ENSEMBLES_FIELD) or []:
             outcome.ensembles.setdefault(entry["size"], []).append(
@@ -196,6 +198,8 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         f"chosen on dev: layer {layer} of {outcome.depth_text()} at learning rate {rate:g}: dev {metric} "
         f"{outcome.mean(layer, rate):.2f}" + ("" if math.isnan(test) else f", test {metric} {test:.2f}")
     ]
+    if outcome.labels and TASKS[outcome.task].kind == "tagging":
+        lines.append(f"tags: {describe(outcome.labels)}")
     lines += tie_lines(outcome)
     lines += unseen_label_lines(outcome)
     lines += widening_lines(outcome)
@@ -273,7 +277,7 @@ def unseen_label_lines(outcome: ProbeOutcome) -> list[str]:
             else f"trial{'s' * (len(by_trial) > 1)} {layer_span(sorted(by_trial))}"
         )
         described.append(f"{label!r} ({where}; {trials})")
-    return [f"labels no training example carries, their rows scored as errors: {', '.join(described)}"]
+    return [f"labels no training example carries, scored as errors wherever they occur: {', '.join(described)}"]
 
 
 def widening_lines(outcome: ProbeOutcome) -> list[str]:

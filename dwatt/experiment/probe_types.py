@@ -169,6 +169,8 @@ class ProbeOutcome:
     # labels of the evaluation splits that no training example of a trial carries (scored as errors):
     # label -> {trial: {split: rows}}
     unseen_labels: dict[str, dict[int, dict[str, int]]] = field(default_factory=dict)
+    # the labels the heads predict, as the runs recorded them (a tagging task's tag set is stated from them)
+    labels: list[str] | None = None
 
     def best_rate(self, layer: int) -> float:
         """The rate with `layer`'s best mean dev score (ties: the smaller rate)."""

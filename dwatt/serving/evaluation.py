@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..data import load_ner_dataset
 from ..data.classification import load_classification_dataset, warn_about_unseen_labels
-from ..metrics import classification_scores, entity_scores
+from ..metrics import classification_scores, tag_scorer
 from ..tasks import TASKS
 from .prediction import BATCH_SIZE, class_probabilities, predict_tags
 
@@ -14,9 +14,10 @@ from .prediction import BATCH_SIZE, class_probabilities, predict_tags
 def score_tagger(
     model, tokenizer, *, dataset: str | None, data_dir: str | None, split: str, batch_size: int = BATCH_SIZE, **_
 ) -> dict:
-    """seqeval's entity scores of an NER checkpoint on `split` of `dataset` (default: conll2003), whose labels must
-    be the checkpoint's."""
-    dataset = dataset or "conll2003"
+    """The tag set's scores (`tag_scorer`: seqeval's entity scores, or per token for plain tags) of a tagging
+    checkpoint on `split` of `dataset` (default: conll2003; a folder of the user's files is called by its name),
+    whose labels must be the checkpoint's."""
+    dataset = TASKS["ner"].dataset_for(dataset, data_dir)
     data = load_ner_dataset(dataset, data_dir)
     if split not in data:
         raise ValueError(
@@ -28,7 +29,8 @@ def score_tagger(
         raise ValueError(f"the checkpoint's labels {names} differ from the dataset's; cannot score it on {dataset}")
     rows = data[split].filter(lambda row: len(row["tokens"]) > 0)  # as training scores it: empty ones skipped
     gold = [[names[t] for t in tags] for tags in rows["ner_tags"]]
-    return {"split": split, **entity_scores(gold, predict_tags(model, tokenizer, rows["tokens"], batch_size))}
+    predicted = predict_tags(model, tokenizer, rows["tokens"], batch_size)
+    return {"split": split, **tag_scorer(names)(gold, predicted)}
 
 
 def score_classifier(

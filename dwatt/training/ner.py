@@ -146,11 +146,31 @@ def ner_results(setup: NERSetup, config: RunConfig, best: dict, curve: list[dict
         "cache_seconds": round(setup.cache_seconds, 3),
         "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
     } | (cache_facts(setup.train_set, setup.dev_set) if setup.cached else {})
+    unseen = tags_only_in_evaluation(setup, config)
+    if unseen:
+        results["unseen_labels"] = unseen
     if has_layer_weights(setup.model):
         results["dev_layer_weights"] = layer_weights_by_type(
             setup.model, setup.dev_set, setup.collator, setup.label_names
         )
     return results
+
+
+def tags_only_in_evaluation(setup: NERSetup, config: RunConfig) -> dict[str, dict[str, int]]:
+    """The tags the dev split (and test, where the run scores it) holds but the whole training split lacks, with
+    their token counts by split: `{tag: {split: tokens}}`. No head can predict them; they stay in the scores."""
+    in_training = {tag for tags in setup.data["train"]["ner_tags"] for tag in tags}
+    splits = {"validation": setup.dev}
+    if config.evaluate_test and "test" in setup.data:
+        splits["test"] = setup.data["test"]
+    unseen: dict[str, dict[str, int]] = {}
+    for split, rows in splits.items():
+        for tags in rows["ner_tags"]:
+            for tag in tags:
+                if tag not in in_training:
+                    counts = unseen.setdefault(setup.label_names[tag], {})
+                    counts[split] = counts.get(split, 0) + 1
+    return unseen
 
 
 def scored_test_split(setup: NERSetup, cache_layers: list[int] | None = None):
