@@ -243,7 +243,10 @@ def draw_ranking(ranking: LayerRanking, path: Path) -> Path | None:
         axis.set(xlabel="layer", title=f"{name.replace('_', ' ')}\n({better} picked: {picks[name]})")
         axis.title.set_fontsize(9)
         axis.grid(alpha=0.3)
-    figure.suptitle(f"{ranking.backbone} on {ranking.dataset}: {ranking.texts} texts, no labels", fontsize=10)
+    figure.suptitle(
+        f"{ranking.backbone} on {ranking.dataset}: {ranking.texts} texts, no labels; one pass, {ranking.seconds:.0f} s",
+        fontsize=10,
+    )
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)

@@ -15,18 +15,19 @@ def test_the_report_tables_each_measure_against_the_probes_dev_choice(tmp_path, 
     code = main(["rank-report", str(STORE), "--rankings", str(RANKINGS), "--output", str(tmp_path)])
     assert code == 0 and "label_free.md" in capsys.readouterr().out
     text = (tmp_path / "label_free.md").read_text()
-    for marker in ("agreement", "summary", "advice", "label budget"):
-        assert f"<!-- {marker} -->" in text
-    table = pd.read_csv(tmp_path / "label_free.csv")
+    for name in ("agreement", "summary", "advice", "label_budget"):
+        assert (tmp_path / "tables" / f"{name}.md").read_text() in text
+    table = pd.read_csv(tmp_path / "tables" / "agreement.csv")
     assert set(table.measure) == {
         "prompt_entropy",
         "dataset_entropy",
         "curvature",
         "effective_rank",
         "intrinsic_dimension",
+        "last_layer",  # the reference row
     }
     assert (table.backbone == "all-MiniLM-L6-v2").all() and (table.trials >= 3).all()
-    budget = pd.read_csv(tmp_path / "label_budget.csv")
+    budget = pd.read_csv(tmp_path / "tables" / "label_budget.csv")
     assert (budget.dev_examples < budget.full_dev_examples).all()
 
 

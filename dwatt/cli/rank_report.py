@@ -21,7 +21,9 @@ def register(commands) -> None:
         metavar="FOLDER",
         help="folders holding rank_layers.json files (searched below), one per backbone and dataset",
     )
-    parser.add_argument("--output", required=True, help="folder for label_free.md and its CSV files")
+    parser.add_argument(
+        "--output", required=True, help="folder for label_free.md and tables/ (each table as Markdown and CSV)"
+    )
     parser.add_argument("--prefer", nargs="+", default=(), metavar="STORE", help="as for dwatt report")
     parser.add_argument(
         "--prune",

@@ -28,6 +28,8 @@ SETTING = ["backbone", "dataset", "n_shot", "epochs"]
 # A pick this close to the dev-chosen layer's test score is as good as it (the issue's "within 1 point").
 WITHIN = 1.0
 TOP_K = (3, 5, 8)
+# The reference row of each setting: no measure, the last layer (what a user with no labels reads by default).
+LAST_LAYER = "last_layer"
 
 
 def read_rankings(folders: list[str | Path]) -> dict[tuple[str, str], dict]:
@@ -36,7 +38,10 @@ def read_rankings(folders: list[str | Path]) -> dict[tuple[str, str], dict]:
     for folder in folders:
         for path in sorted(Path(folder).rglob("rank_layers.json")):
             record = json.loads(path.read_text())
-            rankings[backbone_label(record["backbone"]), record["dataset"]] = record
+            key = backbone_label(record["backbone"]), record["dataset"]
+            if key in rankings:
+                raise ValueError(f"{path}: a second ranking of {key[0]} on {key[1]}; keep one under the folders given")
+            rankings[key] = record
     return rankings
 
 
@@ -45,17 +50,22 @@ def _values(record: dict, measure: str) -> dict[int, float]:
 
 
 def _trial_rows(curve: pd.DataFrame, values: dict[int, float], measure: str, last: int) -> dict:
-    """One trial's agreement of `measure` with its dev curve (`curve`: a row per layer, indexed by layer)."""
-    spec = MEASURES[measure]
-    layers = [layer for layer in curve.index if layer >= 1 and math.isfinite(values.get(layer, math.nan))]
-    pick = spec.pick({layer: values[layer] for layer in layers})
+    """One trial's agreement of `measure` (or `LAST_LAYER`, the reference: no measure, the last layer) with its dev
+    curve (`curve`: a row per layer, indexed by layer)."""
     chosen = best_of(curve.loc[[layer for layer in curve.index if layer >= 1]].reset_index())
-    oriented = [spec.oriented(values[layer]) for layer in layers]
-    rho = spearmanr(oriented, curve.loc[layers].dev_score).statistic if len(layers) > 2 else math.nan
+    if measure == LAST_LAYER:
+        pick, rho = last, math.nan
+    else:
+        spec = MEASURES[measure]
+        layers = [layer for layer in curve.index if layer >= 1 and math.isfinite(values.get(layer, math.nan))]
+        pick = spec.pick({layer: values[layer] for layer in layers})
+        oriented = [spec.oriented(values[layer]) for layer in layers]
+        rho = spearmanr(oriented, curve.loc[layers].dev_score).statistic if len(layers) > 2 else math.nan
     return {
         "pick": pick,
         "dev_layer": int(chosen.layer.iloc[0]),
         "rho": rho,
+        "test": curve.loc[pick].test_score,
         "regret": chosen.test_score.iloc[0] - curve.loc[pick].test_score,
         "over_last": curve.loc[pick].test_score - curve.loc[last].test_score if last in curve.index else math.nan,
     }
@@ -78,14 +88,15 @@ def agreement(curves: pd.DataFrame, rankings: dict[tuple[str, str], dict]) -> pd
         last = (
             int(setting.backbone_layers.max()) if setting.backbone_layers.notna().any() else int(setting.layer.max())
         )
-        for measure in MEASURES:
-            values = _values(record, measure)
+        for measure in (*MEASURES, LAST_LAYER):
+            values = _values(record, measure) if measure in MEASURES else {}
             trials = pd.DataFrame(
                 [_trial_rows(trial.set_index("layer"), values, measure, last) for _, trial in setting.groupby("trial")]
             )
             regret, regret_ci = _interval(trials.regret)
             over_last, over_last_ci = _interval(trials.over_last)
             rho, rho_ci = _interval(trials.rho)
+            test, test_ci = _interval(trials.test)
             records.append(
                 dict(zip(SETTING, key))
                 | {
@@ -98,6 +109,8 @@ def agreement(curves: pd.DataFrame, rankings: dict[tuple[str, str], dict]) -> pd
                     "trials": len(trials),
                     "rho": rho,
                     "rho_ci95": rho_ci,
+                    "test_score": test,
+                    "test_ci95": test_ci,
                     "regret": regret,
                     "regret_ci95": regret_ci,
                     "over_last": over_last,
@@ -190,11 +203,14 @@ def agreement_table(table: pd.DataFrame) -> str:
     rows = [
         [
             f"{row.backbone}, {DATASET_NAMES.get(row.dataset, row.dataset)}, N = {row.n_shot}",
-            row.measure.replace("_", " "),
+            _named(row.measure),
             _pm(row.rho, row.rho_ci95),
             str(row.pick),
             row.dev_layers,
             f"{row.hits} of {row.trials}",
+            f"{row.test_score:.2f} ± {row.test_ci95:.2f}"
+            if not math.isnan(row.test_ci95)
+            else f"{row.test_score:.2f}",
             _pm(row.regret, row.regret_ci95),
             f"{row.within} of {row.trials}",
             _pm(row.over_last, row.over_last_ci95),
@@ -208,6 +224,7 @@ def agreement_table(table: pd.DataFrame) -> str:
         "picks",
         "dev chose",
         "same layer",
+        "test at pick",
         "regret",
         "within 1",
         "over last",
@@ -238,9 +255,9 @@ def summary_table(summary: pd.DataFrame) -> str:
     rows = [
         [
             row.data,
-            row.measure.replace("_", " "),
+            _named(row.measure),
             str(row.settings),
-            f"{row.rho:+.2f}",
+            "" if math.isnan(row.rho) else f"{row.rho:+.2f}",
             f"{row.hits} of {row.trials}",
             f"{row.within} of {row.trials}",
             f"{row.median_regret:.2f}",
@@ -264,29 +281,41 @@ def summary_table(summary: pd.DataFrame) -> str:
 
 
 def advice(summary: pd.DataFrame) -> str:
-    """One sentence per data set that the summary supports: the closest measure, and whether any lands within
-    `WITHIN` points of the dev-chosen layer in most trials."""
+    """One sentence per data set that the summary supports: the measure closest to the dev-chosen layer, whether
+    any lands within `WITHIN` points of it in most trials (with its worst setting), and how the closest compares
+    with reading the last layer."""
     sentences = []
     for data, rows in summary.groupby("data", sort=False):
+        last = rows[rows.measure == LAST_LAYER]
+        rows = rows[rows.measure != LAST_LAYER]
         best = rows.sort_values(["median_regret", "measure"]).iloc[0]
         most = rows[rows.within * 2 > rows.trials]
-        name = best.measure.replace("_", " ")
-        closest = (
-            f"On {data}, the closest measure is {name} (median regret {best.median_regret:.2f} over "
-            f"{best.settings} setting{'s' * (best.settings != 1)}; the dev-chosen layer itself in {best.hits} of {best.trials} trials)"
+        settings = f"{best.settings} setting{'s' if best.settings != 1 else ''}"
+        text = (
+            f"On {data}, the closest measure is {_named(best.measure)} (median regret {best.median_regret:.2f} "
+            f"over {settings}; the dev-chosen layer itself in {best.hits} of {best.trials} trials)"
         )
         if most.empty:
-            sentences.append(
-                f"{closest}, and no measure's pick lands within {WITHIN:g} point of the dev-chosen layer in most "
-                "trials: none of them predicts the best layer; label a dev set and probe."
+            text += (
+                f", and no measure's pick lands within {WITHIN:g} point of the dev-chosen layer in most trials: "
+                "none of them predicts the best layer"
             )
         else:
-            names = ", ".join(m.replace("_", " ") for m in most.measure)
-            sentences.append(
-                f"{closest}; within {WITHIN:g} point of the dev-chosen layer in most trials: {names} (a shortlist to "
-                "probe, not a choice: see the worst setting)."
+            shortlist = ", ".join(f"{_named(row.measure)} (worst {row.worst_regret:.2f})" for row in most.itertuples())
+            text += f"; within {WITHIN:g} point of the dev-chosen layer in most trials: {shortlist}"
+        if not last.empty:
+            reference = last.iloc[0]
+            text += (
+                f". The last layer, with no measure, is within {WITHIN:g} point in {reference.within} of "
+                f"{reference.trials} trials (median regret {reference.median_regret:.2f}, worst "
+                f"{reference.worst_regret:.2f})"
             )
+        sentences.append(text + ". A label-free pick is a shortlist to probe, not a choice.")
     return " ".join(sentences)
+
+
+def _named(measure: str) -> str:
+    return "the last layer" if measure == LAST_LAYER else measure.replace("_", " ")
 
 
 def budget_table(table: pd.DataFrame) -> str:
@@ -308,7 +337,7 @@ def pruning_table(table: pd.DataFrame) -> str:
     rows = [
         [
             f"{row.backbone}, {DATASET_NAMES.get(row.dataset, row.dataset)}, N = {row.n_shot}",
-            row.measure.replace("_", " "),
+            _named(row.measure),
             str(row.k),
             row.layers,
             f"{row.same_layer} of {row.trials}",
@@ -319,6 +348,22 @@ def pruning_table(table: pd.DataFrame) -> str:
         for row in table.itertuples()
     ]
     header = ["setting", "measure", "k", "top-k layers", "same choice", "test vs full probe", "head runs", "backbone"]
+    return markdown(pd.DataFrame(rows, columns=header))
+
+
+def passes_table(rankings: dict[tuple[str, str], dict]) -> str:
+    """One row per ranking: its pass (texts, tokens, seconds, peak memory) and each measure's pick."""
+    rows = [
+        [
+            f"{backbone}, {DATASET_NAMES.get(dataset, dataset)}",
+            f"{record['texts']} ({record['tokens']} tokens)",
+            f"{record['seconds']:.0f}",
+            "" if record.get("peak_memory_bytes") is None else f"{record['peak_memory_bytes'] / 2**30:.2f}",
+            *(str(record["picks"][measure]) for measure in MEASURES),
+        ]
+        for (backbone, dataset), record in sorted(rankings.items())
+    ]
+    header = ["backbone, data", "texts", "seconds", "peak GiB", *(f"{_named(m)} picks" for m in MEASURES)]
     return markdown(pd.DataFrame(rows, columns=header))
 
 
@@ -340,24 +385,27 @@ def write_label_free_report(
     if table.empty:
         raise ValueError("no setting of the stores has a ranking (rank_layers.json) of its backbone and dataset")
     summary = measure_summary(table)
-    budget = label_budget(runs_frame(load_rows(list(budget_stores), prefer)) if budget_stores else frame)
+    budget = label_budget(runs_frame(load_rows(list(budget_stores))) if budget_stores else frame)
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
-    table.to_csv(output / "label_free.csv", index=False)
-    sections = [
-        "<!-- agreement -->\n" + agreement_table(table) + "\n<!-- end of agreement -->",
-        "<!-- summary -->\n" + summary_table(summary) + "\n<!-- end of summary -->",
-        "<!-- advice -->\n" + advice(summary) + "\n<!-- end of advice -->",
-    ]
+    (output / "tables").mkdir(parents=True, exist_ok=True)
+    table.to_csv(output / "tables" / "agreement.csv", index=False)
+    sections = {
+        "passes": passes_table(found),
+        "agreement": agreement_table(table),
+        "summary": summary_table(summary),
+        "advice": advice(summary) + "\n",
+    }
     if not budget.empty:
-        budget.to_csv(output / "label_budget.csv", index=False)
-        sections.append("<!-- label budget -->\n" + budget_table(budget) + "\n<!-- end of label budget -->")
+        budget.to_csv(output / "tables" / "label_budget.csv", index=False)
+        sections["label_budget"] = budget_table(budget)
     if prune is not None:
         pruned = pruning(curves, found, prune)
-        pruned.to_csv(output / "pruning.csv", index=False)
-        sections.append("<!-- pruning -->\n" + pruning_table(pruned) + "\n<!-- end of pruning -->")
+        pruned.to_csv(output / "tables" / "pruning.csv", index=False)
+        sections["pruning"] = pruning_table(pruned)
+    for name, text in sections.items():
+        (output / "tables" / f"{name}.md").write_text(text)
     path = output / "label_free.md"
-    path.write_text("\n\n".join(sections) + "\n")
+    path.write_text("\n".join(f"## {name.replace('_', ' ')}\n\n{text}" for name, text in sections.items()))
     return path
 
 
