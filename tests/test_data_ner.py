@@ -4,9 +4,11 @@ sentences cut into windows."""
 import json
 
 import pytest
+from datasets import concatenate_datasets
 
 from dwatt.data import (
     CONLL_LABELS,
+    WIKIANN_LABELS,
     DataFormatError,
     load_conll2003,
     load_ner_dataset,
@@ -16,6 +18,7 @@ from dwatt.data import (
     read_conll,
     tokenize_and_align,
 )
+from dwatt.sampling import few_shot_split
 
 GOOD_TWO_COLUMNS = "-DOCSTART- O\n\nEU B-ORG \nrejects O \nGerman B-MISC \n\nPeter B-PER\nBlackburn I-PER\n"
 GOOD_FOUR_COLUMNS = "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\nrejects VBZ B-VP O\n"
@@ -186,9 +189,13 @@ def test_a_folder_names_the_files_it_looked_for_or_the_two_it_cannot_choose_betw
         load_tagged_folder(folder)
 
 
-def test_a_folder_with_conll_tags_keeps_conll_label_order(tmp_path):
+def test_a_folder_with_conll_tags_keeps_conll_label_order_for_the_types_it_has(tmp_path):
     folder = tmp_path / "mine"
     folder.mkdir()
-    write(folder, "train.txt", "EU B-ORG\nPeter B-PER\n")
+    write(folder, "train.txt", "EU B-ORG\nPeter B-PER\nin O\nParis B-LOC\nand O\nGerman B-MISC\n")
     write(folder, "valid.txt", "EU B-ORG\n")
     assert load_tagged_folder(folder)["train"].features["ner_tags"].feature.names == list(CONLL_LABELS)
+    write(folder, "train.txt", "EU B-ORG\nPeter B-PER\nin O\nParis B-LOC\n")
+    data = load_tagged_folder(folder)
+    assert data["train"].features["ner_tags"].feature.names == list(WIKIANN_LABELS)  # no MISC: none to sample
+    assert few_shot_split(concatenate_datasets([data["train"]] * 9), 3, 0)[0].num_rows == 9  # 3 x 3 types

@@ -9,6 +9,7 @@ import re
 
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
 from ..serving.schemes import QUANTIZATIONS, RUNTIMES
+from ..tasks import TASKS
 
 
 def csv_of(kind):
@@ -131,6 +132,17 @@ def add_through_final_norm_argument(parser: argparse.ArgumentParser) -> None:
 
 
 COLUMNS = ("text_column", "pair_column", "label_column")
+
+
+def add_backbone_and_task_arguments(parser: argparse.ArgumentParser, task_help: str) -> None:
+    """`--backbone` and `--task` (a task whose head predicts its data's labels) of the commands that read layers."""
+    parser.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
+    parser.add_argument(
+        "--task",
+        default="ner",
+        choices=tuple(name for name, task in TASKS.items() if task.labelled),
+        help=task_help,
+    )
 
 
 def add_column_arguments(parser: argparse.ArgumentParser) -> None:

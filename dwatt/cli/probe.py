@@ -12,8 +12,8 @@ from specs_dwatt import POOLINGS
 
 from ..experiment.probe import PROBE_LEARNING_RATES
 from ..run_config import CACHE_DTYPES
-from ..tasks import TASKS
 from .options import (
+    add_backbone_and_task_arguments,
     add_backbone_dtype_argument,
     add_column_arguments,
     add_max_memory_argument,
@@ -31,13 +31,7 @@ def register(commands) -> None:
         help="a head on each layer at each learning rate: which layer reads best; "
         "saves the chosen head, cut at its layer",
     )
-    parser.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
-    parser.add_argument(
-        "--task",
-        default="ner",
-        choices=tuple(name for name, task in TASKS.items() if task.labelled),
-        help="ner, or cls: text classification",
-    )
+    add_backbone_and_task_arguments(parser, "ner, or cls: text classification")
     parser.add_argument(
         "--dataset",
         default=None,

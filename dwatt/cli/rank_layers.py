@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..tasks import TASKS
 from .options import (
+    add_backbone_and_task_arguments,
     add_backbone_dtype_argument,
     add_budget_argument,
     add_column_arguments,
@@ -25,13 +25,7 @@ def register(commands) -> None:
         "rank-layers",
         help="rank a backbone's layers from unlabelled text in one pass (label-free measures; no head trained)",
     )
-    parser.add_argument("--backbone", default=None, help="Hub id or folder (default: the packaged MiniLM)")
-    parser.add_argument(
-        "--task",
-        default="ner",
-        choices=tuple(name for name, task in TASKS.items() if task.labelled),
-        help="whose texts: ner (sentences of words) or cls (texts or text pairs)",
-    )
+    add_backbone_and_task_arguments(parser, "whose texts: ner (sentences of words) or cls (texts or text pairs)")
     parser.add_argument("--dataset", default=None, help="as for dwatt probe (default: the task's)")
     parser.add_argument("--data-dir", default=None, help="folder of the dataset's files (its train split is read)")
     add_column_arguments(parser)

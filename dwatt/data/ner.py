@@ -143,12 +143,15 @@ def load_tagged_folder(folder: str | Path) -> DatasetDict:
     A folder of one's own token-labelled files (`tagged_split_files`) as `train/validation/test` with `ner_tags`
     whose names are the data's own tag set (`tag_sets.label_list`: the training split's tags first; a tag found only
     in dev or test is kept, warned about, and can only be scored as an error). Data whose tags are all CoNLL-2003's
-    keeps CoNLL-2003's label order (`CONLL_LABELS`), as models trained on it have.
+    keeps CoNLL-2003's label order (`CONLL_LABELS`, as models trained on it have) for the types it has: a copy of
+    CoNLL-2003 gets its nine labels, a folder of PER, ORG and LOC alone WikiAnn's seven (no MISC to sample for).
     """
     files = tagged_split_files(Path(folder))
     sentences = {split: read_tagged(path) for split, path in files.items()}
     every_tag = [tag for split in sentences.values() for sentence in split for tag in sentence["tags"]]
-    labels = list(CONLL_LABELS) if set(every_tag) <= set(CONLL_LABELS) else label_list(every_tag)
+    labels = label_list(every_tag)
+    if set(every_tag) <= set(CONLL_LABELS):  # CoNLL-2003's tags: in its order, for the types the data has
+        labels = [label for label in CONLL_LABELS if label in labels]
     trained = {tag for sentence in sentences["train"] for tag in sentence["tags"]}
     for split, rows in sentences.items():
         unseen = sorted({tag for sentence in rows for tag in sentence["tags"]} - trained)
