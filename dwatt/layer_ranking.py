@@ -21,7 +21,7 @@ import torch
 
 from modeling_dwatt import DWAttForTokenClassification
 
-from .data.classification import MAX_TOKENS, load_classification_dataset
+from .data.classification import MAX_TOKENS, load_classification_dataset, read_unlabelled_texts
 from .data.ner import load_ner_dataset
 from .features.memory import gib, model_nbytes
 from .layer_measures import MEASURES, LayerMeasures
@@ -42,7 +42,9 @@ def _sentences(task_name: str, dataset: str | None, data_dir: str | None, column
 
 
 def _texts(task_name: str, dataset: str | None, data_dir: str | None, columns: dict) -> list:
-    """The training split's texts, or (text, pair) tuples (labels ignored)."""
+    """The training split's texts, or (text, pair) tuples (labels ignored; a folder's file need have none)."""
+    if data_dir is not None:
+        return read_unlabelled_texts(data_dir, columns.get("text_column"), columns.get("pair_column"))
     name = task_named(task_name).dataset_for(dataset, data_dir)
     train = load_classification_dataset(name, data_dir, **columns)["train"]
     if "text_pair" in train.column_names:

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from dwatt.data.files import DataFormatError
 from dwatt.layer_measures import MEASURES
 from dwatt.layer_ranking import LayerRanking, rank_layers, sampled
 
@@ -50,3 +51,16 @@ def test_a_budget_too_small_is_refused_before_the_pass(tiny_backbone, tiny_conll
 def test_the_masked_lm_has_no_layer_to_rank(tiny_backbone):
     with pytest.raises(ValueError, match="--task mlm"):
         rank_layers(str(tiny_backbone), task="mlm")
+
+
+def test_a_folder_of_unlabelled_texts_is_ranked_without_a_label_column(tiny_backbone, tmp_path):
+    folder = tmp_path / "unlabelled"
+    folder.mkdir()
+    (folder / "train.csv").write_text(
+        "review\n" + "".join(f"peter call brussels {i % 3 * 'lamb '}\n" for i in range(9))
+    )
+    ranking = rank_layers(str(tiny_backbone), task="cls", data_dir=str(folder), texts=6)
+    assert ranking.texts == 6 and ranking.dataset == "unlabelled"
+    (folder / "train.csv").write_text("body,label\npeter,a\n")
+    with pytest.raises(DataFormatError, match=r"train\.csv: cannot tell which column is the text .* --text-column"):
+        rank_layers(str(tiny_backbone), task="cls", data_dir=str(folder), texts=6)

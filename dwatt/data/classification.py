@@ -155,6 +155,33 @@ def _split_files(folder: Path) -> dict[str, Path]:
     return found
 
 
+def read_unlabelled_texts(folder: str | Path, text_column: str | None = None, pair_column: str | None = None) -> list:
+    """The texts (or `(text, pair)` tuples) of a folder's `train` file, labelled or not: a label column is neither
+    needed nor read. The text column is the one given, else the first common name present, else the file's only
+    column; the pair column only where given or found among the common names."""
+    files = _split_files(Path(folder))
+    if "train" not in files:
+        raise FileNotFoundError(
+            f"{folder}: no train file ({', '.join(SPLIT_NAMES['train'])} with {', '.join(FORMATS)})"
+        )
+    path = files["train"]
+    rows = read_rows(path)
+    columns = list(rows[0][1])
+    only = columns if len(columns) == 1 else []
+    text = text_column or next((c for c in (*TEXT_COLUMNS, *only) if c in columns), None)
+    if text is None or text not in columns:
+        raise DataFormatError(
+            f"{path}: cannot tell which column is the text (looked for {', '.join(TEXT_COLUMNS)}; the columns are "
+            f"{columns}); name it with --text-column"
+        )
+    pair = pair_column or next((c for c in PAIR_COLUMNS if c in columns and c != text), None)
+    for number, row in rows:
+        for column in (text, pair) if pair else (text,):
+            if not isinstance(row.get(column), str):
+                raise DataFormatError(f"{path}:{number}: no text in the column {column!r}")
+    return [(row[text], row[pair]) if pair else row[text] for _, row in rows]
+
+
 def load_classification_folder(folder: str | Path, label_names: Sequence[str] | None = None, **columns) -> DatasetDict:
     """A folder of `train` and `validation` (or `dev`) files, optionally `test`, in one of the formats. All splits
     share the label names of the training split (plus any the others add, after them), or `label_names`."""
