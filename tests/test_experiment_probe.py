@@ -312,6 +312,8 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
         assert probed["engine"] == "stacked" and trained["dev_curve"] == probed["dev_curve"]
     model = tmp_path / "probe" / "chosen" / "model"
     assert (tmp_path / "probe" / "probe.png").is_file() and f"model: {model}" in printed
+    # the encoder's default mean pooling: the closing lines say why no stock class computes it, and what would
+    assert "no stock export: a cls head has no stock transformers class" in printed and "--pooling first" in printed
     capsys.readouterr()
     assert main(["predict", str(model), "lamb to boycott"]) == 0
     assert capsys.readouterr().out.strip()

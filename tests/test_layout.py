@@ -265,7 +265,11 @@ DEFERRED_OWN_IMPORTS = {
     "dwatt.experiment.floor": {"dwatt.experiment.baselines"},  # torch, sklearn: the floor's tables are read light
     "dwatt.experiment.baselines": {"dwatt.metrics", "dwatt.splits"},  # datasets: the probe's parser reads baselines
     "dwatt.experiment.sweep": {"dwatt.distributed"},  # torch: the parser builds sweeps
-    "dwatt.experiment.probe_models": {"dwatt.checkpoints", "dwatt.model_cards"},  # torch: the probe's parser
+    "dwatt.experiment.probe_models": {  # torch: the probe's parser
+        "dwatt.checkpoints",
+        "dwatt.model_cards",
+        "dwatt.serving.stock_export",
+    },
 }
 
 

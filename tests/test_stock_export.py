@@ -391,6 +391,7 @@ def test_a_probe_on_a_tag_set_of_ones_own_chooses_a_head_that_serves_stock_as_dw
     assert main([*argv, "--quiet"]) == 0
     printed = capsys.readouterr().out
     assert (f"{scheme} spans" if scheme != "plain" else "plain tags") in printed
+    assert "served without dwatt: dwatt export " in printed and "--format transformers (a stock model" in printed
     row = json.loads(next((tmp_path / "p" / "questions").glob("*/results.jsonl")).read_text().splitlines()[0])
     assert row["run_id"].startswith("mine/")  # the data by its folder's name, never conll2003
     chosen = tmp_path / "p" / "chosen" / "model"

@@ -94,7 +94,7 @@ def run_probe(settings: ProbeSettings, execution: Execution) -> ProbeOutcome:
     outcome.figure = draw(outcome, settings.folder / "probe.png", settings)
     if settings.save_model:
         chosen = spec_at(specs, outcome.trials[0], *outcome.chosen)
-        outcome.model, outcome.saved = save_chosen(chosen, settings, outcome, execution)
+        outcome.model, outcome.saved, outcome.stock_refusal = save_chosen(chosen, settings, outcome, execution)
     if settings.save_ensemble:
         outcome.ensemble_members = ensemble_members(outcome, settings.save_ensemble)
         outcome.ensemble = save_ensemble(specs, settings, outcome, execution)
@@ -235,6 +235,12 @@ def summary_lines(outcome: ProbeOutcome) -> list[str]:
         lines.append(
             f"model: {outcome.model} (runs layers 1-{layers_to_run([layer])} of {outcome.depth_text()}; "
             f'dwatt predict {outcome.model} "...", dwatt export {outcome.model} OUT --quantize int8)'
+        )
+        lines.append(
+            f"served without dwatt: dwatt export {outcome.model} OUT --format transformers (a stock model, no remote "
+            "code)"
+            if outcome.stock_refusal is None
+            else f"no stock export: {outcome.stock_refusal}"
         )
     if outcome.ensemble:
         members = ", ".join(f"{member} at {rate:g}" for member, rate in outcome.ensemble_members)

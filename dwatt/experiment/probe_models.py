@@ -22,11 +22,15 @@ from .store import run_settings
 from .sweep import sweep_feature_cache, sweep_output_root
 
 
-def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution) -> tuple[Path, dict]:
+def save_chosen(
+    spec, settings: ProbeSettings, outcome: ProbeOutcome, execution: Execution
+) -> tuple[Path, dict, str | None]:
     """Train the chosen head of the first trial again, alone, into `<folder>/chosen` with its checkpoint (cut at its
-    layer), and write its model card with how it was chosen. Returns the checkpoint folder and the run's results."""
+    layer), and write its model card with how it was chosen. Returns the checkpoint folder, the run's results and why
+    the head cannot export as a stock transformers model (`stock_refusal`; None where it can)."""
     from ..checkpoints import load_checkpoint
     from ..model_cards import model_card
+    from ..serving.stock_export import model_task, stock_refusal
 
     folder = settings.folder / "chosen"
     config = saving_config(spec, settings, folder)
@@ -39,7 +43,7 @@ def save_chosen(spec, settings: ProbeSettings, outcome: ProbeOutcome, execution:
     (model_folder / "README.md").write_text(
         card.rstrip("\n") + "\n\n" + "\n".join(choice_section(outcome, settings, results)) + "\n"
     )
-    return model_folder, results
+    return model_folder, results, stock_refusal(model, model_task(model).name)
 
 
 def saving_config(spec, settings: ProbeSettings, folder: Path) -> RunConfig:

@@ -155,6 +155,7 @@ class ProbeOutcome:
     figure: Path | None = None
     model: Path | None = None
     saved: dict = field(default_factory=dict)
+    stock_refusal: str | None = None  # why the saved head cannot export as a stock model (None: it can)
     ensemble: Path | None = None  # the saved ensemble's folder (`save_ensemble`), its members in `ensemble_members`
     ensemble_members: list[tuple[int, float]] = field(default_factory=list)
     # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each
