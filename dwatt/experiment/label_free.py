@@ -195,6 +195,7 @@ def pruning(curves: pd.DataFrame, rankings: dict[tuple[str, str], dict], backbon
 def _pm(mean: float, ci: float) -> str:
     if math.isnan(mean):
         return ""
+    mean = round(mean, 2) + 0.0  # no "-0.00"
     return f"{mean:+.2f}" + ("" if math.isnan(ci) else f" ± {ci:.2f}")
 
 
