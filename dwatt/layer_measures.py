@@ -36,13 +36,16 @@ class Measure:
     higher_is_better: bool
     reference: str
 
+    def ranked(self, values: dict[int, float]) -> list[int]:
+        """The layers of `values` (layer -> value) best first by this measure's direction; NaN left out, ties: the
+        shallower first."""
+        finite = [layer for layer, value in values.items() if math.isfinite(value)]
+        return sorted(finite, key=lambda layer: (-self.oriented(values[layer]), layer))
+
     def pick(self, values: dict[int, float]) -> int | None:
-        """The layer this measure picks among `values` (layer -> value; NaN never picked; ties: the shallower)."""
-        finite = {layer: value for layer, value in values.items() if math.isfinite(value)}
-        if not finite:
-            return None
-        sign = 1.0 if self.higher_is_better else -1.0
-        return max(sorted(finite), key=lambda layer: sign * finite[layer])
+        """The layer this measure picks among `values`: the first of `ranked` (None where every value is NaN)."""
+        ranked = self.ranked(values)
+        return ranked[0] if ranked else None
 
     def oriented(self, value: float) -> float:
         """`value` turned so that higher is better (a rank correlation with a score reads alike for every measure)."""

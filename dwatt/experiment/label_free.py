@@ -49,10 +49,9 @@ def _values(record: dict, measure: str) -> dict[int, float]:
     return {int(layer): (math.nan if v is None else v) for layer, v in record["measures"][measure].items()}
 
 
-def _trial_rows(curve: pd.DataFrame, values: dict[int, float], measure: str, last: int) -> dict:
+def _trial_rows(curve: pd.DataFrame, chosen: pd.DataFrame, values: dict[int, float], measure: str, last: int) -> dict:
     """One trial's agreement of `measure` (or `LAST_LAYER`, the reference: no measure, the last layer) with its dev
-    curve (`curve`: a row per layer, indexed by layer)."""
-    chosen = best_of(curve.loc[[layer for layer in curve.index if layer >= 1]].reset_index())
+    curve (`curve`: a row per layer, indexed by layer) and the layer dev chose there (`chosen`, `best_of`'s row)."""
     if measure == LAST_LAYER:
         pick, rho = last, math.nan
     else:
@@ -88,11 +87,12 @@ def agreement(curves: pd.DataFrame, rankings: dict[tuple[str, str], dict]) -> pd
         last = (
             int(setting.backbone_layers.max()) if setting.backbone_layers.notna().any() else int(setting.layer.max())
         )
+        by_trial = [
+            (trial.set_index("layer"), best_of(trial[trial.layer >= 1])) for _, trial in setting.groupby("trial")
+        ]  # each trial's curve and its dev choice, once for every measure
         for measure in (*MEASURES, LAST_LAYER):
             values = _values(record, measure) if measure in MEASURES else {}
-            trials = pd.DataFrame(
-                [_trial_rows(trial.set_index("layer"), values, measure, last) for _, trial in setting.groupby("trial")]
-            )
+            trials = pd.DataFrame([_trial_rows(curve, chosen, values, measure, last) for curve, chosen in by_trial])
             regret, regret_ci = _interval(trials.regret)
             over_last, over_last_ci = _interval(trials.over_last)
             rho, rho_ci = _interval(trials.rho)
@@ -163,14 +163,13 @@ def pruning(curves: pd.DataFrame, rankings: dict[tuple[str, str], dict], backbon
         if record is None:
             continue
         depth = int(setting.layer.max())
+        by_trial = [(trial, best_of(trial)) for _, trial in setting[setting.layer >= 1].groupby("trial")]
         for measure, spec in MEASURES.items():
-            values = {layer: v for layer, v in _values(record, measure).items() if layer >= 1 and math.isfinite(v)}
-            order = sorted(values, key=lambda layer: (-spec.oriented(values[layer]), layer))
+            order = spec.ranked({layer: v for layer, v in _values(record, measure).items() if layer >= 1})
             for k in TOP_K:
                 kept = order[:k]
                 losses, same = [], 0
-                for _, trial in setting[setting.layer >= 1].groupby("trial"):
-                    full = best_of(trial)
+                for trial, full in by_trial:
                     restricted = best_of(trial[trial.layer.isin(kept)])
                     losses.append(full.test_score.iloc[0] - restricted.test_score.iloc[0])
                     same += int(full.layer.iloc[0] == restricted.layer.iloc[0])
