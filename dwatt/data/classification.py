@@ -78,9 +78,15 @@ def read_rows(path: str | Path) -> list[tuple[int, dict]]:
 
 
 def detect_columns(
-    path: Path, columns: Sequence[str], text: str | None, pair: str | None, label: str | None
-) -> tuple[str, str | None, str]:
-    """The text, pair and label columns: the given ones (checked), else the first common name present."""
+    path: Path,
+    columns: Sequence[str],
+    text: str | None,
+    pair: str | None,
+    label: str | None,
+    label_needed: bool = True,
+) -> tuple[str, str | None, str | None]:
+    """The text, pair and label columns: the given ones (checked), else the first common name present (no label
+    where none is `label_needed` and none is found)."""
 
     def pick(given, candidates, role, required=True, taken=()):
         if given is not None:
@@ -95,7 +101,7 @@ def detect_columns(
             )
         return found
 
-    label_column = pick(label, LABEL_COLUMNS, "label")
+    label_column = pick(label, LABEL_COLUMNS, "label", required=label_needed)
     text_column = pick(text, TEXT_COLUMNS, "text", taken=(label_column,))
     pair_column = pick(pair, PAIR_COLUMNS, "pair", required=False, taken=(label_column, text_column))
     return text_column, pair_column, label_column
@@ -167,14 +173,8 @@ def read_unlabelled_texts(folder: str | Path, text_column: str | None = None, pa
     path = files["train"]
     rows = read_rows(path)
     columns = list(rows[0][1])
-    only = columns if len(columns) == 1 else []
-    text = text_column or next((c for c in (*TEXT_COLUMNS, *only) if c in columns), None)
-    if text is None or text not in columns:
-        raise DataFormatError(
-            f"{path}: cannot tell which column is the text (looked for {', '.join(TEXT_COLUMNS)}; the columns are "
-            f"{columns}); name it with --text-column"
-        )
-    pair = pair_column or next((c for c in PAIR_COLUMNS if c in columns and c != text), None)
+    only = columns[0] if len(columns) == 1 else None  # a file of texts alone, under any name
+    text, pair, _ = detect_columns(path, columns, text_column or only, pair_column, None, label_needed=False)
     for number, row in rows:
         for column in (text, pair) if pair else (text,):
             if not isinstance(row.get(column), str):
