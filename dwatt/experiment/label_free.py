@@ -275,7 +275,7 @@ def summary_table(summary: pd.DataFrame) -> str:
         "within 1",
         "median regret",
         "worst",
-        "beats last",
+        "mean above last",
     ]
     return markdown(pd.DataFrame(rows, columns=header))
 
