@@ -97,6 +97,41 @@ def only_at(positions: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     return torch.where(positions[..., None], values, values.new_zeros(()))
 
 
+def read_words(states, word_ids: torch.Tensor | None, pooling: str):
+    """
+    Each word's vector at every one of its positions: `states` (`(batch, ..., seq, hidden)`, or a list or tuple of
+    such) with each position that belongs to a word (`word_ids >= 0`, `(batch, seq)`) replaced by the state at the
+    word's last sub-token (`pooling="last"`) or the mean of its sub-tokens' states (`"mean"`); other positions, and
+    every position for `"first"` or without `word_ids`, unchanged. A word's positions are those with its id in the
+    row, so reading it anywhere (the tagger reads its first sub-token) reads the whole word; applying it twice
+    changes nothing.
+    """
+    if pooling == "first" or word_ids is None:
+        return states
+    if isinstance(states, (list, tuple)):
+        return type(states)(read_words(state, word_ids, pooling) for state in states)
+    if word_ids.shape != (states.shape[0], states.shape[-2]):
+        raise ValueError(
+            f"word_ids has shape {tuple(word_ids.shape)}; the hidden states {tuple(states.shape)} need "
+            f"{(states.shape[0], states.shape[-2])}"
+        )
+    word_ids = word_ids.to(states.device)
+    in_word = word_ids >= 0
+    same_word = (word_ids[:, :, None] == word_ids[:, None, :]) & in_word[:, :, None]
+    alone = torch.eye(word_ids.shape[1], dtype=torch.bool, device=states.device) & ~in_word[:, :, None]
+    read = same_word | alone  # (batch, seq, seq): the positions each position reads
+    middle = (1,) * (states.dim() - 3)
+    if pooling == "last":
+        positions = torch.arange(word_ids.shape[1], device=states.device)
+        last = torch.where(read, positions, -1).amax(-1)  # each position's word's last position
+        index = last.view(last.shape[0], *middle, last.shape[1], 1).expand(states.shape)
+        return states.gather(-2, index)
+    if pooling == "mean":
+        weights = read.to(states.dtype) / read.sum(-1, keepdim=True).to(states.dtype)
+        return torch.matmul(weights.view(weights.shape[0], *middle, *weights.shape[1:]), states)
+    raise ValueError(f"unknown word pooling {pooling!r}; expected first, last or mean")
+
+
 def _pretrained_load(cls: type, *args, **kwargs):
     """`PreTrainedModel.from_pretrained` as `cls`, a DWAtt class or the class a checkpoint is read as."""
     return super(DWAttPreTrainedModel, cls).from_pretrained(*args, **kwargs)
@@ -117,6 +152,16 @@ class DWAttPreTrainedModel(PreTrainedModel):
     # The loss is a token mean; under data parallelism the Trainer hands it `num_items_in_batch`, the labelled
     # positions of the global batch, so that the mean is over the global batch and not a mean of per-device means.
     accepts_loss_kwargs = True
+    # Whether the model reads words, each as `config.word_readout` says (the base model and token classification).
+    reads_words: bool = False
+
+    def __init__(self, config: DWAttConfig, *inputs, **kwargs):
+        super().__init__(config, *inputs, **kwargs)
+        if config.word_readout != "first" and not self.reads_words:
+            raise ValueError(
+                f"DWAttConfig: word_readout {config.word_readout!r} is for token classification; "
+                f"{type(self).__name__} reads tokens, not words: leave it 'first'"
+            )
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -179,6 +224,8 @@ class DWAttModel(DWAttPreTrainedModel):
     `(batch, seq, hidden)` tensors, holding either all of the backbone's hidden states (embedding output first,
     as `output_hidden_states=True` returns them) or exactly the layers the fusion reads (see `fused_layer_indices`).
     """
+
+    reads_words = True
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)
@@ -305,10 +352,21 @@ class DWAttModel(DWAttPreTrainedModel):
             return selected
         return torch.stack(selected, dim=stack_dim).movedim(stack_dim, 1)
 
-    def run_backbone(self, **inputs) -> tuple[torch.Tensor, ...]:
+    def run_backbone(self, word_ids: torch.Tensor | None = None, **inputs) -> tuple[torch.Tensor, ...]:
         """The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), as the uncut
-        backbone holds them; the last is its output (`last_hidden_state`). See `BackboneRunner.run`."""
-        return self.backbone_runner.run(through_final_norm=self.config.through_final_norm, **inputs)[0]
+        backbone holds them; the last is its output (`last_hidden_state`). See `BackboneRunner.run`. With `word_ids`,
+        each word is read as the config's `word_readout` reads it (`read_words`), as the fusion would read it."""
+        self.check_word_ids(word_ids, inputs.get("input_ids"))
+        states = self.backbone_runner.run(through_final_norm=self.config.through_final_norm, **inputs)[0]
+        return read_words(states, word_ids, self.config.word_pooling)
+
+    def check_word_ids(self, word_ids: torch.Tensor | None, input_ids: torch.Tensor | None) -> None:
+        """Refuses a backbone run without the `word_ids` that the config's word readout needs."""
+        if word_ids is None and input_ids is not None and self.config.word_pooling != "first":
+            raise ValueError(
+                f"this model reads each word as {self.config.word_readout!r} (config.word_readout): give `word_ids`, "
+                "each token's word (-1 for special tokens and padding), as the tokenizer's word_ids() gives them"
+            )
 
     def forward(
         self,
@@ -323,6 +381,7 @@ class DWAttModel(DWAttPreTrainedModel):
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         token_mask: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
         **kwargs,
     ) -> DWAttModelOutput | tuple:
         r"""
@@ -337,6 +396,10 @@ class DWAttModel(DWAttPreTrainedModel):
             `False` returns a plain tuple instead of a [`DWAttModelOutput`].
         token_mask (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
             Fuse only these positions (per-token fusions); the fused representation is zero elsewhere.
+        word_ids (`torch.Tensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Each token's word (-1 for special tokens, padding and, for an `echo-` readout, the first copy): needed
+            when `config.word_readout` pools sub-tokens (`read_words`). Hidden states given without them are taken
+            as read already (a feature cache built with them).
         """
         output_hidden_states = _flag(output_hidden_states, self.config.output_hidden_states)
         output_attentions = _flag(output_attentions, self.config.output_attentions)
@@ -344,6 +407,7 @@ class DWAttModel(DWAttPreTrainedModel):
         if backbone_hidden_states is None:
             if input_ids is None and inputs_embeds is None:
                 raise ValueError("DWAttModel needs `input_ids`, `inputs_embeds` or `backbone_hidden_states`")
+            self.check_word_ids(word_ids, input_ids if input_ids is not None else inputs_embeds)
             all_hidden_states, attentions = self.backbone_runner.run(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
@@ -357,6 +421,7 @@ class DWAttModel(DWAttPreTrainedModel):
             layers = self.stack_layers(all_hidden_states)
         else:
             layers = self.select_layers(backbone_hidden_states)
+        layers = read_words(layers, word_ids, self.config.word_pooling)
         last_layer = layers[-1] if isinstance(layers, list) else layers[:, -1]
         dtype = next((p.dtype for p in self.fusion.parameters() if p.is_floating_point()), last_layer.dtype)
         if last_layer.dtype != dtype:  # a backbone kept in bf16/fp16 (as saved) under an fp32 fusion: its dtype here
@@ -397,5 +462,6 @@ __all__ = [
     "DWAttSequenceClassifierOutput",
     "DWAttTokenClassifierOutput",
     "only_at",
+    "read_words",
     "traced",
 ]

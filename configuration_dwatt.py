@@ -11,12 +11,20 @@ import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 try:
-    from .specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, FusionSpec, fusion_spec, layers_to_run
+    from .specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, WORD_READOUTS, FusionSpec, fusion_spec, layers_to_run
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
     try:
-        from specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, FusionSpec, fusion_spec, layers_to_run
+        from specs_dwatt import (
+            FUSIONS,
+            POOLINGS,
+            SEQUENCE_HEADS,
+            WORD_READOUTS,
+            FusionSpec,
+            fusion_spec,
+            layers_to_run,
+        )
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
 
@@ -222,6 +230,14 @@ class DWAttConfig(PretrainedConfig):
             A head on layer k of a decoder then computes what the stock `<Family>ForTokenClassification` cut to k
             layers computes, so that it exports as one (`dwatt export --format transformers`). Without it a
             decoder's layers are read as they leave the layer, the last one as the backbone returns it (normed).
+        word_readout (`str`, *optional*, defaults to `"first"`):
+            Token classification: which vector of each word its tag is read from, in every layer the fusion reads
+            (`specs_dwatt.WORD_READOUTS`): `"first"` (the state at the word's first sub-token), `"last"` (at its last
+            sub-token: in a causal decoder the first position that has seen the whole word), `"mean"` (the mean over
+            its sub-tokens), `"echo-last"` and `"echo-mean"` (the input given twice, the word read in the second
+            copy, where a causal decoder has seen the whole sentence). All but `"first"` need the `word_ids` input
+            (each token's word, -1 for none), which the tokenizer's `word_ids()` gives; the `echo-` ones need the input
+            repeated as `dwatt.tokenization.encode_words` repeats it.
 
     Example:
 
@@ -257,6 +273,7 @@ class DWAttConfig(PretrainedConfig):
         backbone_depth: int | None = None,
         layer_dropout: float = 0.1,
         through_final_norm: bool = False,
+        word_readout: str = "first",
         **kwargs,
     ):
         self.encoder_config = _as_encoder_config(encoder_config, kwargs.get("transformers_version"))
@@ -278,6 +295,7 @@ class DWAttConfig(PretrainedConfig):
         self.backbone_depth = backbone_depth
         self.layer_dropout = layer_dropout
         self.through_final_norm = through_final_norm
+        self.word_readout = word_readout
         decoder_read_normed = through_final_norm is True and is_decoder_only(self.encoder_config)
         self.sequence_head = sequence_head or ("linear" if decoder_read_normed else "dense_tanh")
         kwargs.setdefault("tie_word_embeddings", False)
@@ -308,6 +326,10 @@ class DWAttConfig(PretrainedConfig):
             self.validate_lora()
         if self.pooling not in POOLINGS:
             raise ValueError(f"DWAttConfig: unknown pooling {self.pooling!r}; expected one of {', '.join(POOLINGS)}")
+        if self.word_readout not in WORD_READOUTS:
+            raise ValueError(
+                f"DWAttConfig: unknown word_readout {self.word_readout!r}; expected one of {', '.join(WORD_READOUTS)}"
+            )
         if self.sequence_head not in SEQUENCE_HEADS:
             raise ValueError(
                 f"DWAttConfig: unknown sequence_head {self.sequence_head!r}; expected one of {', '.join(SEQUENCE_HEADS)}"
@@ -395,6 +417,17 @@ class DWAttConfig(PretrainedConfig):
         `include_embeddings`)."""
         return len(self.fused_layer_numbers) + int(self.include_embeddings)
 
+    @property
+    def word_pooling(self) -> str:
+        """How a word's sub-token states become its vector: `"first"`, `"last"` or `"mean"` (`word_readout` without
+        its `echo-`)."""
+        return self.word_readout.removeprefix("echo-")
+
+    @property
+    def repeats_input(self) -> bool:
+        """Whether the input is given twice and each word read in the second copy (an `echo-` `word_readout`)."""
+        return self.word_readout.startswith("echo-")
+
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
         if isinstance(output.get("encoder_config"), PretrainedConfig):  # older transformers keep it as an object
@@ -410,6 +443,7 @@ __all__ = [
     "DWAttConfig",
     "FUSIONS",
     "POOLINGS",
+    "WORD_READOUTS",
     "is_decoder_only",
     "parse_fused_layers",
     "single_layer",

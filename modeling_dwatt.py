@@ -220,6 +220,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         output_attentions: bool | None = None,
         return_dict: bool | None = None,
         logits_mask: torch.BoolTensor | None = None,
+        word_ids: torch.LongTensor | None = None,
         **kwargs,
     ):
         r"""
@@ -230,6 +231,8 @@ class _DWAttWithHead(DWAttPreTrainedModel):
         logits_mask (`torch.BoolTensor` of shape `(batch_size, sequence_length)`, *optional*):
             Token classification and masked LM: the positions whose logits are wanted (a tagger's first sub-token of
             each word, a masked LM's masks); the per-token work runs there only, and the logits elsewhere are zero.
+        word_ids (`torch.LongTensor` of shape `(batch_size, sequence_length)`, *optional*):
+            Each token's word, for a `config.word_readout` that pools sub-tokens: see [`DWAttModel.forward`].
         backbone_hidden_states, output_layer_weights, output_hidden_states, output_attentions, return_dict: see
             [`DWAttModel.forward`].
         """
@@ -256,6 +259,7 @@ class _DWAttWithHead(DWAttPreTrainedModel):
             position_ids=position_ids,
             inputs_embeds=inputs_embeds,
             backbone_hidden_states=backbone_hidden_states,
+            word_ids=word_ids,
             output_layer_weights=bool(output_layer_weights),
             output_hidden_states=output_hidden_states,
             output_attentions=output_attentions,
@@ -291,6 +295,7 @@ class DWAttForTokenClassification(_DWAttWithHead):
     """
 
     output_class = DWAttTokenClassifierOutput
+    reads_words = True
 
     def __init__(self, config: DWAttConfig):
         super().__init__(config)

@@ -14,6 +14,12 @@ from typing import Any, Literal
 
 POOLINGS = ("mean", "first", "last")
 """How sequence classification pools the fused tokens into one vector (`DWAttConfig.pooling`)."""
+WORD_READOUTS = ("first", "last", "mean", "echo-last", "echo-mean")
+"""Which vector of a word a token-classification head reads (`DWAttConfig.word_readout`): the state at its first
+sub-token (BERT's convention), at its last (the first position of a causal decoder that has seen the whole word), or
+the mean over its sub-tokens; `echo-` gives the backbone the input twice and reads the word in the second copy, whose
+every position has seen the whole sentence, even in a causal decoder (Springer et al., 2024, "Repetition Improves
+Language Model Embeddings")."""
 SEQUENCE_HEADS = ("dense_tanh", "linear")
 """What sequence classification applies to the pooled vector (`DWAttConfig.sequence_head`): RoBERTa's head (a dense
 layer, tanh, a projection) or one linear map without a bias (the decoder LLMs' stock classifiers' `score`)."""
@@ -175,6 +181,7 @@ __all__ = [
     "FUSIONS",
     "FUSION_SPECS",
     "POOLINGS",
+    "WORD_READOUTS",
     "SEQUENCE_HEADS",
     "FusionSpec",
     "fusion_spec",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, get_args
 
-from specs_dwatt import fusion_spec
+from specs_dwatt import WORD_READOUTS, fusion_spec
 
 from .tasks import TASKS, task_named
 
@@ -71,7 +71,9 @@ class RunConfig:
     (`sampling.with_shuffled_labels`), dev and test left as they are: the probe's control, a head that can learn the
     sample but not the task. `through_final_norm`: the model reads its layers through the backbone's final norm
     (`DWAttConfig.through_final_norm`: a decoder's head on one layer then exports as its stock tagger or text
-    classifier)."""
+    classifier). `word_readout` (tagging): which vector of each word the head reads (`DWAttConfig.word_readout`:
+    its first or last sub-token's, their mean, or with `echo-` the input given twice and the word read in the second
+    copy)."""
 
     backbone: str | None = None
     fusion: str = "dwatt"
@@ -108,6 +110,7 @@ class RunConfig:
     few_shot_dev: bool = False
     shuffle_labels: bool = False
     through_final_norm: bool = False
+    word_readout: str = "first"
     lora_rank: int = 8
     lora_alpha: float | None = None
     lora_dropout: float = 0.05
@@ -121,7 +124,8 @@ class RunConfig:
         """What the run sets in the model's `DWAttConfig`: the fused layers, reading through the final norm where it
         does, and any `extra` option."""
         normed = {"through_final_norm": True} if self.through_final_norm else {}
-        return {"fused_layers": self.layers} | normed | self.extra
+        read = {"word_readout": self.word_readout} if self.word_readout != "first" else {}
+        return {"fused_layers": self.layers} | normed | read | self.extra
 
     @property
     def caches_features(self) -> bool:
@@ -210,6 +214,7 @@ class RunConfig:
                 "--device-map spreads a frozen backbone that computes the feature cache once (FE with the "
                 "cache); LoRA, FT and --no-cache run it at every step: give it one device"
             )
+        check_word_readout(self.word_readout, self.task)
         if self.mode == "ft" and self.backbone_dtype in ("bfloat16", "float16"):
             raise ValueError(
                 f"--backbone-dtype {self.backbone_dtype} with --mode ft: the backbone's weights would train "
@@ -226,6 +231,14 @@ def check_backbone_folder(backbone: str | None, option: str = "--backbone") -> N
 
     if backbone is not None and is_local_path(backbone) and not Path(backbone).expanduser().is_dir():
         raise FileNotFoundError(f"{option}: no model folder {backbone}")
+
+
+def check_word_readout(readout: str, task: str) -> None:
+    """A word readout is one of `WORD_READOUTS`, and other than the first sub-token's only for a tagging task."""
+    if readout not in WORD_READOUTS:
+        raise ValueError(f"--word-readout: expected one of {', '.join(WORD_READOUTS)}, got {readout!r}")
+    if readout != "first" and task_named(task).kind != "tagging":
+        raise ValueError(f"--word-readout {readout}: a word readout is for tagging (--task ner), not --task {task}")
 
 
 def default_learning_rate(mode: str, task: str = "ner") -> float:
@@ -245,5 +258,6 @@ __all__ = [
     "TASKS",
     "RunConfig",
     "check_backbone_folder",
+    "check_word_readout",
     "default_learning_rate",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import Counter
 from pathlib import Path
 
 from .atomic import read_json, write_json_atomically
@@ -145,19 +146,27 @@ def as_in_running_text(tokenizer, sentences: list[list[str]]) -> list[list[str]]
     return [[word if i == 0 else " " + word for i, word in enumerate(words)] for words in sentences]
 
 
-def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride: int = 32) -> tuple[dict, dict]:
+def encode_words(
+    tokenizer, sentences: list[list[str]], max_length: int, stride: int = 32, readout: str = "first"
+) -> tuple[dict, dict]:
     """
     Sub-word windows of pre-split sentences. A sentence longer than `max_length` sub-words becomes several rows
-    (windows), consecutive ones overlapping by `stride` sub-words, so no word is cut off. Besides the tokenizer's
+    (windows), consecutive ones overlapping by `stride` sub-words, so no word is lost. Besides the tokenizer's
     outputs, each row has `word_ids` (-1 for special tokens), `sentence` (index into `sentences`), `window`
-    (0, 1, ...) and `scored`: 1 at the first sub-token of each word in the one window that scores it (the first
-    window where that sub-token appears), so every word is scored exactly once. Each word is encoded as in running
-    text (`as_in_running_text`: with its leading space, for byte-level BPE tokenizers that would drop it). Words
-    the tokenizer turns into no sub-token at all (zero-width characters, say) are encoded as its unknown token, so
-    none is lost.
+    (0, 1, ...) and `scored`: 1 at the first sub-token of each word in the one window that scores it, so every word
+    is scored exactly once: the first window where its first sub-token appears or, for a `readout` that reads the
+    whole word (`specs_dwatt.WORD_READOUTS`: all but "first"), the first window that holds all of its sub-tokens.
+    An `echo-` readout gives each window's words twice between the special tokens (half the room each) and marks
+    the words of the second copy only: the first copy's `word_ids` are -1. Each word is encoded as in running text
+    (`as_in_running_text`: with its leading space, for byte-level BPE tokenizers that would drop it). Words the
+    tokenizer turns into no sub-token at all (zero-width characters, say) are encoded as its unknown token, so none
+    is lost.
     Returns the rows and counts of what was done (`windowed_sentences`, `extra_windows`, `unknown_words`).
     """
-    room = max_length - tokenizer.num_special_tokens_to_add()
+    specials = tokenizer.num_special_tokens_to_add()
+    room = max_length - specials
+    if readout.startswith("echo-"):
+        room //= 2
     if room < 2:
         raise ValueError(f"max_length {max_length} leaves no room for words next to the special tokens")
     stride = min(stride, room // 2)
@@ -167,7 +176,7 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
             as_in_running_text(tokenizer, sentences),
             is_split_into_words=True,
             truncation=True,
-            max_length=max_length,
+            max_length=room + specials,
             stride=stride,
             return_overflowing_tokens=True,
         )
@@ -187,16 +196,20 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
             for word in words:
                 sentences[sentence][word] = tokenizer.unk_token
     rows = {key: list(values) for key, values in encoded.items()}
+    word_ids_of = [encoded.word_ids(row) for row in range(len(owners))]
+    if readout.startswith("echo-"):
+        word_ids_of = [_repeat_words(rows, row, word_ids) for row, word_ids in enumerate(word_ids_of)]
+    complete = _complete_windows(owners, word_ids_of) if readout != "first" else None
     rows.update(word_ids=[], sentence=[], window=[], scored=[])
     scored_words: dict[int, set] = {}
     window_of: dict[int, int] = {}
     for row, sentence in enumerate(owners):
-        word_ids = encoded.word_ids(row)
+        word_ids = word_ids_of[row]
         done = scored_words.setdefault(sentence, set())
         scored = []
         for position, word in enumerate(word_ids):
             first_piece = word is not None and (position == 0 or word_ids[position - 1] != word)
-            is_scored = first_piece and word not in done
+            is_scored = first_piece and word not in done and (complete is None or (row, word) in complete)
             if is_scored:
                 done.add(word)
             scored.append(int(is_scored))
@@ -213,8 +226,41 @@ def encode_words(tokenizer, sentences: list[list[str]], max_length: int, stride:
     return rows, counts
 
 
+def _repeat_words(rows: dict[str, list], row: int, word_ids: list) -> list:
+    """Row `row` of the tokenizer's outputs with its words given twice between its special tokens (in place), and
+    the word ids of the new row: None in the first copy, so that only the second is read."""
+    inside = [position for position, word in enumerate(word_ids) if word is not None]
+    start, end = inside[0], inside[-1] + 1
+    for values in rows.values():
+        values[row] = values[row][:end] + values[row][start:end] + values[row][end:]
+    return word_ids[:start] + [None] * (end - start) + word_ids[start:]
+
+
+def _complete_windows(owners: list[int], word_ids_of: list[list]) -> set[tuple[int, int]]:
+    """The `(row, word)` pairs whose window holds all of the word's sub-tokens: as many as any window of its sentence
+    holds (a window's edge can cut a word that the overlap of the next one holds whole)."""
+    counts = [Counter(word for word in word_ids if word is not None) for word_ids in word_ids_of]
+    most: dict[tuple[int, int], int] = {}
+    for sentence, held in zip(owners, counts):
+        for word, pieces in held.items():
+            most[sentence, word] = max(most.get((sentence, word), 0), pieces)
+    return {
+        (row, word)
+        for row, (sentence, held) in enumerate(zip(owners, counts))
+        for word, pieces in held.items()
+        if pieces == most[sentence, word]
+    }
+
+
 MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 """The tokenizer's outputs a DWAtt model takes (a backbone without token types ignores them)."""
+
+
+def model_input_names(word_readout: str = "first") -> tuple[str, ...]:
+    """The encoded columns a tagger with this word readout (`DWAttConfig.word_readout`) takes: `MODEL_INPUTS`, and
+    `word_ids` where it pools a word's sub-tokens (all readouts but the first sub-token's)."""
+    return MODEL_INPUTS if word_readout == "first" else (*MODEL_INPUTS, "word_ids")
+
 
 __all__ = [
     "BYTE_LEVEL_BPE_MODELS",
@@ -225,5 +271,6 @@ __all__ = [
     "encoding_settings",
     "load_saved_tokenizer",
     "load_tokenizer",
+    "model_input_names",
     "save_tokenizer",
 ]

@@ -163,7 +163,9 @@ def test_the_feature_memo_tells_a_backbone_changed_in_place_apart(tiny_backbone,
             self.weight = torch.nn.Parameter(torch.zeros(1))
             self.dwatt = torch.nn.Module()
             self.dwatt.backbone = torch.nn.Linear(1, 1)  # its device and dtype are part of the key
-            self.config = type("Config", (), {"backbone_revision": None, "through_final_norm": False})()
+            self.config = type(
+                "Config", (), {"backbone_revision": None, "through_final_norm": False, "word_readout": "first"}
+            )()
 
     from datasets import Dataset
 

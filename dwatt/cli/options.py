@@ -7,6 +7,8 @@ import argparse
 import math
 import re
 
+from specs_dwatt import WORD_READOUTS
+
 from ..run_config import BACKBONE_DTYPES, DEVICE_MAPS
 from ..serving.schemes import QUANTIZATIONS, RUNTIMES
 from ..tasks import TASKS
@@ -128,6 +130,32 @@ def add_through_final_norm_argument(parser: argparse.ArgumentParser) -> None:
         help="read every layer through the norm the backbone applies after its last one (decoder LLMs): a head on "
         "one layer then exports as the family's stock tagger, or text classifier, whose head it then is (the last "
         "token, one linear map without a bias; dwatt export --format transformers)",
+    )
+
+
+def add_word_readout_argument(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """`--word-readout` (`--word-readouts` for a grid: each run with each): which vector of each word a tagger reads."""
+    what = (
+        "first: the word's first sub-token (BERT's convention; what a stock tagger exports); last: its last sub-token "
+        "(in a causal decoder the first that has seen the whole word); mean: the mean over its sub-tokens; "
+        "echo-last, echo-mean: the sentence given twice, the word read in the second copy, where a causal decoder "
+        "has seen the whole sentence (twice the tokens)"
+    )
+    if several:
+        parser.add_argument(
+            "--word-readouts",
+            type=csv_of(str),
+            default=None,
+            dest="word_readouts",
+            help=f"tagging: each run with each of these ({', '.join(WORD_READOUTS)}); {what}",
+        )
+        return
+    parser.add_argument(
+        "--word-readout",
+        choices=WORD_READOUTS,
+        default="first",
+        dest="word_readout",
+        help=f"tagging: which vector of each word the head reads (default first); {what}",
     )
 
 

@@ -100,7 +100,7 @@ def with_progress(lines: InputLines, quiet: bool) -> Iterable[tuple[int, str]]:
 
 def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) -> None:
     """`dwatt predict --heads a,b,...`: every head's tags from one backbone pass per batch."""
-    from ..serving.prediction import as_array, run_on_arrays, tag
+    from ..serving.prediction import as_array, run_on_arrays, tag, word_readout_of
     from ..serving.shared_heads import SharedBackboneHeads
     from ..tokenization import load_tokenizer
 
@@ -117,6 +117,7 @@ def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) ->
             f"{len(tokenizer)} tokens, the shared backbone {embeddings} embeddings: not this backbone's tokenizer"
         )
     id2labels = {name: head.config.id2label for name, head in taggers.items()}
+    readout = word_readout_of(next(iter(taggers.values())).config)  # one for all: they share the backbone's input
 
     def run_logits(batch):
         outputs = run_on_arrays(heads, batch)
@@ -124,7 +125,7 @@ def predict_heads(args: argparse.Namespace, lines: Iterable[tuple[int, str]]) ->
 
     def predict(texts: list[str]) -> list:
         sentences = [text.split() for text in texts]
-        tags = tag(run_logits, id2labels, tokenizer, sentences, args.batch_size)
+        tags = tag(run_logits, id2labels, tokenizer, sentences, args.batch_size, readout=readout)
         return [(words, {name: tags[name][index] for name in taggers}) for index, words in enumerate(sentences)]
 
     write_all(lines, args.batch_size * CHUNK_BATCHES, predict, HeadsWriter(output_form(args), list(taggers)))

@@ -20,6 +20,7 @@ from .options import (
     add_threads_argument,
     add_through_final_norm_argument,
     add_train_in_parts_argument,
+    add_word_readout_argument,
     check_grid_arguments,
     csv_of,
 )
@@ -77,6 +78,7 @@ def register(commands) -> None:
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
     add_through_final_norm_argument(parser)
+    add_word_readout_argument(parser)
     parser.add_argument("--test", action="store_true", help="also score every head's best epoch on the test split")
     parser.add_argument(
         "--results",

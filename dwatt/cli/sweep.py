@@ -13,6 +13,7 @@ from .options import (
     add_threads_argument,
     add_through_final_norm_argument,
     add_train_in_parts_argument,
+    add_word_readout_argument,
     check_grid_arguments,
     csv_of,
 )
@@ -30,6 +31,7 @@ GRID_OPTIONS = (
     "learning_rates",
     "probe_layers",
     "through_final_norm",
+    "word_readouts",
 )  # the options that override a preset's `grid` arguments
 
 
@@ -60,6 +62,7 @@ def register(commands) -> None:
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
     add_through_final_norm_argument(parser)
+    add_word_readout_argument(parser, several=True)
     parser.add_argument(
         "--engine",
         choices=(*ENGINES, *ENGINE_ALIASES),

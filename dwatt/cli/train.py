@@ -17,6 +17,7 @@ from .options import (
     add_max_memory_argument,
     add_threads_argument,
     add_through_final_norm_argument,
+    add_word_readout_argument,
     csv_of,
 )
 
@@ -120,6 +121,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_max_memory_argument(parser)
     add_backbone_dtype_argument(parser)
     add_through_final_norm_argument(parser)
+    add_word_readout_argument(parser)
     parser.add_argument("--output-dir", default=defaults.output_dir)
     parser.add_argument("--no-save", action="store_false", dest="save_model", help="do not write the checkpoint")
     parser.add_argument("--test", action="store_true", dest="evaluate_test", help="also score the best model on test")

@@ -256,19 +256,22 @@ def tokenize_and_align(
     label_all_subtokens: bool = False,
     max_length: int | None = None,
     stride: int = 32,
+    readout: str = "first",
 ) -> Dataset | DatasetDict:
     """
     Tokenise pre-split sentences and align word tags to sub-words: the first sub-token of a word carries its tag,
     the others -100 (ignored), or, with `label_all_subtokens`, the word's tag with B- turned into I-. Special tokens
     get -100. A sentence longer than `max_length` sub-words (default: the tokenizer's limit) is split into
     overlapping windows (see `encode_words`) that each score their own words, so no label is lost; columns
-    `sentence` and `window` let scores be computed on the re-assembled sentence. Empty sentences are skipped. What
+    `sentence` and `window` let scores be computed on the re-assembled sentence; `readout` (a word readout,
+    `DWAttConfig.word_readout`) says which window scores a word and whether the input is given twice (`encode_words`).
+    Empty sentences are skipped. What
     was split, skipped or replaced is counted in a warning, never silent.
     """
     if isinstance(dataset, DatasetDict):
         return DatasetDict(
             {
-                name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length, stride)
+                name: tokenize_and_align(split, tokenizer, label_all_subtokens, max_length, stride, readout)
                 for name, split in dataset.items()
             }
         )
@@ -284,7 +287,7 @@ def tokenize_and_align(
     totals = {"windowed_sentences": 0, "extra_windows": 0, "unknown_words": 0}
 
     def encode(batch: dict, indices: list[int]) -> dict:
-        rows, counts = encode_words(tokenizer, batch["tokens"], limit, stride)
+        rows, counts = encode_words(tokenizer, batch["tokens"], limit, stride, readout)
         for key, value in counts.items():
             totals[key] += value
         rows["labels"] = []

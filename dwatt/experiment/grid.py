@@ -23,7 +23,7 @@ from specs_dwatt import fusion_spec
 
 from ..defaults import default_backbone_path
 from ..portable import backbone_folder, backbone_label
-from ..run_config import RunConfig
+from ..run_config import RunConfig, check_word_readout
 from ..tasks import TASKS, task_named
 
 # How a sweep trains: "trainer" runs every spec through `transformers.Trainer`; "stacked" trains the runs of one FE
@@ -52,7 +52,8 @@ class RunSpec:
     fusions of a trial see the same sentences. `n_shot` is N (N x C sentences) with `sampling="uniform"`, the
     number of sentences with `sampling="sentences"`, N per class for text classification, and unused by the
     masked-LM task. `learning_rate` (default: the run's, the paper's 5e-5) and `pooling` (text classification)
-    appear in the run id when set, as do a control's `shuffle_labels` and `through_final_norm`."""
+    appear in the run id when set, as do a control's `shuffle_labels`, `through_final_norm` and a `word_readout` other
+    than the first sub-token's."""
 
     fusion: str
     mode: str
@@ -70,6 +71,7 @@ class RunSpec:
     layers: str | None = None
     shuffle_labels: bool = False  # a control trained on the sample's labels permuted (`RunConfig.shuffle_labels`)
     through_final_norm: bool = False  # the layers read through the backbone's final norm (`RunConfig`'s)
+    word_readout: str | None = None  # which vector of a word a tagger reads (`RunConfig`'s; None: its default)
 
     @property
     def run_id(self) -> str:
@@ -83,6 +85,7 @@ class RunSpec:
             + (f"/L{self.layers}" if self.layers is not None else "")
             + ("/shuffled-labels" if self.shuffle_labels else "")
             + ("/final-norm" if self.through_final_norm else "")
+            + (f"/read-{self.word_readout}" if self.word_readout not in (None, "first") else "")
         )
         return f"{self.dataset}/{backbone}/{self.mode}/{self.fusion}/{size}e{self.epochs}/t{self.trial}{options}"
 
@@ -132,17 +135,18 @@ def grid(
     learning_rates: Iterable[float | None] | None = None,
     probe_layers: str | None = None,
     through_final_norm: bool = False,
+    word_readouts: Iterable[str | None] = (None,),
 ) -> list[RunSpec]:
     """The cross product, ordered so that every trial's runs come together (one sample, all fusions).
     `learning_rates`: each run at each of them (default: `learning_rate` alone). `probe_layers` (`all`, `every:k`,
     `a-b` or a list, as `--layers`): the Base head once on each of these layers of each backbone, a probe of every
     layer (the runs of one sample train together on one feature cache). `through_final_norm`: every run reads its
-    layers through the backbone's final norm."""
+    layers through the backbone's final norm. `word_readouts` (tagging): each run with each way of reading a word."""
     if not task_named(task).few_shot:  # masked LM trains on the whole split
         n_shots = (None,)
     rates = tuple(learning_rates) if learning_rates is not None else (learning_rate,)
-    fusions, modes, n_shots, epochs, datasets, backbones, poolings = (
-        tuple(values) for values in (fusions, modes, n_shots, epochs, datasets, backbones, poolings)
+    fusions, modes, n_shots, epochs, datasets, backbones, poolings, readouts = (
+        tuple(values) for values in (fusions, modes, n_shots, epochs, datasets, backbones, poolings, word_readouts)
     )
     for option, values in (
         ("--fusions", fusions),
@@ -152,14 +156,18 @@ def grid(
         ("--datasets", datasets),
         ("--backbones", backbones),
         ("--learning-rates", rates),
+        ("--word-readouts", readouts),
     ):
         if not values:
             raise ValueError(f"{option}: no value given, so the grid would hold no run")
     if trials < 1:
         raise ValueError(f"--trials must be >= 1, got {trials}")
+    for readout in readouts:
+        if readout is not None:
+            check_word_readout(readout, task)
     specs = []
-    for dataset, backbone, trial, n, e, mode, pooling, fusion, rate in itertools.product(
-        datasets, backbones, range(trials), n_shots, epochs, modes, poolings, fusions, rates
+    for dataset, backbone, trial, n, e, mode, pooling, readout, fusion, rate in itertools.product(
+        datasets, backbones, range(trials), n_shots, epochs, modes, poolings, readouts, fusions, rates
     ):
         layers = probed(backbone, probe_layers) if probes_layers(fusion) and probe_layers is not None else [None]
         specs += [
@@ -179,6 +187,7 @@ def grid(
                 pooling,
                 layer,
                 through_final_norm=through_final_norm,
+                word_readout=readout,
             )
             for layer in layers
         ]

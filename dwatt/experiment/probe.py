@@ -60,6 +60,7 @@ def probe_specs(settings: ProbeSettings, learning_rates: tuple[float, ...] | Non
         probe_layers=",".join(layers),
         poolings=(settings.pooling,),
         through_final_norm=settings.through_final_norm,
+        word_readouts=(None if settings.word_readout == "first" else settings.word_readout,),
     )
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..fingerprints import backbone_fingerprint, data_fingerprint
 from ..portable import backbone_label, portable_path
-from ..run_config import check_backbone_folder
+from ..run_config import check_backbone_folder, check_word_readout
 from ..tasks import TASKS
 from .widening import Widening, edge_of
 
@@ -55,6 +55,7 @@ class ProbeSettings:
     device_map: str | None = None  # the backbone spread over devices (`RunConfig.device_map`)
     cache_on_disk: bool = False  # `RunConfig.cache_on_disk`
     through_final_norm: bool = False  # every layer read through the backbone's final norm (`RunConfig`'s)
+    word_readout: str = "first"  # which vector of each word a tagging head reads (`RunConfig`'s)
     test: bool = False
     results: str | None = None  # a store shared on purpose; None: the question's own (`store`)
     output_root: str | None = None
@@ -79,6 +80,7 @@ class ProbeSettings:
             raise ValueError(f"--widen: a count of rates to add past each edge (0 or more), not {self.widen}")
         if self.save_ensemble is not None and not self.save_model:
             raise ValueError("--save-ensemble saves a model: leave out --no-save")
+        check_word_readout(self.word_readout, self.task)
         if not TASKS[self.task].pools and any((self.pooling, self.text_column, self.pair_column, self.label_column)):
             raise ValueError("--pooling and the --*-column options are for text classification: add --task cls")
 
@@ -102,8 +104,10 @@ class ProbeSettings:
         """What the probe asks, as a store tells its rows apart: the task, the data and the backbone by name and by
         content (`data_fingerprint`, `backbone_fingerprint`: a folder whose files changed is another question), and
         every setting that changes a run's numbers but not its id. The sample sizes, trials, layers and rates are not
-        in it: a probe asked for more of them adds rows to the same store."""
-        return {
+        in it: a probe asked for more of them adds rows to the same store. A word readout other than the first
+        sub-token's is named (a key that probes made before readouts existed lack)."""
+        read = {"word_readout": self.word_readout} if self.word_readout != "first" else {}
+        return read | {
             "task": self.task,
             "dataset": self.dataset,
             "data": portable_path(self.data_dir),

@@ -15,7 +15,7 @@ from tqdm.auto import tqdm
 
 from ..build_record import BuildRecord
 from ..distributed import launched_processes, split_and_gather, state
-from ..tokenization import MODEL_INPUTS
+from ..tokenization import model_input_names
 from .cache import FeatureCache, cache_lengths, cached_layers
 from .memory import preallocated, release_freed_memory
 
@@ -108,8 +108,8 @@ def build_feature_cache(
         features, record, done = torch.empty(shape, dtype=dtype), None, 0
     else:
         features, record, done = _file_storage(Path(path), shape, dtype, key, batch_size, share, layout, wait)
-    columns = [c for c in MODEL_INPUTS if c in dataset.column_names]
-    pad_values = {"input_ids": backbone.config.pad_token_id or 0}
+    columns = [c for c in model_input_names(model.config.word_readout) if c in dataset.column_names]
+    pad_values = {"input_ids": backbone.config.pad_token_id or 0, "word_ids": -1}
     saved_at = time.monotonic()
     if bar is not None:  # what this build's earlier run wrote, or what other processes build, is not this pass's work
         running = set(mine[done:])

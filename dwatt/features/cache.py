@@ -15,10 +15,10 @@ from torch.utils.data import Dataset as TorchDataset
 from ..tokenization import MODEL_INPUTS
 
 
-def model_inputs(tokens):
-    """A tokenised split without its bookkeeping columns (word ids, sentence and window numbers): what the model
-    and the padding collator take."""
-    return tokens.select_columns([c for c in (*MODEL_INPUTS, "labels") if c in tokens.column_names])
+def model_inputs(tokens, names: tuple[str, ...] = MODEL_INPUTS):
+    """A tokenised split without its bookkeeping columns (sentence and window numbers, and word ids unless `names`
+    holds them: `tokenization.model_input_names`): what the model and the padding collator take."""
+    return tokens.select_columns([c for c in (*names, "labels") if c in tokens.column_names])
 
 
 def dataset_fingerprint(dataset, columns: tuple[str, ...] = ("input_ids", "labels")) -> str:

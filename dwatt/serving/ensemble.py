@@ -63,9 +63,15 @@ class AveragedHeads(nn.Module):
     def device(self) -> torch.device:
         return next(self.heads.parameters()).device
 
-    def forward(self, input_ids=None, attention_mask=None, token_type_ids=None, logits_mask=None) -> EnsembleOutput:
+    def forward(
+        self, input_ids=None, attention_mask=None, token_type_ids=None, logits_mask=None, word_ids=None
+    ) -> EnsembleOutput:
         outputs = self.heads(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, logits_mask=logits_mask
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            logits_mask=logits_mask,
+            word_ids=word_ids,
         )
         # The log of the mean probability, computed from log-probabilities: never -inf where one member is sure
         log_probabilities = torch.stack([output.logits.float().log_softmax(-1) for output in outputs.values()])

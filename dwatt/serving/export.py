@@ -48,6 +48,7 @@ from .int8_graphs import (
     quantize_weights_graph,
 )
 from .onnx_runtime import EXPORT_CONFIG, FILES_KEY, GRAPHS, OnnxModel, is_export, needs, session_options
+from .prediction import word_readout_of
 from .schemes import EXPORT_QUANTIZATIONS, schemes_for
 
 # onnxruntime against PyTorch on the check batch, fp32, relative to the largest logit (at least 1): larger means the
@@ -64,8 +65,13 @@ class _LogitsOnly(nn.Module):
         super().__init__()
         self.model, self.inputs = model, inputs
 
-    def forward(self, input_ids, attention_mask, token_type_ids=None):
-        given = {"input_ids": input_ids, "attention_mask": attention_mask, "token_type_ids": token_type_ids}
+    def forward(self, input_ids, attention_mask, token_type_ids=None, word_ids=None):
+        given = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "token_type_ids": token_type_ids,
+            "word_ids": word_ids,
+        }
         return self.model(**{name: given[name] for name in self.inputs}).logits
 
 
@@ -87,19 +93,27 @@ def _quiet_exporter():
 
 
 def graph_inputs(model) -> list[str]:
-    """The inputs an exported graph takes: token types only where the backbone reads them."""
+    """The inputs an exported graph takes: token types only where the backbone reads them, each token's word where
+    the tagger's word readout pools sub-tokens (`DWAttConfig.word_readout`)."""
 
     takes_token_types = (
         model.takes_token_types if isinstance(model, AveragedHeads) else model.dwatt.backbone_runner.takes_token_types
     )
-    return ["input_ids", "attention_mask"] + (["token_type_ids"] if takes_token_types else [])
+    token_types = ["token_type_ids"] if takes_token_types else []
+    return ["input_ids", "attention_mask", *token_types] + (
+        ["word_ids"] if word_readout_of(model.config) != "first" else []
+    )
 
 
 def check_batch(tokenizer, inputs: list[str]) -> dict[str, torch.Tensor]:
-    """Two texts of different lengths, padded: a batch that exercises the padding."""
+    """Two texts of different lengths, padded: a batch that exercises the padding (and, where the graph takes them,
+    each token's word, -1 for special tokens and padding)."""
     texts = [text.replace("[MASK]", tokenizer.mask_token or "the") for text in CHECK_TEXTS]
     batch = tokenizer(texts, padding=True, return_tensors="pt")
     batch.setdefault("token_type_ids", torch.zeros_like(batch["input_ids"]))
+    if "word_ids" in inputs:
+        words = [[-1 if word is None else word for word in batch.word_ids(row)] for row in range(len(texts))]
+        batch["word_ids"] = torch.tensor(words)
     return {name: batch[name] for name in inputs}
 
 
@@ -112,8 +126,9 @@ def write_graph(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pa
     with torch.no_grad(), _quiet_exporter():
         torch.onnx.export(
             _LogitsOnly(model, inputs).eval(),
-            tuple(batch.values()),
+            (),
             str(path),
+            kwargs=dict(batch),
             dynamo=True,
             input_names=inputs,
             output_names=["logits"],
@@ -126,7 +141,7 @@ def write_graph(model: nn.Module, batch: dict[str, torch.Tensor], path: str | Pa
 def logits_of(model: nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """PyTorch's logits on `batch`, as the graph computes them."""
     with torch.no_grad():
-        return _LogitsOnly(model, list(batch)).eval()(*batch.values())
+        return _LogitsOnly(model, list(batch)).eval()(**batch)
 
 
 def check_graph(path: str | Path, batch: dict[str, torch.Tensor], expected: torch.Tensor) -> tuple[float, float]:
@@ -391,9 +406,10 @@ def _write_export(
     graphs = {"fp32": GRAPHS[None]}
     labels = {str(i): label for i, label in model.config.id2label.items()}
     pooling = getattr(model.config, "pooling", None)
+    readout = word_readout_of(model.config)
     int8 = None
     if quantize is not None:
-        about = {"inputs": inputs, "id2label": labels, "pooling": pooling, "task": task}
+        about = {"inputs": inputs, "id2label": labels, "pooling": pooling, "word_readout": readout, "task": task}
         int8 = check_int8(
             checkpoint, task, tokenizer, staging, schemes_for(quantize, model), about, calibration, allow_lossy
         )
@@ -411,6 +427,7 @@ def _write_export(
         "fusion": model.config.fusion,
         "id2label": labels,
         "pooling": pooling,
+        "word_readout": readout,
         # a probe ensemble's members (relative to its folder) and how they were chosen; config.json is its first's
         **({"ensemble": model.manifest} if isinstance(model, AveragedHeads) else {}),
         "inputs": inputs,

@@ -160,7 +160,12 @@ class OnnxModel:
                 f"{graph}: onnxruntime cannot load it ({first_line(error)[:200]}); export the checkpoint again"
             ) from None
         id2label = {int(i): label for i, label in self.export["id2label"].items()}
-        self.config = SimpleNamespace(id2label=id2label, num_labels=len(id2label), pooling=self.export.get("pooling"))
+        self.config = SimpleNamespace(
+            id2label=id2label,
+            num_labels=len(id2label),
+            pooling=self.export.get("pooling"),
+            word_readout=self.export.get("word_readout", "first"),  # exports made before readouts read the first
+        )
         self._check_outputs(graph)
 
     def _check_outputs(self, graph: Path) -> None:

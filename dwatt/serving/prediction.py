@@ -19,7 +19,7 @@ from itertools import islice
 
 import numpy as np
 
-from ..tokenization import MODEL_INPUTS, encode_words
+from ..tokenization import MODEL_INPUTS, encode_words, model_input_names
 
 # Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
 # (benchmarks/results/predict_speed_cpu.md, batch-size sweep).
@@ -37,13 +37,17 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
-def padded(rows: dict[str, list], indices: list[int], pad_id: int) -> dict[str, np.ndarray]:
-    """The model inputs of `rows[...][i]` for `i` in `indices` as int64 arrays, padded on the right to the longest of
-    them (the model handles either side; the right keeps each row's positions where the tokenizer put them)."""
+def padded(
+    rows: dict[str, list], indices: list[int], pad_id: int, columns: tuple[str, ...] = MODEL_INPUTS
+) -> dict[str, np.ndarray]:
+    """The model inputs (`columns`) of `rows[...][i]` for `i` in `indices` as int64 arrays, padded on the right to the
+    longest of them (the model handles either side; the right keeps each row's positions where the tokenizer put
+    them): `input_ids` with `pad_id`, `word_ids` with -1 (no word), the others with 0."""
     longest = max(len(rows["input_ids"][i]) for i in indices)
+    pad_values = {"input_ids": pad_id, "word_ids": -1}
     batch = {}
-    for column in (c for c in MODEL_INPUTS if c in rows):
-        array = np.full((len(indices), longest), pad_id if column == "input_ids" else 0, dtype=np.int64)
+    for column in (c for c in columns if c in rows):
+        array = np.full((len(indices), longest), pad_values.get(column, 0), dtype=np.int64)
         for place, row in enumerate(indices):
             array[place, : len(rows[column][row])] = rows[column][row]
         batch[column] = array
@@ -101,16 +105,18 @@ def tag(
     sentences: list[list[str]],
     batch_size: int = BATCH_SIZE,
     stride: int = 32,
+    readout: str = "first",
 ) -> dict[str, list[list[str]]]:
     """One tag per word of each pre-split sentence, for each head: `run_logits(batch)` returns `{head: logits}` for a
-    batch of arrays (`padded`, with the boolean `logits_mask` of the positions read). Long sentences go through
-    overlapping windows (`data.encode_words`), each word tagged by the window that scores it."""
+    batch of arrays (`padded`, with the boolean `logits_mask` of the positions read, and `word_ids` where the heads'
+    word `readout` pools sub-tokens). Long sentences go through overlapping windows (`data.encode_words`, which also
+    gives the input twice for an `echo-` readout), each word tagged by the window that scores it."""
     limit = min(tokenizer.model_max_length, 512)
     sentences = [list(words) for words in sentences]  # a dataset's column, too
-    rows, _ = encode_words(tokenizer, sentences, limit, stride)
+    rows, _ = encode_words(tokenizer, sentences, limit, stride, readout)
     tags = {name: [["O"] * len(words) for words in sentences] for name in id2labels}
     for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-        batch = padded(rows, indices, pad_id(tokenizer))
+        batch = padded(rows, indices, pad_id(tokenizer), model_input_names(readout))
         batch["logits_mask"] = padded({"input_ids": rows["scored"]}, indices, 0)["input_ids"].astype(
             bool
         )  # words' first pieces
@@ -126,7 +132,8 @@ def tag(
 def predict_tags(
     model, tokenizer, sentences: list[list[str]], batch_size: int = BATCH_SIZE, stride: int = 32
 ) -> list[list[str]]:
-    """One tag per word for pre-split sentences with a token-classification checkpoint."""
+    """One tag per word for pre-split sentences with a token-classification checkpoint, each word read as its
+    config's `word_readout` says (a stock tagger's config has none: the first sub-token)."""
     return tag(
         lambda batch: {"": logits_of(model, batch)},
         {"": model.config.id2label},
@@ -134,7 +141,14 @@ def predict_tags(
         sentences,
         batch_size,
         stride,
+        word_readout_of(model.config),
     )[""]
+
+
+def word_readout_of(config) -> str:
+    """Which vector of each word a tagger's config reads (`DWAttConfig.word_readout`); "first" for a stock tagger's,
+    which reads each token on its own and is read at words' first sub-tokens."""
+    return getattr(config, "word_readout", "first")
 
 
 def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) -> dict[str, list]:
@@ -211,6 +225,7 @@ __all__ = [
     "length_sorted_batches",
     "logits_of",
     "predict_tags",
+    "word_readout_of",
     "run_on_arrays",
     "softmax",
     "split_pairs",

@@ -65,12 +65,13 @@ def changes_the_forward(field: str) -> bool:
 
 def backbone_identity(config: DWAttConfig) -> dict:
     """What must agree between heads that share a backbone: every encoder-config field that can change the
-    backbone's forward pass (architecture and shape first), whether its layers are read through its final norm (one
-    pass hands every head the same hidden states), and for a head-only checkpoint the backbone's name and revision."""
+    backbone's forward pass (architecture and shape first), whether its layers are read through its final norm and
+    how it reads words (one pass hands every head the same hidden states, from the same input), and for a head-only
+    checkpoint the backbone's name and revision."""
     encoder = config.encoder_config.to_dict()
     first = {key: encoder.get(key) for key in BACKBONE_IDENTITY}
     rest = {key: encoder[key] for key in sorted(encoder) if key not in first and changes_the_forward(key)}
-    identity = first | rest | {"through_final_norm": config.through_final_norm}
+    identity = first | rest | {"through_final_norm": config.through_final_norm, "word_readout": config.word_readout}
     if config.heads_only:  # a full checkpoint carries its backbone's weights; a head-only one names them
         identity |= {
             "backbone_name_or_path": config.backbone_name_or_path,
@@ -300,11 +301,12 @@ class SharedBackboneHeads(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         output_layer_weights: bool = False,
         logits_mask: torch.Tensor | None = None,
+        word_ids: torch.Tensor | None = None,
     ) -> dict[str, object]:
-        """One backbone pass, then every head on the layers it reads: `{name: model output}` (`logits_mask`: see
-        the task models' `forward`)."""
+        """One backbone pass, then every head on the layers it reads: `{name: model output}` (`logits_mask`,
+        `word_ids`: see the task models' `forward`)."""
         hidden = self.runner.run_backbone(
-            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids, word_ids=word_ids
         )
         stacked: dict[tuple, torch.Tensor] = {}
         outputs = {}

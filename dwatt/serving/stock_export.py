@@ -59,6 +59,12 @@ def stock_refusal(model, task: str) -> str | None:
             f"a {task} head has no stock transformers class that computes it: the stock {family} classes put a "
             "head of their own between the last layer and the labels; export it to ONNX instead"
         )
+    if config.word_readout != "first":
+        return (
+            f"it reads each word as {config.word_readout!r}, and a stock tagger and transformers' pipeline read each "
+            "word at its first sub-token from the tokens alone (no word ids, the input given once); export it to "
+            "ONNX, which takes the word ids, or train it with --word-readout first"
+        )
     spec = config.fusion_spec
     if not spec.passes_layer_through:
         return (

@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import torch
 from transformers import (
     DataCollatorForTokenClassification,
 )
@@ -25,6 +26,7 @@ from ..metrics import NERMetrics
 from ..portable import backbone_folder
 from ..run_config import RunConfig
 from ..splits import ner_splits
+from ..tokenization import model_input_names
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .initial_models import INITIAL_MODELS
 from .placement import backbone_placement
@@ -32,6 +34,23 @@ from .prepared_together import TrainedTogether
 from .run_caches import cache_facts, feature_caches
 from .run_results import RunClock, finish_run, run_facts
 from .trainer_run import by_length, ensure_writable, refuse_few_shot_dev, scores_only, set_training_mode, train_run
+
+
+class TaggingCollator(DataCollatorForTokenClassification):
+    """transformers' token-classification collator, which also pads each row's `word_ids` (with -1, on the
+    tokenizer's padding side) where the rows hold them: what a word readout that pools sub-tokens takes."""
+
+    def torch_call(self, features):
+        if "word_ids" not in features[0]:
+            return super().torch_call(features)
+        word_ids = [list(feature["word_ids"]) for feature in features]
+        batch = super().torch_call([{k: v for k, v in feature.items() if k != "word_ids"} for feature in features])
+        length = batch["input_ids"].shape[1]
+        left = self.tokenizer.padding_side == "left"
+        batch["word_ids"] = torch.tensor(
+            [[-1] * (length - len(ids)) + ids if left else ids + [-1] * (length - len(ids)) for ids in word_ids]
+        )
+        return batch
 
 
 @dataclass
@@ -70,8 +89,8 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
     data, train, sampled_ids, dev = ner_splits(config)
     label_names = data["train"].features["ner_tags"].feature.names
     tokenizer = load_tokenizer(backbone)
-    train_tokens = tokenize_and_align(train, tokenizer)
-    dev_tokens = by_length(tokenize_and_align(dev, tokenizer))
+    train_tokens = tokenize_and_align(train, tokenizer, readout=config.word_readout)
+    dev_tokens = by_length(tokenize_and_align(dev, tokenizer, readout=config.word_readout))
 
     model = INITIAL_MODELS.build(
         backbone,
@@ -102,8 +121,9 @@ def prepare_ner(config: RunConfig, cache_layers: list[int] | None = None) -> NER
         collator = FeatureCollator(dtype=model.dtype)
         cache_seconds = time.perf_counter() - cache_start
     else:
-        train_set, dev_set = model_inputs(train_tokens), model_inputs(dev_tokens)
-        collator = DataCollatorForTokenClassification(tokenizer)
+        names = model_input_names(config.word_readout)
+        train_set, dev_set = model_inputs(train_tokens, names), model_inputs(dev_tokens, names)
+        collator = TaggingCollator(tokenizer)
     return NERSetup(
         config,
         backbone,
@@ -175,12 +195,12 @@ def tags_only_in_evaluation(setup: NERSetup, config: RunConfig) -> dict[str, dic
 
 def scored_test_split(setup: NERSetup, cache_layers: list[int] | None = None):
     """The test split tokenised (and cached for FE, of `cache_layers` for probes), with the metrics that score it."""
-    tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer))
+    tokens = by_length(tokenize_and_align(setup.data["test"], setup.tokenizer, readout=setup.config.word_readout))
     metrics = NERMetrics(setup.label_names, windows=list(zip(tokens["sentence"], tokens["window"])))
     if setup.cached:
         [cache] = feature_caches(setup.model, setup.backbone, setup.config, (tokens, {}), layers=cache_layers)
         return cache, metrics
-    return model_inputs(tokens), metrics
+    return model_inputs(tokens, model_input_names(setup.config.word_readout)), metrics
 
 
 def run_ner(config: RunConfig) -> dict:

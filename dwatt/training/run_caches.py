@@ -95,10 +95,12 @@ def feature_caches(
 
 def described_key(key) -> dict:
     """A `feature_key` as named fields, as a disk cache's record states them."""
-    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data, *normed) = (
-        key
-    )
-    return ({"through_final_norm": True} if normed else {}) | {
+    layers, (backbone, fingerprint, revision, dtype, scored_positions_only, pooled, where, runs_in, data, *read) = key
+    readout = [part.removeprefix("word_readout=") for part in read if part.startswith("word_readout=")]
+    return (
+        ({"through_final_norm": True} if "through_final_norm" in read else {})
+        | ({"word_readout": readout[0]} if readout else {})
+    ) | {
         "layers": list(layers),
         "backbone": backbone,
         "backbone_fingerprint": fingerprint,
@@ -143,8 +145,11 @@ def feature_key(
         str(weights.dtype),
         dataset_fingerprint(tokens),
     )
-    if model.config.through_final_norm:  # other features; a key without it stays as caches made before it existed
+    # Other features; a key without them stays as caches made before they existed.
+    if model.config.through_final_norm:
         rest += ("through_final_norm",)
+    if model.config.word_readout != "first":
+        rest += (f"word_readout={model.config.word_readout}",)
     return tuple(cached_layers(model, layers)), rest
 
 
