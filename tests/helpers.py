@@ -402,3 +402,30 @@ def with_rotary_base(backbone: Path, folder: Path, base: float = 1e5) -> Path:
     config["rope_parameters"] = {**config["rope_parameters"], "rope_theta": base}
     (folder / "config.json").write_text(json.dumps(config))
     return folder
+
+
+# Per readout, each trial's test F1 of the head dev chooses (layer 2 at 1e-3), given as offsets from first's.
+OFFSETS = {
+    "first": (0, 0, 0),
+    "last": (0.051, 0.049, 0.050),
+    "mean": (0.001, -0.001, 0.0005),
+    "echo-mean": (0.2, -0.1, 0.0),
+}
+
+
+def readout_rows():
+    """Probe rows of four readouts, three trials, three layers and two rates: the dev choice is layer 2 at 1e-3, whose
+    test F1 is the first sub-token's plus `OFFSETS`' (last five points ahead, mean a tenth within, echo-mean spread)."""
+    made = []
+    for readout, offsets in OFFSETS.items():
+        for trial, offset in enumerate(offsets):
+            base_test = 0.5 + 0.01 * trial
+            for layer in (1, 2, 3):
+                for rate in (1e-4, 1e-3):
+                    chosen = layer == 2 and rate == 1e-3
+                    row = fair_row(
+                        "base", trial, rate, 0.6 if chosen else 0.4, base_test + offset if chosen else 0.1, layer
+                    )
+                    row["config"]["word_readout"] = readout
+                    made.append(row)
+    return made

@@ -233,6 +233,7 @@ TABLES = (
     "dwatt.experiment.no_dev",
     "dwatt.experiment.figures",
     "dwatt.experiment.label_free",
+    "dwatt.experiment.readouts",
 )
 
 

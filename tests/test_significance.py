@@ -121,3 +121,22 @@ def test_random_effects_agree_with_statsmodels_and_truncate_tau2_at_zero():
     # settings that agree more than their variances say: the interval stays the plain random-effects one, not 0
     mean, ci95, p, tau2 = random_effects([1.0, 1.0], [1.0, 1.0])
     assert ci95 == pytest.approx(12.706 * math.sqrt(1 / 2), rel=1e-4) and p > 0.05
+
+
+def test_two_one_sided_tests_put_a_tight_small_difference_within_the_margin_and_a_loose_one_not():
+    from dwatt.experiment.significance import equivalence_p_value, four_way_verdict
+
+    tight, loose = [0.1, -0.2, 0.05, 0.15], [3.0, -2.5, 0.4]
+    assert equivalence_p_value(tight, 1.0) < 0.05 < equivalence_p_value(loose, 1.0)
+    assert math.isnan(equivalence_p_value([0.3], 1.0)) and math.isnan(equivalence_p_value([0.3, 0.3], 1.0))
+    # against scipy's one-sided tests, by hand: the larger of the two p-values
+    from scipy import stats
+
+    expected = max(
+        stats.ttest_1samp(tight, -1.0, alternative="greater").pvalue,
+        stats.ttest_1samp(tight, 1.0, alternative="less").pvalue,
+    )
+    assert equivalence_p_value(tight, 1.0) == pytest.approx(expected)
+    assert four_way_verdict(2.0, 0.01, 0.9) == "ahead" and four_way_verdict(-2.0, 0.01, 0.9) == "behind"
+    assert four_way_verdict(0.1, 0.6, 0.01) == "within" and four_way_verdict(0.1, 0.6, 0.2) == "not shown"
+    assert four_way_verdict(0.1, math.nan, math.nan) == "not shown"

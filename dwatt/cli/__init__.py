@@ -12,7 +12,19 @@ import os
 import sys
 from importlib import import_module
 
-COMMANDS = ("train", "evaluate", "predict", "export", "push", "sweep", "probe", "rank_layers", "report", "rank_report")
+COMMANDS = (
+    "train",
+    "evaluate",
+    "predict",
+    "export",
+    "push",
+    "sweep",
+    "probe",
+    "rank_layers",
+    "report",
+    "rank_report",
+    "readout_report",
+)
 
 
 # What a command stopped part-way leaves, and how to go on.

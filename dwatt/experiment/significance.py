@@ -104,6 +104,35 @@ def verdict_of(difference: float, adjusted_p: float) -> str:
     return "level"
 
 
+# The four things a paired comparison can say (`four_way_verdict`): ahead or behind (the difference test), within the
+# margin either way (the equivalence test), or neither shown.
+AHEAD, BEHIND, WITHIN, NOT_SHOWN = "ahead", "behind", "within", "not shown"
+
+
+def equivalence_p_value(differences: Sequence[float], margin: float) -> float:
+    """p of two one-sided t-tests (TOST, Schuirmann 1987) that the mean paired difference lies within ±`margin`:
+    the larger of the p of "mean > -margin" and of "mean < +margin"; NaN for fewer than 2 trials or no spread."""
+    from scipy import stats
+
+    values = [value for value in differences if not math.isnan(value)]
+    if len(values) < 2 or max(values) - min(values) < 1e-12:
+        return math.nan
+    above = stats.ttest_1samp(values, -margin, alternative="greater").pvalue
+    below = stats.ttest_1samp(values, margin, alternative="less").pvalue
+    return float(max(above, below))
+
+
+def four_way_verdict(difference: float, adjusted_p: float, adjusted_equivalence_p: float) -> str:
+    """`ahead`/`behind` where the (corrected) difference test rejects 0 in the mean's direction, `within` where the
+    (corrected) equivalence test puts the difference inside its margin, else `not shown`: too few trials, or too
+    much spread, to say either."""
+    if not math.isnan(adjusted_p) and adjusted_p < ALPHA:
+        return AHEAD if difference > 0 else BEHIND
+    if not math.isnan(adjusted_equivalence_p) and adjusted_equivalence_p < ALPHA:
+        return WITHIN
+    return NOT_SHOWN
+
+
 def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float], index: int) -> bool:
     """Whether the Holm verdict of pair `index` of a family is the same for every way of breaking its ties:
     `trial_choices` holds, per trial, every paired difference a choice among tied runs could give (one where there is
@@ -126,4 +155,18 @@ def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float]
     return True
 
 
-__all__ = ["ALPHA", "TIE_COMBINATIONS", "holm", "paired_p_value", "sign_test", "tie_robust", "verdict_of"]
+__all__ = [
+    "AHEAD",
+    "ALPHA",
+    "BEHIND",
+    "NOT_SHOWN",
+    "TIE_COMBINATIONS",
+    "WITHIN",
+    "equivalence_p_value",
+    "four_way_verdict",
+    "holm",
+    "paired_p_value",
+    "sign_test",
+    "tie_robust",
+    "verdict_of",
+]

@@ -313,6 +313,7 @@ def runs_frame(rows: list[dict]) -> pd.DataFrame:
                 "dev_curve": row.get("dev_curve", []),
                 "layer_weights": row.get("dev_layer_weights"),
                 "pooling": row.get("pooling"),  # text classification only
+                "word_readout": config.get("word_readout", "first"),  # tagging; rows from before readouts: first
                 "learning_rate": config.get("learning_rate"),
                 "layer": read_layer(row),
                 # the layers a fusion was given (a window), None where it read them all
