@@ -124,7 +124,7 @@ def test_random_effects_agree_with_statsmodels_and_truncate_tau2_at_zero():
 
 
 def test_two_one_sided_tests_put_a_tight_small_difference_within_the_margin_and_a_loose_one_not():
-    from dwatt.experiment.significance import equivalence_p_value, four_way_verdict
+    from dwatt.experiment.significance import equivalence_p_value
 
     tight, loose = [0.1, -0.2, 0.05, 0.15], [3.0, -2.5, 0.4]
     assert equivalence_p_value(tight, 1.0) < 0.05 < equivalence_p_value(loose, 1.0)
@@ -137,6 +137,6 @@ def test_two_one_sided_tests_put_a_tight_small_difference_within_the_margin_and_
         stats.ttest_1samp(tight, 1.0, alternative="less").pvalue,
     )
     assert equivalence_p_value(tight, 1.0) == pytest.approx(expected)
-    assert four_way_verdict(2.0, 0.01, 0.9) == "ahead" and four_way_verdict(-2.0, 0.01, 0.9) == "behind"
-    assert four_way_verdict(0.1, 0.6, 0.01) == "within" and four_way_verdict(0.1, 0.6, 0.2) == "not shown"
-    assert four_way_verdict(0.1, math.nan, math.nan) == "not shown"
+    assert verdict_of(2.0, 0.01, 0.9) == "beats" and verdict_of(-2.0, 0.01, 0.9) == "trails"
+    assert verdict_of(0.1, 0.6, 0.01) == "within" and verdict_of(0.1, 0.6, 0.2) == "level"
+    assert verdict_of(0.1, math.nan, math.nan) == "no interval" and verdict_of(0.1, 0.6) == "level"

@@ -131,12 +131,14 @@ def test_onnx_takes_the_word_ids_and_tags_as_the_checkpoint_does_and_stock_expor
     sentence = "Peter Blackburn visited Brussels ."
     assert main(["predict", str(tmp_path / "model"), sentence]) == 0
     expected = capsys.readouterr().out
-    assert main(["export", str(tmp_path / "model"), str(tmp_path / "onnx")]) == 0
+    assert main(["export", str(tmp_path / "model"), str(tmp_path / "onnx"), "--quantize", "int8"]) == 0
     export = json.loads((tmp_path / "onnx" / "dwatt_export.json").read_text())
     assert export["word_readout"] == "echo-last" and "word_ids" in export["inputs"]
     capsys.readouterr()
     assert main(["predict", str(tmp_path / "onnx"), sentence]) == 0
     assert capsys.readouterr().out == expected
+    assert main(["predict", str(tmp_path / "onnx"), sentence, "--quantize", "int8"]) == 0  # the int8 graph too
+    assert capsys.readouterr().out.split()[::2] == sentence.split()
     assert main(["export", str(tmp_path / "model"), str(tmp_path / "stock"), "--format", "transformers"]) == 2
     assert "no stock transformers model: it reads each word as 'echo-last'" in capsys.readouterr().err
 

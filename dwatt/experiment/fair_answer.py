@@ -11,13 +11,14 @@ from specs_dwatt import FUSION_SPECS
 from .floor import NO_BACKBONE
 from .methods import BEST_LAYER, ENSEMBLE_METHODS, FLOOR_METHODS, LAST_LAYER, fusion_methods
 from .selection import NO_INTERVAL, holm_family, verdicts
+from .significance import EQUIVALENCE_MARGIN
 from .table_text import datasets_of, dev_size_words, metric_unit, trials_text, with_interval, words
 
 SHORT_NAMES = {
     LAST_LAYER: "last layer",
     **{name: name.removesuffix(" layers averaged") for name in ENSEMBLE_METHODS.values()},
 }
-MARKS = {"beats": " ▲", "trails": " ▼"}
+MARKS = {"beats": " ▲", "trails": " ▼", "within": " ≈"}
 EDGE_MARKS = {"largest": " ⇡", "smallest": " ⇣"}  # `selection.rate_edge`
 
 
@@ -100,7 +101,8 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
         f"{dev_size_words(table)}. ▲/▼: ahead/behind after Holm's correction (p < 0.05) over the {len(family)} "
         "method-setting pairs of the fusions and ensembles (every method of the full tables), the last layer's "
         + ("settings and the floor's" if judged.method.isin(FLOOR_METHODS.values()).any() else "settings")
-        + " corrected apart; unmarked: no difference shown."
+        + f" corrected apart; ≈: within ±{EQUIVALENCE_MARGIN:g} {unit} of it (two one-sided t-tests, Holm-corrected "
+        "over the same pairs); unmarked: neither shown, too few trials or too much spread to say."
     )
     if judged.method.isin(FLOOR_METHODS.values()).any():
         legend += (

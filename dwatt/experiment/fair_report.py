@@ -15,6 +15,7 @@ from .figures import figure_probe, save
 from .methods import BEST_LAYER, ENSEMBLE_METHODS, FLOOR_METHODS, LAST_LAYER, methods
 from .no_dev import no_dev_comparison
 from .selection import NO_INTERVAL, fair_comparison, holm_family, probe_curve, verdicts
+from .significance import EQUIVALENCE_MARGIN
 from .table_text import dev_size_words, markdown, metric_definition, with_interval
 
 
@@ -51,7 +52,11 @@ def fair_table(table: pd.DataFrame) -> str:
 
 
 # A floor's verdict against the best single layer, said from the backbone's side.
-FLOOR_WORDS = {"trails": "the best layer is ahead of it", "beats": "ahead of the best layer"}
+FLOOR_WORDS = {
+    "trails": "the best layer is ahead of it",
+    "beats": "ahead of the best layer",
+    "within": f"within ±{EQUIVALENCE_MARGIN:g} of the best layer",
+}
 
 
 def verdict_lines(table: pd.DataFrame) -> str:
@@ -80,8 +85,8 @@ def verdict_lines(table: pd.DataFrame) -> str:
         parts = [
             f"- **{backbone}**, {dataset}, N = {n_shot:g} ({trials} trial{'s' * (trials != 1)}): the best single "
             f"layer {best.test_score.iloc[0]:.2f} (layer {best.layers.iloc[0]}). {kinds(mine, plural=True).capitalize()} that beat it "
-            f"(Holm-corrected p < 0.05): {listed('beats')}; level with it (no difference shown): {listed('level')}; "
-            f"that trail it: {listed('trails')}"
+            f"(Holm-corrected p < 0.05): {listed('beats')}; within ±{EQUIVALENCE_MARGIN:g} of it (two one-sided tests, "
+            f"Holm-corrected): {listed('within')}; neither shown: {listed('level')}; that trail it: {listed('trails')}"
         ]
         if ((mine.verdict == NO_INTERVAL) & (mine.method.map(holm_family) == "methods")).any():
             parts.append(

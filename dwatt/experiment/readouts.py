@@ -2,7 +2,7 @@
 `--word-readout`: per backbone and readout, the probe's choice on dev in each trial (a Base head on one layer at one
 learning rate, among every layer and rate it trained), that choice's test score, and its paired difference from the
 first sub-token's readout (trials share their samples across readouts: seed t draws the same sentences), judged
-ahead, behind, within ±`MARGIN` or not shown (`significance.four_way_verdict`).
+ahead, behind, within ±`EQUIVALENCE_MARGIN` or not shown (`significance.verdict_of`).
 
 The Holm family is the table's readout-against-first pairs (every backbone's), once for the difference tests and once
 for the equivalence tests: one question asked of every pair, so that a verdict does not depend on how many other
@@ -20,12 +20,10 @@ from specs_dwatt import WORD_READOUTS
 
 from .methods import with_methods
 from .selection import best_of
-from .significance import equivalence_p_value, four_way_verdict, holm, paired_p_value
+from .significance import EQUIVALENCE_MARGIN, equivalence_p_value, holm, paired_p_value, verdict_of
 from .summaries import confidence_interval, load_rows, runs_frame
 from .table_text import markdown, with_interval
 
-# The equivalence margin: a readout whose test F1 stays within a point of the first sub-token's is "within".
-MARGIN = 1.0
 REFERENCE = "first"
 SETTING = ["backbone", "dataset", "n_shot", "epochs"]
 
@@ -65,7 +63,9 @@ def readout_table(choices: pd.DataFrame) -> pd.DataFrame:
                     "minus_first": differences.mean() if compared else math.nan,
                     "minus_first_ci95": confidence_interval(differences) if compared else math.nan,
                     "p": paired_p_value(list(differences)) if compared else math.nan,
-                    "p_equivalence": equivalence_p_value(list(differences), MARGIN) if compared else math.nan,
+                    "p_equivalence": equivalence_p_value(list(differences), EQUIVALENCE_MARGIN)
+                    if compared
+                    else math.nan,
                 }
             )
     table = pd.DataFrame(rows)
@@ -73,13 +73,19 @@ def readout_table(choices: pd.DataFrame) -> pd.DataFrame:
         return table
     table["p_holm"], table["p_equivalence_holm"] = holm(list(table.p)), holm(list(table.p_equivalence))
     table["verdict"] = [
-        "" if readout == REFERENCE else four_way_verdict(d, p, q)
+        "" if readout == REFERENCE else verdict_of(d, p, q)
         for readout, d, p, q in zip(table.readout, table.minus_first, table.p_holm, table.p_equivalence_holm)
     ]
     return table
 
 
-VERDICT_WORDS = {"ahead": "ahead ▲", "behind": "behind ▼", "within": f"within ±{MARGIN:g} ≈", "not shown": "not shown"}
+VERDICT_WORDS = {
+    "beats": "ahead ▲",
+    "trails": "behind ▼",
+    "within": f"within ±{EQUIVALENCE_MARGIN:g} ≈",
+    "level": "not shown",
+    "no interval": "not shown",
+}
 
 
 def readout_markdown(table: pd.DataFrame) -> str:
@@ -117,8 +123,8 @@ def write_readout_report(stores: list[str | Path], output: str | Path, prefer=()
     notes = (
         f"Each trial's choice on dev (layer and rate) among every layer's Base head, its test F1; 'minus first': the "
         f"paired difference from the first sub-token's readout, mean ± 95% CI over trials. Verdict: ahead ▲ / "
-        f"behind ▼ where the paired t-test rejects no difference, within ±{MARGIN:g} ≈ where two one-sided tests put "
-        f"the difference inside ±{MARGIN:g} F1, each Holm-corrected over the table's {family} readout-against-first "
+        f"behind ▼ where the paired t-test rejects no difference, within ±{EQUIVALENCE_MARGIN:g} ≈ where two one-sided tests put "
+        f"the difference inside ±{EQUIVALENCE_MARGIN:g} F1, each Holm-corrected over the table's {family} readout-against-first "
         "pairs (p < 0.05); not shown: neither.\n"
     )
     path = output / "readouts.md"
@@ -126,4 +132,4 @@ def write_readout_report(stores: list[str | Path], output: str | Path, prefer=()
     return path
 
 
-__all__ = ["MARGIN", "readout_choices", "readout_markdown", "readout_table", "write_readout_report"]
+__all__ = ["readout_choices", "readout_markdown", "readout_table", "write_readout_report"]

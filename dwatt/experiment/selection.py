@@ -31,7 +31,7 @@ from .methods import (
     window_methods,
     with_methods,
 )
-from .significance import holm, paired_p_value, tie_robust, verdict_of
+from .significance import EQUIVALENCE_MARGIN, equivalence_p_value, holm, paired_p_value, tie_robust, verdict_of
 from .summaries import PROBE_FUSION, confidence_interval
 from .widening import EDGES, edge_of
 
@@ -292,6 +292,9 @@ def fair_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataF
                     if ensemble or floor
                     else rate_edge(list(mine.learning_rate), rates_of_choice(key, mine)),
                     "p_value": math.nan if method == BEST_LAYER else paired_p_value(list(differences)),
+                    "p_equivalence": math.nan
+                    if method == BEST_LAYER
+                    else equivalence_p_value(list(differences), EQUIVALENCE_MARGIN),
                     "tied_trials": int(sum(len(ties) > 1 for ties in mine.tied_test_scores)),
                 }
             )
@@ -307,17 +310,22 @@ def holm_family(method: str) -> str:
 
 
 def with_corrected_verdicts(table: pd.DataFrame, tie_choices: list | None = None) -> pd.DataFrame:
-    """`table` with `p_holm` (`significance.holm`: each dataset's method-setting pairs are one family, the last
-    layer's settings another), the `verdict` it
-    gives (`significance.verdict_of`), and `tie_robust`: whether that verdict holds over every way of breaking the ties
-    on dev (`tie_choices`: per row, per trial, the differences the tied runs could give)."""
-    table = table.assign(p_holm=math.nan, verdict="", tie_robust=True)
+    """`table` with `p_holm` and `p_equivalence_holm` (`significance.holm`: each dataset's method-setting pairs are one
+    family, the last layer's settings another, the floor's a third; the difference tests and the equivalence tests
+    each corrected over the family), the `verdict` they give (`significance.verdict_of`: beats, trails, within the
+    margin, or level: neither shown), and `tie_robust`: whether the difference test's verdict holds over every way of
+    breaking the ties on dev (`tie_choices`: per row, per trial, the differences the tied runs could give)."""
+    table = table.assign(p_holm=math.nan, p_equivalence_holm=math.nan, verdict="", tie_robust=True)
+    if "p_equivalence" not in table:
+        table["p_equivalence"] = math.nan
     for _, family in table.groupby([table.dataset, table.method.map(holm_family)], sort=False):
         adjusted = holm(list(family.p_value))
+        equivalent = holm(list(family.p_equivalence))
         table.loc[family.index, "p_holm"] = adjusted
+        table.loc[family.index, "p_equivalence_holm"] = equivalent
         table.loc[family.index, "verdict"] = [
-            "" if method == BEST_LAYER else verdict_of(difference, p)
-            for method, difference, p in zip(family.method, family.minus_best_layer, adjusted)
+            "" if method == BEST_LAYER else verdict_of(difference, p, q)
+            for method, difference, p, q in zip(family.method, family.minus_best_layer, adjusted, equivalent)
         ]
         if tie_choices is not None:
             p_values = list(family.p_value)
@@ -375,8 +383,10 @@ def verdicts(table: pd.DataFrame) -> pd.DataFrame:
     by_interval = [verdict(m, c) for m, c in zip(rows.minus_best_layer, rows.minus_best_layer_ci95)]
     if "p_holm" in rows:
         rows["verdict"] = [
-            NO_INTERVAL if said == NO_INTERVAL else verdict_of(m, p)
-            for said, m, p in zip(by_interval, rows.minus_best_layer, rows.p_holm)
+            NO_INTERVAL if said == NO_INTERVAL else verdict_of(m, p, q)
+            for said, m, p, q in zip(
+                by_interval, rows.minus_best_layer, rows.p_holm, rows.get("p_equivalence_holm", [math.nan] * len(rows))
+            )
         ]
     else:
         rows["verdict"] = by_interval

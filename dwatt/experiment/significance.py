@@ -94,19 +94,23 @@ def random_effects(effects: Sequence[float], variances: Sequence[float]) -> tupl
     return mean, float(stats.t.ppf(1 - ALPHA / 2, freedom) * error), p, tau2
 
 
-def verdict_of(difference: float, adjusted_p: float) -> str:
-    """`beats` or `trails` where the corrected p is below `ALPHA` (in the direction of the mean difference), else
-    `level`; `no interval` where there is no test (one trial, or no spread)."""
+def verdict_of(difference: float, adjusted_p: float, adjusted_equivalence_p: float = math.nan) -> str:
+    """`beats` or `trails` where the corrected p of the difference test is below `ALPHA` (in the direction of the mean
+    difference); else `within` where the corrected p of the equivalence test (`equivalence_p_value`) is; else `level`:
+    neither shown. `no interval` where there is no test (one trial, or no spread)."""
     if math.isnan(adjusted_p):
         return "no interval"
     if adjusted_p < ALPHA:
         return "beats" if difference > 0 else "trails"
+    if not math.isnan(adjusted_equivalence_p) and adjusted_equivalence_p < ALPHA:
+        return "within"
     return "level"
 
 
-# The four things a paired comparison can say (`four_way_verdict`): ahead or behind (the difference test), within the
-# margin either way (the equivalence test), or neither shown.
-AHEAD, BEHIND, WITHIN, NOT_SHOWN = "ahead", "behind", "within", "not shown"
+# The margin of the equivalence test, in the score's points (F1 or accuracy): a difference shown inside ±1 point is
+# "within" (`verdict_of`); the order of the rerun noise (docs/results/rerun-noise), and the smallest gain a user of a
+# few-shot tagger would act on.
+EQUIVALENCE_MARGIN = 1.0
 
 
 def equivalence_p_value(differences: Sequence[float], margin: float) -> float:
@@ -120,17 +124,6 @@ def equivalence_p_value(differences: Sequence[float], margin: float) -> float:
     above = stats.ttest_1samp(values, -margin, alternative="greater").pvalue
     below = stats.ttest_1samp(values, margin, alternative="less").pvalue
     return float(max(above, below))
-
-
-def four_way_verdict(difference: float, adjusted_p: float, adjusted_equivalence_p: float) -> str:
-    """`ahead`/`behind` where the (corrected) difference test rejects 0 in the mean's direction, `within` where the
-    (corrected) equivalence test puts the difference inside its margin, else `not shown`: too few trials, or too
-    much spread, to say either."""
-    if not math.isnan(adjusted_p) and adjusted_p < ALPHA:
-        return AHEAD if difference > 0 else BEHIND
-    if not math.isnan(adjusted_equivalence_p) and adjusted_equivalence_p < ALPHA:
-        return WITHIN
-    return NOT_SHOWN
 
 
 def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float], index: int) -> bool:
@@ -156,14 +149,10 @@ def tie_robust(trial_choices: Sequence[Sequence[float]], others: Sequence[float]
 
 
 __all__ = [
-    "AHEAD",
     "ALPHA",
-    "BEHIND",
-    "NOT_SHOWN",
+    "EQUIVALENCE_MARGIN",
     "TIE_COMBINATIONS",
-    "WITHIN",
     "equivalence_p_value",
-    "four_way_verdict",
     "holm",
     "paired_p_value",
     "sign_test",
