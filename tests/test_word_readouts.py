@@ -119,28 +119,29 @@ def test_lora_and_the_uncached_run_pad_word_ids_on_the_tokenizers_side(tiny_deco
         assert json.loads((out / "results.json").read_text())["config"]["word_readout"] == "echo-mean"
 
 
+@pytest.mark.parametrize("readout", ["echo-last", "mean"])
 def test_onnx_takes_the_word_ids_and_tags_as_the_checkpoint_does_and_stock_export_refuses(
-    tiny_decoder, tmp_path, capsys
+    readout, tiny_decoder, tmp_path, capsys
 ):
     torch.manual_seed(0)
-    model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3, word_readout="echo-last")
+    model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3, word_readout=readout)
     model.config.id2label = {0: "O", 1: "B-PER", 2: "I-PER"}
     model.save_pretrained(tmp_path / "model")
     load_tokenizer(tiny_decoder).save_pretrained(tmp_path / "model")
-    assert "reads each word as 'echo-last'" in stock_refusal(model, "ner")
+    assert f"reads each word as '{readout}'" in stock_refusal(model, "ner")
     sentence = "Peter Blackburn visited Brussels ."
     assert main(["predict", str(tmp_path / "model"), sentence]) == 0
     expected = capsys.readouterr().out
     assert main(["export", str(tmp_path / "model"), str(tmp_path / "onnx"), "--quantize", "int8"]) == 0
     export = json.loads((tmp_path / "onnx" / "dwatt_export.json").read_text())
-    assert export["word_readout"] == "echo-last" and "word_ids" in export["inputs"]
+    assert export["word_readout"] == readout and "word_ids" in export["inputs"]
     capsys.readouterr()
     assert main(["predict", str(tmp_path / "onnx"), sentence]) == 0
     assert capsys.readouterr().out == expected
     assert main(["predict", str(tmp_path / "onnx"), sentence, "--quantize", "int8"]) == 0  # the int8 graph too
     assert capsys.readouterr().out.split()[::2] == sentence.split()
     assert main(["export", str(tmp_path / "model"), str(tmp_path / "stock"), "--format", "transformers"]) == 2
-    assert "no stock transformers model: it reads each word as 'echo-last'" in capsys.readouterr().err
+    assert f"no stock transformers model: it reads each word as '{readout}'" in capsys.readouterr().err
 
 
 def test_the_readout_names_its_runs_probe_store_and_is_refused_where_no_word_is_read():
