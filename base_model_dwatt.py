@@ -8,6 +8,7 @@ Part of DWAtt's remote code: travels with every checkpoint beside `modeling_dwat
 transformers.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -352,13 +353,20 @@ class DWAttModel(DWAttPreTrainedModel):
             return selected
         return torch.stack(selected, dim=stack_dim).movedim(stack_dim, 1)
 
-    def run_backbone(self, word_ids: torch.Tensor | None = None, **inputs) -> tuple[torch.Tensor, ...]:
+    def run_backbone(
+        self, word_ids: torch.Tensor | None = None, read: Sequence[int] | None = None, **inputs
+    ) -> tuple[torch.Tensor, ...]:
         """The backbone's hidden states for `inputs` (embedding output first, then each layer it runs), as the uncut
         backbone holds them; the last is its output (`last_hidden_state`). See `BackboneRunner.run`. With `word_ids`,
-        each word is read as the config's `word_readout` reads it (`read_words`), as the fusion would read it."""
+        each word is read as the config's `word_readout` reads it (`read_words`), as the fusion would read it, in the
+        states `read` names (default: all; a cache of a few layers reads words in those alone)."""
         self.check_word_ids(word_ids, inputs.get("input_ids"))
         states = self.backbone_runner.run(through_final_norm=self.config.through_final_norm, **inputs)[0]
-        return read_words(states, word_ids, self.config.word_pooling)
+        wanted = range(len(states)) if read is None else set(read)
+        return tuple(
+            read_words(state, word_ids, self.config.word_pooling) if index in wanted else state
+            for index, state in enumerate(states)
+        )
 
     def check_word_ids(self, word_ids: torch.Tensor | None, input_ids: torch.Tensor | None) -> None:
         """Refuses a backbone run without the `word_ids` that the config's word readout needs."""

@@ -126,7 +126,8 @@ def build_feature_cache(
     ):
         batch_indices = layout.batches[mine[position]]
         inputs = _padded_inputs(dataset, batch_indices, columns, pad_values, layout, device)
-        reduced = _reduced_layers(dwatt.run_backbone(**inputs), indices, pooled, inputs["attention_mask"])
+        hidden = dwatt.run_backbone(**inputs, read=indices)  # words read in the kept layers alone
+        reduced = _reduced_layers(hidden, indices, pooled, inputs["attention_mask"])
         refuse_overflow(reduced, dtype, indices)
         _write_rows(features, reduced, batch_indices, layout, keep, pooled, dtype)
         del reduced
