@@ -119,6 +119,7 @@ GENERATORS: dict[str, Callable[[str], str]] = {
     "benchmarks/results/int8_choice.json": lambda s: _module("benchmarks", "int8_choice").table(_json(s)),
     "benchmarks/results/final_norm.json": lambda s: _module("benchmarks", "final_norm").tables_text(_json(s)),
     "benchmarks/results/rerun_cost.md": _table_lines,
+    "benchmarks/results/word_readouts_cpu.md": _table_lines,
     "tests/test_families.py#support_table": _support("support_table"),
     "tests/test_families.py#support_summary": _support("support_summary"),
 }
