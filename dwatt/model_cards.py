@@ -151,7 +151,12 @@ def model_card(
         + ", made with dwatt (Depth-Wise Attention layer fusion, COLING 2024).",
         "",
         f"- Fusion: `{config.fusion}` {fusion_reads(config)}{fusion_settings(config)}"
-        + (", every layer read through the backbone's final norm" if config.through_final_norm else ""),
+        + (", every layer read through the backbone's final norm" if config.through_final_norm else "")
+        + (
+            f"; each word read as `{config.word_readout}` (`word_readout`: the model takes `word_ids` beside the tokens)"
+            if config.word_readout != "first"
+            else ""
+        ),
         f"- Backbone: {backbone_run(config)}",
         f"- Training mode: {mode}",
         f"- Checkpoint: {'head-only: fusion module and task head; the backbone is loaded from `base_model`' if heads_only else 'full'}"

@@ -53,3 +53,12 @@ def test_the_model_card_says_what_the_fusion_reads_and_that_the_backbone_is_a_de
     )
     card = model_card(model, RUN_RESULTS, "someone/dwatt-ner")
     assert f"over the decoder LLM `{tiny_decoder.name}`" in card and reads in card, card
+
+
+def test_the_model_card_says_how_a_word_is_read_where_it_is_not_at_its_first_sub_token(tiny_decoder):
+    first = RobertaDWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5)
+    echo = RobertaDWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=5, word_readout="echo-mean")
+    assert "word_readout" not in model_card(first, RUN_RESULTS, "someone/dwatt-ner")
+    assert "each word read as `echo-mean` (`word_readout`: the model takes `word_ids`" in model_card(
+        echo, RUN_RESULTS, "someone/dwatt-ner"
+    )

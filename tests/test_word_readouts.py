@@ -171,3 +171,19 @@ def test_caches_of_other_readouts_never_meet(tiny_decoder):
         keys[readout] = feature_key(model, str(tiny_decoder), tokens, torch.float16)
     assert len({key[1] for key in keys.values()}) == 3
     assert described_key(keys["mean"])["word_readout"] == "mean" and "word_readout" not in described_key(keys["first"])
+
+
+def test_heads_that_read_words_differently_share_no_backbone_pass_and_alike_ones_do(tiny_decoder, tmp_path, capsys):
+    for name, readout in (("a", "mean"), ("b", "mean"), ("c", "last")):
+        torch.manual_seed(0)
+        model = DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3, word_readout=readout)
+        model.save_pretrained(tmp_path / name, heads_only=True)
+        load_tokenizer(tiny_decoder).save_pretrained(tmp_path / name)
+    sentence = "Peter Blackburn visited Brussels ."
+    assert main(["predict", str(tmp_path / "a"), sentence]) == 0
+    alone = capsys.readouterr().out.split()[1::2]
+    assert main(["predict", "--heads", f"{tmp_path / 'a'},{tmp_path / 'b'}", sentence]) == 0
+    shared = [line.split() for line in capsys.readouterr().out.splitlines()[1:] if line.strip()]
+    assert [row[1] for row in shared] == alone  # the shared pass reads words as each head alone does
+    assert main(["predict", "--heads", f"{tmp_path / 'a'},{tmp_path / 'c'}", sentence]) == 2
+    assert "do not share a backbone: word_readout 'mean' vs 'last'" in capsys.readouterr().err

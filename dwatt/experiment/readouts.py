@@ -123,7 +123,7 @@ def write_readout_report(stores: list[str | Path], output: str | Path, prefer=()
     notes = (
         f"Each trial's choice on dev (layer and rate) among every layer's Base head, its test F1; 'minus first': the "
         f"paired difference from the first sub-token's readout, mean ± 95% CI over trials. Verdict: ahead ▲ / "
-        f"behind ▼ where the paired t-test rejects no difference, within ±{EQUIVALENCE_MARGIN:g} ≈ where two one-sided tests put "
+        f"behind ▼ where the paired t-test rejects a zero difference, within ±{EQUIVALENCE_MARGIN:g} ≈ where two one-sided tests put "
         f"the difference inside ±{EQUIVALENCE_MARGIN:g} F1, each Holm-corrected over the table's {family} readout-against-first "
         "pairs (p < 0.05); not shown: neither.\n"
     )
