@@ -57,6 +57,7 @@ def readout_table(choices: pd.DataFrame) -> pd.DataFrame:
                     "readout": readout,
                     "trials": len(mine),
                     "layers": ", ".join(str(int(layer)) for layer in mine.layer),
+                    "rates": ", ".join(f"{rate:g}" for rate in mine.learning_rate),
                     "test": mine.test_score.mean(),
                     "test_ci95": confidence_interval(mine.test_score),
                     "dev": mine.dev_score.mean(),
@@ -97,6 +98,7 @@ def readout_markdown(table: pd.DataFrame) -> str:
             "readout": table.readout,
             "trials": table.trials,
             "layers chosen": table.layers,
+            "rates chosen": table.rates,
             "test F1": [with_interval(m, c) for m, c in zip(table.test, table.test_ci95)],
             "dev F1": table.dev.round(2),
             "minus first": [
@@ -121,7 +123,8 @@ def write_readout_report(stores: list[str | Path], output: str | Path, prefer=()
     table.to_csv(output / "readouts.csv", index=False)
     family = int(table.p.notna().sum())
     notes = (
-        f"Each trial's choice on dev (layer and rate) among every layer's Base head, its test F1; 'minus first': the "
+        f"Each trial's choice on dev (layer and rate) among every layer's Base head at every rate its probe tried (the "
+        f"probe widens past an edge), its test F1; 'minus first': the "
         f"paired difference from the first sub-token's readout, mean ± 95% CI over trials. Verdict: ahead ▲ / "
         f"behind ▼ where the paired t-test rejects a zero difference, within ±{EQUIVALENCE_MARGIN:g} ≈ where two one-sided tests put "
         f"the difference inside ±{EQUIVALENCE_MARGIN:g} F1, each Holm-corrected over the table's {family} readout-against-first "

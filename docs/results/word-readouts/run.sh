@@ -31,3 +31,5 @@ for READOUT in first last mean echo-last echo-mean; do
   if [ "$READOUT" = last ] || [ "$READOUT" = echo-last ]; then wait; fi
 done
 wait
+# The table (docs/results.md, "Reading a word on a decoder"): each readout's dev choice against the first sub-token's.
+dwatt readout-report docs/results/word-readouts/*/questions/*/results.jsonl --output docs/results/word-readouts/report/tables
