@@ -62,7 +62,10 @@ def add_lora(
             r=rank,
             lora_alpha=record["alpha"],
             lora_dropout=dropout,
-            target_modules=targets,
+            # The paths of the linear layers found, not their names: PEFT 0.22 also reads a name as a parameter of a
+            # fused mixture-of-experts module (Qwen2-MoE's `experts.down_proj`) and wraps that module, which the
+            # plain-torch merge (`lora_dwatt`) does not know.
+            target_modules=sorted(found),
             fan_in_fan_out=any(type(layer).__name__ == "Conv1D" for layer in found.values()),
         ),
         model.dwatt.backbone,
@@ -89,6 +92,7 @@ def save_adapter(model, folder: Path, base_model: str | None) -> bool:
     backbone, lora = model.dwatt.backbone, model.config.lora
     if adapted_layers(backbone):
         config = copy.deepcopy(backbone.peft_config[ADAPTER_NAME])
+        config.target_modules = lora["targets"]  # the layers' names, as the adapter's users give them (not paths)
         state = get_peft_model_state_dict(backbone, adapter_name=ADAPTER_NAME)
     elif model.dwatt.lora is not None:
         layers = lora_target_layers(backbone, lora["targets"]).values()

@@ -76,8 +76,8 @@ def test_the_fair_report_chooses_each_method_s_rate_and_layer_on_dev_and_reports
         "- **deep**, conll2003, N = 32 (3 trials): the best single layer 64.00 (layer 2, 2, 2)."
     )
     assert (
-        "Fusions that beat it (Holm-corrected p < 0.05): DWAtt +3.17 ± 0.72; level with it (no difference shown): "
-        "none; that trail it: none."
+        "Fusions that beat it (Holm-corrected p < 0.05): DWAtt +3.17 ± 0.72; within ±1 of it (two one-sided tests, "
+        "Holm-corrected): none; neither shown: none; that trail it: none."
     ) in verdict
     assert verdict.rstrip().endswith(
         "The last layer: -9.70 ± 0.75. Chosen at the largest learning rate tried in most "

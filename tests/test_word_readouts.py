@@ -187,3 +187,17 @@ def test_heads_that_read_words_differently_share_no_backbone_pass_and_alike_ones
     assert [row[1] for row in shared] == alone  # the shared pass reads words as each head alone does
     assert main(["predict", "--heads", f"{tmp_path / 'a'},{tmp_path / 'c'}", sentence]) == 2
     assert "do not share a backbone: word_readout 'mean' vs 'last'" in capsys.readouterr().err
+
+
+def test_an_encoder_reads_its_words_as_the_mean_through_training_and_prediction(
+    tiny_backbone, tiny_conll, tmp_path, capsys
+):
+    out = tmp_path / "run"
+    command = ["train", "--backbone", str(tiny_backbone), "--data-dir", str(tiny_conll), "--word-readout", "mean"]
+    command += ["--n-shot", "2", "--epochs", "2", "--cache-dtype", "float32", "--output-dir", str(out)]
+    assert main(command) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["config"]["word_readout"] == "mean" and results["cached_features"]
+    capsys.readouterr()
+    assert main(["evaluate", str(out / "model"), "--data-dir", str(tiny_conll)]) == 0
+    assert json.loads(capsys.readouterr().out)["f1"] == pytest.approx(results["best_dev_f1"], abs=1e-6)

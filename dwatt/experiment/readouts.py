@@ -21,7 +21,7 @@ from specs_dwatt import WORD_READOUTS
 from .methods import with_methods
 from .selection import best_of
 from .significance import EQUIVALENCE_MARGIN, equivalence_p_value, holm, paired_p_value, verdict_of
-from .summaries import confidence_interval, load_rows, runs_frame
+from .summaries import PROBE_FUSION, confidence_interval, load_rows, runs_frame
 from .table_text import markdown, with_interval
 
 REFERENCE = "first"
@@ -34,7 +34,7 @@ def readout_choices(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         return pd.DataFrame()
     runs = with_methods(frame)
-    base = runs[runs.fusion == "base"]
+    base = runs[runs.fusion == PROBE_FUSION]
     if base.empty:
         return pd.DataFrame()
     groups = base.groupby([*SETTING, "word_readout", "trial"])
