@@ -423,11 +423,6 @@ class DWAttConfig(PretrainedConfig):
         its `echo-`)."""
         return self.word_readout.removeprefix("echo-")
 
-    @property
-    def repeats_input(self) -> bool:
-        """Whether the input is given twice and each word read in the second copy (an `echo-` `word_readout`)."""
-        return self.word_readout.startswith("echo-")
-
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()
         if isinstance(output.get("encoder_config"), PretrainedConfig):  # older transformers keep it as an object

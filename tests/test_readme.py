@@ -362,17 +362,7 @@ def _last_layer_chosen() -> tuple[int, int]:
 
 
 def _rerun_effects_median() -> str:
-    import importlib.util
-    import sys
-
-    sys.path.insert(0, str(README.parent / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("rerun_noise", README.parent / "benchmarks" / "rerun_noise.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.pop(0)
-    return f"{module.effects()['median']:.2f}"
+    return f"{benchmark_module('rerun_noise').effects()['median']:.2f}"
 
 
 # Numbers and counts the prose states that the committed tables decide: (page, the words with the numbers as groups,
