@@ -17,8 +17,9 @@ from .tokenization import load_tokenizer
 
 
 def checkpoint_task(config) -> str:
-    """`"ner"`, `"mlm"` or `"cls"`, from the architecture a checkpoint's config records."""
-    task = task_of_architectures(getattr(config, "architectures", None))
+    """The task's name (`"ner"`, `"mlm"`, `"cls"`, ...), from the architecture and problem type a checkpoint's config
+    records."""
+    task = task_of_architectures(getattr(config, "architectures", None), getattr(config, "problem_type", None))
     if task is not None:
         return task.name
     raise ValueError(

@@ -120,25 +120,40 @@ class TaggingConsole(RunConsole):
 
 
 class ClassificationConsole(RunConsole):
+    """A text task's run: its score (accuracy, micro-F1 or Spearman, `Task.score`) and, for classes, the table."""
+
     def headline(self, results: dict) -> str:
-        test = f", test accuracy {_percent(results['test_scores']['accuracy'])}" if "test_scores" in results else ""
+        task = task_named(results.get("task", "cls"))
+        score, name = task.score, task.score_name
+        test = f", test {name} {_percent(results['test_scores'][score])}" if "test_scores" in results else ""
+        macro = (
+            f" (macro-F1 {_percent(results['best_dev_macro_f1'])})"
+            if results.get("best_dev_macro_f1") is not None
+            else ""
+        )
         return (
-            f"best dev accuracy {_percent(results['best_dev_accuracy'])} (macro-F1 "
-            f"{_percent(results['best_dev_macro_f1'])}) at epoch {results['best_epoch']:g}{test}; "
-            f"{results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s"
+            f"best dev {name} {_percent(results[f'best_dev_{score}'])}{macro} at epoch {results['best_epoch']:g}"
+            f"{test}; {results['num_train_examples']} training examples, {results['wall_seconds']:.0f} s"
         )
 
     def score_lines(self, results: dict) -> list[str]:
-        lines = [
-            f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples, "
-            f"accuracy {_percent(results['best_dev_scores']['accuracy'])}:"
-        ]
-        lines += scores_table(results["best_dev_scores"], results["labels"], "macro")
-        if "test_scores" in results:
-            lines.append(
-                f"test scores of the best dev model, accuracy {_percent(results['test_scores']['accuracy'])}:"
-            )
-            lines += scores_table(results["test_scores"], results["labels"], "macro")
+        task = task_named(results.get("task", "cls"))
+        score, name = task.score, task.score_name
+        lines = []
+        for heading, scores in (
+            (
+                f"dev scores at the best epoch ({results['best_epoch']:g}), {results['num_dev_examples']} examples",
+                results["best_dev_scores"],
+            ),
+            ("test scores of the best dev model", results.get("test_scores")),
+        ):
+            if scores is None:
+                continue
+            lines.append(f"{heading}, {name} {_percent(scores[score])}:")
+            if "macro_f1" in scores:
+                lines += scores_table(scores, results["labels"], "macro")
+            else:
+                lines.append("  " + ", ".join(f"{key} {scores[key]:.4f}" for key in sorted(scores)))
         lines += unseen_label_lines(results)
         return lines
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.func import functional_call, vmap
 
+from .data.targets import decided
 from .features.memory import FreedMemoryRelease
 from .folding import LAYERS_INPUT, FoldedConcat
 
@@ -54,6 +55,8 @@ class StackedHeads:
         self, model: torch.nn.Module, copies: int, vectorize: bool, layers: Sequence[int | None] | None = None
     ):
         self.model, self.vectorize = model, vectorize
+        # what the head's logits decide (`decided`): a text task's, as its config names it; arg-max for token tasks
+        self.problem_type = getattr(model.config, "problem_type", None)
         self.layers = list(layers) if layers is not None else [None] * copies
         if len(self.layers) != copies:
             raise ValueError(f"{copies} copies but {len(self.layers)} layers")
@@ -150,7 +153,7 @@ class StackedHeads:
         return torch.stack(losses)
 
     def predictor(self, active: list[int]) -> Callable[[dict], torch.Tensor]:
-        """Arg-max label ids `(copies, batch, seq)` of the `active` copies on each batch of one eval pass (model in eval
+        """Decisions (`decided`: arg-max label ids `(copies, batch, seq)`, ...) of the `active` copies on each batch of one eval pass (model in eval
         mode), their weights held still meanwhile: a Concat head's folded maps (`FoldedConcat.fold`) are made on the
         pass's first batch and kept for the others."""
         folds: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -163,7 +166,7 @@ class StackedHeads:
                 folds.extend(FoldedConcat.fold(self.model, self.copy(k)) for k in active)
             return torch.stack(
                 [
-                    FoldedConcat.logits(self.model, self._input(k, batch), fold).argmax(-1)
+                    decided(FoldedConcat.logits(self.model, self._input(k, batch), fold), self.problem_type)
                     for k, fold in zip(active, folds)
                 ]
             )
@@ -173,8 +176,10 @@ class StackedHeads:
     @torch.no_grad()
     def _model_predicted_ids(self, active: list[int], batch: dict) -> torch.Tensor:
         if self.vectorize:
-            return self._run_all(active, batch, lambda out: out.logits).argmax(-1)
-        return torch.stack([self._call(self.copy(k), self._input(k, batch)).logits.argmax(-1) for k in active])
+            return decided(self._run_all(active, batch, lambda out: out.logits), self.problem_type)
+        return torch.stack(
+            [decided(self._call(self.copy(k), self._input(k, batch)).logits, self.problem_type) for k in active]
+        )
 
     def state(self, k: int) -> dict[str, torch.Tensor]:
         return {name: t[k].detach().to("cpu", copy=True) for name, t in self.parameters.items()}

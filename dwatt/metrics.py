@@ -1,5 +1,5 @@
 """Token-labelling scores: entity-level spans with seqeval (IOB2 and IOBES; offline, no Hub metric download), and
-plain tags per token (`token_scores`)."""
+plain tags per token (`token_scores`); text tasks' scores: single-label, multi-label and regression."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from seqeval.metrics import accuracy_score
 from seqeval.metrics.sequence_labeling import get_entities
 
 from .data.tag_sets import OUTSIDE, scheme_of
+from .data.targets import decided
 from .sampling import sample_sentences
 
 
@@ -315,42 +316,93 @@ def classification_scores(
     return scores
 
 
-class ClassificationMetrics:
-    """`compute_metrics` for the `Trainer` on sequence classification: `classification_scores` of the argmax."""
+def multi_label_scores(
+    predicted: np.ndarray, labels: np.ndarray, names: Sequence[str], unseen: dict[str, int] | None = None
+) -> dict[str, float]:
+    """Multi-label scores of 0/1 decisions `(texts, classes)` against 0/1 labels: micro P/R/F1 over every (text,
+    class) pair, macro P/R/F1 over the classes, the share of texts whose whole set is right (`subset_accuracy`, over
+    the model's classes) and per-class P/R/F1/support. `unseen` counts the labelled pairs of each class the model has
+    no output for (an evaluation label absent from its training examples): they count as missed (false negatives) in
+    the micro scores, and each such class enters the macro average with P = R = F1 = 0."""
+    predicted, labels = np.asarray(predicted).astype(bool), np.asarray(labels).astype(bool)
+    unseen = dict(unseen or {})
+    correct, guessed, gold = ((predicted & labels).sum(0), predicted.sum(0), labels.sum(0))
+    precision, recall, f1 = _prf(int(correct.sum()), int(guessed.sum()), int(gold.sum()) + sum(unseen.values()))
+    per_class = [(name, *_prf(int(c), int(p), int(g)), int(g)) for name, c, p, g in zip(names, correct, guessed, gold)]
+    per_class += [(name, 0.0, 0.0, 0.0, count) for name, count in unseen.items()]
+    scores = {"micro_precision": precision, "micro_recall": recall, "micro_f1": f1}
+    scores["subset_accuracy"] = float((predicted == labels).all(1).mean()) if len(labels) else 0.0
+    for key, column in (("macro_precision", 1), ("macro_recall", 2), ("macro_f1", 3)):
+        scores[key] = float(np.mean([row[column] for row in per_class])) if per_class else 0.0
+    for name, p, r, f, n in per_class:
+        scores |= {f"{name}_precision": p, f"{name}_recall": r, f"{name}_f1": f, f"{name}_support": n}
+    return scores
 
-    def __init__(self, label_names: Sequence[str], unseen: dict[str, int] | None = None):
-        self.label_names, self.unseen = list(label_names), unseen
+
+def regression_scores(predicted: np.ndarray, targets: np.ndarray) -> dict[str, float]:
+    """Spearman's and Pearson's correlations of the predictions with the targets (0 where either is constant), the
+    mean squared and absolute errors."""
+    from scipy.stats import pearsonr, spearmanr
+
+    predicted, targets = np.asarray(predicted, dtype=float).reshape(-1), np.asarray(targets, dtype=float).reshape(-1)
+    varied = len(targets) > 1 and np.ptp(predicted) > 0 and np.ptp(targets) > 0
+    return {
+        "spearman": float(spearmanr(predicted, targets).statistic) if varied else 0.0,
+        "pearson": float(pearsonr(predicted, targets).statistic) if varied else 0.0,
+        "mse": float(np.mean((predicted - targets) ** 2)) if len(targets) else 0.0,
+        "mae": float(np.mean(np.abs(predicted - targets))) if len(targets) else 0.0,
+    }
+
+
+class ClassificationMetrics:
+    """`compute_metrics` for the `Trainer` on a text task, by its `problem_type`: `classification_scores` of the
+    arg-max (single-label), `multi_label_scores` of the logits above 0, `regression_scores` of the one output."""
+
+    def __init__(
+        self,
+        label_names: Sequence[str],
+        unseen: dict[str, int] | None = None,
+        problem_type: str = "single_label_classification",
+    ):
+        self.label_names, self.unseen, self.problem_type = list(label_names), unseen, problem_type
 
     def __call__(self, eval_prediction) -> dict[str, float]:
         logits = eval_prediction.predictions
         logits = logits[0] if isinstance(logits, tuple) else logits
-        return classification_scores(
-            np.asarray(logits).argmax(-1), np.asarray(eval_prediction.label_ids), self.label_names, self.unseen
-        )
+        return self.scores(decided(np.asarray(logits), self.problem_type), np.asarray(eval_prediction.label_ids))
+
+    def scores(self, predicted: np.ndarray, labels: np.ndarray, unseen: dict[str, int] | None = None) -> dict:
+        """The scores of decisions (`decided`) against labels, all of one eval set (or, with `unseen`, a sample)."""
+        unseen = self.unseen if unseen is None else unseen
+        if self.problem_type == "multi_label_classification":
+            return multi_label_scores(predicted, labels, self.label_names, unseen)
+        if self.problem_type == "regression":
+            return regression_scores(predicted, labels)
+        return classification_scores(predicted, labels, self.label_names, unseen)
 
     @staticmethod
     def flat_ids(predicted: Sequence, labels: Sequence) -> tuple[np.ndarray, np.ndarray]:
-        """Predicted ids and labels given batch by batch (lists of `(batch,)` arrays or tensors), joined in order."""
+        """Decisions and labels given batch by batch (lists of `(batch,)` or `(batch, classes)` arrays or tensors),
+        joined in order."""
         join = lambda batches: (
-            np.concatenate([np.asarray(b).reshape(-1) for b in batches]) if len(batches) else np.zeros(0, np.int64)
+            np.concatenate([np.asarray(b) for b in batches]) if len(batches) else np.zeros(0, np.int64)
         )
         predicted, labels = join(predicted), join(labels)
         if predicted.shape != labels.shape:
-            raise ValueError(f"predictions cover {predicted.size} examples but the labels {labels.size}")
+            raise ValueError(f"predictions cover {predicted.shape} examples but the labels {labels.shape}")
         return predicted, labels
 
     def score_ids(self, predicted: Sequence, labels: Sequence) -> dict[str, float]:
-        """The scores from predicted ids and labels given batch by batch, as `dwatt.stacked_heads.train_heads` produces them."""
-        return classification_scores(*self.flat_ids(predicted, labels), self.label_names, self.unseen)
+        """The scores from decisions and labels given batch by batch, as `dwatt.stacked_heads.train_heads` produces them."""
+        return self.scores(*self.flat_ids(predicted, labels))
 
     def score_sample(self, predicted: Sequence, labels: Sequence, size: int, seed: int) -> dict[str, float]:
         """`score_ids` over `size` of the eval set's examples drawn uniformly with `seed` (`sample_sentences`, in
         scoring order): the same examples for every call on one eval set. A sampled row of a class the model has no
-        output for (labelled -100) counts as an error, its class named "unseen" in the per-class scores."""
+        output for (labelled -100) counts as an error, its class named "unseen" in the per-class scores (multi-label:
+        such pairs are not in the labels, and the sample counts none)."""
 
         predicted, labels = self.flat_ids(predicted, labels)
         chosen = sample_sentences(len(labels), min(size, len(labels)), seed)
-        unseen = int((labels[chosen] == -100).sum())
-        return classification_scores(
-            predicted[chosen], labels[chosen], self.label_names, {"unseen": unseen} if unseen else None
-        )
+        unseen = int((labels[chosen] == -100).sum()) if self.problem_type == "single_label_classification" else 0
+        return self.scores(predicted[chosen], labels[chosen], {"unseen": unseen} if unseen else {})

@@ -100,9 +100,11 @@ def model_card(
     # a Hub dataset's id; the user's own files (a data folder) are no Hub dataset, and are named in the text only
     dataset = None if run.get("data_dir") else _dataset_id(run.get("dataset"))
     scores = {}
-    if results and "best_dev_accuracy" in results:  # text classification
-        scores = {"accuracy": results["best_dev_accuracy"], "f1": results["best_dev_macro_f1"]}
-    if results and "best_dev_f1" in results:
+    if results and task.kind == "classification" and f"best_dev_{task.score}" in results:  # a text task
+        scores = {task.score: results[f"best_dev_{task.score}"]}
+        if results.get("best_dev_macro_f1") is not None:
+            scores["f1"] = results["best_dev_macro_f1"]
+    elif results and "best_dev_f1" in results:
         scores = {"f1": results["best_dev_f1"]}
         for key in ("precision", "recall", "accuracy"):
             if key in results.get("best_dev_scores", {}):

@@ -45,22 +45,45 @@ def sample_per_class(
     kept while some type they mention still needs examples. `tags` are the tag strings of each sentence, in
     `scheme` (`tag_sets.scheme_of`: a span's first tag mentions its type; a plain tag, itself).
     """
+    mentions = [mentions_of(sentence, scheme) for sentence in tags]
+    return _covering_sample(mentions, n_shot, entity_types, seed, lambda n, e: f"only {n} sentences mention {e}")
+
+
+def sample_examples_per_label(
+    label_sets: list[list[int]], n_shot: int, seed: int, label_names: list[str] | None = None
+) -> list[int]:
+    """
+    Few-shot multi-label classification: at least `n_shot` examples carrying each label present, drawn as
+    `sample_per_class` draws sentences (visited in a seeded random order, kept while a label they carry still
+    needs examples). A label too rare is named (`label_names`, by id) where given.
+    """
+    carried = [set(labels) for labels in label_sets]
+    present = sorted(set().union(*carried)) if carried else []
+
+    def too_few(available, label):
+        return f"only {available} examples carry the label {label_names[label] if label_names else label!r}"
+
+    return _covering_sample(carried, n_shot, present, seed, too_few)
+
+
+def _covering_sample(mentions: list[set], n_shot: int, classes: list, seed: int, too_few) -> list[int]:
+    """Indices (sorted) of items visited in a seeded random order, each kept while one of the classes it mentions
+    still needs examples, until every class has `n_shot`; `too_few(available, class)` words a class too rare."""
     if n_shot < 1:
         raise SamplingError(f"n_shot must be >= 1, got {n_shot}")
-    mentions = [mentions_of(sentence, scheme) for sentence in tags]
-    for entity in entity_types:
-        available = sum(entity in m for m in mentions)
+    for name in classes:
+        available = sum(name in m for m in mentions)
         if available < n_shot:
-            raise SamplingError(f"only {available} sentences mention {entity}; cannot sample {n_shot} of them")
-    needed = dict.fromkeys(entity_types, n_shot)
+            raise SamplingError(f"{too_few(available, name)}; cannot sample {n_shot} of them")
+    needed = dict.fromkeys(classes, n_shot)
     chosen = []
-    for index in np.random.default_rng(seed).permutation(len(tags)):
+    for index in np.random.default_rng(seed).permutation(len(mentions)):
         useful = [e for e in mentions[index] if needed.get(e, 0) > 0]
         if useful:
             chosen.append(int(index))
-            for entity in mentions[index]:
-                if entity in needed:
-                    needed[entity] -= 1
+            for name in mentions[index]:
+                if name in needed:
+                    needed[name] -= 1
         if not any(needed.values()):
             break
     return sorted(chosen)
@@ -108,16 +131,19 @@ def few_shot_split(train: Dataset, n_shot: int, seed: int, strategy: str = "unif
     return train.select(indices), indices
 
 
-def with_shuffled_labels(sample: Dataset, column: str, seed: int) -> Dataset:
+def with_shuffled_labels(sample: Dataset, column: str, seed: int, whole_items: bool = False) -> Dataset:
     """
     `sample` with the labels of `column` permuted among its items (a control: a head trained on them can learn the
     sample, not the task). A label column of sequences (NER's tags) is permuted over every word of the sample, each
-    sentence keeping its length; a column of single labels over the examples. The same `seed` always permutes alike,
+    sentence keeping its length; a column of single labels, or with `whole_items` each item's list (a multi-label
+    text's set of labels), over the examples. The same `seed` always permutes alike,
     and the labels' counts are the sample's own.
     """
     labels = sample[column]
     generator = np.random.default_rng(seed)
-    if labels and isinstance(labels[0], list):
+    if labels and isinstance(labels[0], list) and whole_items:
+        shuffled = [labels[i] for i in generator.permutation(len(labels))]
+    elif labels and isinstance(labels[0], list):
         flat = generator.permutation([label for sentence in labels for label in sentence]).tolist()
         starts = np.cumsum([0] + [len(sentence) for sentence in labels]).tolist()
         shuffled = [flat[start:end] for start, end in zip(starts, starts[1:])]

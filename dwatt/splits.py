@@ -4,10 +4,18 @@ score on the same sample (`dwatt.experiment.baselines`) read it here."""
 
 from __future__ import annotations
 
-from .data.classification import load_classification_dataset
+from .data.classification import class_names, load_classification_dataset
 from .data.ner import load_ner_dataset
+from .data.targets import MULTI_LABEL, REGRESSION
 from .run_config import RunConfig
-from .sampling import few_shot_split, sample_examples_per_class, sample_sentences, with_shuffled_labels
+from .sampling import (
+    few_shot_split,
+    sample_examples_per_class,
+    sample_examples_per_label,
+    sample_sentences,
+    with_shuffled_labels,
+)
+from .tasks import TASKS
 
 DEV_SAMPLE_SEED = 1234  # one dev subsample for every run of every trial, so their scores compare
 
@@ -51,10 +59,12 @@ def ner_splits(config: RunConfig):
 
 def classification_splits(config: RunConfig):
     """What a run reads of its data, before any backbone: the dataset (its test split, with `--test` on data without
-    one, the dev split's rest beyond `dev_sentences`: `dev_held_out`), the N examples per class drawn with
-    `config.seed` (all of the training split without `n_shot`; their labels permuted with `shuffle_labels`), their rows,
-    and the dev split or its fixed subset."""
-    data = load_classification_dataset(config.dataset, config.data_dir, **config.columns())
+    one, the dev split's rest beyond `dev_sentences`: `dev_held_out`), the few-shot sample drawn with `config.seed`
+    (N examples per class; multi-label: at least N carrying each label; regression: N examples; all of the training
+    split without `n_shot`; their labels permuted with `shuffle_labels`), their rows, and the dev split or its fixed
+    subset."""
+    problem_type = TASKS[config.task].problem_type
+    data = load_classification_dataset(config.dataset, config.data_dir, problem_type, **config.columns())
     if config.evaluate_test and "test" not in data:
         rest = dev_held_out(data["validation"], config)
         if rest is None:
@@ -72,11 +82,16 @@ def classification_splits(config: RunConfig):
         data["test"] = rest
     train, sampled_ids = data["train"], list(range(len(data["train"])))
     if config.n_shot is not None:
-        names = train.features["label"].names  # the loader's ClassLabel: the labels by id
-        sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed, names)
+        names = class_names(train)  # the loader's ClassLabel: the labels by id
+        if problem_type == REGRESSION:
+            sampled_ids = sample_sentences(len(train), config.n_shot, config.seed)
+        elif problem_type == MULTI_LABEL:
+            sampled_ids = sample_examples_per_label(train["label"], config.n_shot, config.seed, names)
+        else:
+            sampled_ids = sample_examples_per_class(train["label"], config.n_shot, config.seed, names)
         train = train.select(sampled_ids)
     if config.shuffle_labels:
-        train = with_shuffled_labels(train, "label", config.seed)
+        train = with_shuffled_labels(train, "label", config.seed, whole_items=True)
     dev = dev_subset(data["validation"], config)
     return data, train, sampled_ids, dev
 

@@ -13,7 +13,7 @@ checking an ONNX export start quickly); `model_class` imports the models file wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -46,6 +46,7 @@ class Task:
     trains_together: bool  # FE runs of it may train as stacked copies of one head (`dwatt.training.together`)
     pools: bool  # its head reads one vector per text (`--pooling`), from the text and label columns of its files
     folder_is_dataset: bool = False  # a folder of the user's files (`--data-dir`) is a dataset of its own
+    problem_type: str | None = None  # a text task's `config.problem_type`, as transformers names it
 
     def dataset_for(self, dataset: str | None, data_dir: str | None = None) -> str:
         """The dataset a run of this task reads, as run ids, model cards and messages name it: the one named; else,
@@ -54,6 +55,11 @@ class Task:
             return dataset
         if data_dir is not None and self.folder_is_dataset:
             return Path(data_dir).name or self.default_dataset
+        if not self.default_dataset:
+            raise ValueError(
+                f"--task {self.name} has no dataset of its own: give --data-dir (a folder of train and dev files) or "
+                "--dataset (a Hub dataset)"
+            )
         return self.default_dataset
 
 
@@ -61,6 +67,38 @@ class Task:
 # chosen for no method in any trial and trailed 1e-3 for every one. On AG News (docs/results/fair-agnews), DWAtt's
 # dev choice was 3e-4 in every N = 16 trial on MiniLM and SmolLM2, where 1e-3 trailed it on dev and test. The masked
 # LM has had no such comparison: it keeps the NER rate.
+TEXT_CLASSIFICATION = Task(
+    name="cls",
+    kind="classification",
+    model="DWAttForSequenceClassification",
+    architecture_suffix="ForSequenceClassification",
+    pipeline_tag="text-classification",
+    auto_class="AutoModelForSequenceClassification",
+    default_dataset="ag_news",
+    batch_size=16,
+    fe_learning_rate=3e-4,
+    logits_rank=2,
+    example_input="Stocks rallied after the central bank held interest rates steady .",
+    items="texts",
+    few_shot=True,
+    labelled=True,
+    score="accuracy",
+    score_name="accuracy",
+    score_unit="accuracy points",
+    score_definition="accuracy x 100",
+    trains_together=True,
+    pools=True,
+    folder_is_dataset=True,
+    problem_type="single_label_classification",
+)
+
+
+def _text_task(**differences) -> Task:
+    """A text task of the user's own data (no dataset of its own) that trains and serves as text classification does,
+    scored otherwise."""
+    return replace(TEXT_CLASSIFICATION, default_dataset="", **differences)
+
+
 TASKS: dict[str, Task] = {
     task.name: task
     for task in (
@@ -109,28 +147,25 @@ TASKS: dict[str, Task] = {
             trains_together=False,
             pools=False,
         ),
-        Task(
-            name="cls",
-            kind="classification",
-            model="DWAttForSequenceClassification",
-            architecture_suffix="ForSequenceClassification",
-            pipeline_tag="text-classification",
-            auto_class="AutoModelForSequenceClassification",
-            default_dataset="ag_news",
-            batch_size=16,
-            fe_learning_rate=3e-4,
-            logits_rank=2,
-            example_input="Stocks rallied after the central bank held interest rates steady .",
-            items="texts",
-            few_shot=True,
-            labelled=True,
-            score="accuracy",
-            score_name="accuracy",
-            score_unit="accuracy points",
-            score_definition="accuracy x 100",
-            trains_together=True,
-            pools=True,
-            folder_is_dataset=True,
+        TEXT_CLASSIFICATION,
+        # A text carries any number of the labels (a list, or names joined by a separator); one sigmoid per label,
+        # a label predicted where its probability exceeds 0.5.
+        _text_task(
+            name="multilabel",
+            score="micro_f1",
+            score_name="micro-F1",
+            score_unit="micro-F1 points",
+            score_definition="micro-F1 over (text, label) pairs x 100",
+            problem_type="multi_label_classification",
+        ),
+        # A number per text (or pair): one output, mean squared error.
+        _text_task(
+            name="regression",
+            score="spearman",
+            score_name="Spearman",
+            score_unit="Spearman points",
+            score_definition="Spearman's rank correlation x 100",
+            problem_type="regression",
         ),
     )
 }
@@ -143,13 +178,18 @@ def task_named(name: str) -> Task:
     return TASKS[name]
 
 
-def task_of_architectures(architectures) -> Task | None:
-    """The task whose model one of a checkpoint config's `architectures` is, or None."""
+def task_of_architectures(architectures, problem_type: str | None = None) -> Task | None:
+    """The task whose model one of a checkpoint config's `architectures` is (text tasks told apart by the config's
+    `problem_type`; none recorded reads as single-label), or None."""
     for architecture in architectures or []:
         for task in TASKS.values():
-            if architecture.endswith(task.architecture_suffix):
+            if architecture.endswith(task.architecture_suffix) and _solves(task, problem_type):
                 return task
     return None
+
+
+def _solves(task: Task, problem_type: str | None) -> bool:
+    return task.problem_type in (None, problem_type or "single_label_classification")
 
 
 def model_class(task: str):
@@ -162,7 +202,11 @@ def model_class(task: str):
 def task_of_model(model) -> Task | None:
     """The task whose model class `model` is an instance of (a DWAtt task model as dwatt loads it), or None for
     anything else (a probe ensemble, a stock model)."""
-    return next((task for task in TASKS.values() if isinstance(model, model_class(task.name))), None)
+    problem_type = getattr(getattr(model, "config", None), "problem_type", None)
+    return next(
+        (task for task in TASKS.values() if isinstance(model, model_class(task.name)) and _solves(task, problem_type)),
+        None,
+    )
 
 
 def kind_of_model(model) -> Kind | None:

@@ -1,6 +1,6 @@
 """The README and the documentation site stay true: the site builds offline in strict mode (every link and anchor
 resolves), the README is a front page of at most 300 lines whose links resolve, and every fenced shell or Python
-block of the README and the site runs, unless the line before it says what it needs (`<!-- needs: network ... -->`,
+block of the README and the site runs, unless the line before it says what it needs (`<!-- needs: network ... -->`, `vllm`,
 `<!-- needs: gpu ... -->`).
 
 A block runs in a fresh folder that holds the repository's files (linked, as in a clone), the runs the pages refer to
@@ -29,7 +29,7 @@ from .conftest import write_tiny_datasets
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md") if "results" not in p.parts)]
 FENCE = re.compile(r"^```(\w*)[ \t]*$")
-NEEDS = re.compile(r"^<!-- needs: (network|gpu)\b.*-->$")
+NEEDS = re.compile(r"^<!-- needs: (network|gpu|vllm)\b.*-->$")
 RUNNABLE = {"bash", "sh", "python"}
 README_LINES = 160
 # The remote-code files by their pattern: a block run from the clone imports them from there, and a checkpoint it saves

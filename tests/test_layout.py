@@ -264,7 +264,11 @@ DEFERRED_OWN_IMPORTS = {
     "dwatt.experiment.grid": {"configuration_dwatt"},  # transformers: the parser and the tables read grids
     "dwatt.experiment.summaries": {"configuration_dwatt"},  # the tables load without transformers
     "dwatt.experiment.floor": {"dwatt.experiment.baselines"},  # torch, sklearn: the floor's tables are read light
-    "dwatt.experiment.baselines": {"dwatt.metrics", "dwatt.splits"},  # datasets: the probe's parser reads baselines
+    "dwatt.experiment.baselines": {
+        "dwatt.data.classification",
+        "dwatt.metrics",
+        "dwatt.splits",
+    },  # datasets: the probe's parser reads baselines
     "dwatt.experiment.sweep": {"dwatt.distributed"},  # torch: the parser builds sweeps
     "dwatt.experiment.probe_models": {  # torch: the probe's parser
         "dwatt.checkpoints",

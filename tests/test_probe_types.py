@@ -11,7 +11,7 @@ from dwatt.experiment.probe_types import ProbeOutcome, ProbeSettings, layer_span
 @pytest.mark.parametrize(
     "kwargs, refused",
     [
-        ({"task": "mlm"}, r"--task: a probe trains heads for ner or cls, not 'mlm'"),
+        ({"task": "mlm"}, r"--task: a probe trains heads for ner, cls, multilabel or regression, not 'mlm'"),
         ({"save_ensemble": 1}, r"--save-ensemble: an ensemble averages at least 2"),
         ({"widen": -1}, r"--widen: a count of rates"),
         ({"save_ensemble": 3, "save_model": False}, r"--save-ensemble saves a model"),

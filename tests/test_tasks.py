@@ -18,9 +18,19 @@ def test_each_task_names_a_model_its_architecture_and_auto_class_say_the_same(na
     task = TASKS[name]
     cls = model_class(name)
     assert cls is getattr(modeling_dwatt, task.model) and cls.__name__.endswith(task.architecture_suffix)
-    assert task_of_architectures([cls.__name__]) is task and task_of_architectures(["BertModel"]) is None
+    assert task_of_architectures([cls.__name__], task.problem_type) is task
+    assert task_of_architectures(["BertModel"], task.problem_type) is None
     assert hasattr(transformers, task.auto_class) and task.auto_class.endswith(task.architecture_suffix)
     assert task.logits_rank in (2, 3) and task.batch_size > 0
+
+
+def test_a_text_checkpoint_s_task_is_told_by_its_problem_type():
+    """Three tasks share the sequence classifier: a config's `problem_type` says which; none recorded (an older
+    checkpoint, a stock one) reads as single-label."""
+    architectures = ["DWAttForSequenceClassification"]
+    assert task_of_architectures(architectures).name == "cls"
+    assert task_of_architectures(architectures, "multi_label_classification").name == "multilabel"
+    assert task_of_architectures(architectures, "regression").name == "regression"
 
 
 def test_an_unknown_task_is_refused_with_the_tasks_listed():

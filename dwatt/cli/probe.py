@@ -55,7 +55,13 @@ def register(commands) -> None:
         help="the layers to probe: all (1..L), every:k, a-b or a list; the embedding output (layer 0) is probed too "
         "unless --no-baselines",
     )
-    parser.add_argument("--pooling", default=None, choices=POOLINGS, help="cls: as for dwatt train")
+    parser.add_argument(
+        "--pooling",
+        default=None,
+        choices=POOLINGS,
+        help="text tasks: as for dwatt train (default on an encoder: both mean and first probed, each in "
+        "<output>/pooling-<name>, the one better on dev copied to <output>/chosen; first exports stock)",
+    )
     add_column_arguments(parser)
     # and 5e-5 never: the probe's grid spans 3e-4..1e-2.
     parser.add_argument(
@@ -121,6 +127,7 @@ def register(commands) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..experiment.probe import ProbeSettings, run_probe, summary_lines, table_lines
+    from ..experiment.probe_poolings import pooling_lines, run_pooling_probes
 
     check_grid_arguments(args)
     names = {f.name for f in fields(ProbeSettings)}
@@ -128,7 +135,13 @@ def run(args: argparse.Namespace) -> int:
     from ..training import EXECUTION  # after the settings' checks, so that a probe refused for them imports no torch
 
     started = time.perf_counter()
-    outcome = run_probe(settings, EXECUTION)
-    took = f"took {time.perf_counter() - started:.0f} s"
-    print("\n".join([*table_lines(outcome), *summary_lines(outcome), f"rows in {settings.store}; {took}"]))
+
+    def report(pooling, outcome, asked) -> None:
+        heading = [f"pooling {pooling}:"] if pooling and asked is not settings else []
+        took = f"took {time.perf_counter() - started:.0f} s"
+        print("\n".join([*heading, *table_lines(outcome), *summary_lines(outcome), f"rows in {asked.store}; {took}"]))
+
+    outcomes = run_pooling_probes(settings, EXECUTION, run_probe, report)
+    if len(outcomes) > 1:
+        print("\n".join(pooling_lines(outcomes)))
     return 0

@@ -21,14 +21,16 @@ from pathlib import Path
 
 import numpy as np
 from datasets import ClassLabel, Dataset, DatasetDict, Features, Value, load_dataset
+from datasets import Sequence as SequenceFeature
 
 from .files import DataFormatError, is_local_path, json_objects, numbered_lines
+from .targets import MULTI_LABEL, REGRESSION, SINGLE_LABEL, check_single_label, multi_label_rows, regression_targets
 
 logger = logging.getLogger(__name__)
 
 TEXT_COLUMNS = ("text", "sentence", "sentence1", "content", "review", "document", "question", "premise", "title")
 PAIR_COLUMNS = ("text_pair", "sentence2", "hypothesis", "description", "question2")
-LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "intent")
+LABEL_COLUMNS = ("label", "labels", "class", "category", "target", "intent", "score", "rating")
 SPLIT_NAMES = {"train": ("train",), "validation": ("validation", "valid", "dev"), "test": ("test",)}
 FORMATS = {".csv": ",", ".tsv": "\t", ".jsonl": None, ".json": None}
 AG_NEWS_LABELS = ("World", "Sports", "Business", "Sci/Tech")  # labels 1..4 of the original corpus
@@ -116,37 +118,72 @@ def _label_names(values: list[str]) -> list[str]:
         return unique
 
 
+def label_values(path: Path, rows: list[tuple[int, dict]], label_column: str, problem_type: str) -> list:
+    """Each row's label as `problem_type` reads it: a class name, a list of class names, or a number."""
+    numbered = [(number, row.get(label_column)) for number, row in rows]
+    if problem_type == REGRESSION:
+        return regression_targets(path, numbered)
+    if problem_type == MULTI_LABEL:
+        return multi_label_rows(numbered)
+    check_single_label(path, numbered)
+    return [str(value) for _, value in numbered]
+
+
+def _names_in(values: list, problem_type: str) -> list[str]:
+    """The class names `label_values` found, in `_label_names`' order (none for regression)."""
+    if problem_type == REGRESSION:
+        return []
+    flat = [name for names in values for name in names] if problem_type == MULTI_LABEL else values
+    return _label_names(flat)
+
+
 def read_classification_file(
     path: str | Path,
     text_column: str | None = None,
     pair_column: str | None = None,
     label_column: str | None = None,
     label_names: Sequence[str] | None = None,
+    problem_type: str = SINGLE_LABEL,
 ) -> Dataset:
-    """One split from a CSV/TSV/JSONL file: `text`, `text_pair` (when a pair column exists) and `label`."""
+    """One split from a CSV/TSV/JSONL file: `text`, `text_pair` (when a pair column exists) and `label`: a class id
+    (single-label), a list of class ids (multi-label; an empty cell is a text with none) or a float (regression)."""
     path = Path(path)
     rows = read_rows(path)
     columns = list(rows[0][1])
     text_column, pair_column, label_column = detect_columns(path, columns, text_column, pair_column, label_column)
-    texts, pairs, labels = [], [], []
+    required = (text_column, pair_column) + ((label_column,) if problem_type != MULTI_LABEL else ())
+    texts, pairs = [], []
     for number, row in rows:
-        for column in filter(None, (text_column, pair_column, label_column)):
+        for column in filter(None, required):
             value = row.get(column)
             if value is None or (isinstance(value, str) and not value.strip()):
                 raise DataFormatError(f"{path}:{number}: empty or missing {column!r}")
+        if row.get(label_column) is None:  # a multi-label cell may be empty (a text with no label), never absent
+            raise DataFormatError(f"{path}:{number}: missing {label_column!r}")
         texts.append(str(row[text_column]))
         if pair_column:
             pairs.append(str(row[pair_column]))
-        labels.append(str(row[label_column]))
-    names = list(label_names) if label_names is not None else _label_names(labels)
+    values = label_values(path, rows, label_column, problem_type)
+    names = list(label_names) if label_names is not None else _names_in(values, problem_type)
     index = {name: i for i, name in enumerate(names)}
-    unknown = next(((number, value) for (number, _), value in zip(rows, labels) if value not in index), None)
-    if unknown:
-        raise DataFormatError(f"{path}:{unknown[0]}: unknown label {unknown[1]!r}; the labels are {names}")
-    columns = {"text": texts} | ({"text_pair": pairs} if pair_column else {}) | {"label": [index[v] for v in labels]}
+    if problem_type == REGRESSION:
+        labels, label_feature = values, Value("float32")
+    else:
+        each = (lambda names_of_row: names_of_row) if problem_type == MULTI_LABEL else (lambda name: [name])
+        unknown = next(((n, v) for (n, _), row in zip(rows, values) for v in each(row) if v not in index), None)
+        if unknown:
+            raise DataFormatError(f"{path}:{unknown[0]}: unknown label {unknown[1]!r}; the labels are {names}")
+        if problem_type == MULTI_LABEL:
+            labels, label_feature = (
+                [[index[v] for v in row] for row in values],
+                SequenceFeature(ClassLabel(names=names)),
+            )
+        else:
+            labels, label_feature = [index[v] for v in values], ClassLabel(names=names)
+    columns = {"text": texts} | ({"text_pair": pairs} if pair_column else {}) | {"label": labels}
     columns["source"] = [f"{path}:{number}" for number, _ in rows]
     features = {"text": Value("string")} | ({"text_pair": Value("string")} if pair_column else {})
-    features |= {"label": ClassLabel(names=names), "source": Value("string")}
+    features |= {"label": label_feature, "source": Value("string")}
     return Dataset.from_dict(columns, features=Features(features))
 
 
@@ -182,7 +219,9 @@ def read_unlabelled_texts(folder: str | Path, text_column: str | None = None, pa
     return [(row[text], row[pair]) if pair else row[text] for _, row in rows]
 
 
-def load_classification_folder(folder: str | Path, label_names: Sequence[str] | None = None, **columns) -> DatasetDict:
+def load_classification_folder(
+    folder: str | Path, label_names: Sequence[str] | None = None, problem_type: str = SINGLE_LABEL, **columns
+) -> DatasetDict:
     """A folder of `train` and `validation` (or `dev`) files, optionally `test`, in one of the formats. All splits
     share the label names of the training split (plus any the others add, after them), or `label_names`."""
     folder = Path(folder)
@@ -191,8 +230,11 @@ def load_classification_folder(folder: str | Path, label_names: Sequence[str] | 
         raise FileNotFoundError(
             f"{folder}: expected train and validation (or dev) files ({'/'.join(FORMATS)}), found {sorted(files) or 'none'}"
         )
-    train = read_classification_file(files["train"], **columns, label_names=label_names)
-    names = list(train.features["label"].names)
+    read = lambda split, names: read_classification_file(  # noqa: E731
+        files[split], **columns, label_names=names, problem_type=problem_type
+    )
+    train = read("train", label_names)
+    names = class_names(train)
     splits = {"train": train}
     for split in ("validation", "test"):
         if split in files:
@@ -204,26 +246,37 @@ def load_classification_folder(folder: str | Path, label_names: Sequence[str] | 
                 columns.get("pair_column"),
                 columns.get("label_column"),
             )[2]
-            values = [str(row[label]) for _, row in rows]
-            names += [name for name in _label_names(values) if name not in names]
-            splits[split] = read_classification_file(files[split], **columns, label_names=names)
-    if len(names) > len(train.features["label"].names):
-        splits["train"] = read_classification_file(files["train"], **columns, label_names=names)
+            values = label_values(files[split], rows, label, problem_type)
+            names += [name for name in _names_in(values, problem_type) if name not in names]
+            splits[split] = read(split, names or None)
+    if len(names) > len(class_names(train)):
+        splits["train"] = read("train", names)
     return DatasetDict(splits)
 
 
-def load_classification_dataset(name: str, data_dir: str | None = None, **columns) -> DatasetDict:
+def class_names(dataset: Dataset) -> list[str]:
+    """The class names of a split's `label` feature (a class id, or a list of them); none for a number."""
+    feature = dataset.features["label"]
+    feature = getattr(feature, "feature", feature)
+    return list(getattr(feature, "names", []))
+
+
+def load_classification_dataset(
+    name: str, data_dir: str | None = None, problem_type: str = SINGLE_LABEL, **columns
+) -> DatasetDict:
     """
     `ag_news`: the vendored offline split (or, with `data_dir`, a folder of split files); a folder path or
     `data_dir`: its split files (`load_classification_folder`); anything else: a Hub dataset (online),
     `name:config` for one with configurations (e.g. `glue:sst2`), its validation split (else test) for scoring.
     """
     if data_dir is not None:
-        return load_classification_folder(data_dir, **columns)
+        return load_classification_folder(data_dir, problem_type=problem_type, **columns)
     if name == "ag_news":
+        if problem_type != SINGLE_LABEL:
+            raise ValueError(f"ag_news holds one topic per text, not a {problem_type} task: give --data-dir")
         return load_classification_folder(AG_NEWS_DIR, label_names=AG_NEWS_LABELS)
     if is_local_path(name):
-        return load_classification_folder(name, **columns)
+        return load_classification_folder(name, problem_type=problem_type, **columns)
 
     hub_name, _, config = name.partition(":")
     data = load_dataset(hub_name, config or None)
@@ -276,25 +329,33 @@ def split_ag_news(source: str | Path, output: str | Path, eval_per_class: int = 
     return counts
 
 
+def _ids(label) -> list[int]:
+    """The class ids of one row's label: a class id, or a multi-label row's list of them."""
+    return list(label) if isinstance(label, list) else [label]
+
+
 def warn_about_unseen_labels(
-    train_labels: Iterable[int], splits: dict[str, Dataset], what: str = "the training split"
+    train_labels: Iterable, splits: dict[str, Dataset], what: str = "the training split"
 ) -> dict[str, dict]:
     """
     One warning per label that an evaluation split holds but the training examples (`train_labels`, after any
     sampling; `what` names them) lack: the model never sees an example of it, so it is a class in name only. The
     rows stay in the scores, where the model can only get them wrong. The warning names the label, the file and
     line of its first row (its row number, for a Hub split) and how many rows carry it in each split. Returns
-    `{label: {"first": where, "rows": {split: count}}}`.
+    `{label: {"first": where, "rows": {split: count}}}`. Multi-label rows count once per label they carry; a
+    regression's numbers have no labels to miss.
     """
-    seen = set(train_labels)
+    seen = {i for label in train_labels for i in _ids(label)}
     unseen: dict[str, dict] = {}
     for split, dataset in splits.items():
-        names = dataset.features["label"].names
+        names = class_names(dataset)
+        if not names:
+            continue
         sources = dataset["source"] if "source" in dataset.column_names else None
         for row, label in enumerate(dataset["label"]):
-            if label not in seen:
+            for missing in (i for i in _ids(label) if i not in seen):
                 first = sources[row] if sources else f"row {row + 1} of the {split} split"
-                entry = unseen.setdefault(names[label], {"first": first, "rows": {}})
+                entry = unseen.setdefault(names[missing], {"first": first, "rows": {}})
                 entry["rows"][split] = entry["rows"].get(split, 0) + 1
     for label, entry in unseen.items():
         counts = ", ".join(f"{count} in {split}" for split, count in entry["rows"].items())
@@ -305,11 +366,29 @@ def warn_about_unseen_labels(
     return unseen
 
 
-def to_model_labels(tokens: Dataset, model_ids: Sequence[int]) -> Dataset:
+def to_model_labels(tokens: Dataset, model_ids: Sequence[int] | None) -> Dataset:
     """A tokenised split whose `labels` are dataset class ids, relabelled to the model's: `model_ids[k]` is the
     dataset id of the model's class k (the classes its training examples hold); a row of any other class gets
-    -100 (no loss; scored as an error, see `metrics.classification_scores`)."""
+    -100 (no loss; scored as an error, see `metrics.classification_scores`). A multi-label row becomes a 0/1 vector
+    over the model's classes (a class it lacks is dropped there and counted apart: `unseen`); `model_ids` None (a
+    regression's numbers) keeps the labels as they are."""
+    if model_ids is None:
+        return tokens
     position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
+    if tokens.num_rows and isinstance(tokens[0]["labels"], list):
+
+        def multi_hot(ids: list[int]) -> list[float]:
+            row = [0.0] * len(position)
+            for i in ids:
+                if i in position:
+                    row[position[i]] = 1.0
+            return row
+
+        features = tokens.features.copy()
+        features["labels"] = SequenceFeature(Value("float32"))  # the loss's targets (datasets keeps ints otherwise)
+        return tokens.map(
+            lambda batch: {"labels": [multi_hot(ids) for ids in batch["labels"]]}, batched=True, features=features
+        )
     if list(position) == list(range(len(position))) and set(tokens["labels"]) <= set(position):
         return tokens
     return tokens.map(lambda batch: {"labels": [position.get(label, -100) for label in batch["labels"]]}, batched=True)
@@ -330,6 +409,8 @@ def tokenize_texts(dataset: Dataset, tokenizer, max_length: int = MAX_TOKENS) ->
 
 __all__ = [
     "AG_NEWS_LABELS",
+    "class_names",
+    "label_values",
     "load_classification_dataset",
     "load_classification_folder",
     "read_classification_file",

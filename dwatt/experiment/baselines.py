@@ -2,10 +2,12 @@
 The floor under every head: what a task scores with no backbone at all, on the same few-shot sample, dev split and
 test split a run reads (`ner_splits`, `classification_splits`), scored by the run's own metric.
 
-- The majority label: `O` for every token (NER), the sample's most frequent class (text classification).
+- The majority label: `O` for every token (NER), the sample's most frequent class (text classification; multi-label:
+  the labels most of its texts carry; regression: its mean).
 - A model with no backbone, its one hyperparameter chosen on dev like a head's learning rate: a linear-chain CRF on
   word features (the word, its lowercase, shape, prefixes and suffixes, its neighbours; sklearn-crfsuite) for NER,
-  TF-IDF over word and character n-grams with logistic regression (scikit-learn) for text classification.
+  TF-IDF over word and character n-grams with logistic regression (scikit-learn) for text classification (one per
+  label, one-vs-rest, for multi-label; ridge regression for a numeric target).
 
 scikit-learn and sklearn-crfsuite are the `baselines` extra, in the `probe` extra with matplotlib for the figure
 (`pip install "dwatt[probe]"`).
@@ -14,9 +16,13 @@ scikit-learn and sklearn-crfsuite are the `baselines` extra, in the `probe` extr
 from __future__ import annotations
 
 import math
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 
+import numpy as np
+
+from ..data.targets import MULTI_LABEL, REGRESSION
 from ..run_config import RunConfig
 from ..tasks import TASKS
 from .widening import Widening, widened_choice
@@ -26,6 +32,7 @@ EXTRA = 'pip install "dwatt[probe]"'
 # widened where the choice sits at its edge (`widened_choice`).
 CRF_L2 = (0.01, 0.1, 1.0)
 LOGISTIC_C = (0.1, 1.0, 10.0, 100.0)
+RIDGE_ALPHA = (0.01, 0.1, 1.0, 10.0)  # ridge regression's L2 weight (regression), chosen on dev the same way
 
 
 @dataclass
@@ -125,57 +132,87 @@ def _all_o(tags: list[list[str]]) -> list[list[str]]:
 
 
 def classification_baselines(config: RunConfig) -> list[BaselineScores]:
-    """The sample's most frequent class and TF-IDF with logistic regression on `config`'s sample, C chosen on dev
-    (`LOGISTIC_C`), scored by accuracy."""
+    """The sample's majority and TF-IDF with a linear model on `config`'s sample, its regularisation chosen on dev,
+    scored by the task's score (`Task.score`): single-label, the most frequent class and logistic regression (C from
+    `LOGISTIC_C`); multi-label, the labels most of the sample's texts carry and one logistic regression per label
+    (one-vs-rest); regression, the sample's mean (a constant, so no correlation) and ridge regression (alpha from
+    `RIDGE_ALPHA`)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.metrics import accuracy_score
+    from sklearn.linear_model import LogisticRegression, Ridge
+    from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline, make_union
+    from sklearn.preprocessing import MultiLabelBinarizer
 
+    from ..data.classification import class_names
+    from ..metrics import ClassificationMetrics
     from ..splits import classification_splits
 
     config.validate()
+    task = TASKS[config.task]
     data, train, _, dev = classification_splits(config)
+    names = class_names(data["train"])
+    metrics = ClassificationMetrics(names, {}, task.problem_type)
 
     def texts(split) -> list[str]:
         pairs = split["text_pair"] if "text_pair" in split.column_names else [None] * len(split)
         return [text if pair is None else f"{text} [SEP] {pair}" for text, pair in zip(split["text"], pairs)]
 
-    def accuracy(labels, predicted) -> float:
-        return 100 * float(accuracy_score(labels, predicted))
+    def targets(split) -> np.ndarray:
+        if task.problem_type == MULTI_LABEL:
+            return MultiLabelBinarizer(classes=range(len(names))).fit_transform(split["label"])
+        return np.asarray(split["label"])
 
-    train_texts, dev_texts = texts(train), texts(dev)
-    test = (data["test"]["label"], texts(data["test"])) if config.evaluate_test else None
+    def score(gold: np.ndarray, predicted) -> float:
+        return 100 * metrics.scores(np.asarray(predicted), gold)[task.score]
 
-    def fitted(c: float):
-        model = make_pipeline(
-            make_union(
-                TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True),
-                TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True),
-            ),
-            LogisticRegression(C=c, max_iter=2000),
-        )
-        model.fit(train_texts, train["label"])
-        return accuracy(dev["label"], model.predict(dev_texts)), model
+    train_y, dev_y = targets(train), targets(dev)
+    test = (targets(data["test"]), texts(data["test"])) if config.evaluate_test else None
 
-    c, (dev_accuracy, model), widening = widened_choice(
-        LOGISTIC_C, fitted, Widening(floor=1e-4, ceiling=1e4, unit="C", option="")
+    def fitted(strength: float):
+        linear = {
+            REGRESSION: lambda: Ridge(alpha=strength),
+            MULTI_LABEL: lambda: OneVsRestClassifier(LogisticRegression(C=strength, max_iter=2000)),
+        }.get(task.problem_type, lambda: LogisticRegression(C=strength, max_iter=2000))()
+        words = TfidfVectorizer(ngram_range=(1, 2), sublinear_tf=True)
+        characters = TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), sublinear_tf=True)
+        model = make_pipeline(make_union(words, characters), linear)
+        with warnings.catch_warnings():  # a label every (or no) sampled text carries: its one-vs-rest is a constant
+            warnings.simplefilter("ignore", UserWarning)
+            model.fit(texts(train), train_y)
+        return score(dev_y, model.predict(texts(dev))), model
+
+    regression = task.problem_type == REGRESSION
+    grid, unit = (RIDGE_ALPHA, "alpha") if regression else (LOGISTIC_C, "C")
+    strength, (dev_score, model), widening = widened_choice(
+        grid, fitted, Widening(floor=1e-4, ceiling=1e4, unit=unit, option="")
     )
-    counts = Counter(train["label"])
-    majority = min(counts, key=lambda label: (-counts[label], label))
+    majority, named = _majority(train_y, task.problem_type)
+    linear_name = {REGRESSION: "ridge regression", MULTI_LABEL: "one logistic regression per label"}
     return [
         BaselineScores(
-            "the majority label (the sample's most frequent class)",
-            accuracy(dev["label"], [majority] * len(dev)),
-            None if test is None else accuracy(test[0], [majority] * len(test[0])),
+            named,
+            score(dev_y, [majority] * len(dev_y)),
+            None if test is None else score(test[0], [majority] * len(test[0])),
         ),
         BaselineScores(
-            "no backbone: TF-IDF and logistic regression",
-            dev_accuracy,
-            None if test is None else accuracy(test[0], model.predict(test[1])),
-            f"C {c:g}{widening.note()}",
+            f"no backbone: TF-IDF and {linear_name.get(task.problem_type, 'logistic regression')}",
+            dev_score,
+            None if test is None else score(test[0], model.predict(test[1])),
+            f"{unit} {strength:g}{widening.note()}",
         ),
     ]
+
+
+def _majority(train_y: np.ndarray, problem_type: str | None) -> tuple:
+    """What the sample's majority predicts for every text, and its name."""
+    if problem_type == REGRESSION:
+        return float(train_y.mean()), "the sample's mean (a constant: no correlation)"
+    if problem_type == MULTI_LABEL:
+        return (train_y.mean(0) > 0.5).astype(int), "the majority labels (those most of the sample's texts carry)"
+    counts = Counter(train_y.tolist())
+    return min(
+        counts, key=lambda label: (-counts[label], label)
+    ), "the majority label (the sample's most frequent class)"
 
 
 # The floor's own mapping of task kinds (`Task.kind`): the baselines each kind is scored against.

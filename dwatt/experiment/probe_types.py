@@ -71,7 +71,9 @@ class ProbeSettings:
     def __post_init__(self) -> None:
         check_backbone_folder(self.backbone)
         if self.task not in metrics():
-            raise ValueError(f"--task: a probe trains heads for {' or '.join(metrics())}, not {self.task!r}")
+            names = list(metrics())
+            listed = ", ".join(names[:-1]) + f" or {names[-1]}" if len(names) > 1 else names[0]
+            raise ValueError(f"--task: a probe trains heads for {listed}, not {self.task!r}")
         if self.save_ensemble is not None and self.save_ensemble < 2:
             raise ValueError(
                 f"--save-ensemble: an ensemble averages at least 2 layers' heads, not {self.save_ensemble}"
@@ -160,6 +162,7 @@ class ProbeOutcome:
     model: Path | None = None
     saved: dict = field(default_factory=dict)
     stock_refusal: str | None = None  # why the saved head cannot export as a stock model (None: it can)
+    kept: Path | None = None  # where a comparison of poolings copied this head, being its choice (`probe_poolings`)
     ensemble: Path | None = None  # the saved ensemble's folder (`save_ensemble`), its members in `ensemble_members`
     ensemble_members: list[tuple[int, float]] = field(default_factory=list)
     # the probe's ensembles (`dwatt.training.probe_ensembles`), where it scored test: size -> one per trial, each

@@ -4,9 +4,12 @@ it. `dwatt evaluate` maps each task to its scorer (`dwatt.cli.evaluate.scorer`);
 
 from __future__ import annotations
 
+import numpy as np
+
 from ..data import load_ner_dataset
-from ..data.classification import load_classification_dataset, warn_about_unseen_labels
-from ..metrics import classification_scores, tag_scorer
+from ..data.classification import class_names, load_classification_dataset, to_model_labels, warn_about_unseen_labels
+from ..data.targets import REGRESSION, SINGLE_LABEL, decided_by_probabilities
+from ..metrics import ClassificationMetrics, tag_scorer
 from ..tasks import TASKS
 from .prediction import BATCH_SIZE, class_probabilities, predict_tags
 
@@ -46,30 +49,38 @@ def score_classifier(
     label_column: str | None = None,
     **_,
 ) -> dict:
-    """Accuracy, macro and per-class scores of a classification checkpoint on one split of a dataset (default:
-    ag_news; a folder of the user's files is called by its name) whose labels include the checkpoint's; rows of a label
-    the checkpoint lacks are warned about and scored as errors. The `*_column`s name the files' columns, as in
-    training (detected when not given)."""
+    """The task's scores of a text checkpoint on one split of a dataset (default: ag_news; a folder of the user's
+    files is called by its name), read as its `problem_type` says: accuracy, macro and per-class scores
+    (single-label), micro/macro-F1 (multi-label: the labels whose probability is above 0.5), Spearman's correlation
+    (regression). The dataset's labels must include the checkpoint's; rows of a label the checkpoint lacks are
+    warned about and scored as errors. The `*_column`s name the files' columns, as in training (detected when not
+    given)."""
     columns = {"text_column": text_column, "pair_column": pair_column, "label_column": label_column}
-    dataset = TASKS["cls"].dataset_for(dataset, data_dir)
-    data = load_classification_dataset(dataset, data_dir, **columns)
+    problem_type = getattr(model.config, "problem_type", None) or SINGLE_LABEL
+    task = next(task for task in TASKS.values() if task.problem_type == problem_type)
+    dataset = task.dataset_for(dataset, data_dir)
+    data = load_classification_dataset(dataset, data_dir, problem_type, **columns)
     if split not in data:
         raise ValueError(f"--split: {dataset} has no {split!r} split; it has {', '.join(data)}")
+    rows = data[split]
+    pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
+    outputs = class_probabilities(model, tokenizer, rows["text"], pairs, batch_size)
+    if problem_type == REGRESSION:
+        metrics = ClassificationMetrics(["score"], None, problem_type)
+        return {"split": split, "examples": len(rows), **metrics.scores(outputs[:, 0], np.asarray(rows["label"]))}
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
-    dataset_names = data[split].features["label"].names
+    dataset_names = class_names(rows)
     if not set(names) <= set(dataset_names):
         raise ValueError(
             f"the checkpoint's labels {names} differ from the dataset's {dataset_names}; cannot score it on {dataset}"
         )
-    rows = data[split]
     model_ids = [dataset_names.index(name) for name in names]
     unseen = warn_about_unseen_labels(model_ids, {split: rows}, "the checkpoint's classes")
-    position = {dataset_id: k for k, dataset_id in enumerate(model_ids)}
-    pairs = rows["text_pair"] if "text_pair" in rows.column_names else None
-    predicted = class_probabilities(model, tokenizer, rows["text"], pairs, batch_size).argmax(-1).tolist()
-    labels = [position.get(label, -100) for label in rows["label"]]
     counts = {label: entry["rows"][split] for label, entry in unseen.items()}
-    return {"split": split, "examples": len(rows), **classification_scores(predicted, labels, names, counts)}
+    labels = to_model_labels(rows.rename_column("label", "labels").select_columns(["labels"]), model_ids)["labels"]
+    predicted = decided_by_probabilities(outputs, problem_type)
+    metrics = ClassificationMetrics(names, counts, problem_type)
+    return {"split": split, "examples": len(rows), **metrics.scores(predicted, np.asarray(labels))}
 
 
 __all__ = ["score_classifier", "score_tagger"]

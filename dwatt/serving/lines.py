@@ -154,16 +154,19 @@ class HeadsWriter(Writer):
 
 
 class LabelWriter(Writer):
-    """A classifier's result: `{label: probability}`, most likely first. A line: `label<TAB>probability<TAB>text`."""
+    """A text checkpoint's result (`prediction.classify`): its `label` and `scores` (`{label: probability}`, most likely
+    first), or a multi-label's `labels`, or a regression's `score`. A line: `label<TAB>probability<TAB>text`, or the
+    labels joined by commas, or the score, then the text."""
 
     def record(self, text, result):
-        if result is None:
-            return {"label": None, "scores": {}}
-        return {"label": next(iter(result)), "scores": result}
+        return {"label": None, "scores": {}} if result is None else result
 
     def line(self, text, result):
-        label, probability = next(iter(result.items()))
-        return f"{label}\t{probability:.3f}\t{text}"
+        if "score" in result:
+            return f"{result['score']:.4f}\t{text}"
+        if "labels" in result:
+            return f"{','.join(result['labels'])}\t{text}"
+        return f"{result['label']}\t{result['scores'][result['label']]:.3f}\t{text}"
 
 
 class MaskWriter(Writer):

@@ -19,6 +19,7 @@ from itertools import islice
 
 import numpy as np
 
+from ..data.targets import MULTI_LABEL, REGRESSION
 from ..tokenization import MODEL_INPUTS, encode_words, model_input_names
 
 # Rows per batch: on the 2-core CPU, 32 sorted rows ran MiniLM and MPNet taggers fastest of 8..128
@@ -163,11 +164,19 @@ def encode_texts(tokenizer, texts: list[str], pairs: list[str] | None = None) ->
 def class_probabilities(
     model, tokenizer, texts: list[str], pairs: list[str] | None = None, batch_size: int = BATCH_SIZE
 ) -> np.ndarray:
-    """`(texts, classes)` probabilities of a classification checkpoint, in input order (float32)."""
+    """`(texts, classes)` probabilities of a text checkpoint, in input order (float32): a softmax over the classes, a
+    sigmoid per class (multi-label), or the one output itself (regression), as its `problem_type` says."""
     rows = encode_texts(tokenizer, texts, pairs)
+    problem_type = getattr(model.config, "problem_type", None)
     probabilities = np.empty((len(texts), model.config.num_labels), dtype=np.float32)
     for indices in length_sorted_batches([len(ids) for ids in rows["input_ids"]], batch_size):
-        probabilities[indices] = softmax(logits_of(model, padded(rows, indices, pad_id(tokenizer))))
+        logits = logits_of(model, padded(rows, indices, pad_id(tokenizer))).astype(np.float32)
+        if problem_type == MULTI_LABEL:
+            probabilities[indices] = 1 / (1 + np.exp(-logits))
+        elif problem_type == REGRESSION:
+            probabilities[indices] = logits
+        else:
+            probabilities[indices] = softmax(logits)
     return probabilities
 
 
@@ -180,12 +189,23 @@ def split_pairs(tokenizer, texts: list[str]) -> tuple[list[str], list[str] | Non
     return [first for first, _ in split], pairs
 
 
-def classify(model, tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[dict[str, float]]:
-    """Class probabilities of each text, most likely first."""
+def classify(model, tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[dict]:
+    """What a text checkpoint says of each text: its `label` and the class probabilities (`scores`, most likely
+    first); multi-label: the `labels` whose probability is above 0.5, and the scores; regression: the `score`."""
     names = [model.config.id2label[i] for i in range(model.config.num_labels)]
     firsts, pairs = split_pairs(tokenizer, texts)
     probabilities = class_probabilities(model, tokenizer, firsts, pairs, batch_size)
-    return [dict(sorted(zip(names, row), key=lambda item: -item[1])) for row in probabilities.tolist()]
+    problem_type = getattr(model.config, "problem_type", None)
+    if problem_type == REGRESSION:
+        return [{"score": row[0]} for row in probabilities.tolist()]
+    results = []
+    for row in probabilities.tolist():
+        scores = dict(sorted(zip(names, row), key=lambda item: -item[1]))
+        if problem_type == MULTI_LABEL:
+            results.append({"labels": [name for name, p in scores.items() if p > 0.5], "scores": scores})
+        else:
+            results.append({"label": next(iter(scores)), "scores": scores})
+    return results
 
 
 def fill_masks(

@@ -15,6 +15,7 @@ from specs_dwatt import fusion_spec
 from ..console import first_text
 from ..data import load_tokenizer
 from ..data.classification import (
+    class_names,
     to_model_labels,
     tokenize_texts,
     warn_about_unseen_labels,
@@ -24,6 +25,7 @@ from ..metrics import ClassificationMetrics
 from ..portable import backbone_folder
 from ..run_config import RunConfig
 from ..splits import classification_splits
+from ..tasks import TASKS
 from .callbacks import BestDevCallback, FreezeBackboneCallback
 from .initial_models import INITIAL_MODELS
 from .placement import backbone_placement
@@ -55,7 +57,7 @@ class ClassificationSetup:
     backbone: str
     data: object
     label_names: list[str]
-    model_ids: list[int]
+    model_ids: list[int] | None  # None: a regression's one output
     train: object
     sampled_ids: list[int]
     dev: object
@@ -71,7 +73,12 @@ class ClassificationSetup:
 
     @property
     def model_labels(self) -> list[str]:
-        return [self.label_names[i] for i in self.model_ids]
+        return [self.label_names[i] for i in self.model_ids] if self.model_ids is not None else ["score"]
+
+    def metrics(self, split: str) -> ClassificationMetrics:
+        """What scores `split` (`validation` or `test`): the task's scores over the model's classes, its unseen
+        labels counted as errors."""
+        return ClassificationMetrics(self.model_labels, self.unseen_in(split), self.model.config.problem_type)
 
     def unseen_in(self, split: str) -> dict[str, int]:
         """Rows of each class the model has no output for, in `split` (they are labelled -100 there)."""
@@ -80,6 +87,14 @@ class ClassificationSetup:
     def tokens(self, dataset):
         """A split tokenised, sorted by length, its labels the model's (`to_model_labels`)."""
         return to_model_labels(by_length(tokenize_texts(dataset, self.tokenizer)), self.model_ids)
+
+
+def model_classes(train_labels: list, problem_type: str) -> list[int] | None:
+    """The dataset ids of the model's classes: those its training examples hold (each row's one class, or every class
+    a multi-label row carries), in the dataset's order; None for a regression (one output)."""
+    if problem_type == "regression":
+        return None
+    return sorted({i for label in train_labels for i in (label if isinstance(label, list) else [label])})
 
 
 def prepare_classification(config: RunConfig, cache_layers: list[int] | None = None) -> ClassificationSetup:
@@ -94,7 +109,8 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
     ensure_writable(Path(config.output_dir))
     backbone = backbone_folder(config.backbone)
     data, train, sampled_ids, dev = classification_splits(config)
-    label_names = list(data["train"].features["label"].names)
+    problem_type = TASKS[config.task].problem_type
+    label_names = class_names(data["train"])
     scored = {"validation": dev} | ({"test": data["test"]} if config.evaluate_test else {})
     sample = (
         "the training split"
@@ -102,9 +118,9 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         else f"the training sample ({config.n_shot} per class, seed {config.seed})"
     )
     unseen = warn_about_unseen_labels(train["label"], scored, sample)
-    model_ids = sorted(set(train["label"]))
-    model_labels = [label_names[i] for i in model_ids]
-    if len(model_ids) < 2:
+    model_ids = model_classes(train["label"], problem_type)
+    model_labels = [label_names[i] for i in model_ids] if model_ids is not None else ["score"]
+    if model_ids is not None and len(model_ids) < 2:
         raise ValueError(f"{sample} holds one class ({model_labels[0]!r}); a classifier needs examples of two or more")
     tokenizer = load_tokenizer(backbone)
     train_tokens = to_model_labels(tokenize_texts(train, tokenizer), model_ids)
@@ -119,7 +135,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
         model_class=DWAttForSequenceClassification,
         id2label=dict(enumerate(model_labels)),
         label2id={name: i for i, name in enumerate(model_labels)},
-        problem_type="single_label_classification",
+        problem_type=problem_type,
         **model_kwargs,
         cache_layers=cache_layers,
         shares_backbone=config.mode == "fe",
@@ -168,7 +184,7 @@ def prepare_classification(config: RunConfig, cache_layers: list[int] | None = N
 
 def classification_results(setup: ClassificationSetup, config: RunConfig, best: dict, curve: list[dict]) -> dict:
     """The results of a finished run whose best weights are loaded in `setup.model`."""
-    scores = scores_only(best["metrics"], "eval_")
+    scores, score = scores_only(best["metrics"], "eval_"), TASKS[config.task].score
     return (
         {
             "config": asdict(config) | {"backbone": setup.backbone},
@@ -182,11 +198,11 @@ def classification_results(setup: ClassificationSetup, config: RunConfig, best: 
             "backbone_layers": setup.model.config.encoder_config.num_hidden_layers,
             "example_input": first_text(setup.dev, setup.tokenizer.sep_token),
             "sampled_example_ids": setup.sampled_ids if config.n_shot is not None else None,
-            "best_dev_accuracy": best["accuracy"],
-            "best_dev_macro_f1": scores["macro_f1"],
+            f"best_dev_{score}": best[score],
+            "best_dev_macro_f1": scores.get("macro_f1"),
             "best_epoch": best["epoch"],
             "best_dev_scores": scores,
-            "final_dev_accuracy": curve[-1]["accuracy"],
+            f"final_dev_{score}": curve[-1][score],
             "dev_curve": curve,
             "unseen_labels": setup.unseen_labels,
             "cached_features": setup.cached,
@@ -207,21 +223,22 @@ def scored_test_split(setup: ClassificationSetup, cache_layers: list[int] | None
         )
     else:
         test = model_inputs(tokens)
-    return test, ClassificationMetrics(setup.model_labels, setup.unseen_in("test"))
+    return test, setup.metrics("test")
 
 
 def run_classification(config: RunConfig, cache_layers: list[int] | None = None) -> dict:
     """
     One few-shot text classification run: N examples per class (`config.n_shot`; all with `None`), trained with
     the `Trainer` (FE with the sentence feature cache, or FT), the evaluation split scored after every epoch,
-    ending with the best epoch's model (by accuracy). Writes `results.json` and the checkpoint like NER runs.
+    ending with the best epoch's model (by the task's score: accuracy, micro-F1, Spearman). Writes `results.json` and the checkpoint like NER runs.
     `cache_layers`: see `prepare_classification`.
     """
     refuse_few_shot_dev(config)
     started = RunClock()
     setup = prepare_classification(config, cache_layers)
     model = setup.model
-    best = BestDevCallback(metric="eval_accuracy", key="accuracy")
+    score = TASKS[config.task].score
+    best = BestDevCallback(metric=f"eval_{score}", key=score)
     trainer, train_output, last_checkpoint = train_run(
         config,
         model,
@@ -230,7 +247,7 @@ def run_classification(config: RunConfig, cache_layers: list[int] | None = None)
         setup.train_set,
         setup.dev_set,
         setup.collator,
-        ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
+        setup.metrics("validation"),
     )
     results = classification_results(setup, config, best.best, best.curve) | {"engine": "trainer"}
     results |= run_facts(model, train_output.metrics, last_checkpoint)
@@ -252,7 +269,7 @@ def prepare_together(config: RunConfig, cache_layers: list[int] | None = None) -
         setup.dev_set,
         setup.collator,
         len(setup.train),
-        ClassificationMetrics(setup.model_labels, setup.unseen_in("validation")),
+        setup.metrics("validation"),
         results=lambda run, best, curve: classification_results(setup, run, best, curve),
         test=lambda: scored_test_split(setup, cache_layers) if config.evaluate_test else None,
     )

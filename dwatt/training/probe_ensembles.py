@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from ..data.targets import decided_by_probabilities, probabilities
 from ..folding import FoldedConcat
 from ..head_stack import one_layer
 from ..schema import ENSEMBLE_SIZES, ranked_members
@@ -65,15 +66,18 @@ class ProbeEnsembles:
         if key not in self.probabilities:
             self.model.load_state_dict(self.state_of(k, chosen_on), strict=False)
             logits, labels = predict_features(self.model, dataset, self.collator, layer=self.positions[k])
-            self.probabilities[key] = [batch.softmax(-1) for batch in logits], labels
+            problem_type = getattr(self.model.config, "problem_type", None)
+            self.probabilities[key] = [probabilities(batch, problem_type) for batch in logits], labels
         return self.probabilities[key]
 
     def predicted_ids(self, members: Sequence[int], chosen_on: str, split: str, dataset):
-        """The arg-max of the members' mean probabilities, batch by batch, and the labels."""
+        """What the members' mean probabilities decide (the arg-max; multi-label: those above 0.5; regression: the
+        mean value), batch by batch, and the labels."""
         each = [self._probabilities(k, chosen_on, split, dataset) for k in members]
-        labels = each[0][1]
+        labels, problem_type = each[0][1], getattr(self.model.config, "problem_type", None)
         predicted = [
-            torch.stack([probabilities[b] for probabilities, _ in each]).mean(0).argmax(-1) for b in range(len(labels))
+            decided_by_probabilities(torch.stack([member[b] for member, _ in each]).mean(0), problem_type)
+            for b in range(len(labels))
         ]
         return predicted, labels
 

@@ -27,6 +27,7 @@ from configuration_dwatt import single_layer
 from specs_dwatt import fusion_spec
 
 from ..atomic import write_json_atomically
+from ..data.targets import decided
 from ..distributed import launched_processes
 from ..execution import RunResults
 from ..features.memory import WORKING_MARGIN, gib, model_nbytes
@@ -445,7 +446,8 @@ def evaluate_features(model, dataset, collator, metrics, batch_size: int = 32, l
     """Scores (`metrics.score_ids`) of `model` on a tokenised or cached eval set, without a `Trainer`; a head on one
     layer fed the cached `layer` of the stack, for probes."""
     logits, labels = predict_features(model, dataset, collator, batch_size, layer)
-    return metrics.score_ids([batch.argmax(-1) for batch in logits], labels)
+    problem_type = getattr(model.config, "problem_type", None)
+    return metrics.score_ids([decided(batch, problem_type) for batch in logits], labels)
 
 
 __all__ = [
