@@ -127,7 +127,7 @@ def test_a_decoder_s_export_encodes_words_and_texts_as_its_checkpoint_does(task,
         ("config not JSON", r"dwatt_export\.json:1: not JSON"),
         ("config without graphs", r"dwatt_export\.json: lacks 'graphs'"),
         ("another task", r"model\.onnx: logits of shape .* are not a cls model's; dwatt_export\.json says task 'cls'"),
-        ("labels cut to one", r"dwatt_export\.json: id2label needs at least two labels"),
+        ("labels cut to one", r"dwatt_export\.json: id2label needs at least 2 label\(s\)"),
         ("labels of another count", r"model\.onnx: the graph scores 7 labels, dwatt_export\.json's id2label has 3"),
         (
             "a graph path outside the folder",

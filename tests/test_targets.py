@@ -139,6 +139,14 @@ def test_a_probe_on_multi_label_or_numeric_data_chooses_a_head_that_serves_stock
         """,
         tmp_path,
     )
+    assert main(["export", str(chosen), str(tmp_path / "onnx")]) == 0  # its ONNX export reads its task's outputs
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "onnx"), "--jsonl", str(tmp_path / "in.txt"), "--quiet"]) == 0
+    exported = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    if task == "multilabel":
+        assert [e["labels"] for e in exported] == expected
+    else:
+        assert [e["score"] for e in exported] == pytest.approx(expected, abs=1e-4)
     capsys.readouterr()
     assert main(["evaluate", str(chosen), "--split", "test", "--data-dir", str(tmp_path / "mine")]) == 0
     scores = json.loads(capsys.readouterr().out)

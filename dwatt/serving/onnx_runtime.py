@@ -41,8 +41,10 @@ def read_export_config(folder: Path) -> dict:
     if export["task"] not in TASKS:
         raise ValueError(f"{path}: task {export['task']!r} is not one of {', '.join(TASKS)}")
     labels = export["id2label"]
-    if not isinstance(labels, dict) or (TASKS[export["task"]].labelled and len(labels) < 2):
-        raise ValueError(f"{path}: id2label needs at least two labels, got {labels!r}")
+    task = TASKS[export["task"]]
+    least = 1 if task.problem_type == "regression" else 2  # a regression's one output; else two classes or more
+    if not isinstance(labels, dict) or (task.labelled and len(labels) < least):
+        raise ValueError(f"{path}: id2label needs at least {least} label(s), got {labels!r}")
     graphs = export["graphs"]
     if not isinstance(graphs, dict) or "fp32" not in graphs:
         raise ValueError(f"{path}: graphs needs an 'fp32' graph, got {graphs!r}")
@@ -165,6 +167,8 @@ class OnnxModel:
             num_labels=len(id2label),
             pooling=self.export.get("pooling"),
             word_readout=self.export.get("word_readout", "first"),  # exports made before readouts read the first
+            # what a text task's logits say (multi-label, regression), from the task the export records
+            problem_type=getattr(TASKS.get(self.export.get("task")), "problem_type", None),
         )
         self._check_outputs(graph)
 
