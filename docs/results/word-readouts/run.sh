@@ -5,7 +5,8 @@
 # decoders with every readout, the encoders with the first sub-token's and the mean. Each probe keeps its store
 # under <backbone>.<readout>/questions/; a stopped probe resumes from it when this script runs again. Two workers
 # side by side, one thread each (two cores). The backbones are the folders ../shared/models/fetch.sh writes under
-# models/. Run from the repository root.
+# models/. Run from the repository root. The Gemmas' states pass float16's range in their deeper layers: their caches
+# keep bfloat16.
 set -euo pipefail
 HERE=docs/results/word-readouts
 probe() {  # BACKBONE READOUT [OPTIONS]
@@ -14,15 +15,15 @@ probe() {  # BACKBONE READOUT [OPTIONS]
 }
 (
   for READOUT in first last mean; do probe SmolLM2-135M-Instruct-q4 "$READOUT"; done
-  for READOUT in first last; do probe gemma3-270m-q4 "$READOUT"; done
+  for READOUT in first last; do probe gemma3-270m-q4 "$READOUT" --cache-dtype bfloat16; done
   for BACKBONE in all-MiniLM-L6-v2 all-mpnet-base-v2; do
     for READOUT in first mean; do probe "$BACKBONE" "$READOUT"; done
   done
 ) &
 (
   for READOUT in echo-last echo-mean; do probe SmolLM2-135M-Instruct-q4 "$READOUT"; done
-  for READOUT in mean echo-last echo-mean; do probe gemma3-270m-q4 "$READOUT"; done
-  for READOUT in first mean; do probe embeddinggemma-300m "$READOUT"; done
+  for READOUT in mean echo-last echo-mean; do probe gemma3-270m-q4 "$READOUT" --cache-dtype bfloat16; done
+  for READOUT in first mean; do probe embeddinggemma-300m "$READOUT" --cache-dtype bfloat16; done
 ) &
 wait
 # Qwen2.5-Coder-1.5B (28 layers of 1536): every readout, in float32 (this CPU has no bfloat16 arithmetic).
