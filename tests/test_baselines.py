@@ -76,6 +76,33 @@ def test_the_classification_floor_on_a_toy_set(tmp_path):
     assert (majority.dev, majority.test) == (60.0, 0.0)
 
 
+def test_the_multi_label_and_regression_floors_on_toy_sets(tmp_path):
+    """One logistic regression per label, scored by micro-F1, and ridge regression, scored by Spearman: each learns
+    the toy rule; the majority predicts the labels most sampled texts carry, the mean a constant (no
+    correlation)."""
+    from dwatt.experiment.baselines import baselines
+
+    words = {"sports": "goal match team", "business": "shares market bank"}
+    rows = [(f"{words['sports']} {i}", "sports") for i in range(4)] + [
+        (f"{words['business']} {i}", "business") for i in range(4)
+    ]
+    rows += [(f"{words['sports']} {words['business']} {i}", "sports|business") for i in range(4)]
+    for kind in ("multilabel", "regression"):
+        folder = tmp_path / kind
+        folder.mkdir()
+        for name in ("train.csv", "dev.csv", "test.csv"):
+            lines = "".join(f"{t},{labels if kind == 'multilabel' else len(t.split())}\n" for t, labels in rows)
+            (folder / name).write_text(("text,labels\n" if kind == "multilabel" else "text,score\n") + lines)
+    config = RunConfig(task="multilabel", data_dir=str(tmp_path / "multilabel"), n_shot=2, evaluate_test=True)
+    majority, linear = baselines(config)
+    assert linear.name.endswith("one logistic regression per label") and linear.chosen.startswith("C ")
+    assert (linear.dev, linear.test) == (100.0, 100.0) and majority.dev < linear.dev
+    config = RunConfig(task="regression", data_dir=str(tmp_path / "regression"), n_shot=8, evaluate_test=True)
+    mean, ridge = baselines(config)
+    assert ridge.name.endswith("ridge regression") and ridge.chosen.startswith("alpha ")
+    assert ridge.dev > 50 and (mean.dev, mean.test) == (0.0, 0.0)
+
+
 def test_a_missing_package_is_named_with_the_extra_that_brings_it(monkeypatch, tmp_path):
     from dwatt.experiment import baselines
 
