@@ -270,6 +270,8 @@ def test_dwatt_probe_on_the_users_own_classification_files_reads_one_cache_and_s
         "3",
         "--cache-dtype",
         "float32",
+        "--pooling",
+        "mean",  # one pooling: the probe given none compares two (tests/test_probe_poolings.py)
     ]
     results = tmp_path / "probe" / "results.jsonl"
     assert (
