@@ -80,9 +80,9 @@ def run_pooling_probes(settings: ProbeSettings, execution: Execution, run_probe,
         asked = with_pooling(settings, pooling) if len(poolings) > 1 else settings
         outcomes[pooling or ""] = outcome = run_probe(asked, execution)
         report(pooling, outcome, asked)
-    if len(outcomes) > 1 and outcomes[chosen_pooling(outcomes)].model:
-        outcome = outcomes[chosen_pooling(outcomes)]
-        outcome.kept = keep_chosen(Path(outcome.model), settings.folder / "chosen")
+    chosen = outcomes[chosen_pooling(outcomes)]
+    if len(outcomes) > 1 and chosen.model:
+        chosen.kept = keep_chosen(Path(chosen.model), settings.folder / "chosen")
     return outcomes
 
 
