@@ -40,7 +40,7 @@ def test_a_backbone_folder_that_is_not_there_is_named_and_a_hub_id_is_left_to_th
     RunConfig(backbone="sentence-transformers/all-MiniLM-L6-v2").validate()  # an id: nothing is fetched here
 
 
-@pytest.mark.parametrize("task", sorted(TASKS))
+@pytest.mark.parametrize("task", sorted(name for name, task in TASKS.items() if task.default_dataset))
 def test_the_task_fills_in_its_dataset_and_batch_size_and_its_fe_rate(task):
     config = RunConfig(task=task, n_shot=None if not TASKS[task].few_shot else 4)
     config.validate()
@@ -60,3 +60,10 @@ def test_the_backbone_loads_as_saved_but_in_float32_where_it_trains():
     assert RunConfig().backbone_weights_dtype == RunConfig(mode="lora").backbone_weights_dtype == "auto"
     assert RunConfig(mode="ft").backbone_weights_dtype == "float32"
     assert RunConfig(mode="lora", backbone_dtype="bfloat16").backbone_weights_dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("task", sorted(name for name, task in TASKS.items() if not task.default_dataset))
+def test_a_task_with_no_dataset_of_its_own_asks_for_the_users_files(task):
+    with pytest.raises(ValueError, match=f"--task {task} has no dataset of its own: give --data-dir"):
+        RunConfig(task=task, n_shot=4).validate()
+    RunConfig(task=task, n_shot=4, dataset="someone/their-dataset").validate()
