@@ -11,7 +11,16 @@ import transformers
 from transformers import AutoConfig, PretrainedConfig
 
 try:
-    from .specs_dwatt import FUSIONS, POOLINGS, SEQUENCE_HEADS, WORD_READOUTS, FusionSpec, fusion_spec, layers_to_run
+    from .specs_dwatt import (
+        FUSIONS,
+        POOLINGS,
+        SEQUENCE_HEADS,
+        WORD_READOUTS,
+        FusionSpec,
+        fusion_spec,
+        layers_to_run,
+        word_readout_parts,
+    )
 except ImportError:  # a top-level module of the installed project, not remote code
     # Nested, so that the import scan of older transformers (4.46: a regular expression that skips the body of a `try`,
     # not of its `except`) does not take these modules for packages the remote code needs.
@@ -24,6 +33,7 @@ except ImportError:  # a top-level module of the installed project, not remote c
             FusionSpec,
             fusion_spec,
             layers_to_run,
+            word_readout_parts,
         )
     except ImportError as error:
         raise ImportError(f"{__name__} needs the other *_dwatt.py files beside it") from error
@@ -421,7 +431,7 @@ class DWAttConfig(PretrainedConfig):
     def word_pooling(self) -> str:
         """How a word's sub-token states become its vector: `"first"`, `"last"` or `"mean"` (`word_readout` without
         its `echo-`)."""
-        return self.word_readout.removeprefix("echo-")
+        return word_readout_parts(self.word_readout)[1]
 
     def to_dict(self) -> dict[str, Any]:
         output = super().to_dict()

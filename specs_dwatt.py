@@ -20,6 +20,16 @@ sub-token (BERT's convention), at its last (the first position of a causal decod
 the mean over its sub-tokens; `echo-` gives the backbone the input twice and reads the word in the second copy, whose
 every position has seen the whole sentence, even in a causal decoder (Springer et al., 2024, "Repetition Improves
 Language Model Embeddings")."""
+
+
+def word_readout_parts(readout: str) -> tuple[bool, str]:
+    """What a `WORD_READOUTS` value asks for: whether the backbone is given the input twice (`echo-`), and how a
+    word's sub-token states become its vector (`"first"`, `"last"` or `"mean"`)."""
+    if readout not in WORD_READOUTS:
+        raise ValueError(f"unknown word readout {readout!r}; expected one of {', '.join(WORD_READOUTS)}")
+    return readout.startswith("echo-"), readout.removeprefix("echo-")
+
+
 SEQUENCE_HEADS = ("dense_tanh", "linear")
 """What sequence classification applies to the pooled vector (`DWAttConfig.sequence_head`): RoBERTa's head (a dense
 layer, tanh, a projection) or one linear map without a bias (the decoder LLMs' stock classifiers' `score`)."""
@@ -182,6 +192,7 @@ __all__ = [
     "FUSION_SPECS",
     "POOLINGS",
     "WORD_READOUTS",
+    "word_readout_parts",
     "SEQUENCE_HEADS",
     "FusionSpec",
     "fusion_spec",

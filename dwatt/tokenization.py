@@ -11,6 +11,8 @@ import weakref
 from collections import Counter
 from pathlib import Path
 
+from specs_dwatt import word_readout_parts
+
 from .atomic import read_json, write_json_atomically
 from .auto import register_auto_classes
 
@@ -163,9 +165,10 @@ def encode_words(
     is lost.
     Returns the rows and counts of what was done (`windowed_sentences`, `extra_windows`, `unknown_words`).
     """
+    echo, pooling = word_readout_parts(readout)
     specials = tokenizer.num_special_tokens_to_add()
     room = max_length - specials
-    if readout.startswith("echo-"):
+    if echo:
         room //= 2
     if room < 2:
         raise ValueError(f"max_length {max_length} leaves no room for words next to the special tokens")
@@ -197,9 +200,9 @@ def encode_words(
                 sentences[sentence][word] = tokenizer.unk_token
     rows = {key: list(values) for key, values in encoded.items()}
     word_ids_of = [encoded.word_ids(row) for row in range(len(owners))]
-    if readout.startswith("echo-"):
+    if echo:
         word_ids_of = [_repeat_words(rows, row, word_ids) for row, word_ids in enumerate(word_ids_of)]
-    complete = _complete_windows(owners, word_ids_of) if readout != "first" else None
+    complete = _complete_windows(owners, word_ids_of) if echo or pooling != "first" else None
     rows.update(word_ids=[], sentence=[], window=[], scored=[])
     scored_words: dict[int, set] = {}
     window_of: dict[int, int] = {}
@@ -259,7 +262,8 @@ MODEL_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 def model_input_names(word_readout: str = "first") -> tuple[str, ...]:
     """The encoded columns a tagger with this word readout (`DWAttConfig.word_readout`) takes: `MODEL_INPUTS`, and
     `word_ids` where it pools a word's sub-tokens (all readouts but the first sub-token's)."""
-    return MODEL_INPUTS if word_readout == "first" else (*MODEL_INPUTS, "word_ids")
+    echo, pooling = word_readout_parts(word_readout)
+    return MODEL_INPUTS if not echo and pooling == "first" else (*MODEL_INPUTS, "word_ids")
 
 
 __all__ = [

@@ -15,7 +15,7 @@ from dwatt.experiment.grid import grid
 from dwatt.experiment.probe_types import ProbeSettings
 from dwatt.serving.stock_export import stock_refusal
 from dwatt.training import RunConfig
-from specs_dwatt import WORD_READOUTS
+from specs_dwatt import WORD_READOUTS, word_readout_parts
 
 SENTENCES = [["Peter", "Blackburn", "visited", "Brussels", "."], ["EU", "rejects", "German", "call"]]
 
@@ -88,6 +88,18 @@ def test_a_model_that_pools_sub_tokens_asks_for_word_ids_and_other_heads_refuse_
         DWAttForSequenceClassification.from_backbone(str(tiny_decoder), num_labels=2, word_readout="last")
     with pytest.raises(ValueError, match="unknown word_readout 'middle'"):
         DWAttForTokenClassification.from_backbone(str(tiny_decoder), num_labels=3, word_readout="middle")
+
+
+def test_each_readout_names_its_repetition_and_pooling_once_and_encoding_refuses_an_unknown_one(tiny_decoder):
+    assert [word_readout_parts(readout) for readout in WORD_READOUTS] == [
+        (False, "first"),
+        (False, "last"),
+        (False, "mean"),
+        (True, "last"),
+        (True, "mean"),
+    ]
+    with pytest.raises(ValueError, match="unknown word readout 'echo-first'; expected one of first, last"):
+        encode_words(load_tokenizer(tiny_decoder), SENTENCES, max_length=32, readout="echo-first")
 
 
 @pytest.mark.parametrize("readout", [r for r in WORD_READOUTS if r != "first"])
