@@ -7,6 +7,7 @@ import pytest
 
 from dwatt.experiment.across_settings import (
     pooled_comparison,
+    seed_clustered_effects,
     setting_effects,
     setting_weighted_comparison,
     setting_weighted_table,
@@ -90,3 +91,28 @@ def test_a_setting_without_spread_borrows_the_method_s_median_and_one_trial_stay
     assert effects.loc[("a", 16)].variance == pytest.approx(1.0 / 3)  # the other setting's spread, 1.0, over 3 trials
     assert math.isnan(effects.loc[("b", 32)].variance)
     assert setting_weighted_comparison(frame).set_index("method").loc["DWAtt"].settings == 2
+
+
+def test_a_lead_that_each_shared_sample_carries_once_is_not_shown():
+    """Five backbones on the same three samples (seeds 0-2), each ahead on seeds 0 and 1 and behind on seed 2: as
+    five independent settings the meta-analysis finds a lead, but the seeds, the independent units, are three, and a
+    t-test over their means does not; the verdict is not shown either way, the random-effects one kept beside it."""
+    frame = runs_frame(
+        rows_of({(name, 32): [4.0 + k / 10, 4.2 - k / 10, -1.0 + k / 20] for k, name in enumerate("abcde")})
+    )
+    row = setting_weighted_comparison(frame).set_index("method").loc["DWAtt"]
+    assert (row.settings, row.seeds) == (5, 3)
+    assert row.random_effects_verdict == "beats" and row.p_holm < 0.05
+    assert row.p_seeds_holm > 0.05 and row.verdict == "level" and not row.rests_on
+    seeds = seed_clustered_effects(trial_differences(frame)).set_index("method").loc["DWAtt"]
+    assert seeds.seed_mean == pytest.approx(row.seed_mean)
+    assert "(3 seeds)" in setting_weighted_table(setting_weighted_comparison(frame))
+
+
+def test_each_seed_weighs_the_settings_alike_so_a_setting_s_extra_trials_stay_out():
+    """One backbone's ten trials behind and another's three ahead: seeds 3-9 hold the first backbone alone, so the
+    seed test reads seeds 0-2 only, each the mean of both settings."""
+    frame = runs_frame(rows_of({("a", 32): [-2.0 - k / 10 for k in range(10)], ("b", 32): [3.0, 3.5, 2.5]}))
+    seeds = seed_clustered_effects(trial_differences(frame)).set_index("method").loc["DWAtt"]
+    assert seeds.seeds == 3
+    assert seeds.seed_mean == pytest.approx(((-2.0 + 3.0) + (-2.1 + 3.5) + (-2.2 + 2.5)) / 6)

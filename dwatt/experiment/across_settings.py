@@ -3,7 +3,10 @@
 Two tests, both Holm-corrected across a dataset's methods, the last layer's apart (`with_holm`, `significance`):
 - `setting_weighted_comparison`, the one the answer and the advice follow: settings weighed alike, by a random-effects
   meta-analysis of each setting's mean paired difference (`significance.random_effects`), with a leave-one-backbone-out
-  check that names the backbones a verdict rests on;
+  check that names the backbones a verdict rests on. The meta-analysis takes settings as independent, and they are
+  not: a trial's seed draws the same sample for every backbone, and a smaller N's sample is the start of a larger
+  one's (`sampling`). So a verdict stands only where it also holds with each sample counted once
+  (`seed_clustered_effects`: each seed's mean difference over the settings that drew it, a t-test over the seeds);
 - `pooled_comparison`, secondary: the sign test over every trial, so that a setting with 10 trials weighs more than one
   with 3.
 """
@@ -47,7 +50,35 @@ def setting_effects(differences: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(variance=rows.spread / rows.trials).drop(columns="spread")
 
 
-def _weighted(effects: pd.DataFrame) -> pd.DataFrame:
+def seed_clustered_effects(differences: pd.DataFrame) -> pd.DataFrame:
+    """Per dataset and method, each sample counted once: the settings that drew the same sample share its trial's
+    seed (every backbone at a given N draws the same sentences, and a smaller N's covering sample is the start of a
+    larger one's), so the seed, not the setting, is the independent unit. Over the seeds every setting of the method
+    ran (so that each seed's mean weighs the same settings alike, as the meta-analysis does; a setting's extra trials
+    stay out), each seed's mean difference over the settings, then a one-sample t-test over the seeds (`seeds`,
+    `seed_mean`, `p_seeds`; NaN p for fewer than 2 seeds or no spread). Valid whatever the correlation between
+    settings that share a sample."""
+    from scipy import stats
+
+    records = []
+    for (dataset, method), rows in differences.groupby(["dataset", "method"], sort=False):
+        seeds_of_each = [set(setting.trial) for _, setting in rows.groupby(SETTING_KEYS, sort=False)]
+        shared = rows[rows.trial.isin(set.intersection(*seeds_of_each))]
+        per_seed = shared.groupby("trial").difference.mean()
+        spread = len(per_seed) >= 2 and per_seed.max() - per_seed.min() > 1e-12
+        records.append(
+            {
+                "dataset": dataset,
+                "method": method,
+                "seeds": len(per_seed),
+                "seed_mean": per_seed.mean(),
+                "p_seeds": float(stats.ttest_1samp(per_seed, 0.0).pvalue) if spread else math.nan,
+            }
+        )
+    return pd.DataFrame.from_records(records, columns=["dataset", "method", "seeds", "seed_mean", "p_seeds"])
+
+
+def _weighted(effects: pd.DataFrame, differences: pd.DataFrame) -> pd.DataFrame:
     columns = ["dataset", "method", "settings", "backbones", "mean_difference", "ci95", "tau2", "p_value"]
     records = []
     for (dataset, method), group in effects.groupby(["dataset", "method"], sort=False):
@@ -65,32 +96,52 @@ def _weighted(effects: pd.DataFrame) -> pd.DataFrame:
                 "p_value": p,
             }
         )
-    return with_holm(pd.DataFrame.from_records(records, columns=columns))
+    table = with_holm(pd.DataFrame.from_records(records, columns=columns))
+    clustered = seed_clustered_effects(differences)
+    table = table.merge(clustered, on=["dataset", "method"], how="left")
+    table["p_seeds_holm"] = holm_within_families(table, "p_seeds")
+    table["random_effects_verdict"] = table.verdict
+    seeds_verdict = [verdict_of(d, p) for d, p in zip(table.seed_mean, table.p_seeds_holm)]
+    table["verdict"] = [
+        own if own not in ("beats", "trails") or own == by_seeds else "level"
+        for own, by_seeds in zip(table.verdict, seeds_verdict)
+    ]
+    return table
+
+
+def holm_within_families(table: pd.DataFrame, column: str) -> pd.Series:
+    """Holm's adjusted `column` over each dataset's methods, in the families its per-setting tests are corrected in
+    (`selection.holm_family`: the last layer's and the floor's apart from the fusions')."""
+    adjusted = pd.Series(math.nan, index=table.index)
+    for _, family in table.groupby([table.dataset, table.method.map(holm_family)], sort=False):
+        adjusted[family.index] = holm(list(family[column]))
+    return adjusted
 
 
 def with_holm(table: pd.DataFrame) -> pd.DataFrame:
-    """`table` with `p_holm` and `verdict`: Holm over each dataset's methods, in the families its per-setting tests
-    are corrected in (`selection.holm_family`: the last layer's and the floor's apart from the fusions')."""
-    table["p_holm"] = math.nan
-    for _, family in table.groupby([table.dataset, table.method.map(holm_family)], sort=False):
-        table.loc[family.index, "p_holm"] = holm(list(family.p_value))
+    """`table` with `p_holm` (`holm_within_families`) and `verdict`."""
+    table["p_holm"] = holm_within_families(table, "p_value")
     table["verdict"] = [verdict_of(d, p) for d, p in zip(table.mean_difference, table.p_holm)]
     return table
 
 
 def setting_weighted_comparison(frame: pd.DataFrame, few_shot_dev: bool = False) -> pd.DataFrame:
     """Per dataset and method, across its settings weighed alike: the random-effects mean difference from the best
-    single layer with its 95% HKSJ interval, tau^2, p before and after Holm across the dataset's methods, the
-    `verdict`, and `rests_on`: the backbones without whose settings (the whole table recomputed without them, Holm
-    again) an ahead or behind verdict would not stand."""
+    single layer with its 95% HKSJ interval, tau^2, p before and after Holm across the dataset's methods and its
+    `random_effects_verdict`; the same with each sample counted once (`seed_clustered_effects`: `seeds`,
+    `seed_mean`, `p_seeds`, `p_seeds_holm`); the `verdict`, ahead or behind only where both tests show it; and
+    `rests_on`: the backbones without whose settings (the whole table recomputed without them, Holm again) an ahead
+    or behind verdict would not stand."""
     differences = trial_differences(frame, few_shot_dev)
     if differences.empty:
         return pd.DataFrame()
     effects = setting_effects(differences)
-    table = _weighted(effects)
+    table = _weighted(effects, differences)
     table["rests_on"] = ""
     for backbone in sorted(effects.backbone.unique()):
-        without = _weighted(effects[effects.backbone != backbone]).set_index(["dataset", "method"])
+        without = _weighted(
+            effects[effects.backbone != backbone], differences[differences.backbone != backbone]
+        ).set_index(["dataset", "method"])
         for index, row in table.iterrows():
             key = (row.dataset, row.method)
             if row.verdict in ("beats", "trails") and (
@@ -135,6 +186,7 @@ def setting_weighted_table(weighted: pd.DataFrame) -> str:
         tau=weighted.tau2.map(lambda t: "" if pd.isna(t) else f"{math.sqrt(t):.2f}"),
         p=weighted.p_value.map(lambda p: f"{p:.2g}"),
         holm=weighted.p_holm.map(lambda p: f"{p:.2g}"),
+        seeds_holm=[f"{p:.2g} ({n:.0f} seeds)" for p, n in zip(weighted.p_seeds_holm, weighted.seeds)],
         rests=weighted.rests_on.map(lambda names: names or ("—")),
     )
     columns = {
@@ -142,11 +194,12 @@ def setting_weighted_table(weighted: pd.DataFrame) -> str:
         "tau": "τ (between settings)",
         "p": "p",
         "holm": "Holm p",
+        "seeds_holm": "Holm p, each sample once",
         "rests": "verdict rests on",
     }
     return markdown(
         rows.rename(columns=columns),
-        ["dataset", "method", "settings", "backbones", *list(columns.values())[:4], "verdict", columns["rests"]],
+        ["dataset", "method", "settings", "backbones", *list(columns.values())[:5], "verdict", columns["rests"]],
     )
 
 
@@ -179,6 +232,7 @@ def pooled_table(pooled: pd.DataFrame) -> str:
 
 __all__ = [
     "pooled_comparison",
+    "seed_clustered_effects",
     "pooled_table",
     "setting_effects",
     "setting_weighted_comparison",

@@ -115,7 +115,10 @@ def fair_answer(table: pd.DataFrame, across: pd.DataFrame | None = None, pooled:
         legend += (
             " Every setting, weighed alike: each setting's mean difference combined by a random-effects "
             "meta-analysis (DerSimonian-Laird τ², Hartung-Knapp-Sidik-Jonkman 95% CI and t-test), Holm-corrected "
-            "across methods, in brackets the settings with an interval; the verdict the advice follows."
+            "across methods, in brackets the settings with an interval; the verdict the advice follows. Settings "
+            "are not independent (every backbone at a seed draws the same sample, a smaller N's the start of a larger "
+            "one's): a mark there stands only where a t-test over the seeds, each seed's mean difference over the "
+            "settings that drew its sample, Holm-corrected alike, shows it too."
         )
     if pooled is not None and not pooled.empty:
         legend += (
