@@ -232,8 +232,8 @@ def pooled_table(pooled: pd.DataFrame) -> str:
 
 __all__ = [
     "pooled_comparison",
-    "seed_clustered_effects",
     "pooled_table",
+    "seed_clustered_effects",
     "setting_effects",
     "setting_weighted_comparison",
     "setting_weighted_table",
