@@ -45,7 +45,7 @@ import numpy as np
 
 from ..data import load_conll2003
 from ..data.classification import load_classification_dataset
-from ..data.targets import MULTI_LABEL, REGRESSION
+from ..data.targets import MULTI_LABEL, REGRESSION, decided_by_probabilities
 from ..tasks import task_named
 from .lines import decoded
 from .onnx_runtime import session_options
@@ -112,13 +112,15 @@ def _tags(model, tokenizer, sample: list) -> list[list]:
 
 def _labels(model, tokenizer, sample: list) -> list[list]:
     """Each text's answer: its class; the classes above 0.5 (multi-label); its number to two decimals (regression)."""
-    outputs = class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample))
     problem_type = getattr(model.config, "problem_type", None)
+    decisions = decided_by_probabilities(
+        class_probabilities(model, tokenizer, *split_pairs(tokenizer, sample)), problem_type
+    )
     if problem_type == REGRESSION:
-        return [[round(float(row[0]), 2)] for row in outputs]
+        return [[round(float(value), 2)] for value in decisions]
     if problem_type == MULTI_LABEL:
-        return [[int(i) for i in (row > 0.5).nonzero()[0]] for row in outputs]
-    return [[int(label)] for label in outputs.argmax(-1)]
+        return [[int(i) for i in row.nonzero()[0]] for row in decisions]
+    return [[int(label)] for label in decisions]
 
 
 def _top_tokens(model, tokenizer, sample: list) -> list[list]:

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..atomic import read_json, sha256_of
+from ..data.targets import REGRESSION
 from ..errors import first_line
 from ..tasks import TASKS
 
@@ -42,7 +43,7 @@ def read_export_config(folder: Path) -> dict:
         raise ValueError(f"{path}: task {export['task']!r} is not one of {', '.join(TASKS)}")
     labels = export["id2label"]
     task = TASKS[export["task"]]
-    least = 1 if task.problem_type == "regression" else 2  # a regression's one output; else two classes or more
+    least = 1 if task.problem_type == REGRESSION else 2  # a regression's one output; else two classes or more
     if not isinstance(labels, dict) or (task.labelled and len(labels) < least):
         raise ValueError(f"{path}: id2label needs at least {least} label(s), got {labels!r}")
     graphs = export["graphs"]
